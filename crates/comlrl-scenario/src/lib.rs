@@ -1,0 +1,1 @@
+//! comlrl scenario files: raw YAML mirror, validation and the resolved plan.

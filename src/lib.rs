@@ -1,1 +1,5 @@
-//! comlrl
+//! comlrl: multi-agent reinforcement learning (MAGRPO) for cooperating LLM agents on candle.
+pub mod error;
+pub mod model;
+
+pub use error::{Error, Result};

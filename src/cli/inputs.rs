@@ -1,0 +1,63 @@
+//! Options shared by the model-inspection commands: which model, and text or token-id inputs.
+use anyhow::{bail, Context};
+use comlrl::model::{parse_dtype, LoadOptions, ModelSource, Policy};
+
+#[derive(Debug, clap::Args)]
+pub struct ModelArgs {
+    /// A hub id (`Qwen/Qwen2.5-0.5B`), a local directory in HF layout, or `builtin:tiny`.
+    #[arg(long)]
+    pub model: String,
+    /// Compute dtype: f32 (default), bf16 or f16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Seed of a built-in model's random weights.
+    #[arg(long, default_value_t = 0)]
+    pub model_seed: u64,
+}
+
+impl ModelArgs {
+    pub fn load(&self) -> anyhow::Result<Policy> {
+        let cwd = std::env::current_dir().context("reading the current directory")?;
+        let source = ModelSource::parse(&self.model, &cwd)?;
+        let opts = LoadOptions {
+            dtype: parse_dtype(&self.dtype).context("--dtype")?,
+            seed: self.model_seed,
+            ..LoadOptions::default()
+        };
+        Ok(Policy::load(&source, &opts)?)
+    }
+}
+
+/// Parses `1,2,3` into token ids, checking them against the vocabulary size.
+pub fn parse_ids(flag: &str, s: &str, vocab: usize) -> anyhow::Result<Vec<u32>> {
+    let mut out = Vec::new();
+    for (i, part) in s
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .enumerate()
+    {
+        let id: u32 = part
+            .parse()
+            .with_context(|| format!("{flag}: item {} `{part}` is not a token id", i + 1))?;
+        if id as usize >= vocab {
+            bail!("{flag}: token id {id} is outside the model's vocabulary (size {vocab})");
+        }
+        out.push(id);
+    }
+    Ok(out)
+}
+
+/// Token ids from either a text flag or an ids flag (clap makes them exclusive and required).
+pub fn ids_from(
+    policy: &Policy,
+    text: &Option<String>,
+    ids: &Option<String>,
+    flag: &str,
+) -> anyhow::Result<Vec<u32>> {
+    match (text, ids) {
+        (Some(t), _) => Ok(policy.tokenizer.encode(t)?),
+        (None, Some(s)) => parse_ids(&format!("--{flag}-ids"), s, policy.config.vocab_size),
+        (None, None) => bail!("give --{flag} TEXT or --{flag}-ids 1,2,3"),
+    }
+}

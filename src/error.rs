@@ -1,0 +1,47 @@
+//! The crate's error type: every variant says which file, tensor or field is at fault and what to do.
+use std::path::PathBuf;
+
+/// Result alias used throughout the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A model directory or checkpoint file is unusable.
+    #[error("{}: {msg}", path.display())]
+    Model { path: PathBuf, msg: String },
+    /// A model reference could not be resolved to files.
+    #[error("cannot resolve model `{model}`: {msg}")]
+    Resolve { model: String, msg: String },
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Tokenizer loading, encoding or decoding failed.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// Invalid argument given by the user (CLI flag or API call).
+    #[error("{0}")]
+    Invalid(String),
+    /// A tensor operation failed (shape mismatch inside the model, out of memory, ...).
+    #[error("tensor error: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+impl Error {
+    pub fn model(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
+        Error::Model {
+            path: path.into(),
+            msg: msg.into(),
+        }
+    }
+
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Grouped-query self-attention with q/k/v biases, RoPE, an additive causal+padding mask and an
+//! optional KV cache. Query heads are grouped per KV head by reshaping, so K and V are never
+//! repeated in memory (head j·g … j·g+g−1 read KV head j, as `repeat_interleave` does).
+use super::kv_cache::KvCache;
+use super::linear::Linear;
+use super::mode::{reduce_dtype, Mode};
+use super::rope::Rope;
+use candle_core::{DType, Module, Result, Tensor, D};
+use candle_nn::VarBuilder;
+
+#[derive(Debug, Clone)]
+pub struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+/// Per-forward inputs shared by every layer.
+pub struct AttnInputs<'a> {
+    pub cos: &'a Tensor,
+    pub sin: &'a Tensor,
+    /// Additive mask (b, 1, s, past + s): 0 where visible, a large negative value elsewhere.
+    pub mask: &'a Tensor,
+}
+
+impl Attention {
+    pub fn new(
+        hidden: usize,
+        heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        Ok(Self {
+            q_proj: Linear::new(hidden, heads * head_dim, true, vb.pp("q_proj"))?,
+            k_proj: Linear::new(hidden, kv_heads * head_dim, true, vb.pp("k_proj"))?,
+            v_proj: Linear::new(hidden, kv_heads * head_dim, true, vb.pp("v_proj"))?,
+            o_proj: Linear::new(heads * head_dim, hidden, false, vb.pp("o_proj"))?,
+            heads,
+            kv_heads,
+            head_dim,
+        })
+    }
+
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rope: &Rope,
+        inp: &AttnInputs,
+        cache: Option<(&mut KvCache, usize)>,
+        mode: Mode,
+    ) -> Result<Tensor> {
+        let (b, s, _) = x.dims3()?;
+        let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
+        let g = nh / nkv;
+        let q = self
+            .q_proj
+            .forward(x)?
+            .reshape((b, s, nh, hd))?
+            .transpose(1, 2)?;
+        let k = self
+            .k_proj
+            .forward(x)?
+            .reshape((b, s, nkv, hd))?
+            .transpose(1, 2)?;
+        let v = self
+            .v_proj
+            .forward(x)?
+            .reshape((b, s, nkv, hd))?
+            .transpose(1, 2)?;
+        let q = rope.apply(&q.contiguous()?, inp.cos, inp.sin, mode)?;
+        let k = rope.apply(&k.contiguous()?, inp.cos, inp.sin, mode)?;
+        let (k, v) = match cache {
+            Some((c, layer)) => c.append(layer, &k, &v)?,
+            None => (k, v.contiguous()?),
+        };
+        let n = k.dim(2)?;
+        // (b, nh, s, hd) -> (b, nkv, g*s, hd): heads of one group are adjacent.
+        let q = q.reshape((b, nkv, g * s, hd))?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let att = (q.matmul(&k.t()?)? * scale)?; // (b, nkv, g*s, n)
+        let att = att
+            .reshape((b, nkv, g, s, n))?
+            .broadcast_add(&inp.mask.unsqueeze(1)?.to_dtype(att.dtype())?)?;
+        let att = softmax(&att, mode)?.reshape((b, nkv, g * s, n))?;
+        let y = att.matmul(&v)?; // (b, nkv, g*s, hd)
+        let y = y
+            .reshape((b, nh, s, hd))?
+            .transpose(1, 2)?
+            .reshape((b, s, nh * hd))?;
+        self.o_proj.forward(&y)
+    }
+}
+
+/// Softmax over the last dim in at least f32 (as transformers' eager attention does).
+fn softmax(x: &Tensor, mode: Mode) -> Result<Tensor> {
+    let dtype = x.dtype();
+    let xf = x.to_dtype(reduce_dtype(dtype))?;
+    let y = match mode {
+        Mode::Infer if xf.dtype() == DType::F32 => {
+            candle_nn::ops::softmax_last_dim(&xf.contiguous()?)?
+        }
+        _ => candle_nn::ops::softmax(&xf, D::Minus1)?,
+    };
+    y.to_dtype(dtype)
+}

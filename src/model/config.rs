@@ -1,0 +1,238 @@
+//! Qwen2 model configuration: `config.json` as transformers writes it (v4 and v5 spellings),
+//! validated, plus the built-in tiny configuration.
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Architectures this crate can load (the `architectures` / `model_type` of `config.json`).
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["Qwen2ForCausalLM"];
+
+/// The subset of `config.json` the model needs. Unknown keys are kept in `extra` so a saved
+/// model round-trips the original file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Qwen2Config {
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    #[serde(default)]
+    pub model_type: Option<String>,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    #[serde(default = "default_max_pos")]
+    pub max_position_embeddings: usize,
+    /// v4 spelling; v5 writes `rope_parameters.rope_theta` (both are read).
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    #[serde(default)]
+    pub rope_parameters: Option<serde_json::Value>,
+    #[serde(default = "default_eps")]
+    pub rms_norm_eps: f64,
+    /// transformers' Qwen2Config default is `false`; Qwen2.5-0.5B sets `true`.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    #[serde(default)]
+    pub bos_token_id: Option<serde_json::Value>,
+    #[serde(default)]
+    pub eos_token_id: Option<serde_json::Value>,
+    #[serde(default)]
+    pub pad_token_id: Option<serde_json::Value>,
+    #[serde(default)]
+    pub use_sliding_window: Option<bool>,
+    /// Everything else in the file, written back unchanged on save.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+fn default_max_pos() -> usize {
+    32768
+}
+fn default_eps() -> f64 {
+    1e-6
+}
+fn default_act() -> String {
+    "silu".into()
+}
+
+impl Qwen2Config {
+    /// Reads and validates `config.json`.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let cfg: Qwen2Config = serde_json::from_str(&text).map_err(|e| {
+            Error::model(
+                path,
+                format!(
+                    "not a valid model config.json (line {}, column {}): {e}",
+                    e.line(),
+                    e.column()
+                ),
+            )
+        })?;
+        cfg.validate().map_err(|msg| Error::model(path, msg))?;
+        Ok(cfg)
+    }
+
+    /// Checks the architecture and the shape relations the model relies on.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let arch_ok = if self.architectures.is_empty() {
+            self.model_type.as_deref() == Some("qwen2")
+        } else {
+            self.architectures
+                .iter()
+                .any(|a| SUPPORTED_ARCHITECTURES.contains(&a.as_str()))
+        };
+        if !arch_ok {
+            let found = if self.architectures.is_empty() {
+                format!(
+                    "model_type {:?}",
+                    self.model_type.as_deref().unwrap_or("<missing>")
+                )
+            } else {
+                format!("architectures {:?}", self.architectures)
+            };
+            return Err(format!(
+                "unsupported architecture ({found}); supported: {}",
+                SUPPORTED_ARCHITECTURES.join(", ")
+            ));
+        }
+        if self.hidden_act != "silu" {
+            return Err(format!(
+                "unsupported hidden_act {:?}: only \"silu\" is implemented",
+                self.hidden_act
+            ));
+        }
+        if self.use_sliding_window == Some(true) {
+            return Err("use_sliding_window = true is not supported; set it to false".into());
+        }
+        let nums = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.kv_heads()),
+        ];
+        for (name, v) in nums {
+            if v == 0 {
+                return Err(format!("{name} must be > 0"));
+            }
+        }
+        if self.head_dim.is_none() && self.hidden_size % self.num_attention_heads != 0 {
+            return Err(format!(
+                "hidden_size {} is not divisible by num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        if self.num_attention_heads % self.kv_heads() != 0 {
+            return Err(format!(
+                "num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                self.num_attention_heads,
+                self.kv_heads()
+            ));
+        }
+        if self.head_dim() % 2 != 0 {
+            return Err(format!(
+                "head_dim {} must be even for RoPE",
+                self.head_dim()
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// RoPE base: `rope_parameters.rope_theta` (transformers 5), else `rope_theta`, else 10000.
+    pub fn rope_theta(&self) -> f64 {
+        self.rope_parameters
+            .as_ref()
+            .and_then(|p| p.get("rope_theta"))
+            .and_then(|v| v.as_f64())
+            .or(self.rope_theta)
+            .unwrap_or(10_000.0)
+    }
+
+    /// Number of parameters (tied embeddings counted once).
+    pub fn num_parameters(&self) -> usize {
+        let (h, i, v) = (self.hidden_size, self.intermediate_size, self.vocab_size);
+        let (q, kv) = (
+            self.num_attention_heads * self.head_dim(),
+            self.kv_heads() * self.head_dim(),
+        );
+        let attn = h * q + q + 2 * (h * kv + kv) + q * h;
+        let layer = attn + 3 * h * i + 2 * h;
+        let head = if self.tie_word_embeddings { 0 } else { v * h };
+        v * h + self.num_hidden_layers * layer + h + head
+    }
+
+    /// A config with the given shape and defaults for everything else.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_shape(
+        vocab_size: usize,
+        hidden_size: usize,
+        intermediate_size: usize,
+        num_hidden_layers: usize,
+        num_attention_heads: usize,
+        num_key_value_heads: usize,
+        tie_word_embeddings: bool,
+    ) -> Self {
+        Qwen2Config {
+            architectures: vec!["Qwen2ForCausalLM".into()],
+            model_type: Some("qwen2".into()),
+            vocab_size,
+            hidden_size,
+            intermediate_size,
+            num_hidden_layers,
+            num_attention_heads,
+            num_key_value_heads: Some(num_key_value_heads),
+            head_dim: None,
+            max_position_embeddings: 2048,
+            rope_theta: Some(1_000_000.0),
+            rope_parameters: None,
+            rms_norm_eps: 1e-6,
+            tie_word_embeddings,
+            hidden_act: "silu".into(),
+            bos_token_id: None,
+            eos_token_id: None,
+            pad_token_id: None,
+            use_sliding_window: Some(false),
+            extra: Default::default(),
+        }
+    }
+
+    /// Named shapes usable as `builtin:<name>` models and in benchmarks.
+    /// `tiny`: byte-level vocab, 2 layers, ~0.1M parameters (tests, offline quick start).
+    /// `small`: ~32M parameters (hidden 512, 8 layers, 8/2 heads, vocab 3000; the peer benchmark's shape).
+    /// `mid`: ~40M parameters (vocab 32000, hidden 512, 8 layers; the design findings' shape).
+    /// `qwen2.5-0.5b`: Qwen2.5-0.5B's shape (494M parameters, tied embeddings).
+    pub fn preset(name: &str) -> Option<Self> {
+        let vocab_tiny = super::tokenizer::BYTE_VOCAB_SIZE;
+        let c = match name {
+            "tiny" => Self::with_shape(vocab_tiny, 64, 128, 2, 4, 2, true),
+            "small" => Self::with_shape(3000, 512, 1536, 8, 8, 2, true),
+            "mid" => Self::with_shape(32000, 512, 1536, 8, 8, 2, true),
+            "qwen2.5-0.5b" => {
+                let mut c = Self::with_shape(151936, 896, 4864, 24, 14, 2, true);
+                c.max_position_embeddings = 32768;
+                c
+            }
+            _ => return None,
+        };
+        Some(c)
+    }
+
+    pub const PRESETS: &'static [&'static str] = &["tiny", "small", "mid", "qwen2.5-0.5b"];
+}

@@ -1,0 +1,109 @@
+//! Per-token log-probabilities of completions given prompts, in one batched forward over
+//! left-padded prompt ⊕ right-padded completion; differentiable w.r.t. every weight in
+//! `Mode::Train`. Logits are computed only at the positions that predict completion tokens.
+use super::batch::{causal_mask, position_ids};
+use super::mode::Mode;
+use super::qwen2::Qwen2;
+use candle_core::{Result, Tensor, D};
+
+/// A prompt/completion batch laid out for scoring.
+#[derive(Debug, Clone)]
+pub struct ScoreLayout {
+    /// (b, T + C) u32: left-padded prompts then right-padded completions.
+    pub ids: Tensor,
+    pub pos: Tensor,
+    pub mask: Tensor,
+    /// (b, C) u32 completion ids (pads = 0) and (b, C) f32 mask (1 = real token).
+    pub targets: Tensor,
+    pub target_mask: Tensor,
+    pub prompt_width: usize,
+    pub completion_width: usize,
+}
+
+impl ScoreLayout {
+    pub fn new(
+        model: &Qwen2,
+        prompts: &[&[u32]],
+        completions: &[&[u32]],
+        pad_id: u32,
+    ) -> Result<Self> {
+        let dev = model.device();
+        let b = prompts.len();
+        if completions.len() != b {
+            candle_core::bail!("{} prompts but {} completions", b, completions.len());
+        }
+        let t = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+        let c = completions
+            .iter()
+            .map(|p| p.len())
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        if prompts.iter().any(|p| p.is_empty()) {
+            candle_core::bail!(
+                "an empty prompt cannot be scored: a completion needs at least one prompt token"
+            );
+        }
+        let mut ids = Vec::with_capacity(b * (t + c));
+        let mut valid = Vec::with_capacity(b);
+        let mut targets = Vec::with_capacity(b * c);
+        let mut tmask = Vec::with_capacity(b * c);
+        for (p, comp) in prompts.iter().zip(completions) {
+            let mut row_valid = vec![false; t - p.len()];
+            ids.extend(std::iter::repeat_n(pad_id, t - p.len()));
+            ids.extend_from_slice(p);
+            row_valid.extend(std::iter::repeat_n(true, p.len()));
+            ids.extend_from_slice(comp);
+            ids.extend(std::iter::repeat_n(pad_id, c - comp.len()));
+            row_valid.extend(std::iter::repeat_n(true, comp.len()));
+            row_valid.extend(std::iter::repeat_n(false, c - comp.len()));
+            targets.extend_from_slice(comp);
+            targets.extend(std::iter::repeat_n(0u32, c - comp.len()));
+            tmask.extend(std::iter::repeat_n(1f32, comp.len()));
+            tmask.extend(std::iter::repeat_n(0f32, c - comp.len()));
+            valid.push(row_valid);
+        }
+        if t + c > model.max_positions() {
+            candle_core::bail!(
+                "sequence of {} tokens exceeds the model's {} positions",
+                t + c,
+                model.max_positions()
+            );
+        }
+        Ok(Self {
+            ids: Tensor::from_vec(ids, (b, t + c), dev)?,
+            pos: position_ids(&valid, t + c, dev)?,
+            mask: causal_mask(&valid, t + c, dev)?,
+            targets: Tensor::from_vec(targets, (b, c), dev)?,
+            target_mask: Tensor::from_vec(tmask, (b, c), dev)?,
+            prompt_width: t,
+            completion_width: c,
+        })
+    }
+}
+
+/// (b, C) log π(y_t | prompt, y_<t), exactly 0 where the completion is padding.
+pub fn completion_logprobs(model: &Qwen2, layout: &ScoreLayout, mode: Mode) -> Result<Tensor> {
+    let hidden = model.hidden(&layout.ids, &layout.pos, &layout.mask, None, mode)?;
+    // Position T-1+j predicts completion token j.
+    let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;
+    let logits = model.logits(&h)?;
+    let lp = token_logprobs(&logits, &layout.targets)?;
+    let mask = layout.target_mask.to_dtype(lp.dtype())?;
+    lp * mask
+}
+
+/// log softmax(logits)[target] for every position: logits (b, s, V), targets (b, s) u32 → (b, s).
+/// Computed in at least f32 as logit − logsumexp with a detached max (its gradient cancels anyway).
+pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let logits = logits.to_dtype(super::mode::reduce_dtype(logits.dtype()))?;
+    let m = logits.max_keepdim(D::Minus1)?.detach();
+    let lse = (logits
+        .broadcast_sub(&m)?
+        .exp()?
+        .sum_keepdim(D::Minus1)?
+        .log()?
+        + m)?;
+    let picked = logits.gather(&targets.contiguous()?.unsqueeze(D::Minus1)?, D::Minus1)?;
+    (picked - lse)?.squeeze(D::Minus1)
+}

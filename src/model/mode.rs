@@ -1,0 +1,20 @@
+//! Forward modes: a training-safe path made only of differentiable ops, and an inference path
+//! that may use candle's fused kernels (which have no backward and silently drop gradients).
+
+/// Which kernels a forward pass may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Only ops with a backward: use for any forward whose result is differentiated.
+    Train,
+    /// Fused rms-norm / softmax / rope kernels (no backward): sampling and scoring only.
+    Infer,
+}
+
+/// The dtype reductions (norms, softmax, log-softmax) run in: f32 for half types, else unchanged
+/// (so f64 models stay f64, which finite-difference checks rely on).
+pub fn reduce_dtype(d: candle_core::DType) -> candle_core::DType {
+    match d {
+        candle_core::DType::BF16 | candle_core::DType::F16 => candle_core::DType::F32,
+        other => other,
+    }
+}

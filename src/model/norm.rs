@@ -1,0 +1,37 @@
+//! RMSNorm (`model.layers.{i}.{input,post_attention}_layernorm`, `model.norm`): w · x / sqrt(mean(x²) + eps).
+use super::mode::{reduce_dtype, Mode};
+use candle_core::{DType, Result, Tensor, D};
+use candle_nn::VarBuilder;
+
+#[derive(Debug, Clone)]
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    pub fn new(size: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            weight: vb.get(size, "weight")?,
+            eps,
+        })
+    }
+
+    /// Normalises over the last dimension, in at least f32 precision.
+    pub fn forward(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        let dtype = x.dtype();
+        match mode {
+            Mode::Infer if dtype == DType::F32 => {
+                candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps as f32)
+            }
+            _ => {
+                let xf = x.to_dtype(reduce_dtype(dtype))?;
+                let ms = xf.sqr()?.mean_keepdim(D::Minus1)?;
+                let normed = xf
+                    .broadcast_div(&(ms + self.eps)?.sqrt()?)?
+                    .to_dtype(dtype)?;
+                normed.broadcast_mul(&self.weight)
+            }
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! A loaded policy: config, trainable weights (a `VarMap` named as the checkpoint), the model
+//! built over them, the tokenizer and the special token ids; loading from any `ModelSource` and
+//! saving back to HF layout.
+use super::config::Qwen2Config;
+use super::qwen2::Qwen2;
+use super::source::ModelSource;
+use super::tokenizer::{Tokenizer, BYTE_EOS_ID};
+use super::weights;
+use crate::error::{Error, Result};
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::{VarBuilder, VarMap};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Parses a dtype name as written in scenarios and on the command line.
+pub fn parse_dtype(s: &str) -> Result<DType> {
+    match s {
+        "f32" | "float32" => Ok(DType::F32),
+        "bf16" | "bfloat16" => Ok(DType::BF16),
+        "f16" | "float16" => Ok(DType::F16),
+        other => Err(Error::Invalid(format!(
+            "unknown dtype `{other}`: use f32 (default on CPU), bf16 or f16"
+        ))),
+    }
+}
+
+fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::BF16 => "bfloat16",
+        DType::F16 => "float16",
+        _ => "float32",
+    }
+}
+
+/// How to load a policy.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Training/compute dtype; checkpoints of any float dtype are converted to it.
+    pub dtype: DType,
+    pub device: Device,
+    /// Seed of built-in models' random weights.
+    pub seed: u64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            dtype: DType::F32,
+            device: Device::Cpu,
+            seed: 0,
+        }
+    }
+}
+
+pub struct Policy {
+    pub source: ModelSource,
+    pub config: Qwen2Config,
+    pub model: Qwen2,
+    pub tokenizer: Tokenizer,
+    /// Generation stops at any of these.
+    pub eos_ids: Vec<u32>,
+    pub pad_id: u32,
+    varmap: VarMap,
+    names: Vec<String>,
+    dir: Option<PathBuf>,
+}
+
+impl Policy {
+    pub fn load(source: &ModelSource, opts: &LoadOptions) -> Result<Self> {
+        match source.resolve_dir()? {
+            None => {
+                let ModelSource::Builtin(name) = source else {
+                    return Err(Error::Invalid("unreachable: builtin without a name".into()));
+                };
+                let cfg = Qwen2Config::preset(name).ok_or_else(|| Error::Resolve {
+                    model: source.describe(),
+                    msg: "unknown preset".into(),
+                })?;
+                let tensors = weights::random_tensors(&cfg, opts.seed, opts.dtype, &opts.device)?;
+                let tokenizer = Tokenizer::byte_level()?;
+                Self::assemble(
+                    source.clone(),
+                    cfg,
+                    tensors,
+                    tokenizer,
+                    vec![BYTE_EOS_ID],
+                    BYTE_EOS_ID,
+                    None,
+                    opts,
+                )
+            }
+            Some(dir) => Self::load_dir(source.clone(), &dir, opts),
+        }
+    }
+
+    fn load_dir(source: ModelSource, dir: &Path, opts: &LoadOptions) -> Result<Self> {
+        let cfg_path = dir.join("config.json");
+        if !cfg_path.is_file() {
+            return Err(Error::model(
+                dir,
+                "no config.json: not a model directory in Hugging Face layout",
+            ));
+        }
+        let cfg = Qwen2Config::from_file(&cfg_path)?;
+        let tok_path = dir.join("tokenizer.json");
+        if !tok_path.is_file() {
+            return Err(Error::model(
+                dir,
+                "no tokenizer.json (the fast-tokenizer file) next to config.json",
+            ));
+        }
+        let tokenizer = Tokenizer::from_file(&tok_path)?;
+        let files = weights::checkpoint_files(dir)?;
+        let tensors = weights::load_tensors(&cfg, &files, opts.dtype, &opts.device)?;
+        let (eos_ids, pad_id) = special_ids(dir, &cfg, &tokenizer)?;
+        Self::assemble(
+            source,
+            cfg,
+            tensors,
+            tokenizer,
+            eos_ids,
+            pad_id,
+            Some(dir.to_path_buf()),
+            opts,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        source: ModelSource,
+        config: Qwen2Config,
+        mut tensors: HashMap<String, Tensor>,
+        tokenizer: Tokenizer,
+        eos_ids: Vec<u32>,
+        pad_id: u32,
+        dir: Option<PathBuf>,
+        opts: &LoadOptions,
+    ) -> Result<Self> {
+        let varmap = VarMap::new();
+        let names: Vec<String> = weights::expected_tensors(&config)
+            .into_iter()
+            .map(|(n, _, _)| n)
+            .collect();
+        {
+            let mut data = varmap
+                .data()
+                .lock()
+                .map_err(|_| Error::Invalid("var map lock poisoned".into()))?;
+            for name in &names {
+                let t = tensors.remove(name).ok_or_else(|| {
+                    Error::Invalid(format!("internal: tensor {name} not prepared"))
+                })?;
+                data.insert(name.clone(), Var::from_tensor(&t)?);
+            }
+        }
+        let vb = VarBuilder::from_varmap(&varmap, opts.dtype, &opts.device);
+        let model = Qwen2::new(&config, vb)?;
+        Ok(Self {
+            source,
+            config,
+            model,
+            tokenizer,
+            eos_ids,
+            pad_id,
+            varmap,
+            names,
+            dir,
+        })
+    }
+
+    /// Trainable variables in checkpoint order (the tied embedding appears once).
+    pub fn vars(&self) -> Vec<(String, Var)> {
+        let data = match self.varmap.data().lock() {
+            Ok(d) => d,
+            Err(p) => p.into_inner(),
+        };
+        self.names
+            .iter()
+            .filter_map(|n| data.get(n).map(|v| (n.clone(), v.clone())))
+            .collect()
+    }
+
+    pub fn num_parameters(&self) -> usize {
+        self.vars().iter().map(|(_, v)| v.elem_count()).sum()
+    }
+
+    /// Saves weights, config.json, generation_config.json and tokenizer files in HF layout.
+    /// Written to a temporary sibling directory first and renamed into place, so `dir` is
+    /// never left half-written.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let parent = dir.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_else(|| "model".into());
+        let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        }
+        std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        self.write_files(&tmp)?;
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        }
+        std::fs::rename(&tmp, dir).map_err(|e| Error::io(dir, e))
+    }
+
+    fn write_files(&self, out: &Path) -> Result<()> {
+        let tensors: BTreeMap<String, Tensor> = self
+            .vars()
+            .into_iter()
+            .map(|(n, v)| (n, v.as_tensor().detach()))
+            .collect();
+        weights::save_tensors(&tensors, &out.join("model.safetensors"))?;
+        let mut cfg = serde_json::to_value(&self.config)
+            .map_err(|e| Error::Invalid(format!("serialising config: {e}")))?;
+        let dt = dtype_name(self.model.dtype());
+        cfg["torch_dtype"] = dt.into();
+        cfg["dtype"] = dt.into();
+        cfg["eos_token_id"] = self.eos_ids.first().copied().unwrap_or(self.pad_id).into();
+        cfg["pad_token_id"] = self.pad_id.into();
+        write_json(&out.join("config.json"), &cfg)?;
+        let src_gen = self.dir.as_ref().map(|d| d.join("generation_config.json"));
+        match src_gen.filter(|p| p.is_file()) {
+            Some(p) => copy(&p, &out.join("generation_config.json"))?,
+            None => {
+                let eos: serde_json::Value = if self.eos_ids.len() == 1 {
+                    self.eos_ids[0].into()
+                } else {
+                    self.eos_ids.clone().into()
+                };
+                let g = serde_json::json!({"eos_token_id": eos, "pad_token_id": self.pad_id, "bos_token_id": self.pad_id});
+                write_json(&out.join("generation_config.json"), &g)?;
+            }
+        }
+        match &self.dir {
+            Some(d) => {
+                copy(&d.join("tokenizer.json"), &out.join("tokenizer.json"))?;
+                for f in [
+                    "tokenizer_config.json",
+                    "special_tokens_map.json",
+                    "vocab.json",
+                    "merges.txt",
+                ] {
+                    if d.join(f).is_file() {
+                        copy(&d.join(f), &out.join(f))?;
+                    }
+                }
+            }
+            None => {
+                self.tokenizer.save(&out.join("tokenizer.json"))?;
+                let tc = serde_json::json!({
+                    "tokenizer_class": "PreTrainedTokenizerFast",
+                    "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+                    "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+                    "clean_up_tokenization_spaces": false, "model_max_length": self.config.max_position_embeddings
+                });
+                write_json(&out.join("tokenizer_config.json"), &tc)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_json(path: &Path, v: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(v).map_err(|e| Error::Invalid(e.to_string()))?;
+    std::fs::write(path, text + "\n").map_err(|e| Error::io(path, e))
+}
+
+fn copy(from: &Path, to: &Path) -> Result<()> {
+    std::fs::copy(from, to)
+        .map(|_| ())
+        .map_err(|e| Error::io(from, e))
+}
+
+fn read_json(path: &Path) -> Result<Option<serde_json::Value>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        Error::model(
+            path,
+            format!(
+                "not valid JSON (line {}, column {}): {e}",
+                e.line(),
+                e.column()
+            ),
+        )
+    })
+}
+
+fn ids_of(v: Option<&serde_json::Value>) -> Vec<u32> {
+    match v {
+        Some(serde_json::Value::Number(n)) => {
+            n.as_u64().map(|x| vec![x as u32]).unwrap_or_default()
+        }
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_u64())
+            .map(|x| x as u32)
+            .collect(),
+        _ => vec![],
+    }
+}
+
+/// eos ids and the pad id: generation_config.json, then config.json, then tokenizer_config.json's
+/// token strings (transformers' order of precedence for `generate`).
+fn special_ids(dir: &Path, cfg: &Qwen2Config, tok: &Tokenizer) -> Result<(Vec<u32>, u32)> {
+    let gen = read_json(&dir.join("generation_config.json"))?;
+    let tcfg = read_json(&dir.join("tokenizer_config.json"))?;
+    let tok_str = |key: &str| -> Option<u32> {
+        let v = tcfg.as_ref()?.get(key)?;
+        let s = v
+            .as_str()
+            .or_else(|| v.get("content").and_then(|c| c.as_str()))?;
+        tok.token_id(s)
+    };
+    let mut eos = ids_of(gen.as_ref().and_then(|g| g.get("eos_token_id")));
+    if eos.is_empty() {
+        eos = ids_of(cfg.eos_token_id.as_ref());
+    }
+    if eos.is_empty() {
+        eos = tok_str("eos_token").into_iter().collect();
+    }
+    if eos.is_empty() {
+        return Err(Error::model(
+            dir,
+            "no eos token id in generation_config.json, config.json or tokenizer_config.json; add `eos_token_id` to generation_config.json",
+        ));
+    }
+    let pad = ids_of(gen.as_ref().and_then(|g| g.get("pad_token_id")))
+        .first()
+        .copied()
+        .or_else(|| ids_of(cfg.pad_token_id.as_ref()).first().copied())
+        .or_else(|| tok_str("pad_token"))
+        .unwrap_or(eos[0]);
+    Ok((eos, pad))
+}

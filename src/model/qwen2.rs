@@ -1,0 +1,174 @@
+//! The Qwen2 causal LM: embeddings, decoder layers, final norm and (tied or untied) LM head.
+//! Built from a `VarBuilder` whose paths are the HF checkpoint's tensor names, so the same
+//! weights train (through `Mode::Train`) and sample (through `Mode::Infer`).
+use super::attention::{Attention, AttnInputs};
+use super::config::Qwen2Config;
+use super::kv_cache::KvCache;
+use super::mlp::Mlp;
+use super::mode::Mode;
+use super::norm::RmsNorm;
+use super::rope::Rope;
+use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_nn::VarBuilder;
+
+#[derive(Debug, Clone)]
+struct DecoderLayer {
+    self_attn: Attention,
+    mlp: Mlp,
+    input_layernorm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+}
+
+impl DecoderLayer {
+    fn new(cfg: &Qwen2Config, vb: VarBuilder) -> Result<Self> {
+        let h = cfg.hidden_size;
+        Ok(Self {
+            self_attn: Attention::new(
+                h,
+                cfg.num_attention_heads,
+                cfg.kv_heads(),
+                cfg.head_dim(),
+                vb.pp("self_attn"),
+            )?,
+            mlp: Mlp::new(h, cfg.intermediate_size, vb.pp("mlp"))?,
+            input_layernorm: RmsNorm::new(h, cfg.rms_norm_eps, vb.pp("input_layernorm"))?,
+            post_attention_layernorm: RmsNorm::new(
+                h,
+                cfg.rms_norm_eps,
+                vb.pp("post_attention_layernorm"),
+            )?,
+        })
+    }
+
+    fn forward(
+        &self,
+        x: &Tensor,
+        rope: &Rope,
+        inp: &AttnInputs,
+        cache: Option<(&mut KvCache, usize)>,
+        mode: Mode,
+    ) -> Result<Tensor> {
+        let h = self.input_layernorm.forward(x, mode)?;
+        let x = (x + self.self_attn.forward(&h, rope, inp, cache, mode)?)?;
+        let h = self.post_attention_layernorm.forward(&x, mode)?;
+        x + self.mlp.forward(&h)?
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Qwen2 {
+    embed_tokens: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    /// (vocab, hidden); the embedding matrix itself when embeddings are tied.
+    lm_head: Tensor,
+    rope: Rope,
+    cfg: Qwen2Config,
+}
+
+impl Qwen2 {
+    pub fn new(cfg: &Qwen2Config, vb: VarBuilder) -> Result<Self> {
+        let vbm = vb.pp("model");
+        let embed_tokens = vbm
+            .pp("embed_tokens")
+            .get((cfg.vocab_size, cfg.hidden_size), "weight")?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| DecoderLayer::new(cfg, vbm.pp("layers").pp(i)))
+            .collect::<Result<Vec<_>>>()?;
+        let norm = RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, vbm.pp("norm"))?;
+        let lm_head = if cfg.tie_word_embeddings {
+            embed_tokens.clone()
+        } else {
+            vb.pp("lm_head")
+                .get((cfg.vocab_size, cfg.hidden_size), "weight")?
+        };
+        let rope = Rope::new(
+            cfg.head_dim(),
+            cfg.rope_theta(),
+            cfg.max_position_embeddings,
+            vb.dtype(),
+            vb.device(),
+        )?;
+        Ok(Self {
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            rope,
+            cfg: cfg.clone(),
+        })
+    }
+
+    pub fn config(&self) -> &Qwen2Config {
+        &self.cfg
+    }
+
+    pub fn device(&self) -> &Device {
+        self.embed_tokens.device()
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.embed_tokens.dtype()
+    }
+
+    /// A cache for `batch` rows and up to `capacity` positions.
+    pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
+        KvCache::new(
+            self.cfg.num_hidden_layers,
+            batch,
+            self.cfg.kv_heads(),
+            capacity,
+            self.cfg.head_dim(),
+            self.dtype(),
+            self.device(),
+        )
+    }
+
+    /// Final-normed hidden states (b, s, hidden) for token ids (b, s) u32 at positions `pos`
+    /// (b, s) u32 under the additive `mask` (b, 1, s, past + s). With a cache, the new keys and
+    /// values are appended and the cache advances by s.
+    pub fn hidden(
+        &self,
+        ids: &Tensor,
+        pos: &Tensor,
+        mask: &Tensor,
+        mut cache: Option<&mut KvCache>,
+        mode: Mode,
+    ) -> Result<Tensor> {
+        let (_, s) = ids.dims2()?;
+        let (cos, sin) = self.rope.tables(pos)?;
+        let mask = mask.to_dtype(self.dtype())?;
+        let inp = AttnInputs {
+            cos: &cos,
+            sin: &sin,
+            mask: &mask,
+        };
+        let mut x = candle_nn::Embedding::new(self.embed_tokens.clone(), self.cfg.hidden_size)
+            .forward(ids)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let c = cache.as_deref_mut().map(|c| (c, i));
+            x = layer.forward(&x, &self.rope, &inp, c, mode)?;
+        }
+        if let Some(c) = cache {
+            c.advance(s);
+        }
+        self.norm.forward(&x, mode)
+    }
+
+    /// Logits (.., vocab) of hidden states (.., hidden).
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        let dims = hidden.dims().to_vec();
+        let h = self.cfg.hidden_size;
+        let rows = hidden.elem_count() / h;
+        let y = hidden.reshape((rows, h))?.matmul(&self.lm_head.t()?)?;
+        let mut out = dims;
+        let last = out.len() - 1;
+        out[last] = self.cfg.vocab_size;
+        y.reshape(out)
+    }
+
+    /// Largest position id the RoPE tables cover, plus one.
+    pub fn max_positions(&self) -> usize {
+        self.rope.max_positions()
+    }
+}

@@ -1,0 +1,205 @@
+//! Batched sampling with a KV cache: every prompt is prefilled once, its cache shared by its K
+//! generations, then all rows decode together; rows that hit EOS or `max_new_tokens` leave the
+//! batch. Temperature → top-k → top-p as transformers applies them, from a seeded RNG.
+use super::batch::{causal_mask, position_ids};
+use super::mode::Mode;
+use super::qwen2::Qwen2;
+use candle_core::{Result, Tensor};
+use rand::Rng;
+
+/// Sampling settings (CoMLRL's defaults: temperature 0.6, top_p 0.6, top_k 50).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    pub max_new_tokens: usize,
+    pub temperature: f64,
+    /// 1.0 disables nucleus filtering.
+    pub top_p: f64,
+    /// 0 disables top-k filtering.
+    pub top_k: usize,
+    /// Argmax decoding (ties go to the lowest id, as torch's argmax).
+    pub greedy: bool,
+    /// Keep generating after EOS (benchmarks, reference checks).
+    pub ignore_eos: bool,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            max_new_tokens: 128,
+            temperature: 0.6,
+            top_p: 0.6,
+            top_k: 50,
+            greedy: false,
+            ignore_eos: false,
+        }
+    }
+}
+
+/// Generates `k` completions for each prompt. Returns `[prompt][k]` token ids, each ending with
+/// its EOS token when it stopped there.
+pub fn generate(
+    model: &Qwen2,
+    prompts: &[&[u32]],
+    k: usize,
+    params: &SamplingParams,
+    eos_ids: &[u32],
+    pad_id: u32,
+    rng: &mut impl Rng,
+) -> Result<Vec<Vec<Vec<u32>>>> {
+    let dev = model.device();
+    let n_prompts = prompts.len();
+    let mut out = vec![vec![Vec::new(); k]; n_prompts];
+    if n_prompts == 0 || k == 0 || params.max_new_tokens == 0 {
+        return Ok(out);
+    }
+    if prompts.iter().any(|p| p.is_empty()) {
+        candle_core::bail!("cannot generate from an empty prompt");
+    }
+    let t = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+    let capacity = t + params.max_new_tokens;
+    if capacity > model.max_positions() {
+        candle_core::bail!(
+            "prompt ({t} tokens) + max_new_tokens ({}) exceed the model's {} positions",
+            params.max_new_tokens,
+            model.max_positions()
+        );
+    }
+    // Prefill the distinct prompts once.
+    let mut ids = Vec::with_capacity(n_prompts * t);
+    let mut valid = Vec::with_capacity(n_prompts);
+    for p in prompts {
+        ids.extend(std::iter::repeat_n(pad_id, t - p.len()));
+        ids.extend_from_slice(p);
+        let mut v = vec![false; t - p.len()];
+        v.extend(std::iter::repeat_n(true, p.len()));
+        valid.push(v);
+    }
+    let ids = Tensor::from_vec(ids, (n_prompts, t), dev)?;
+    let mut cache = model.new_cache(n_prompts, capacity)?;
+    let hidden = model.hidden(
+        &ids,
+        &position_ids(&valid, t, dev)?,
+        &causal_mask(&valid, t, dev)?,
+        Some(&mut cache),
+        Mode::Infer,
+    )?;
+    let last = model.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(1)?; // (P, V)
+                                                                        // Share each prompt's cache with its k rows.
+    let rows: Vec<u32> = (0..n_prompts as u32)
+        .flat_map(|p| std::iter::repeat_n(p, k))
+        .collect();
+    let rows_t = Tensor::from_vec(rows.clone(), rows.len(), dev)?;
+    let mut cache = cache.select_rows(&rows_t)?;
+    let mut logits = last.index_select(&rows_t, 0)?;
+    // Active rows: (prompt, sample, prompt length, prompt-valid row).
+    let mut active: Vec<(usize, usize)> = (0..n_prompts)
+        .flat_map(|p| (0..k).map(move |j| (p, j)))
+        .collect();
+    let lens: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
+    for step in 0..params.max_new_tokens {
+        let rows_logits = logits.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
+        let mut next = Vec::with_capacity(active.len());
+        let mut keep = Vec::with_capacity(active.len());
+        for (r, &(p, j)) in active.iter().enumerate() {
+            let tok = pick(&rows_logits[r], params, rng);
+            out[p][j].push(tok);
+            let stop =
+                (!params.ignore_eos && eos_ids.contains(&tok)) || step + 1 == params.max_new_tokens;
+            if !stop {
+                keep.push(r);
+                next.push(tok);
+            }
+        }
+        if keep.is_empty() {
+            break;
+        }
+        if keep.len() < active.len() {
+            let idx = Tensor::from_vec(
+                keep.iter().map(|&r| r as u32).collect::<Vec<_>>(),
+                keep.len(),
+                dev,
+            )?;
+            cache = cache.select_rows(&idx)?;
+            active = keep.iter().map(|&r| active[r]).collect();
+        }
+        let b = active.len();
+        let past = cache.len();
+        let valid: Vec<Vec<bool>> = active
+            .iter()
+            .map(|&(p, _)| {
+                let mut v = vec![false; t - lens[p]];
+                v.extend(std::iter::repeat_n(true, past + 1 - (t - lens[p])));
+                v
+            })
+            .collect();
+        let pos: Vec<u32> = active
+            .iter()
+            .map(|&(p, _)| (lens[p] + step) as u32)
+            .collect();
+        let hidden = model.hidden(
+            &Tensor::from_vec(next, (b, 1), dev)?,
+            &Tensor::from_vec(pos, (b, 1), dev)?,
+            &causal_mask(&valid, 1, dev)?,
+            Some(&mut cache),
+            Mode::Infer,
+        )?;
+        logits = model.logits(&hidden)?.squeeze(1)?;
+    }
+    Ok(out)
+}
+
+/// Chooses the next token from one row of logits.
+pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut impl Rng) -> u32 {
+    if params.greedy || params.temperature <= 0.0 {
+        return argmax(logits);
+    }
+    let inv_t = 1.0 / params.temperature as f32;
+    // Candidates: top-k by logit (all when k is 0 or ≥ vocab), sorted descending.
+    let mut cand: Vec<(u32, f32)> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (i as u32, l * inv_t))
+        .collect();
+    let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if params.top_k > 0 && params.top_k < cand.len() {
+        cand.select_nth_unstable_by(params.top_k - 1, by_logit);
+        cand.truncate(params.top_k);
+    }
+    cand.sort_unstable_by(by_logit);
+    let max = cand[0].1;
+    let mut probs: Vec<f64> = cand.iter().map(|c| ((c.1 - max) as f64).exp()).collect();
+    let total: f64 = probs.iter().sum();
+    probs.iter_mut().for_each(|p| *p /= total);
+    if params.top_p < 1.0 {
+        // Keep the smallest prefix whose mass reaches top_p (always at least one token).
+        let mut mass = 0.0;
+        let mut keep = probs.len();
+        for (i, p) in probs.iter().enumerate() {
+            mass += p;
+            if mass >= params.top_p {
+                keep = i + 1;
+                break;
+            }
+        }
+        probs.truncate(keep);
+    }
+    let total: f64 = probs.iter().sum();
+    let mut u = rng.random::<f64>() * total;
+    for (i, p) in probs.iter().enumerate() {
+        u -= p;
+        if u <= 0.0 {
+            return cand[i].0;
+        }
+    }
+    cand[probs.len() - 1].0
+}
+
+fn argmax(xs: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate() {
+        if x > xs[best] {
+            best = i;
+        }
+    }
+    best as u32
+}

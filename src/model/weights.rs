@@ -1,0 +1,180 @@
+//! Checkpoint tensors: the names and shapes a config implies, loading them from one or several
+//! safetensors files (any float dtype, converted to the training dtype) with errors that name the
+//! tensor and file, and seeded random initialisation for built-in models.
+use super::config::Qwen2Config;
+use crate::error::{Error, Result};
+use candle_core::{DType, Device, Tensor};
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// How a freshly initialised tensor is filled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Init {
+    Normal(f64),
+    Zeros,
+    Ones,
+}
+
+/// Every tensor the model reads, with its shape and initialisation (HF names, HF init).
+pub fn expected_tensors(cfg: &Qwen2Config) -> Vec<(String, Vec<usize>, Init)> {
+    let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+    let q = cfg.num_attention_heads * cfg.head_dim();
+    let kv = cfg.kv_heads() * cfg.head_dim();
+    let std = Init::Normal(0.02);
+    let mut out = vec![("model.embed_tokens.weight".to_string(), vec![v, h], std)];
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("model.layers.{l}");
+        let mut push = |name: &str, shape: Vec<usize>, init| {
+            out.push((format!("{p}.{name}"), shape, init));
+        };
+        push("self_attn.q_proj.weight", vec![q, h], std);
+        push("self_attn.q_proj.bias", vec![q], Init::Zeros);
+        push("self_attn.k_proj.weight", vec![kv, h], std);
+        push("self_attn.k_proj.bias", vec![kv], Init::Zeros);
+        push("self_attn.v_proj.weight", vec![kv, h], std);
+        push("self_attn.v_proj.bias", vec![kv], Init::Zeros);
+        push("self_attn.o_proj.weight", vec![h, q], std);
+        push("mlp.gate_proj.weight", vec![i, h], std);
+        push("mlp.up_proj.weight", vec![i, h], std);
+        push("mlp.down_proj.weight", vec![h, i], std);
+        push("input_layernorm.weight", vec![h], Init::Ones);
+        push("post_attention_layernorm.weight", vec![h], Init::Ones);
+    }
+    out.push(("model.norm.weight".to_string(), vec![h], Init::Ones));
+    if !cfg.tie_word_embeddings {
+        out.push(("lm_head.weight".to_string(), vec![v, h], std));
+    }
+    out
+}
+
+/// The safetensors files of a model directory: `model.safetensors`, or the shards listed by
+/// `model.safetensors.index.json`.
+pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        let text = std::fs::read_to_string(&index).map_err(|e| Error::io(&index, e))?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::model(&index, format!("not valid JSON: {e}")))?;
+        let map = json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| Error::model(&index, "has no `weight_map` object"))?;
+        let mut files: Vec<PathBuf> = map
+            .values()
+            .filter_map(|v| v.as_str())
+            .map(|f| dir.join(f))
+            .collect();
+        files.sort();
+        files.dedup();
+        return Ok(files);
+    }
+    Err(Error::model(
+        dir,
+        "no model.safetensors or model.safetensors.index.json (only safetensors checkpoints are supported; \
+         convert .bin/.pth weights with transformers' save_pretrained)",
+    ))
+}
+
+/// Loads every expected tensor from `files`, checks its shape and converts it to `dtype`.
+/// Extra tensors (e.g. rotary `inv_freq` buffers) are ignored.
+pub fn load_tensors(
+    cfg: &Qwen2Config,
+    files: &[PathBuf],
+    dtype: DType,
+    dev: &Device,
+) -> Result<HashMap<String, Tensor>> {
+    let mut found: HashMap<String, (Tensor, PathBuf)> = HashMap::new();
+    for file in files {
+        if !file.is_file() {
+            return Err(Error::model(file, "checkpoint shard listed but missing"));
+        }
+        let tensors = candle_core::safetensors::load(file, dev)
+            .map_err(|e| Error::model(file, format!("not a readable safetensors file: {e}")))?;
+        for (name, t) in tensors {
+            found.insert(name, (t, file.clone()));
+        }
+    }
+    let where_ = files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut out = HashMap::new();
+    for (name, shape, _) in expected_tensors(cfg) {
+        let (t, file) = found.remove(&name).ok_or_else(|| {
+            Error::model(
+                files.first().cloned().unwrap_or_default(),
+                format!("tensor `{name}` is missing (looked in {where_}); the checkpoint does not match its config.json"),
+            )
+        })?;
+        if t.dims() != shape.as_slice() {
+            return Err(Error::model(
+                &file,
+                format!(
+                    "tensor `{name}` has shape {:?} but config.json implies {:?}",
+                    t.dims(),
+                    shape
+                ),
+            ));
+        }
+        if !matches!(
+            t.dtype(),
+            DType::F32 | DType::BF16 | DType::F16 | DType::F64
+        ) {
+            return Err(Error::model(
+                &file,
+                format!(
+                    "tensor `{name}` has dtype {:?}; only f32, bf16, f16 and f64 weights load",
+                    t.dtype()
+                ),
+            ));
+        }
+        out.insert(name, t.to_dtype(dtype)?);
+    }
+    Ok(out)
+}
+
+/// Seeded random weights with transformers' initialisation (N(0, 0.02²), zero biases, unit norms).
+pub fn random_tensors(
+    cfg: &Qwen2Config,
+    seed: u64,
+    dtype: DType,
+    dev: &Device,
+) -> Result<HashMap<String, Tensor>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut out = HashMap::new();
+    for (name, shape, init) in expected_tensors(cfg) {
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> = match init {
+            Init::Zeros => vec![0.0; n],
+            Init::Ones => vec![1.0; n],
+            Init::Normal(std) => (0..n).map(|_| (normal(&mut rng) * std) as f32).collect(),
+        };
+        out.insert(name, Tensor::from_vec(data, shape, dev)?.to_dtype(dtype)?);
+    }
+    Ok(out)
+}
+
+/// One standard normal draw (Box–Muller).
+fn normal(rng: &mut impl Rng) -> f64 {
+    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let u2: f64 = rng.random::<f64>();
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}
+
+/// Writes tensors to one safetensors file (names sorted; metadata `format: pt` as transformers expects).
+pub fn save_tensors(tensors: &BTreeMap<String, Tensor>, path: &Path) -> Result<()> {
+    let mut meta = HashMap::new();
+    meta.insert("format".to_string(), "pt".to_string());
+    let views: Vec<(String, Tensor)> = tensors
+        .iter()
+        .map(|(k, t)| Ok((k.clone(), t.contiguous()?)))
+        .collect::<Result<_>>()?;
+    safetensors::serialize_to_file(views.iter().map(|(k, t)| (k.as_str(), t)), Some(meta), path)
+        .map_err(|e| Error::model(path, format!("cannot write safetensors: {e}")))
+}

@@ -1,0 +1,41 @@
+//! Helpers shared by the integration tests: fixture paths and tensor conversions.
+#![allow(dead_code)]
+use candle_core::{Device, Tensor};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// `../shared/fixtures` relative to the project root.
+pub fn fixtures() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
+    assert!(p.is_dir(), "fixtures not found at {}", p.display());
+    p
+}
+
+pub fn load_st(path: &std::path::Path) -> HashMap<String, Tensor> {
+    candle_core::safetensors::load(path, &Device::Cpu).expect("reference safetensors")
+}
+
+pub fn rows_i64(t: &Tensor) -> Vec<Vec<i64>> {
+    t.to_vec2::<i64>().expect("i64 matrix")
+}
+
+pub fn f32s(t: &Tensor) -> Vec<f32> {
+    t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+}
+
+pub fn json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("read json")).expect("parse json")
+}
+
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+/// Path of the built `comlrl` binary.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_comlrl"))
+}

@@ -1,0 +1,168 @@
+//! The model against transformers' reference values (`../shared/fixtures`): logits on left-padded
+//! prompts, completion log-probs, greedy generations, for the tied f32 and untied bf16 models.
+mod common;
+use candle_core::{Device, Tensor};
+use comlrl::model::batch::{causal_mask, position_ids};
+use comlrl::model::{
+    completion_logprobs, generate, LoadOptions, Mode, ModelSource, Policy, SamplingParams,
+    ScoreLayout,
+};
+use common::*;
+
+fn load(name: &str) -> Policy {
+    let dir = fixtures().join(name);
+    Policy::load(&ModelSource::Local(dir), &LoadOptions::default()).expect("load fixture model")
+}
+
+fn check_logits(name: &str, mode: Mode) {
+    let policy = load(name);
+    let r = load_st(&fixtures().join(name).join("reference.safetensors"));
+    let mask = rows_i64(&r["attention_mask"]);
+    let valid: Vec<Vec<bool>> = mask
+        .iter()
+        .map(|row| row.iter().map(|&m| m == 1).collect())
+        .collect();
+    let (b, t) = r["input_ids"].dims2().unwrap();
+    let ids = r["input_ids"].to_dtype(candle_core::DType::U32).unwrap();
+    // Our positions follow the same rule the fixture used.
+    let pos = position_ids(&valid, t, &Device::Cpu).unwrap();
+    let ref_pos = r["position_ids"].to_dtype(candle_core::DType::U32).unwrap();
+    assert_eq!(
+        pos.to_vec2::<u32>().unwrap(),
+        ref_pos.to_vec2::<u32>().unwrap()
+    );
+    let m = causal_mask(&valid, t, &Device::Cpu).unwrap();
+    let hidden = policy.model.hidden(&ids, &pos, &m, None, mode).unwrap();
+    let logits = policy.model.logits(&hidden).unwrap();
+    let got = logits.to_vec3::<f32>().unwrap();
+    let want = r["logits"].to_vec3::<f32>().unwrap();
+    let (mut max_diff, mut max_ref) = (0f32, 0f32);
+    for bi in 0..b {
+        for ti in 0..t {
+            if !valid[bi][ti] {
+                continue;
+            }
+            for (g, w) in got[bi][ti].iter().zip(&want[bi][ti]) {
+                max_diff = max_diff.max((g - w).abs());
+                max_ref = max_ref.max(w.abs());
+            }
+        }
+    }
+    let rel = max_diff / max_ref;
+    assert!(
+        rel < 1e-4,
+        "{name} {mode:?}: logits max-abs diff {max_diff} / max-abs ref {max_ref} = {rel}"
+    );
+}
+
+fn check_logprobs(name: &str, mode: Mode) {
+    let policy = load(name);
+    let refj = json(&fixtures().join(name).join("reference.json"));
+    let r = load_st(&fixtures().join(name).join("reference.safetensors"));
+    let prompts: Vec<Vec<u32>> = refj["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| ids(&p["ids"]))
+        .collect();
+    let comps: Vec<Vec<u32>> = refj["completions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| ids(&c["ids"]))
+        .collect();
+    let p: Vec<&[u32]> = prompts.iter().map(|v| v.as_slice()).collect();
+    let c: Vec<&[u32]> = comps.iter().map(|v| v.as_slice()).collect();
+    let layout = ScoreLayout::new(&policy.model, &p, &c, policy.pad_id).unwrap();
+    let got = completion_logprobs(&policy.model, &layout, mode)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    let want = r["completion_logprobs"].to_vec2::<f32>().unwrap();
+    let cmask = rows_i64(&r["completion_mask"]);
+    for (bi, row) in want.iter().enumerate() {
+        for (j, w) in row.iter().enumerate() {
+            if cmask[bi][j] == 1 {
+                assert!(
+                    (got[bi][j] - w).abs() < 1e-4,
+                    "{name} row {bi} token {j}: {} vs {w}",
+                    got[bi][j]
+                );
+            } else {
+                assert_eq!(
+                    got[bi][j], 0.0,
+                    "{name}: padded position {bi},{j} must score exactly 0"
+                );
+            }
+        }
+    }
+}
+
+fn check_greedy(name: &str) {
+    let policy = load(name);
+    let refj = json(&fixtures().join(name).join("reference.json"));
+    let r = load_st(&fixtures().join(name).join("reference.safetensors"));
+    let prompts: Vec<Vec<u32>> = refj["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| ids(&p["ids"]))
+        .collect();
+    let p: Vec<&[u32]> = prompts.iter().map(|v| v.as_slice()).collect();
+    let params = SamplingParams {
+        max_new_tokens: 16,
+        greedy: true,
+        ignore_eos: true,
+        ..Default::default()
+    };
+    let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0);
+    let out = generate(
+        &policy.model,
+        &p,
+        1,
+        &params,
+        &policy.eos_ids,
+        policy.pad_id,
+        &mut rng,
+    )
+    .unwrap();
+    let want = rows_i64(&r["greedy_ids"]);
+    for (bi, w) in want.iter().enumerate() {
+        let w: Vec<u32> = w.iter().map(|&x| x as u32).collect();
+        assert_eq!(out[bi][0], w, "{name}: greedy row {bi}");
+    }
+}
+
+#[test]
+fn tied_f32_logits_train_and_infer_paths() {
+    check_logits("tiny-qwen2", Mode::Train);
+    check_logits("tiny-qwen2", Mode::Infer);
+}
+
+#[test]
+fn untied_bf16_logits_train_and_infer_paths() {
+    check_logits("tiny-qwen2-untied", Mode::Train);
+    check_logits("tiny-qwen2-untied", Mode::Infer);
+}
+
+#[test]
+fn completion_logprobs_match_reference() {
+    for name in ["tiny-qwen2", "tiny-qwen2-untied"] {
+        check_logprobs(name, Mode::Train);
+        check_logprobs(name, Mode::Infer);
+    }
+}
+
+#[test]
+fn greedy_generations_match_token_for_token() {
+    check_greedy("tiny-qwen2");
+    check_greedy("tiny-qwen2-untied");
+}
+
+#[test]
+fn special_ids_come_from_generation_config() {
+    let p = load("tiny-qwen2");
+    assert_eq!(p.eos_ids, vec![0]);
+    assert_eq!(p.pad_id, 0);
+    let _ = Tensor::zeros(1, candle_core::DType::F32, &Device::Cpu).unwrap();
+}

@@ -1,4 +1,5 @@
 //! comlrl: multi-agent reinforcement learning (MAGRPO) for cooperating LLM agents on candle.
+pub mod bench;
 pub mod error;
 pub mod model;
 

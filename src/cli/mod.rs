@@ -1,4 +1,5 @@
 //! Command-line interface: the clap definitions and dispatch to one module per command.
+mod bench;
 mod generate;
 mod inputs;
 mod score;
@@ -22,11 +23,14 @@ pub enum Command {
     Generate(generate::Args),
     /// Per-token log-probabilities of a completion given a prompt.
     Score(score::Args),
+    /// Measure sampling and training throughput; writes a JSON report.
+    Bench(bench::Args),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Generate(a) => generate::run(a),
         Command::Score(a) => score::run(a),
+        Command::Bench(a) => bench::run(a),
     }
 }

@@ -215,14 +215,14 @@ impl Qwen2Config {
 
     /// Named shapes usable as `builtin:<name>` models and in benchmarks.
     /// `tiny`: byte-level vocab, 2 layers, ~0.1M parameters (tests, offline quick start).
-    /// `small`: ~32M parameters (hidden 512, 8 layers, 8/2 heads, vocab 3000; the peer benchmark's shape).
+    /// `small`: ~32M parameters (hidden 512, intermediate 2048, 8 layers, 8/2 heads, vocab 3000: the peer benchmark's small-qwen2).
     /// `mid`: ~40M parameters (vocab 32000, hidden 512, 8 layers; the design findings' shape).
     /// `qwen2.5-0.5b`: Qwen2.5-0.5B's shape (494M parameters, tied embeddings).
     pub fn preset(name: &str) -> Option<Self> {
         let vocab_tiny = super::tokenizer::BYTE_VOCAB_SIZE;
         let c = match name {
             "tiny" => Self::with_shape(vocab_tiny, 64, 128, 2, 4, 2, true),
-            "small" => Self::with_shape(3000, 512, 1536, 8, 8, 2, true),
+            "small" => Self::with_shape(3000, 512, 2048, 8, 8, 2, true),
             "mid" => Self::with_shape(32000, 512, 1536, 8, 8, 2, true),
             "qwen2.5-0.5b" => {
                 let mut c = Self::with_shape(151936, 896, 4864, 24, 14, 2, true);

@@ -1,0 +1,22 @@
+//! Matmul FLOP counts of a Qwen2 forward, used to report achieved GFLOP/s.
+use crate::model::Qwen2Config;
+
+/// Matmul FLOPs of one forward over `b` rows of `s` tokens, with the LM head applied to
+/// `head_positions` positions per row (all of them when scoring every token).
+pub fn forward_flops(cfg: &Qwen2Config, b: usize, s: usize, head_positions: usize) -> f64 {
+    let (h, i, v) = (cfg.hidden_size as f64, cfg.intermediate_size as f64, cfg.vocab_size as f64);
+    let q = (cfg.num_attention_heads * cfg.head_dim()) as f64;
+    let kv = (cfg.kv_heads() * cfg.head_dim()) as f64;
+    let tokens = (b * s) as f64;
+    let per_token_layer = 2.0 * (h * q + 2.0 * h * kv + q * h + 3.0 * h * i);
+    // Scores and weighted values: 2 matmuls of (s × s × head_dim) per head.
+    let attn = 2.0 * 2.0 * (b as f64) * (s as f64) * (s as f64) * q;
+    let layers = cfg.num_hidden_layers as f64 * (tokens * per_token_layer + attn);
+    let head = 2.0 * (b * head_positions) as f64 * h * v;
+    layers + head
+}
+
+/// Forward + backward ≈ 3 × forward (the backward computes two products per forward product).
+pub fn train_flops(cfg: &Qwen2Config, b: usize, s: usize, head_positions: usize) -> f64 {
+    3.0 * forward_flops(cfg, b, s, head_positions)
+}

@@ -1,0 +1,4 @@
+//! Re-runnable benchmarks that write JSON: model sampling and training throughput.
+pub mod flops;
+pub mod model;
+pub mod sys;

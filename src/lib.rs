@@ -2,5 +2,6 @@
 pub mod bench;
 pub mod error;
 pub mod model;
+pub mod train;
 
 pub use error::{Error, Result};

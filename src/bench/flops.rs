@@ -4,7 +4,11 @@ use crate::model::Qwen2Config;
 /// Matmul FLOPs of one forward over `b` rows of `s` tokens, with the LM head applied to
 /// `head_positions` positions per row (all of them when scoring every token).
 pub fn forward_flops(cfg: &Qwen2Config, b: usize, s: usize, head_positions: usize) -> f64 {
-    let (h, i, v) = (cfg.hidden_size as f64, cfg.intermediate_size as f64, cfg.vocab_size as f64);
+    let (h, i, v) = (
+        cfg.hidden_size as f64,
+        cfg.intermediate_size as f64,
+        cfg.vocab_size as f64,
+    );
     let q = (cfg.num_attention_heads * cfg.head_dim()) as f64;
     let kv = (cfg.kv_heads() * cfg.head_dim()) as f64;
     let tokens = (b * s) as f64;

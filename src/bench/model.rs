@@ -70,9 +70,12 @@ pub fn run(policy: &Policy, o: &ModelBenchOptions) -> Result<ModelBenchReport> {
     let cfg = &policy.config;
     let vocab = cfg.vocab_size as u32;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-    let ids = |n: usize, off: u32| -> Vec<u32> { (0..n as u32).map(|i| (i * 7 + off) % vocab).collect() };
+    let ids =
+        |n: usize, off: u32| -> Vec<u32> { (0..n as u32).map(|i| (i * 7 + off) % vocab).collect() };
     // Sampling: `sample_batch` distinct prompts, one completion each, EOS ignored.
-    let prompts: Vec<Vec<u32>> = (0..o.sample_batch).map(|r| ids(o.prompt_tokens, r as u32)).collect();
+    let prompts: Vec<Vec<u32>> = (0..o.sample_batch)
+        .map(|r| ids(o.prompt_tokens, r as u32))
+        .collect();
     let p: Vec<&[u32]> = prompts.iter().map(|v| v.as_slice()).collect();
     let params = SamplingParams {
         max_new_tokens: o.new_tokens,
@@ -82,7 +85,15 @@ pub fn run(policy: &Policy, o: &ModelBenchOptions) -> Result<ModelBenchReport> {
     let mut times = vec![];
     for rep in 0..=o.repeats {
         let t0 = Instant::now();
-        generate(&policy.model, &p, 1, &params, &policy.eos_ids, policy.pad_id, &mut rng)?;
+        generate(
+            &policy.model,
+            &p,
+            1,
+            &params,
+            &policy.eos_ids,
+            policy.pad_id,
+            &mut rng,
+        )?;
         if rep > 0 {
             times.push(t0.elapsed().as_secs_f64());
         }
@@ -94,17 +105,22 @@ pub fn run(policy: &Policy, o: &ModelBenchOptions) -> Result<ModelBenchReport> {
     for step in 0..o.new_tokens {
         let ctx = o.prompt_tokens + step;
         sflops += forward_flops(cfg, o.sample_batch, 1, 1)
-            + 4.0 * (o.sample_batch * ctx * cfg.num_attention_heads * cfg.head_dim()) as f64
+            + 4.0
+                * (o.sample_batch * ctx * cfg.num_attention_heads * cfg.head_dim()) as f64
                 * cfg.num_hidden_layers as f64;
     }
     // Training: half prompt, half completion; loss = −Σ A·log π.
     let half = o.train_seq / 2;
     let tp: Vec<Vec<u32>> = (0..o.train_batch).map(|r| ids(half, r as u32)).collect();
-    let tc: Vec<Vec<u32>> = (0..o.train_batch).map(|r| ids(o.train_seq - half, 100 + r as u32)).collect();
+    let tc: Vec<Vec<u32>> = (0..o.train_batch)
+        .map(|r| ids(o.train_seq - half, 100 + r as u32))
+        .collect();
     let tp: Vec<&[u32]> = tp.iter().map(|v| v.as_slice()).collect();
     let tc: Vec<&[u32]> = tc.iter().map(|v| v.as_slice()).collect();
     let layout = ScoreLayout::new(&policy.model, &tp, &tc, policy.pad_id)?;
-    let adv: Vec<f32> = (0..o.train_batch).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }).collect();
+    let adv: Vec<f32> = (0..o.train_batch)
+        .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
+        .collect();
     let adv = Tensor::from_vec(adv, o.train_batch, policy.model.device())?;
     let (mut fw, mut bw) = (vec![], vec![]);
     for rep in 0..=o.repeats {

@@ -10,7 +10,9 @@ pub fn peak_rss_bytes() -> Option<u64> {
 
 /// A short description of the machine: logical CPUs and whether AVX-512F is available.
 pub fn machine() -> serde_json::Value {
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     #[cfg(target_arch = "x86_64")]
     let avx512 = std::arch::is_x86_feature_detected!("avx512f");
     #[cfg(not(target_arch = "x86_64"))]

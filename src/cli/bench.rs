@@ -46,7 +46,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut reports = vec![];
     for m in &models {
         let policy = Policy::load(&ModelSource::parse(m, &cwd)?, &LoadOptions::default())?;
-        eprintln!("benchmarking {m} ({} parameters)...", policy.num_parameters());
+        eprintln!(
+            "benchmarking {m} ({} parameters)...",
+            policy.num_parameters()
+        );
         let r = bench_model(&policy, &opts)?;
         eprintln!(
             "  sampling {:.1} tok/s ({} x {} new tokens, {:.2} s); train step fwd {:.3} s + bwd {:.3} s = {:.1} GFLOP/s",

@@ -1,0 +1,80 @@
+//! The Rhai sandbox policy, in one function: which engine features scripts get, and the
+//! limits that stop runaway scripts.
+use rhai::module_resolvers::DummyModuleResolver;
+use rhai::packages::{Package, StandardPackage};
+use rhai::Engine;
+
+/// Resource caps for reward scripts. Hitting one is a [`ScriptFailure::Limit`] error.
+///
+/// [`ScriptFailure::Limit`]: crate::ScriptFailure::Limit
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxLimits {
+    /// Rhai operations allowed in one `reward(completions, ctx)` call (one joint sample).
+    /// Default 1,000,000: ample for character-level work on completions of tens of KB; an
+    /// endless loop stops after a few tens of milliseconds.
+    pub max_operations: u64,
+    /// Rhai operations allowed in one `reward_batch(samples, ctx)` call (a whole batch).
+    /// Default 20,000,000 (about a second of work); prefer `reward` for heavy scripts: it
+    /// runs samples in parallel, each with its own `max_operations`.
+    pub max_batch_operations: u64,
+    /// Maximum depth of nested function calls (recursion). Default 48.
+    pub max_call_levels: usize,
+    /// Maximum expression nesting depth at global level / inside functions. Default 64 / 32.
+    pub max_expr_depth: (usize, usize),
+    /// Maximum length of a string built by the script, in bytes. Default 4 MiB.
+    pub max_string_size: usize,
+    /// Maximum number of items in an array built by the script. Default 1,000,000.
+    pub max_array_size: usize,
+    /// Maximum number of properties in an object map built by the script. Default 10,000.
+    pub max_map_size: usize,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        SandboxLimits {
+            max_operations: 1_000_000,
+            max_batch_operations: 20_000_000,
+            max_call_levels: 48,
+            max_expr_depth: (64, 32),
+            max_string_size: 4 << 20,
+            max_array_size: 1_000_000,
+            max_map_size: 10_000,
+        }
+    }
+}
+
+/// Build the engine every reward script runs in.
+///
+/// - `Engine::new_raw()` plus the standard package only: language core, arithmetic and math,
+///   strings, arrays, maps, `timestamp`. No file, network, process or environment access
+///   exists in these packages.
+/// - `import` and `eval` are disabled keywords (a compile error at load); a module resolver
+///   that resolves nothing backs the `import` ban up.
+/// - Strict variables: using an undeclared variable is a compile-time error.
+/// - Caps from `limits` (operations are set to `limits.max_operations`; the batch entry point
+///   raises them to `max_batch_operations` once it is detected).
+/// - `print` goes to `log::info!` and `debug` to `log::debug!`, prefixed with `script`.
+pub fn sandboxed_engine(script: &str, limits: &SandboxLimits) -> Engine {
+    let mut engine = Engine::new_raw();
+    engine.register_global_module(StandardPackage::new().as_shared_module());
+    engine.set_module_resolver(DummyModuleResolver::new());
+    engine.disable_symbol("eval");
+    engine.disable_symbol("import");
+    engine.set_strict_variables(true);
+    engine.set_max_operations(limits.max_operations);
+    engine.set_max_call_levels(limits.max_call_levels);
+    engine.set_max_expr_depths(limits.max_expr_depth.0, limits.max_expr_depth.1);
+    engine.set_max_string_size(limits.max_string_size);
+    engine.set_max_array_size(limits.max_array_size);
+    engine.set_max_map_size(limits.max_map_size);
+    let name = script.to_string();
+    engine.on_print(move |text| log::info!("[{name}] {text}"));
+    let name = script.to_string();
+    engine.on_debug(
+        move |text, _source, pos| match (pos.line(), pos.position()) {
+            (Some(line), Some(col)) => log::debug!("[{name}:{line}:{col}] {text}"),
+            _ => log::debug!("[{name}] {text}"),
+        },
+    );
+    engine
+}

@@ -1,0 +1,192 @@
+//! In-place AdamW (torch semantics: decoupled weight decay applied first, bias-corrected moments)
+//! with global-norm gradient clipping folded into the same pass. Moments live in plain `Vec<f32>`
+//! so an update allocates nothing and the state serialises into checkpoints.
+use crate::error::{Error, Result};
+use candle_core::backprop::GradStore;
+use candle_core::{CpuStorage, Layout, Storage, Var};
+use rayon::prelude::*;
+use std::sync::Mutex;
+
+/// AdamW hyper-parameters (torch defaults except the learning rate).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWConfig {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+impl Default for AdamWConfig {
+    fn default() -> Self {
+        Self {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+        }
+    }
+}
+
+/// One parameter's optimizer state.
+pub struct ParamState {
+    pub name: String,
+    pub var: Var,
+    pub m: Mutex<Vec<f32>>,
+    pub v: Mutex<Vec<f32>>,
+}
+
+pub struct AdamW {
+    pub params: Vec<ParamState>,
+    /// Number of updates taken.
+    pub step: u64,
+    pub cfg: AdamWConfig,
+}
+
+const CHUNK: usize = 1 << 14;
+
+struct Kernel<'a> {
+    m: &'a Mutex<Vec<f32>>,
+    v: &'a Mutex<Vec<f32>>,
+    decay: f32,
+    b1: f32,
+    b2: f32,
+    step_size: f32,
+    bc2_sqrt: f32,
+    eps: f32,
+    gscale: f32,
+}
+
+impl candle_core::InplaceOp2 for Kernel<'_> {
+    fn name(&self) -> &'static str {
+        "adamw"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<()> {
+        let (Some((a0, a1)), Some((g0, g1))) = (l1.contiguous_offsets(), l2.contiguous_offsets())
+        else {
+            candle_core::bail!("adamw: parameters and gradients must be contiguous")
+        };
+        let CpuStorage::F32(theta) = s1 else {
+            candle_core::bail!("adamw: only f32 parameters can be trained")
+        };
+        let g = &s2.as_slice::<f32>()?[g0..g1];
+        let theta = &mut theta[a0..a1];
+        let mut m = self
+            .m
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("adamw state poisoned".into()))?;
+        let mut v = self
+            .v
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("adamw state poisoned".into()))?;
+        let k = self;
+        theta
+            .par_chunks_mut(CHUNK)
+            .zip(g.par_chunks(CHUNK))
+            .zip(m.par_chunks_mut(CHUNK))
+            .zip(v.par_chunks_mut(CHUNK))
+            .for_each(|(((th, g), m), v)| {
+                for i in 0..th.len() {
+                    let gi = g[i] * k.gscale;
+                    th[i] *= k.decay;
+                    // torch: exp_avg.lerp_(g, 1 - b1); exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2)
+                    m[i] += (1.0 - k.b1) * (gi - m[i]);
+                    v[i] = v[i] * k.b2 + (1.0 - k.b2) * gi * gi;
+                    let denom = v[i].sqrt() / k.bc2_sqrt + k.eps;
+                    th[i] += -k.step_size * m[i] / denom;
+                }
+            });
+        Ok(())
+    }
+}
+
+impl AdamW {
+    pub fn new(vars: Vec<(String, Var)>, cfg: AdamWConfig) -> Self {
+        let params = vars
+            .into_iter()
+            .map(|(name, var)| {
+                let n = var.elem_count();
+                ParamState {
+                    name,
+                    var,
+                    m: Mutex::new(vec![0.0; n]),
+                    v: Mutex::new(vec![0.0; n]),
+                }
+            })
+            .collect();
+        Self {
+            params,
+            step: 0,
+            cfg,
+        }
+    }
+
+    /// Global L2 norm of the gradients (accumulated in f64).
+    pub fn grad_norm(&self, grads: &GradStore) -> Result<f64> {
+        let mut sq = 0f64;
+        for p in &self.params {
+            if let Some(g) = grads.get(p.var.as_tensor()) {
+                let g = g.contiguous()?;
+                let (st, l) = g.storage_and_layout();
+                let Storage::Cpu(cs) = &*st else {
+                    return Err(Error::Invalid("adamw: gradients must be on the CPU".into()));
+                };
+                let (a, b) = l
+                    .contiguous_offsets()
+                    .ok_or_else(|| Error::Invalid("adamw: non-contiguous gradient".into()))?;
+                let s = &cs.as_slice::<f32>()?[a..b];
+                sq += s
+                    .par_chunks(CHUNK)
+                    .map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>())
+                    .sum::<f64>();
+            }
+        }
+        Ok(sq.sqrt())
+    }
+
+    /// Clips to `max_norm` (when set) and takes one step at learning rate `lr`.
+    /// Returns the gradient norm before clipping. Parameters without a gradient still decay,
+    /// as torch does for parameters whose `.grad` is zero; those without any entry are skipped.
+    pub fn step(&mut self, grads: &GradStore, lr: f64, max_norm: Option<f64>) -> Result<f64> {
+        let norm = self.grad_norm(grads)?;
+        if !norm.is_finite() {
+            return Err(Error::Invalid(format!(
+                "gradient norm is {norm}: the loss produced non-finite gradients (lower the learning rate or set max_grad_norm)"
+            )));
+        }
+        let gscale = match max_norm {
+            Some(mx) if norm > mx => mx / (norm + 1e-6),
+            _ => 1.0,
+        };
+        self.step += 1;
+        let t = self.step as i32;
+        let c = self.cfg;
+        let bc1 = 1.0 - c.beta1.powi(t);
+        let bc2 = 1.0 - c.beta2.powi(t);
+        for p in &self.params {
+            if let Some(g) = grads.get(p.var.as_tensor()) {
+                let k = Kernel {
+                    m: &p.m,
+                    v: &p.v,
+                    decay: (1.0 - lr * c.weight_decay) as f32,
+                    b1: c.beta1 as f32,
+                    b2: c.beta2 as f32,
+                    step_size: (lr / bc1) as f32,
+                    bc2_sqrt: bc2.sqrt() as f32,
+                    eps: c.eps as f32,
+                    gscale: gscale as f32,
+                };
+                p.var.as_tensor().inplace_op2(&g.contiguous()?, &k)?;
+            }
+        }
+        Ok(norm)
+    }
+}

@@ -25,6 +25,15 @@ pub enum Error {
     /// Invalid argument given by the user (CLI flag or API call).
     #[error("{0}")]
     Invalid(String),
+    /// A reward backend failed.
+    #[error(transparent)]
+    Reward(#[from] comlrl_reward::RewardError),
+    /// The scenario file is invalid.
+    #[error(transparent)]
+    Scenario(#[from] comlrl_scenario::ScenarioError),
+    /// A training run failed.
+    #[error("{0}")]
+    Train(String),
     /// A tensor operation failed (shape mismatch inside the model, out of memory, ...).
     #[error("tensor error: {0}")]
     Candle(#[from] candle_core::Error),

@@ -1,7 +1,11 @@
 //! Command-line interface: the clap definitions and dispatch to one module per command.
 mod bench;
+mod check;
 mod generate;
 mod inputs;
+mod reward;
+mod run;
+mod scenario_args;
 mod score;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +23,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Train the agents of a scenario with MAGRPO.
+    Run(run::Args),
+    /// Validate a scenario without training.
+    Check(check::Args),
+    /// Score completions with a scenario's reward stack.
+    Reward(reward::Args),
     /// Sample completions from a model (to look at what a policy writes).
     Generate(generate::Args),
     /// Per-token log-probabilities of a completion given a prompt.
@@ -29,6 +39,9 @@ pub enum Command {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Check(a) => check::run(a),
+        Command::Reward(a) => reward::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Score(a) => score::run(a),
         Command::Bench(a) => bench::run(a),

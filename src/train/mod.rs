@@ -1,3 +1,15 @@
-//! MAGRPO training: advantages, the policy-gradient loss, the optimizer and the training loop.
+//! MAGRPO training: advantages, joint actions, rollouts, the policy-gradient loss, the optimizer,
+//! checkpoints, metrics and the training loop.
 pub mod advantage;
+pub mod checkpoint;
+pub mod joint;
+pub mod loss;
+pub mod magrpo;
+pub mod metrics;
 pub mod optim;
+pub mod plot;
+pub mod rollout;
+pub mod schedule;
+pub mod setup;
+
+pub use magrpo::{Observer, RunSummary, Trainer};

@@ -3,7 +3,7 @@
 //! so an update allocates nothing and the state serialises into checkpoints.
 use crate::error::{Error, Result};
 use candle_core::backprop::GradStore;
-use candle_core::{CpuStorage, Layout, Storage, Var};
+use candle_core::{CpuStorage, Layout, Storage, Tensor, Var};
 use rayon::prelude::*;
 use std::sync::Mutex;
 
@@ -129,34 +129,58 @@ impl AdamW {
         }
     }
 
+    /// The gradient of each parameter in `grads`, in parameter order.
+    pub fn collect(&self, grads: &GradStore) -> Vec<Option<Tensor>> {
+        self.params
+            .iter()
+            .map(|p| grads.get(p.var.as_tensor()).cloned())
+            .collect()
+    }
+
     /// Global L2 norm of the gradients (accumulated in f64).
-    pub fn grad_norm(&self, grads: &GradStore) -> Result<f64> {
+    pub fn grad_norm(grads: &[Option<Tensor>]) -> Result<f64> {
         let mut sq = 0f64;
-        for p in &self.params {
-            if let Some(g) = grads.get(p.var.as_tensor()) {
-                let g = g.contiguous()?;
-                let (st, l) = g.storage_and_layout();
-                let Storage::Cpu(cs) = &*st else {
-                    return Err(Error::Invalid("adamw: gradients must be on the CPU".into()));
-                };
-                let (a, b) = l
-                    .contiguous_offsets()
-                    .ok_or_else(|| Error::Invalid("adamw: non-contiguous gradient".into()))?;
-                let s = &cs.as_slice::<f32>()?[a..b];
-                sq += s
-                    .par_chunks(CHUNK)
-                    .map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>())
-                    .sum::<f64>();
-            }
+        for g in grads.iter().flatten() {
+            let g = g.contiguous()?;
+            let (st, l) = g.storage_and_layout();
+            let Storage::Cpu(cs) = &*st else {
+                return Err(Error::Invalid("adamw: gradients must be on the CPU".into()));
+            };
+            let (a, b) = l
+                .contiguous_offsets()
+                .ok_or_else(|| Error::Invalid("adamw: non-contiguous gradient".into()))?;
+            let s = &cs.as_slice::<f32>()?[a..b];
+            sq += s
+                .par_chunks(CHUNK)
+                .map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>())
+                .sum::<f64>();
         }
         Ok(sq.sqrt())
     }
 
-    /// Clips to `max_norm` (when set) and takes one step at learning rate `lr`.
-    /// Returns the gradient norm before clipping. Parameters without a gradient still decay,
-    /// as torch does for parameters whose `.grad` is zero; those without any entry are skipped.
+    /// One step from a backward pass's gradient store; see [`AdamW::step_grads`].
     pub fn step(&mut self, grads: &GradStore, lr: f64, max_norm: Option<f64>) -> Result<f64> {
-        let norm = self.grad_norm(grads)?;
+        let g = self.collect(grads);
+        self.step_grads(&g, lr, max_norm)
+    }
+
+    /// Clips to `max_norm` (when set) and takes one step at learning rate `lr` with gradients
+    /// given in parameter order (`None`: no gradient, the parameter is left untouched).
+    /// Returns the gradient norm before clipping.
+    pub fn step_grads(
+        &mut self,
+        grads: &[Option<Tensor>],
+        lr: f64,
+        max_norm: Option<f64>,
+    ) -> Result<f64> {
+        if grads.len() != self.params.len() {
+            return Err(Error::Invalid(format!(
+                "adamw: {} gradients for {} parameters",
+                grads.len(),
+                self.params.len()
+            )));
+        }
+        let norm = Self::grad_norm(grads)?;
         if !norm.is_finite() {
             return Err(Error::Invalid(format!(
                 "gradient norm is {norm}: the loss produced non-finite gradients (lower the learning rate or set max_grad_norm)"
@@ -171,8 +195,8 @@ impl AdamW {
         let c = self.cfg;
         let bc1 = 1.0 - c.beta1.powi(t);
         let bc2 = 1.0 - c.beta2.powi(t);
-        for p in &self.params {
-            if let Some(g) = grads.get(p.var.as_tensor()) {
+        for (p, g) in self.params.iter().zip(grads) {
+            if let Some(g) = g {
                 let k = Kernel {
                     m: &p.m,
                     v: &p.v,

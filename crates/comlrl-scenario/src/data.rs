@@ -1,0 +1,175 @@
+//! Dataset rows: inline prompts, or JSONL / JSON / CSV files with a prompt-field mapping. Every
+//! other column of a row is kept (as JSON) and handed to rewards and templates.
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value as Json};
+use std::path::{Path, PathBuf};
+
+/// One training or evaluation example.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The prompt (the `prompt_field` column).
+    pub prompt: String,
+    /// Every other column of the row, by name (CSV values are strings).
+    pub fields: Map<String, Json>,
+}
+
+/// File format of a dataset file; by default taken from the extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataFormat {
+    /// One JSON object per line (`.jsonl`, `.ndjson`); blank lines are skipped.
+    Jsonl,
+    /// A JSON array of objects (`.json`).
+    Json,
+    /// Comma-separated values with a header row (`.csv`).
+    Csv,
+}
+
+impl DataFormat {
+    /// The format implied by a file extension.
+    pub fn from_extension(path: &Path) -> Option<Self> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "jsonl" | "ndjson" => Some(DataFormat::Jsonl),
+            "json" => Some(DataFormat::Json),
+            "csv" => Some(DataFormat::Csv),
+            _ => None,
+        }
+    }
+}
+
+/// Where rows came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataSource {
+    /// `prompts:` written in the scenario.
+    Inline,
+    /// A file (absolute path) in the given format.
+    File { path: PathBuf, format: DataFormat },
+}
+
+/// A loaded dataset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    pub source: DataSource,
+    /// Column that holds the prompt (`prompt` unless `prompt_field` says otherwise).
+    pub prompt_field: String,
+    pub rows: Vec<Row>,
+}
+
+/// Rows from inline prompts.
+pub(crate) fn inline_rows(prompts: &[String]) -> Vec<Row> {
+    prompts
+        .iter()
+        .map(|p| Row {
+            prompt: p.clone(),
+            fields: Map::new(),
+        })
+        .collect()
+}
+
+/// Reads a dataset file. Errors name the file and the line (JSONL, CSV) or item (JSON) at fault.
+pub(crate) fn load_file(
+    path: &Path,
+    format: DataFormat,
+    prompt_field: &str,
+) -> Result<Vec<Row>, String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    match format {
+        DataFormat::Jsonl => {
+            let mut rows = Vec::new();
+            for (i, line) in text.lines().enumerate() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let where_ = format!("{shown}:{}", i + 1);
+                let v: Json = serde_json::from_str(line)
+                    .map_err(|e| format!("{where_}: not a JSON object: {e}"))?;
+                rows.push(row_from_json(v, prompt_field, &where_)?);
+            }
+            Ok(rows)
+        }
+        DataFormat::Json => {
+            let v: Json =
+                serde_json::from_str(&text).map_err(|e| format!("{shown}: invalid JSON: {e}"))?;
+            let Json::Array(items) = v else {
+                return Err(format!("{shown}: expected a JSON array of objects"));
+            };
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| row_from_json(v, prompt_field, &format!("{shown}: item {i}")))
+                .collect()
+        }
+        DataFormat::Csv => csv_rows(&text, prompt_field, &shown.to_string()),
+    }
+}
+
+fn row_from_json(v: Json, prompt_field: &str, where_: &str) -> Result<Row, String> {
+    let Json::Object(mut fields) = v else {
+        return Err(format!("{where_}: expected a JSON object"));
+    };
+    let prompt = match fields.remove(prompt_field) {
+        Some(Json::String(s)) => s,
+        Some(other) => {
+            return Err(format!(
+                "{where_}: field `{prompt_field}` must be a string, found {other}"
+            ))
+        }
+        None => {
+            let names: Vec<&str> = fields.keys().map(String::as_str).collect();
+            return Err(missing_prompt(where_, prompt_field, &names));
+        }
+    };
+    Ok(Row { prompt, fields })
+}
+
+fn missing_prompt(where_: &str, prompt_field: &str, names: &[&str]) -> String {
+    let mut msg = format!(
+        "{where_}: no `{prompt_field}` field (fields: {})",
+        names.join(", ")
+    );
+    if let Some(g) = crate::suggest::closest(prompt_field, names) {
+        msg.push_str(&format!(
+            "; set `prompt_field: {g}` if that column holds the prompt"
+        ));
+    } else {
+        msg.push_str("; set `prompt_field` to the column that holds the prompt");
+    }
+    msg
+}
+
+fn csv_rows(text: &str, prompt_field: &str, shown: &str) -> Result<Vec<Row>, String> {
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let headers: Vec<String> = reader
+        .headers()
+        .map_err(|e| format!("{shown}: cannot read the header row: {e}"))?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    let Some(prompt_col) = headers.iter().position(|h| h == prompt_field) else {
+        let names: Vec<&str> = headers.iter().map(String::as_str).collect();
+        return Err(missing_prompt(&format!("{shown}:1"), prompt_field, &names));
+    };
+    let mut rows = Vec::new();
+    for record in reader.records() {
+        let record = record.map_err(|e| format!("{shown}: {e}"))?;
+        let line = record.position().map_or(0, |p| p.line());
+        let mut fields = Map::new();
+        let mut prompt = String::new();
+        for (i, value) in record.iter().enumerate() {
+            if i == prompt_col {
+                prompt = value.to_string();
+            } else if let Some(name) = headers.get(i) {
+                fields.insert(name.clone(), Json::String(value.to_string()));
+            }
+        }
+        if record.len() <= prompt_col {
+            return Err(format!(
+                "{shown}:{line}: the row has no `{prompt_field}` column"
+            ));
+        }
+        rows.push(Row { prompt, fields });
+    }
+    Ok(rows)
+}

@@ -1,0 +1,211 @@
+//! The validated, resolved scenario (the "plan") that the trainer reads: every default applied,
+//! every relative path made absolute, the dataset rows loaded, the templates compiled.
+use crate::data::Dataset;
+use crate::template::Template;
+use comlrl_reward::spec::{ProcessorSpec, RewardSpec};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// A fully resolved scenario. Built by [`crate::load`]; see `docs/scenario.md` for every key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// The scenario file stem (`story_len_ratio`); default W&B run name and output folder.
+    pub name: String,
+    /// The scenario file as given to the loader.
+    pub source: PathBuf,
+    /// Absolute directory that relative paths were resolved against (the file's directory).
+    pub base_dir: PathBuf,
+    /// The `--set` overrides that were applied, in order.
+    pub overrides: Vec<String>,
+    /// Seed of every random number generator of the run.
+    pub seed: u64,
+    /// Absolute run directory (checkpoints, logs); final models go to [`Scenario::models_dir`].
+    pub output_dir: PathBuf,
+    /// Save a checkpoint every this many optimizer steps; 0 = only at the end.
+    pub checkpoint_every: u64,
+    pub dataset: DatasetPlan,
+    /// One entry per agent, in order; `agents.len()` is the number of agents.
+    pub agents: Vec<AgentPlan>,
+    pub reward: RewardPlan,
+    pub trainer: TrainerPlan,
+    pub logging: LoggingPlan,
+    /// Settings that are valid but have no effect or look like a mistake; show them to the user.
+    pub warnings: Vec<String>,
+}
+
+impl Scenario {
+    /// Where the trained agents are saved: `<output_dir>/models` (one `agent_<i>` folder each).
+    pub fn models_dir(&self) -> PathBuf {
+        self.output_dir.join("models")
+    }
+}
+
+/// Training rows and the optional evaluation rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DatasetPlan {
+    pub train: Dataset,
+    pub eval: Option<Dataset>,
+}
+
+/// Numeric type of an agent's weights during training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// The model loader chooses: f32 on CPU (bf16 on an accelerator, at the loader's discretion).
+    Auto,
+    F32,
+    Bf16,
+    F16,
+}
+
+/// Where an agent's weights come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    /// `builtin:<name>`, e.g. `builtin:tiny`: a model shipped with comlrl (name without prefix).
+    Builtin(String),
+    /// A local directory (written starting with `./`, `../` or `/`), made absolute.
+    Local(PathBuf),
+    /// A Hugging Face Hub id such as `Qwen/Qwen2.5-0.5B`.
+    Hub(String),
+}
+
+/// A model as written (`spec`) and what it resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelRef {
+    pub spec: String,
+    pub source: ModelSource,
+}
+
+/// Sampling settings of one agent's rollouts (CoMLRL: `MAGRPOConfig.temperature`, ...).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    pub temperature: f64,
+    pub top_p: f64,
+    /// `None`: no top-k filtering.
+    pub top_k: Option<usize>,
+    pub max_new_tokens: usize,
+}
+
+/// One agent: model, dtype, sampling, learning rate and prompt template.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentPlan {
+    pub index: usize,
+    pub model: ModelRef,
+    pub dtype: Dtype,
+    pub sampling: Sampling,
+    /// This agent's AdamW learning rate (`agents.learning_rate`, else `trainer.agent_learning_rate`).
+    pub learning_rate: f64,
+    /// First-turn prompt of this agent, rendered from a dataset row.
+    pub template: Template,
+}
+
+/// The joint reward: weighted terms (paths absolute, names filled in) and the processor chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RewardPlan {
+    pub terms: Vec<RewardSpec>,
+    pub processors: Vec<ProcessorSpec>,
+}
+
+/// How each agent's G generations are combined into joint actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JointMode {
+    /// The g-th generations of all agents form joint action g: G joint actions per prompt.
+    Aligned,
+    /// Cartesian product of the agents' generations: G^N joint actions per prompt.
+    Cross,
+}
+
+/// Baseline subtracted from each joint return within its group (CoMLRL `advantage_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdvantageMode {
+    /// R - mean(R) (MAGRPO).
+    Mean,
+    /// R, no baseline (MAREINFORCE).
+    Raw,
+    /// R - max(R) (MAREMAX).
+    Max,
+    /// R - mean of the other G-1 returns (MARLOO), i.e. G/(G-1) * (R - mean(R)).
+    Rloo,
+}
+
+/// Learning-rate schedule after the warmup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LrScheduler {
+    Constant,
+    Linear,
+    Cosine,
+}
+
+/// A Rhai script or a native plugin, as an absolute path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CodeSource {
+    Rhai(PathBuf),
+    /// As written (resolved against the scenario dir); a bare name is mapped to the platform's
+    /// `lib<name>.so` / `<name>.dll` / `lib<name>.dylib` by the plugin loader.
+    Plugin(PathBuf),
+}
+
+/// The multi-turn external transition: code that writes each agent's next-turn prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransitionPlan {
+    pub source: CodeSource,
+    pub params: serde_json::Value,
+}
+
+/// Every `MAGRPOConfig` setting (CoMLRL 1.4 names) plus comlrl's optimizer extras.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainerPlan {
+    pub num_train_epochs: usize,
+    pub agent_learning_rate: f64,
+    pub num_generations: usize,
+    pub joint_mode: JointMode,
+    pub advantage_mode: AdvantageMode,
+    pub advantage_normalization: bool,
+    pub rollout_buffer_size: usize,
+    /// Always set: defaults to `rollout_buffer_size`.
+    pub train_batch_size: usize,
+    pub num_turns: usize,
+    pub discount: f64,
+    /// `None`: never stop a branch early.
+    pub early_termination_threshold: Option<f64>,
+    /// Set iff `num_turns > 1`.
+    pub external_transition: Option<TransitionPlan>,
+    pub external_prompt_passthrough: bool,
+    /// Evaluate every this many training prompts; 0 = never.
+    pub eval_interval: usize,
+    pub eval_num_samples: usize,
+    pub eval_batch_size: usize,
+    /// `None`: no gradient clipping.
+    pub max_grad_norm: Option<f64>,
+    pub warmup_steps: usize,
+    pub lr_scheduler: LrScheduler,
+    /// Reference-KL penalty coefficient; 0 = off (no reference model is kept).
+    pub kl_coef: f64,
+    pub adam_beta1: f64,
+    pub adam_beta2: f64,
+    pub adam_epsilon: f64,
+    pub weight_decay: f64,
+}
+
+/// Logging cadence and the (reserved) tracking back-ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggingPlan {
+    /// Log training metrics every this many optimizer steps.
+    pub steps: usize,
+    /// Weights & Biases run settings; `None` = W&B off. Used by tracking (issue pending).
+    pub wandb: Option<WandbPlan>,
+    /// Write TensorBoard event files under `<output_dir>/tensorboard`. Used by tracking (pending).
+    pub tensorboard: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WandbPlan {
+    pub project: String,
+    pub entity: Option<String>,
+    /// Run name; defaults to the scenario name.
+    pub name: String,
+    pub tags: Vec<String>,
+}

@@ -1,0 +1,304 @@
+//! Key paths (`trainer.num_generations`, `agents[1].model`) and the index from key path to the
+//! line/column where that key is written, built from the YAML event stream, so that errors found
+//! after deserializing still point into the file.
+use crate::error::Location;
+use std::collections::HashMap;
+use std::fmt;
+use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
+use yaml_rust2::scanner::Marker;
+
+/// One step of a key path: a mapping key or a list index.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// A path from the document root to a value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct KeyPath(pub Vec<Seg>);
+
+impl KeyPath {
+    pub fn root() -> Self {
+        KeyPath(Vec::new())
+    }
+
+    pub fn key(&self, k: &str) -> Self {
+        let mut v = self.0.clone();
+        v.push(Seg::Key(k.to_string()));
+        KeyPath(v)
+    }
+
+    pub fn index(&self, i: usize) -> Self {
+        let mut v = self.0.clone();
+        v.push(Seg::Index(i));
+        KeyPath(v)
+    }
+
+    pub fn join(&self, rest: &[Seg]) -> Self {
+        let mut v = self.0.clone();
+        v.extend(rest.iter().cloned());
+        KeyPath(v)
+    }
+
+    pub fn parent(&self) -> Option<Self> {
+        if self.0.is_empty() {
+            None
+        } else {
+            Some(KeyPath(self.0[..self.0.len() - 1].to_vec()))
+        }
+    }
+
+    pub fn last_key(&self) -> Option<&str> {
+        match self.0.last() {
+            Some(Seg::Key(k)) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// The nearest enclosing mapping key name, skipping list indices (`agents[1]` -> `agents`).
+    pub fn section_name(&self) -> &str {
+        self.0
+            .iter()
+            .rev()
+            .find_map(|s| match s {
+                Seg::Key(k) => Some(k.as_str()),
+                Seg::Index(_) => None,
+            })
+            .unwrap_or("")
+    }
+
+    pub fn starts_with(&self, prefix: &KeyPath) -> bool {
+        self.0.len() >= prefix.0.len() && self.0[..prefix.0.len()] == prefix.0[..]
+    }
+
+    /// Parses `a.b.c`, `agents[1].model` or `agents.1.model` (numbers become list indices).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut segs = Vec::new();
+        for part in text.split('.') {
+            let (name, mut rest) = match part.find('[') {
+                Some(i) => (&part[..i], &part[i..]),
+                None => (part, ""),
+            };
+            if name.is_empty() && rest.is_empty() {
+                return Err(format!("empty key in `{text}`"));
+            }
+            if !name.is_empty() {
+                match name.parse::<usize>() {
+                    Ok(i) => segs.push(Seg::Index(i)),
+                    Err(_) => segs.push(Seg::Key(name.to_string())),
+                }
+            }
+            while !rest.is_empty() {
+                let close = rest
+                    .find(']')
+                    .ok_or_else(|| format!("unclosed `[` in `{text}`"))?;
+                let idx = rest[1..close].parse::<usize>().map_err(|_| {
+                    format!("`{}` is not a list index in `{text}`", &rest[1..close])
+                })?;
+                segs.push(Seg::Index(idx));
+                rest = &rest[close + 1..];
+                if !rest.is_empty() && !rest.starts_with('[') {
+                    return Err(format!("expected `.` or `[` after `]` in `{text}`"));
+                }
+            }
+        }
+        Ok(KeyPath(segs))
+    }
+}
+
+impl fmt::Display for KeyPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("(top level)");
+        }
+        for (i, s) in self.0.iter().enumerate() {
+            match s {
+                Seg::Key(k) if i == 0 => f.write_str(k)?,
+                Seg::Key(k) => write!(f, ".{k}")?,
+                Seg::Index(n) => write!(f, "[{n}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Key path -> where it is written (or the override that set it).
+#[derive(Debug, Clone, Default)]
+pub struct PositionIndex {
+    map: HashMap<KeyPath, Location>,
+}
+
+impl PositionIndex {
+    /// Indexes every mapping key and list item of `text`. A text the event parser rejects yields
+    /// the positions seen before the error (the YAML deserializer reports the syntax error).
+    pub fn build(text: &str) -> Self {
+        let mut rx = Builder::default();
+        let mut parser = Parser::new_from_str(text);
+        // Errors are reported by serde_norway with their own location; keep what we have.
+        let _ = parser.load(&mut rx, false);
+        PositionIndex { map: rx.map }
+    }
+
+    /// Where `path` is written: the exact key, else its nearest indexed ancestor, else 1:1.
+    pub fn lookup(&self, path: &KeyPath) -> Location {
+        let mut p = Some(path.clone());
+        while let Some(cur) = p {
+            if let Some(loc) = self.map.get(&cur) {
+                return loc.clone();
+            }
+            p = cur.parent();
+        }
+        Location::File { line: 1, column: 1 }
+    }
+
+    /// Records that `path` (and everything under it) now comes from a `--set` argument.
+    pub fn set_override(&mut self, path: &KeyPath, arg: &str) {
+        self.map.retain(|k, _| !k.starts_with(path));
+        self.map
+            .insert(path.clone(), Location::Override(arg.to_string()));
+    }
+}
+
+enum Frame {
+    Map {
+        path: KeyPath,
+        key: Option<String>,
+        /// A list item that is a mapping takes the position of its first key.
+        locate_first_key: bool,
+    },
+    Seq {
+        path: KeyPath,
+        next: usize,
+    },
+    /// Inside a complex (non-scalar) mapping key: nothing here is addressable.
+    Skip,
+}
+
+#[derive(Default)]
+struct Builder {
+    stack: Vec<Frame>,
+    map: HashMap<KeyPath, Location>,
+}
+
+fn loc(m: Marker) -> Location {
+    // yaml-rust2 markers: 1-based lines, 0-based columns.
+    Location::File {
+        line: m.line(),
+        column: m.col() + 1,
+    }
+}
+
+impl Builder {
+    /// Handles the start of a node (scalar, alias, mapping or list); returns its path if it is a
+    /// value (not a key) and addressable.
+    fn node(&mut self, scalar_key: Option<&str>, mark: Marker) -> Option<KeyPath> {
+        match self.stack.last_mut() {
+            None => Some(KeyPath::root()),
+            Some(Frame::Skip) => None,
+            Some(Frame::Seq { path, next }) => {
+                let p = path.index(*next);
+                *next += 1;
+                self.map.insert(p.clone(), loc(mark));
+                Some(p)
+            }
+            Some(Frame::Map {
+                path,
+                key,
+                locate_first_key,
+            }) => match key.take() {
+                Some(k) => Some(path.key(&k)),
+                None => {
+                    let k = scalar_key.unwrap_or("<complex key>").to_string();
+                    if *locate_first_key {
+                        *locate_first_key = false;
+                        self.map.insert(path.clone(), loc(mark));
+                    }
+                    self.map.insert(path.key(&k), loc(mark));
+                    *key = Some(k);
+                    None
+                }
+            },
+        }
+    }
+
+    fn in_key_position(&self) -> bool {
+        matches!(self.stack.last(), Some(Frame::Map { key: None, .. }))
+    }
+}
+
+impl MarkedEventReceiver for Builder {
+    fn on_event(&mut self, ev: Event, mark: Marker) {
+        match ev {
+            Event::Scalar(text, ..) => {
+                self.node(Some(&text), mark);
+            }
+            Event::Alias(_) => {
+                self.node(Some("<alias>"), mark);
+            }
+            Event::MappingStart(..) | Event::SequenceStart(..) => {
+                let is_map = matches!(ev, Event::MappingStart(..));
+                if self.in_key_position() || matches!(self.stack.last(), Some(Frame::Skip)) {
+                    // A complex key: mark the key as taken, skip its contents.
+                    if let Some(Frame::Map { key, .. }) = self.stack.last_mut() {
+                        *key = Some("<complex key>".into());
+                    }
+                    self.stack.push(Frame::Skip);
+                    return;
+                }
+                let from_seq = matches!(self.stack.last(), Some(Frame::Seq { .. }));
+                let Some(path) = self.node(None, mark) else {
+                    self.stack.push(Frame::Skip);
+                    return;
+                };
+                self.stack.push(if is_map {
+                    Frame::Map {
+                        path,
+                        key: None,
+                        locate_first_key: from_seq,
+                    }
+                } else {
+                    Frame::Seq { path, next: 0 }
+                });
+            }
+            Event::MappingEnd | Event::SequenceEnd => {
+                self.stack.pop();
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(idx: &PositionIndex, p: &str) -> (usize, usize) {
+        match idx.lookup(&KeyPath::parse(p).expect("path")) {
+            Location::File { line, column } => (line, column),
+            Location::Override(_) => (0, 0),
+        }
+    }
+
+    #[test]
+    fn indexes_keys_and_items() {
+        let text = "a:\n  bb: 1\n  c: [x, y]\nlist:\n  - k: 1\n    m: 2\n  - plain\n";
+        let idx = PositionIndex::build(text);
+        assert_eq!(at(&idx, "a"), (1, 1));
+        assert_eq!(at(&idx, "a.bb"), (2, 3));
+        assert_eq!(at(&idx, "a.c[1]"), (3, 10));
+        assert_eq!(at(&idx, "list[0]"), (5, 5));
+        assert_eq!(at(&idx, "list[0].m"), (6, 5));
+        assert_eq!(at(&idx, "list[1]"), (7, 5));
+        assert_eq!(at(&idx, "a.nope"), (1, 1));
+    }
+
+    #[test]
+    fn parses_paths() {
+        let p = KeyPath::parse("agents[1].model").expect("path");
+        assert_eq!(p, KeyPath::parse("agents.1.model").expect("path"));
+        assert_eq!(p.to_string(), "agents[1].model");
+        assert!(KeyPath::parse("a..b").is_err());
+        assert!(KeyPath::parse("a[x]").is_err());
+    }
+}

@@ -1,0 +1,164 @@
+//! From the (overridden) JSON tree to the [`Scenario`]: splits the top level into sections,
+//! resolves each (collecting every error), and fills the top-level settings and `logging`.
+use crate::collect::Diags;
+use crate::defaults as def;
+use crate::deser::section;
+use crate::error::ErrorKind;
+use crate::plan::{LoggingPlan, Scenario, WandbPlan};
+use crate::positions::KeyPath;
+use crate::raw::{RawLogging, RawTop, RawTrainer};
+use crate::trainer::TrainerContext;
+use crate::{agents, dataset, paths, rewards, trainer, LoadOptions};
+use serde::de::DeserializeOwned;
+use serde_json::Value as Json;
+use std::path::{Path, PathBuf};
+
+pub(crate) fn resolve(
+    d: &mut Diags,
+    root: Json,
+    origin: &Path,
+    overrides: &[String],
+    opts: &LoadOptions,
+) -> Option<Scenario> {
+    let rp = KeyPath::root();
+    match &root {
+        Json::Object(m) if m.is_empty() => {
+            d.error(ErrorKind::MissingKey, &rp, "the scenario is empty", Some("a scenario needs at least `dataset`, `agents` and `reward` (see docs/scenario.md)".into()));
+            return None;
+        }
+        Json::Object(_) => {}
+        Json::Null => {
+            d.error(ErrorKind::MissingKey, &rp, "the scenario is empty", Some("a scenario needs at least `dataset`, `agents` and `reward` (see docs/scenario.md)".into()));
+            return None;
+        }
+        _ => {
+            d.error(
+                ErrorKind::WrongType,
+                &rp,
+                "a scenario must be a mapping of sections",
+                Some("start with `dataset:`, `agents:`, `reward:`, `trainer:` keys".into()),
+            );
+            return None;
+        }
+    }
+    let top: RawTop = section(d, &rp, root)?;
+    let base = paths::base_dir(origin);
+    let name = origin
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "scenario".into());
+
+    let seed = scalar::<u64>(d, "seed", top.seed).unwrap_or(def::SEED);
+    let checkpoint_every =
+        scalar::<u64>(d, "checkpoint_every", top.checkpoint_every).unwrap_or(def::CHECKPOINT_EVERY);
+    let output_dir = match scalar::<PathBuf>(d, "output_dir", top.output_dir) {
+        Some(p) if p.as_os_str().is_empty() => {
+            d.invalid(
+                &rp.key("output_dir"),
+                "output_dir is empty",
+                "remove it to use runs/<scenario name>, or give a folder",
+            );
+            base.join(def::OUTPUT_ROOT).join(&name)
+        }
+        Some(p) => paths::resolve(&base, &p),
+        None => base.join(def::OUTPUT_ROOT).join(&name),
+    };
+
+    let dataset = dataset::resolve(d, top.dataset, &base);
+    let raw_agents = agents::parse(d, top.agents);
+    let raw_trainer: RawTrainer = optional(d, "trainer", top.trainer).unwrap_or_default();
+    let num_agents = raw_agents.as_ref().map_or(def::AGENT_COUNT, Vec::len);
+    let cx = TrainerContext {
+        base: &base,
+        opts,
+        has_eval: dataset.as_ref().is_some_and(|ds| ds.eval.is_some()),
+        num_agents,
+    };
+    let trainer = trainer::resolve(d, raw_trainer, &cx);
+    let agents = raw_agents.map(|list| {
+        list.into_iter()
+            .enumerate()
+            .map(|(i, (p, raw))| {
+                agents::resolve(
+                    d,
+                    i,
+                    &p,
+                    raw,
+                    trainer.agent_learning_rate,
+                    &base,
+                    dataset.as_ref(),
+                )
+            })
+            .collect::<Vec<_>>()
+    });
+    if let Some(list) = &agents {
+        let greedy = list.iter().any(|a| a.sampling.temperature == 0.0);
+        if greedy && trainer.num_generations >= 2 {
+            d.warn(&rp.key("agents"), "temperature 0 (greedy) makes all generations of a prompt identical, so every group advantage is 0 and nothing is learned; use a temperature > 0");
+        }
+    }
+    let reward = rewards::resolve(d, top.reward, top.reward_processors, &base, opts);
+    let logging = logging(d, top.logging, &name);
+
+    Some(Scenario {
+        name,
+        source: origin.to_path_buf(),
+        base_dir: base,
+        overrides: overrides.to_vec(),
+        seed,
+        output_dir,
+        checkpoint_every,
+        dataset: dataset?,
+        agents: agents?,
+        reward: reward?,
+        trainer,
+        logging,
+        warnings: Vec::new(),
+    })
+}
+
+/// A top-level scalar setting.
+fn scalar<T: DeserializeOwned>(d: &mut Diags, key: &str, v: Option<Json>) -> Option<T> {
+    section(d, &KeyPath::root().key(key), v?)
+}
+
+/// An optional section (absent or empty = all defaults).
+fn optional<T: DeserializeOwned>(d: &mut Diags, key: &str, v: Option<Json>) -> Option<T> {
+    let p = KeyPath::root().key(key);
+    match v? {
+        v @ Json::Object(_) => section(d, &p, v),
+        _ => {
+            d.error(
+                ErrorKind::WrongType,
+                &p,
+                format!("wrong type: `{key}` must be a mapping"),
+                Some(format!(
+                    "write `{key}:` followed by indented `setting: value` lines"
+                )),
+            );
+            None
+        }
+    }
+}
+
+fn logging(d: &mut Diags, v: Option<Json>, name: &str) -> LoggingPlan {
+    let raw: RawLogging = optional(d, "logging", v).unwrap_or_default();
+    let steps = raw.steps.unwrap_or(def::LOGGING_STEPS);
+    if steps < 1 {
+        d.invalid(
+            &KeyPath::root().key("logging").key("steps"),
+            "logging.steps must be at least 1",
+            "log every N optimizer steps, e.g. `steps: 10`",
+        );
+    }
+    LoggingPlan {
+        steps,
+        wandb: raw.wandb.map(|w| WandbPlan {
+            project: w.project.unwrap_or_else(|| def::WANDB_PROJECT.to_string()),
+            entity: w.entity,
+            name: w.name.unwrap_or_else(|| name.to_string()),
+            tags: w.tags.unwrap_or_default(),
+        }),
+        tensorboard: raw.tensorboard.unwrap_or(false),
+    }
+}

@@ -1,0 +1,182 @@
+//! Checkpoints: weights, AdamW moments, progress, RNG state, buffered rollouts and the resolved
+//! scenario, written to a temporary directory and renamed into place (then `latest` is swapped
+//! atomically), so an interrupted or failed run always leaves its last checkpoint intact.
+use super::metrics::Window;
+use super::optim::AdamW;
+use super::rollout::NodeSample;
+use crate::error::{Error, Result};
+use crate::model::weights::save_tensors;
+use crate::model::Policy;
+use candle_core::{Device, Tensor};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Everything besides tensors that a resumed run needs to continue exactly.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainState {
+    /// Training prompts processed so far (the next step's index).
+    pub step: usize,
+    /// Optimizer steps taken by each agent.
+    pub opt_steps: Vec<u64>,
+    pub rng: ChaCha8Rng,
+    /// Rollouts waiting for the next update.
+    pub buffer: Vec<NodeSample>,
+    pub window: Window,
+    /// Rows in metrics.jsonl when the checkpoint was written.
+    pub metrics_rows: usize,
+    /// Per epoch: (sum of joint rewards, count).
+    pub epoch_rewards: Vec<(f64, usize)>,
+}
+
+const KEEP: usize = 2;
+
+pub fn checkpoints_dir(output_dir: &Path) -> PathBuf {
+    output_dir.join("checkpoints")
+}
+
+/// Writes a checkpoint and makes it the latest; older ones beyond the last two are removed.
+pub fn save(
+    output_dir: &Path,
+    state: &TrainState,
+    policies: &[Policy],
+    optims: &[AdamW],
+    scenario_yaml: &str,
+) -> Result<PathBuf> {
+    let root = checkpoints_dir(output_dir);
+    std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
+    let name = format!("step-{:08}", state.step);
+    let tmp = root.join(format!(".tmp-{name}"));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    let state_json = serde_json::to_string(state)
+        .map_err(|e| Error::Train(format!("serialising state: {e}")))?;
+    write(&tmp.join("state.json"), &state_json)?;
+    write(&tmp.join("scenario.yaml"), scenario_yaml)?;
+    for (i, (p, opt)) in policies.iter().zip(optims).enumerate() {
+        let weights: BTreeMap<String, Tensor> = p
+            .vars()
+            .into_iter()
+            .map(|(n, v)| (n, v.as_tensor().detach()))
+            .collect();
+        save_tensors(&weights, &tmp.join(format!("agent_{i}.safetensors")))?;
+        let mut moments = BTreeMap::new();
+        for ps in &opt.params {
+            let shape = ps.var.as_tensor().shape().clone();
+            let m = lock(&ps.m)?;
+            let v = lock(&ps.v)?;
+            moments.insert(
+                format!("m.{}", ps.name),
+                Tensor::from_vec(m, shape.clone(), &Device::Cpu)?,
+            );
+            moments.insert(
+                format!("v.{}", ps.name),
+                Tensor::from_vec(v, shape, &Device::Cpu)?,
+            );
+        }
+        save_tensors(&moments, &tmp.join(format!("optimizer_{i}.safetensors")))?;
+    }
+    let dir = root.join(&name);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    }
+    std::fs::rename(&tmp, &dir).map_err(|e| Error::io(&dir, e))?;
+    let latest_tmp = root.join(".latest.tmp");
+    write(&latest_tmp, &name)?;
+    std::fs::rename(&latest_tmp, root.join("latest"))
+        .map_err(|e| Error::io(root.join("latest"), e))?;
+    // Prune: keep the newest KEEP checkpoints.
+    let mut all: Vec<PathBuf> = std::fs::read_dir(&root)
+        .map_err(|e| Error::io(&root, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("step-"))
+        })
+        .collect();
+    all.sort();
+    for old in all.iter().rev().skip(KEEP) {
+        let _ = std::fs::remove_dir_all(old);
+    }
+    Ok(dir)
+}
+
+fn lock(m: &std::sync::Mutex<Vec<f32>>) -> Result<Vec<f32>> {
+    m.lock()
+        .map(|g| g.clone())
+        .map_err(|_| Error::Train("optimizer state lock poisoned".into()))
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|e| Error::io(path, e))
+}
+
+/// The latest checkpoint directory, if any.
+pub fn latest(output_dir: &Path) -> Result<Option<PathBuf>> {
+    let root = checkpoints_dir(output_dir);
+    let ptr = root.join("latest");
+    if !ptr.is_file() {
+        return Ok(None);
+    }
+    let name = std::fs::read_to_string(&ptr).map_err(|e| Error::io(&ptr, e))?;
+    let dir = root.join(name.trim());
+    if !dir.is_dir() {
+        return Err(Error::model(
+            &ptr,
+            format!("points to {}, which is missing", dir.display()),
+        ));
+    }
+    Ok(Some(dir))
+}
+
+/// Restores weights and optimizer moments in place and returns the saved state and scenario.
+pub fn load(dir: &Path, policies: &[Policy], optims: &mut [AdamW]) -> Result<(TrainState, String)> {
+    let state_path = dir.join("state.json");
+    let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
+    let state: TrainState = serde_json::from_str(&text)
+        .map_err(|e| Error::model(&state_path, format!("unreadable checkpoint state: {e}")))?;
+    let scen_path = dir.join("scenario.yaml");
+    let scenario = std::fs::read_to_string(&scen_path).map_err(|e| Error::io(&scen_path, e))?;
+    for (i, (p, opt)) in policies.iter().zip(optims.iter_mut()).enumerate() {
+        let wpath = dir.join(format!("agent_{i}.safetensors"));
+        let weights = candle_core::safetensors::load(&wpath, &Device::Cpu)
+            .map_err(|e| Error::model(&wpath, format!("unreadable checkpoint weights: {e}")))?;
+        for (name, var) in p.vars() {
+            let t = weights.get(&name).ok_or_else(|| {
+                Error::model(
+                    &wpath,
+                    format!("tensor `{name}` missing: the checkpoint is from another model"),
+                )
+            })?;
+            if t.dims() != var.as_tensor().dims() {
+                return Err(Error::model(
+                    &wpath,
+                    format!(
+                        "tensor `{name}` has another shape: the checkpoint is from another model"
+                    ),
+                ));
+            }
+            var.set(&t.to_dtype(var.dtype())?)?;
+        }
+        let opath = dir.join(format!("optimizer_{i}.safetensors"));
+        let moments = candle_core::safetensors::load(&opath, &Device::Cpu)
+            .map_err(|e| Error::model(&opath, format!("unreadable optimizer state: {e}")))?;
+        for ps in &opt.params {
+            for (key, slot) in [("m", &ps.m), ("v", &ps.v)] {
+                let t = moments
+                    .get(&format!("{key}.{}", ps.name))
+                    .ok_or_else(|| Error::model(&opath, format!("`{key}.{}` missing", ps.name)))?;
+                let data: Vec<f32> = t.flatten_all()?.to_vec1()?;
+                *slot
+                    .lock()
+                    .map_err(|_| Error::Train("optimizer state lock poisoned".into()))? = data;
+            }
+        }
+        opt.step = state.opt_steps.get(i).copied().unwrap_or(0);
+    }
+    Ok((state, scenario))
+}

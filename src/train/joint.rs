@@ -1,0 +1,62 @@
+//! Joint actions of N agents with K completions each, and each completion's return.
+//! `aligned`: joint action j = the j-th completion of every agent (K per prompt).
+//! `cross`: every combination (K^N); a completion's return sums the rewards of the combinations
+//! it takes part in (CoMLRL's semantics).
+
+/// Indices (one completion index per agent) of every joint action, in a fixed order.
+pub fn joint_actions(agents: usize, k: usize, cross: bool) -> Vec<Vec<usize>> {
+    if !cross {
+        return (0..k).map(|j| vec![j; agents]).collect();
+    }
+    let total = k.pow(agents as u32);
+    (0..total)
+        .map(|mut idx| {
+            let mut combo = vec![0; agents];
+            for slot in combo.iter_mut().rev() {
+                *slot = idx % k;
+                idx /= k;
+            }
+            combo
+        })
+        .collect()
+}
+
+/// Per-agent returns `[agent][completion]` from the rewards of `joint` actions.
+pub fn completion_returns(
+    joint: &[Vec<usize>],
+    rewards: &[f32],
+    agents: usize,
+    k: usize,
+) -> Vec<Vec<f32>> {
+    let mut out = vec![vec![0f32; k]; agents];
+    for (combo, r) in joint.iter().zip(rewards) {
+        for (agent, &c) in combo.iter().enumerate() {
+            out[agent][c] += r;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_pairs_same_index() {
+        assert_eq!(
+            joint_actions(2, 3, false),
+            vec![vec![0, 0], vec![1, 1], vec![2, 2]]
+        );
+        let r = completion_returns(&joint_actions(2, 3, false), &[1.0, 2.0, 3.0], 2, 3);
+        assert_eq!(r, vec![vec![1.0, 2.0, 3.0], vec![1.0, 2.0, 3.0]]);
+    }
+
+    #[test]
+    fn cross_covers_every_combination() {
+        let j = joint_actions(2, 2, true);
+        assert_eq!(j, vec![vec![0, 0], vec![0, 1], vec![1, 0], vec![1, 1]]);
+        let r = completion_returns(&j, &[1.0, 2.0, 3.0, 4.0], 2, 2);
+        assert_eq!(r, vec![vec![3.0, 7.0], vec![4.0, 6.0]]);
+        assert_eq!(joint_actions(3, 2, true).len(), 8);
+    }
+}

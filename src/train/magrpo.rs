@@ -1,0 +1,313 @@
+//! The MAGRPO training loop: per training prompt, rollouts of every agent, joint rewards and
+//! advantages; every `rollout_buffer_size` prompts one update per agent (mini-batches of
+//! `train_batch_size`); metrics, checkpoints, Ctrl-C, the final models and the plot.
+use super::advantage::Baseline;
+use super::checkpoint::{self, TrainState};
+use super::loss::loss_and_grads;
+use super::metrics::{read_jsonl, MetricsSink, Window};
+use super::optim::{AdamW, AdamWConfig};
+use super::rollout::{rollout, NodeSample, RolloutSpec};
+use super::schedule::lr_at;
+use super::setup;
+use crate::error::{Error, Result};
+use crate::model::{Policy, SamplingParams};
+use comlrl_reward::RewardStack;
+use comlrl_scenario::{AdvantageMode, JointMode, Scenario};
+use rand::SeedableRng;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Callbacks for progress display (the CLI draws a progress bar; tests pass `()`).
+pub trait Observer {
+    fn start(&mut self, _total_steps: usize, _done: usize) {}
+    fn step(&mut self, _step: usize, _reward_mean: f64, _step_seconds: f64) {}
+    fn message(&mut self, _msg: &str) {}
+}
+
+impl Observer for () {}
+
+/// What a finished (or interrupted) run reports.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    pub steps_done: usize,
+    pub total_steps: usize,
+    pub interrupted: bool,
+    /// Mean joint reward (after processors) of each completed epoch.
+    pub epoch_reward_means: Vec<f64>,
+    pub output_dir: PathBuf,
+}
+
+pub struct Trainer {
+    scenario: Scenario,
+    policies: Vec<Policy>,
+    optims: Vec<AdamW>,
+    stack: RewardStack,
+    sampling: Vec<SamplingParams>,
+    component_names: Vec<String>,
+    yaml: String,
+    interrupt: Arc<AtomicBool>,
+}
+
+impl Trainer {
+    /// Checks the output directory, loads models and rewards.
+    pub fn new(scenario: Scenario) -> Result<Self> {
+        setup::check_supported(&scenario)?;
+        setup::check_output_dir(&scenario.output_dir)?;
+        let stack = setup::reward_stack(&scenario)?;
+        let policies = setup::load_policies(&scenario)?;
+        let t = &scenario.trainer;
+        let optims = policies
+            .iter()
+            .zip(&scenario.agents)
+            .map(|(p, a)| {
+                let cfg = AdamWConfig {
+                    lr: a.learning_rate,
+                    beta1: t.adam_beta1,
+                    beta2: t.adam_beta2,
+                    eps: t.adam_epsilon,
+                    weight_decay: t.weight_decay,
+                };
+                AdamW::new(p.vars(), cfg)
+            })
+            .collect();
+        let sampling = scenario.agents.iter().map(setup::sampling).collect();
+        let component_names = stack
+            .component_names()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let yaml = scenario.to_yaml();
+        Ok(Self {
+            scenario,
+            policies,
+            optims,
+            stack,
+            sampling,
+            component_names,
+            yaml,
+            interrupt: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// A flag that, once set (e.g. by Ctrl-C), makes the loop checkpoint and stop after the
+    /// current step.
+    pub fn interrupt_flag(&self) -> Arc<AtomicBool> {
+        self.interrupt.clone()
+    }
+
+    fn total_steps(&self) -> usize {
+        self.scenario.trainer.num_train_epochs * self.scenario.dataset.train.rows.len()
+    }
+
+    /// Optimizer steps per agent over the whole run (for the LR schedule).
+    fn total_opt_steps(&self) -> usize {
+        let t = &self.scenario.trainer;
+        let updates = self.total_steps().div_ceil(t.rollout_buffer_size.max(1));
+        updates * t.rollout_buffer_size.div_ceil(t.train_batch_size.max(1))
+    }
+
+    pub fn run(&mut self, resume: bool, obs: &mut dyn Observer) -> Result<RunSummary> {
+        let out = self.scenario.output_dir.clone();
+        let n_agents = self.policies.len();
+        let mut state = match (resume, checkpoint::latest(&out)?) {
+            (true, Some(dir)) => {
+                let (st, yaml) = checkpoint::load(&dir, &self.policies, &mut self.optims)?;
+                if yaml != self.yaml {
+                    obs.message(&format!(
+                        "warning: the scenario differs from the one saved in {}; continuing with the current one",
+                        dir.display()
+                    ));
+                }
+                obs.message(&format!(
+                    "resuming from {} (step {})",
+                    dir.display(),
+                    st.step
+                ));
+                st
+            }
+            (true, None) => {
+                return Err(Error::Train(format!(
+                    "--resume: no checkpoint in {}; run without --resume to start fresh",
+                    checkpoint::checkpoints_dir(&out).display()
+                )))
+            }
+            (false, _) => TrainState {
+                step: 0,
+                opt_steps: vec![0; n_agents],
+                rng: rand_chacha::ChaCha8Rng::seed_from_u64(self.scenario.seed),
+                buffer: vec![],
+                window: Window::new(n_agents, self.component_names.len()),
+                metrics_rows: 0,
+                epoch_rewards: vec![],
+            },
+        };
+        let mut sink = MetricsSink::open(&out, state.metrics_rows)?;
+        let total = self.total_steps();
+        let rows = self.scenario.dataset.train.rows.len();
+        let t = self.scenario.trainer.clone();
+        let spec_sampling = self.sampling.clone();
+        let spec = RolloutSpec {
+            k: t.num_generations,
+            cross: t.joint_mode == JointMode::Cross,
+            baseline: match t.advantage_mode {
+                AdvantageMode::Mean => Baseline::Mean,
+                AdvantageMode::Raw => Baseline::Raw,
+                AdvantageMode::Max => Baseline::Max,
+                AdvantageMode::Rloo => Baseline::Rloo,
+            },
+            normalize: t.advantage_normalization,
+            sampling: &spec_sampling,
+        };
+        obs.start(total, state.step);
+        let mut interrupted = false;
+        while state.step < total {
+            let step = state.step;
+            let (epoch, r) = (step / rows, step % rows);
+            let row = &self.scenario.dataset.train.rows[r];
+            let prompts: Vec<String> = self
+                .scenario
+                .agents
+                .iter()
+                .map(|a| a.template.render(row))
+                .collect();
+            let t0 = Instant::now();
+            let sample = rollout(
+                &self.policies,
+                &prompts,
+                &row.prompt,
+                &row.fields,
+                &self.stack,
+                &spec,
+                &mut state.rng,
+            )
+            .map_err(|e| {
+                Error::Train(format!(
+                    "step {} (epoch {}, prompt {}): {e}",
+                    step + 1,
+                    epoch + 1,
+                    r + 1
+                ))
+            })?;
+            let sampling_s = t0.elapsed().as_secs_f64();
+            record_rollout(&mut state, &sample, epoch, sampling_s);
+            state.buffer.push(sample);
+            if state.buffer.len() >= t.rollout_buffer_size || step + 1 == total {
+                self.update(&mut state)?;
+            }
+            state.window.seconds += t0.elapsed().as_secs_f64();
+            state.window.steps += 1;
+            state.step += 1;
+            let mean = state.window.rewards.iter().map(|&x| x as f64).sum::<f64>()
+                / state.window.rewards.len().max(1) as f64;
+            obs.step(state.step, mean, t0.elapsed().as_secs_f64());
+            let log_now =
+                state.step % self.scenario.logging.steps.max(1) == 0 || state.step == total;
+            if log_now {
+                if let Some(row) = state
+                    .window
+                    .row(state.step, epoch + 1, &self.component_names)
+                {
+                    sink.write(&row)?;
+                }
+                state.window = Window::new(n_agents, self.component_names.len());
+            }
+            state.metrics_rows = sink.rows;
+            let every = self.scenario.checkpoint_every as usize;
+            let stop = self.interrupt.load(Ordering::SeqCst);
+            if (every > 0 && state.step % every == 0) || stop || state.step == total {
+                checkpoint::save(&out, &state, &self.policies, &self.optims, &self.yaml)?;
+            }
+            if stop && state.step < total {
+                interrupted = true;
+                obs.message(&format!(
+                    "interrupted: checkpoint written at step {}; continue with --resume",
+                    state.step
+                ));
+                break;
+            }
+        }
+        if !interrupted {
+            let models = self.scenario.models_dir();
+            for (i, p) in self.policies.iter().enumerate() {
+                p.save(&models.join(format!("agent_{i}")))?;
+            }
+        }
+        let rows_json = read_jsonl(&out.join("metrics.jsonl")).unwrap_or_default();
+        if !rows_json.is_empty() {
+            super::plot::plot(&rows_json, n_agents, &out.join("training.svg"))?;
+        }
+        let epoch_reward_means = state
+            .epoch_rewards
+            .iter()
+            .map(|(s, n)| s / (*n).max(1) as f64)
+            .collect();
+        Ok(RunSummary {
+            steps_done: state.step,
+            total_steps: total,
+            interrupted,
+            epoch_reward_means,
+            output_dir: out,
+        })
+    }
+
+    /// One update round: each agent trains on the buffered samples, in mini-batches.
+    fn update(&mut self, state: &mut TrainState) -> Result<()> {
+        let t = &self.scenario.trainer;
+        let total_opt = self.total_opt_steps();
+        let buffer = std::mem::take(&mut state.buffer);
+        for (i, (policy, opt)) in self.policies.iter().zip(self.optims.iter_mut()).enumerate() {
+            let vars: Vec<candle_core::Var> = opt.params.iter().map(|p| p.var.clone()).collect();
+            for chunk in buffer.chunks(t.train_batch_size.max(1)) {
+                let samples: Vec<&super::rollout::AgentRollout> =
+                    chunk.iter().map(|s| &s.agents[i]).collect();
+                let lg = loss_and_grads(policy, &vars, &samples)?;
+                let base = opt.cfg.lr;
+                let lr = lr_at(
+                    base,
+                    state.opt_steps[i] as usize,
+                    total_opt,
+                    t.warmup_steps,
+                    t.lr_scheduler,
+                );
+                let norm = opt.step_grads(&lg.grads, lr, t.max_grad_norm)?;
+                state.opt_steps[i] = opt.step;
+                let w = &mut state.window.agents[i];
+                w.loss += lg.loss;
+                w.grad_norm += norm;
+                w.updates += 1;
+                if i == 0 {
+                    state.window.lr = lr;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn record_rollout(state: &mut TrainState, s: &NodeSample, epoch: usize, sampling_s: f64) {
+    let w = &mut state.window;
+    w.rewards.extend_from_slice(&s.rewards);
+    for comp in &s.components {
+        for (slot, v) in w.components.iter_mut().zip(comp) {
+            slot.0 += *v as f64;
+            slot.1 += 1;
+        }
+    }
+    for (aw, a) in w.agents.iter_mut().zip(&s.agents) {
+        for (c, r) in a.completions.iter().zip(&a.returns) {
+            aw.len_sum += c.len() as f64;
+            aw.returns_sum += *r as f64;
+            aw.completions += 1;
+            w.generated_tokens += c.len();
+        }
+    }
+    w.sampling_seconds += sampling_s;
+    if state.epoch_rewards.len() <= epoch {
+        state.epoch_rewards.resize(epoch + 1, (0.0, 0));
+    }
+    let e = &mut state.epoch_rewards[epoch];
+    e.0 += s.rewards.iter().map(|&r| r as f64).sum::<f64>();
+    e.1 += s.rewards.len();
+}

@@ -1,0 +1,98 @@
+//! Turning a resolved scenario into what the loop needs: loaded policies, sampling settings,
+//! the reward stack, and a writable output directory — all checked before any training starts.
+use crate::error::{Error, Result};
+use crate::model::{LoadOptions, ModelSource, Policy, SamplingParams};
+use comlrl_reward::RewardStack;
+use comlrl_scenario::{AgentPlan, Dtype, Scenario};
+use std::path::Path;
+
+/// The model source of an agent, in the model loader's terms.
+pub fn model_source(agent: &AgentPlan, base_dir: &Path) -> Result<ModelSource> {
+    Ok(match &agent.model.source {
+        comlrl_scenario::ModelSource::Builtin(name) => {
+            ModelSource::parse(&format!("builtin:{name}"), base_dir)?
+        }
+        comlrl_scenario::ModelSource::Local(p) => ModelSource::Local(p.clone()),
+        comlrl_scenario::ModelSource::Hub(id) => ModelSource::parse(id, base_dir)?,
+    })
+}
+
+/// Loads every agent's policy (f32 on CPU; built-in weights seeded by the scenario seed).
+pub fn load_policies(s: &Scenario) -> Result<Vec<Policy>> {
+    s.agents
+        .iter()
+        .map(|a| {
+            match a.dtype {
+                Dtype::Auto | Dtype::F32 => {}
+                other => {
+                    return Err(Error::Train(format!(
+                        "agent {}: dtype {other:?} cannot be trained on the CPU yet (AdamW updates f32 weights); \
+                         set `dtype: f32` (checkpoints in bf16/f16 are converted on load)",
+                        a.index
+                    )))
+                }
+            }
+            let src = model_source(a, &s.base_dir)?;
+            let opts = LoadOptions { seed: s.seed, ..LoadOptions::default() };
+            Policy::load(&src, &opts).map_err(|e| Error::Train(format!("agent {} ({}): {e}", a.index, a.model.spec)))
+        })
+        .collect()
+}
+
+pub fn sampling(a: &AgentPlan) -> SamplingParams {
+    SamplingParams {
+        max_new_tokens: a.sampling.max_new_tokens,
+        temperature: a.sampling.temperature,
+        top_p: a.sampling.top_p,
+        top_k: a.sampling.top_k.unwrap_or(0),
+        greedy: false,
+        ignore_eos: false,
+    }
+}
+
+pub fn reward_stack(s: &Scenario) -> Result<RewardStack> {
+    Ok(RewardStack::build(
+        &s.reward.terms,
+        &s.reward.processors,
+        &s.base_dir,
+    )?)
+}
+
+/// Fails early, before any model is loaded, when `dir` cannot be created or written.
+pub fn check_output_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::Train(format!(
+            "output_dir {} cannot be created ({e}); choose a writable `output_dir`",
+            dir.display()
+        ))
+    })?;
+    let probe = dir.join(".comlrl-write-test");
+    std::fs::write(&probe, b"ok").map_err(|e| {
+        Error::Train(format!(
+            "output_dir {} is not writable ({e}); choose a writable `output_dir`",
+            dir.display()
+        ))
+    })?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+/// Features of the scenario the trainer does not implement yet: explicit errors, never a
+/// silent fallback.
+pub fn check_supported(s: &Scenario) -> Result<()> {
+    if s.trainer.num_turns > 1 {
+        return Err(Error::Train(format!(
+            "{}: trainer.num_turns = {} — multi-turn training is not implemented yet; set num_turns: 1",
+            s.source.display(),
+            s.trainer.num_turns
+        )));
+    }
+    if s.trainer.kl_coef != 0.0 {
+        return Err(Error::Train(format!(
+            "{}: trainer.kl_coef = {} — the reference-KL penalty is not implemented yet; set kl_coef: 0",
+            s.source.display(),
+            s.trainer.kl_coef
+        )));
+    }
+    Ok(())
+}

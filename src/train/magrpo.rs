@@ -24,6 +24,10 @@ pub trait Observer {
     fn start(&mut self, _total_steps: usize, _done: usize) {}
     fn step(&mut self, _step: usize, _reward_mean: f64, _step_seconds: f64) {}
     fn message(&mut self, _msg: &str) {}
+    /// A metrics row was written to metrics.jsonl (trackers forward it).
+    fn metrics(&mut self, _row: &super::metrics::Row) {}
+    /// The run ended: `ok` is false when it failed.
+    fn finished(&mut self, _ok: bool) {}
 }
 
 impl Observer for () {}
@@ -109,6 +113,12 @@ impl Trainer {
     }
 
     pub fn run(&mut self, resume: bool, obs: &mut dyn Observer) -> Result<RunSummary> {
+        let result = self.run_inner(resume, obs);
+        obs.finished(result.is_ok());
+        result
+    }
+
+    fn run_inner(&mut self, resume: bool, obs: &mut dyn Observer) -> Result<RunSummary> {
         let out = self.scenario.output_dir.clone();
         let n_agents = self.policies.len();
         let mut state = match (resume, checkpoint::latest(&out)?) {

@@ -1,0 +1,216 @@
+//! End-to-end training on the tiny scenario: learning, reproducibility, resume after an
+//! interruption, and failures that must leave the last checkpoint intact.
+mod common;
+use comlrl::train::metrics::read_jsonl;
+use comlrl::train::{Observer, Trainer};
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+fn scenario() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/story_len_ratio_tiny.yaml")
+}
+
+fn run_bin(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(bin()).args(args).output().expect("run comlrl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// Metrics rows without the wall-clock fields.
+fn metrics_without_timing(dir: &Path) -> Vec<serde_json::Value> {
+    read_jsonl(&dir.join("metrics.jsonl"))
+        .unwrap()
+        .into_iter()
+        .map(|mut r| {
+            let o = r.as_object_mut().unwrap();
+            o.remove("step_seconds");
+            o.remove("tokens_per_s");
+            r
+        })
+        .collect()
+}
+
+fn small(out: &Path) -> Vec<String> {
+    [
+        "--set", &format!("output_dir={}", out.display()),
+        "--set", "agents.max_new_tokens=16",
+        "--set", "trainer.num_train_epochs=2",
+        "--set", "trainer.num_generations=4",
+        "--set", "logging.steps=3",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[test]
+fn tiny_scenario_learns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let o = format!("output_dir={}", out.display());
+    let (ok, _, err) = run_bin(&[
+        "run", scenario().to_str().unwrap(), "--quiet", "--set", &o,
+        "--set", "agents.max_new_tokens=64", "--set", "agents.top_k=null", "--set", "agents.top_p=1.0",
+        "--set", "agents.temperature=1.0", "--set", "trainer.agent_learning_rate=1e-2",
+        "--set", "trainer.num_train_epochs=8", "--set", "seed=3",
+    ]);
+    assert!(ok, "{err}");
+    let means: Vec<f64> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("epoch ")?.split("mean reward ").nth(1)?.trim().parse().ok())
+        .collect();
+    assert_eq!(means.len(), 8, "{err}");
+    assert!(means[7] > means[0] + 10.0, "last epoch {} not clearly above first {}: {means:?}", means[7], means[0]);
+    for f in ["metrics.jsonl", "metrics.csv", "training.svg", "models/agent_0/model.safetensors", "models/agent_1/config.json"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let svg = std::fs::read_to_string(out.join("training.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("reward mean"));
+    // The trained model loads and generates.
+    let model = out.join("models/agent_0");
+    let (ok, stdout, err) = run_bin(&["generate", "--model", model.to_str().unwrap(), "--prompt", "Hi", "--json", "--max-new-tokens", "8"]);
+    assert!(ok && stdout.contains("samples"), "{err}");
+}
+
+#[test]
+fn same_seed_same_metrics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    for dir in [&a, &b] {
+        let mut args = vec!["run".to_string(), scenario().display().to_string(), "--quiet".into()];
+        args.extend(small(dir));
+        let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let (ok, _, err) = run_bin(&args);
+        assert!(ok, "{err}");
+    }
+    let (ma, mb) = (metrics_without_timing(&a), metrics_without_timing(&b));
+    assert_eq!(ma.len(), 7, "20 steps logged every 3 plus the last");
+    assert_eq!(ma, mb);
+    let csv = std::fs::read_to_string(a.join("metrics.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 8, "header + one line per row");
+}
+
+struct StopAt(usize, Arc<AtomicBool>);
+
+impl Observer for StopAt {
+    fn step(&mut self, step: usize, _: f64, _: f64) {
+        if step == self.0 {
+            self.1.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+fn load(out: &Path, extra: &[&str]) -> comlrl_scenario::Scenario {
+    let mut o = small(out);
+    o.extend(extra.iter().map(|s| s.to_string()));
+    let sets: Vec<String> = o.chunks(2).map(|c| c[1].clone()).collect();
+    comlrl_scenario::load(&scenario(), &sets).unwrap()
+}
+
+#[test]
+fn interrupted_and_resumed_run_matches_uninterrupted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let extra = ["--set", "checkpoint_every=4"];
+    let sa = Trainer::new(load(&a, &extra)).unwrap().run(false, &mut ()).unwrap();
+    assert_eq!(sa.steps_done, 20);
+    let mut t = Trainer::new(load(&b, &extra)).unwrap();
+    let flag = t.interrupt_flag();
+    let sb = t.run(false, &mut StopAt(7, flag)).unwrap();
+    assert!(sb.interrupted && sb.steps_done == 7);
+    assert!(!b.join("models").exists(), "an interrupted run saves no final models");
+    // Odd step, mid rollout buffer: the buffered rollout is in the checkpoint.
+    let sb = Trainer::new(load(&b, &extra)).unwrap().run(true, &mut ()).unwrap();
+    assert_eq!(sb.steps_done, 20);
+    assert_eq!(metrics_without_timing(&a), metrics_without_timing(&b));
+    for i in 0..2 {
+        let wa = std::fs::read(a.join(format!("models/agent_{i}/model.safetensors"))).unwrap();
+        let wb = std::fs::read(b.join(format!("models/agent_{i}/model.safetensors"))).unwrap();
+        assert!(wa == wb, "agent {i}: resumed weights differ");
+    }
+}
+
+#[test]
+fn reward_error_mid_run_stops_cleanly_with_checkpoint_intact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("flaky.rhai");
+    std::fs::write(
+        &script,
+        "fn reward(completions, ctx) {\n    if ctx.prompt.contains(\"bedtime\") {\n        throw \"cannot score bedtime stories\";\n    }\n    1.0\n}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("run");
+    let mut args = vec!["run".to_string(), scenario().display().to_string(), "--quiet".into()];
+    args.extend(small(&out));
+    args.extend(["--set".into(), format!("reward.rhai={}", script.display()), "--set".into(), "checkpoint_every=1".into()]);
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let (ok, _, err) = run_bin(&args);
+    assert!(!ok, "the run must fail");
+    assert!(err.contains("flaky.rhai") && err.contains("cannot score bedtime stories") && err.contains("step 3"), "{err}");
+    assert!(err.contains("line 3"), "the script position is reported: {err}");
+    let latest = std::fs::read_to_string(out.join("checkpoints/latest")).unwrap();
+    assert_eq!(latest.trim(), "step-00000002");
+    let ck = out.join("checkpoints/step-00000002");
+    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(ck.join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["step"], 2);
+    assert!(ck.join("agent_0.safetensors").is_file() && ck.join("optimizer_1.safetensors").is_file());
+    assert!(!out.join("checkpoints").read_dir().unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".tmp")));
+}
+
+#[test]
+fn unwritable_output_dir_is_reported_before_training() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let o = format!("output_dir={}/sub", file.display());
+    let (ok, _, err) = run_bin(&["run", scenario().to_str().unwrap(), "--quiet", "--set", &o]);
+    assert!(!ok);
+    assert!(err.contains("output_dir") && err.contains("cannot be created"), "{err}");
+    assert!(!err.contains("epoch"), "no training happened: {err}");
+}
+
+#[test]
+fn malformed_scenario_names_file_line_and_column() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad.yaml");
+    let text = std::fs::read_to_string(scenario()).unwrap().replace("num_generations: 8", "num_generatons: 8");
+    std::fs::write(&bad, text.replace("../rewards/len_ratio.rhai", &format!("{}/../rewards/len_ratio.rhai", scenario().parent().unwrap().display()))).unwrap();
+    let (ok, _, err) = run_bin(&["check", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("bad.yaml:") && err.contains("num_generatons") && err.contains("num_generations"), "{err}");
+    let (ok, _, err) = run_bin(&["run", scenario().to_str().unwrap(), "--set", "trainer.num_generations=1"]);
+    assert!(!ok && err.contains("num_generations"), "{err}");
+    let (ok, _, err) = run_bin(&["check", scenario().to_str().unwrap()]);
+    assert!(ok, "{err}");
+}
+
+#[test]
+fn reward_command_scores_with_the_whole_stack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("c.jsonl");
+    std::fs::write(
+        &input,
+        "{\"prompt\": \"p\", \"completions\": [\"ab\", \"abcde\"]}\n{\"prompt\": \"p\", \"completions\": [\"\", \"x\"]}\n{\"prompt\": \"p\", \"completions\": [\"日本\", \"é\"], \"topic\": \"x\"}\n",
+    )
+    .unwrap();
+    let (ok, out, err) = run_bin(&["reward", scenario().to_str().unwrap(), "--completions", input.to_str().unwrap(), "--json"]);
+    assert!(ok, "{err}");
+    let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 3);
+    let expect = |a: &str, b: &str| comlrl_reward::reference::len_ratio(a, b, 2.0, 3.0);
+    for (row, (a, b)) in rows.iter().zip([("ab", "abcde"), ("", "x"), ("日本", "é")]) {
+        let raw = row["components"]["len_ratio"].as_f64().unwrap();
+        assert!((raw - expect(a, b)).abs() < 1e-6, "{row}");
+        assert!((row["reward"].as_f64().unwrap() - 100.0 * expect(a, b)).abs() < 1e-4, "{row}");
+    }
+    let bad = tmp.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"prompt\": \"p\", \"completions\": [\"only one\"]}\n").unwrap();
+    let (ok, _, err) = run_bin(&["reward", scenario().to_str().unwrap(), "--completions", bad.to_str().unwrap()]);
+    assert!(!ok && err.contains("bad.jsonl:1") && err.contains("2 agents"), "{err}");
+}

@@ -38,11 +38,16 @@ fn metrics_without_timing(dir: &Path) -> Vec<serde_json::Value> {
 
 fn small(out: &Path) -> Vec<String> {
     [
-        "--set", &format!("output_dir={}", out.display()),
-        "--set", "agents.max_new_tokens=16",
-        "--set", "trainer.num_train_epochs=2",
-        "--set", "trainer.num_generations=4",
-        "--set", "logging.steps=3",
+        "--set",
+        &format!("output_dir={}", out.display()),
+        "--set",
+        "agents.max_new_tokens=16",
+        "--set",
+        "trainer.num_train_epochs=2",
+        "--set",
+        "trainer.num_generations=4",
+        "--set",
+        "logging.steps=3",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -55,26 +60,68 @@ fn tiny_scenario_learns() {
     let out = tmp.path().join("run");
     let o = format!("output_dir={}", out.display());
     let (ok, _, err) = run_bin(&[
-        "run", scenario().to_str().unwrap(), "--quiet", "--set", &o,
-        "--set", "agents.max_new_tokens=64", "--set", "agents.top_k=null", "--set", "agents.top_p=1.0",
-        "--set", "agents.temperature=1.0", "--set", "trainer.agent_learning_rate=1e-2",
-        "--set", "trainer.num_train_epochs=8", "--set", "seed=3",
+        "run",
+        scenario().to_str().unwrap(),
+        "--quiet",
+        "--set",
+        &o,
+        "--set",
+        "agents.max_new_tokens=64",
+        "--set",
+        "agents.top_k=null",
+        "--set",
+        "agents.top_p=1.0",
+        "--set",
+        "agents.temperature=1.0",
+        "--set",
+        "trainer.agent_learning_rate=1e-2",
+        "--set",
+        "trainer.num_train_epochs=8",
+        "--set",
+        "seed=3",
     ]);
     assert!(ok, "{err}");
     let means: Vec<f64> = err
         .lines()
-        .filter_map(|l| l.strip_prefix("epoch ")?.split("mean reward ").nth(1)?.trim().parse().ok())
+        .filter_map(|l| {
+            l.strip_prefix("epoch ")?
+                .split("mean reward ")
+                .nth(1)?
+                .trim()
+                .parse()
+                .ok()
+        })
         .collect();
     assert_eq!(means.len(), 8, "{err}");
-    assert!(means[7] > means[0] + 10.0, "last epoch {} not clearly above first {}: {means:?}", means[7], means[0]);
-    for f in ["metrics.jsonl", "metrics.csv", "training.svg", "models/agent_0/model.safetensors", "models/agent_1/config.json"] {
+    assert!(
+        means[7] > means[0] + 10.0,
+        "last epoch {} not clearly above first {}: {means:?}",
+        means[7],
+        means[0]
+    );
+    for f in [
+        "metrics.jsonl",
+        "metrics.csv",
+        "training.svg",
+        "models/agent_0/model.safetensors",
+        "models/agent_1/config.json",
+    ] {
         assert!(out.join(f).is_file(), "{f} missing");
     }
     let svg = std::fs::read_to_string(out.join("training.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains("reward mean"));
     // The trained model loads and generates.
     let model = out.join("models/agent_0");
-    let (ok, stdout, err) = run_bin(&["generate", "--model", model.to_str().unwrap(), "--prompt", "Hi", "--json", "--max-new-tokens", "8"]);
+    let (ok, stdout, err) = run_bin(&[
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "Hi",
+        "--json",
+        "--max-new-tokens",
+        "8",
+    ]);
     assert!(ok && stdout.contains("samples"), "{err}");
 }
 
@@ -83,7 +130,11 @@ fn same_seed_same_metrics() {
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     for dir in [&a, &b] {
-        let mut args = vec!["run".to_string(), scenario().display().to_string(), "--quiet".into()];
+        let mut args = vec![
+            "run".to_string(),
+            scenario().display().to_string(),
+            "--quiet".into(),
+        ];
         args.extend(small(dir));
         let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         let (ok, _, err) = run_bin(&args);
@@ -118,15 +169,24 @@ fn interrupted_and_resumed_run_matches_uninterrupted() {
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     let extra = ["--set", "checkpoint_every=4"];
-    let sa = Trainer::new(load(&a, &extra)).unwrap().run(false, &mut ()).unwrap();
+    let sa = Trainer::new(load(&a, &extra))
+        .unwrap()
+        .run(false, &mut ())
+        .unwrap();
     assert_eq!(sa.steps_done, 20);
     let mut t = Trainer::new(load(&b, &extra)).unwrap();
     let flag = t.interrupt_flag();
     let sb = t.run(false, &mut StopAt(7, flag)).unwrap();
     assert!(sb.interrupted && sb.steps_done == 7);
-    assert!(!b.join("models").exists(), "an interrupted run saves no final models");
+    assert!(
+        !b.join("models").exists(),
+        "an interrupted run saves no final models"
+    );
     // Odd step, mid rollout buffer: the buffered rollout is in the checkpoint.
-    let sb = Trainer::new(load(&b, &extra)).unwrap().run(true, &mut ()).unwrap();
+    let sb = Trainer::new(load(&b, &extra))
+        .unwrap()
+        .run(true, &mut ())
+        .unwrap();
     assert_eq!(sb.steps_done, 20);
     assert_eq!(metrics_without_timing(&a), metrics_without_timing(&b));
     for i in 0..2 {
@@ -146,21 +206,45 @@ fn reward_error_mid_run_stops_cleanly_with_checkpoint_intact() {
     )
     .unwrap();
     let out = tmp.path().join("run");
-    let mut args = vec!["run".to_string(), scenario().display().to_string(), "--quiet".into()];
+    let mut args = vec![
+        "run".to_string(),
+        scenario().display().to_string(),
+        "--quiet".into(),
+    ];
     args.extend(small(&out));
-    args.extend(["--set".into(), format!("reward.rhai={}", script.display()), "--set".into(), "checkpoint_every=1".into()]);
+    args.extend([
+        "--set".into(),
+        format!("reward.rhai={}", script.display()),
+        "--set".into(),
+        "checkpoint_every=1".into(),
+    ]);
     let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     let (ok, _, err) = run_bin(&args);
     assert!(!ok, "the run must fail");
-    assert!(err.contains("flaky.rhai") && err.contains("cannot score bedtime stories") && err.contains("step 3"), "{err}");
-    assert!(err.contains("line 3"), "the script position is reported: {err}");
+    assert!(
+        err.contains("flaky.rhai")
+            && err.contains("cannot score bedtime stories")
+            && err.contains("step 3"),
+        "{err}"
+    );
+    assert!(
+        err.contains("line 3"),
+        "the script position is reported: {err}"
+    );
     let latest = std::fs::read_to_string(out.join("checkpoints/latest")).unwrap();
     assert_eq!(latest.trim(), "step-00000002");
     let ck = out.join("checkpoints/step-00000002");
-    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(ck.join("state.json")).unwrap()).unwrap();
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ck.join("state.json")).unwrap()).unwrap();
     assert_eq!(state["step"], 2);
-    assert!(ck.join("agent_0.safetensors").is_file() && ck.join("optimizer_1.safetensors").is_file());
-    assert!(!out.join("checkpoints").read_dir().unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".tmp")));
+    assert!(
+        ck.join("agent_0.safetensors").is_file() && ck.join("optimizer_1.safetensors").is_file()
+    );
+    assert!(!out.join("checkpoints").read_dir().unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with(".tmp")));
 }
 
 #[test]
@@ -171,7 +255,10 @@ fn unwritable_output_dir_is_reported_before_training() {
     let o = format!("output_dir={}/sub", file.display());
     let (ok, _, err) = run_bin(&["run", scenario().to_str().unwrap(), "--quiet", "--set", &o]);
     assert!(!ok);
-    assert!(err.contains("output_dir") && err.contains("cannot be created"), "{err}");
+    assert!(
+        err.contains("output_dir") && err.contains("cannot be created"),
+        "{err}"
+    );
     assert!(!err.contains("epoch"), "no training happened: {err}");
 }
 
@@ -179,12 +266,34 @@ fn unwritable_output_dir_is_reported_before_training() {
 fn malformed_scenario_names_file_line_and_column() {
     let tmp = tempfile::tempdir().unwrap();
     let bad = tmp.path().join("bad.yaml");
-    let text = std::fs::read_to_string(scenario()).unwrap().replace("num_generations: 8", "num_generatons: 8");
-    std::fs::write(&bad, text.replace("../rewards/len_ratio.rhai", &format!("{}/../rewards/len_ratio.rhai", scenario().parent().unwrap().display()))).unwrap();
+    let text = std::fs::read_to_string(scenario())
+        .unwrap()
+        .replace("num_generations: 8", "num_generatons: 8");
+    std::fs::write(
+        &bad,
+        text.replace(
+            "../rewards/len_ratio.rhai",
+            &format!(
+                "{}/../rewards/len_ratio.rhai",
+                scenario().parent().unwrap().display()
+            ),
+        ),
+    )
+    .unwrap();
     let (ok, _, err) = run_bin(&["check", bad.to_str().unwrap()]);
     assert!(!ok);
-    assert!(err.contains("bad.yaml:") && err.contains("num_generatons") && err.contains("num_generations"), "{err}");
-    let (ok, _, err) = run_bin(&["run", scenario().to_str().unwrap(), "--set", "trainer.num_generations=1"]);
+    assert!(
+        err.contains("bad.yaml:")
+            && err.contains("num_generatons")
+            && err.contains("num_generations"),
+        "{err}"
+    );
+    let (ok, _, err) = run_bin(&[
+        "run",
+        scenario().to_str().unwrap(),
+        "--set",
+        "trainer.num_generations=1",
+    ]);
     assert!(!ok && err.contains("num_generations"), "{err}");
     let (ok, _, err) = run_bin(&["check", scenario().to_str().unwrap()]);
     assert!(ok, "{err}");
@@ -199,18 +308,78 @@ fn reward_command_scores_with_the_whole_stack() {
         "{\"prompt\": \"p\", \"completions\": [\"ab\", \"abcde\"]}\n{\"prompt\": \"p\", \"completions\": [\"\", \"x\"]}\n{\"prompt\": \"p\", \"completions\": [\"日本\", \"é\"], \"topic\": \"x\"}\n",
     )
     .unwrap();
-    let (ok, out, err) = run_bin(&["reward", scenario().to_str().unwrap(), "--completions", input.to_str().unwrap(), "--json"]);
+    let (ok, out, err) = run_bin(&[
+        "reward",
+        scenario().to_str().unwrap(),
+        "--completions",
+        input.to_str().unwrap(),
+        "--json",
+    ]);
     assert!(ok, "{err}");
-    let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(rows.len(), 3);
     let expect = |a: &str, b: &str| comlrl_reward::reference::len_ratio(a, b, 2.0, 3.0);
     for (row, (a, b)) in rows.iter().zip([("ab", "abcde"), ("", "x"), ("日本", "é")]) {
         let raw = row["components"]["len_ratio"].as_f64().unwrap();
         assert!((raw - expect(a, b)).abs() < 1e-6, "{row}");
-        assert!((row["reward"].as_f64().unwrap() - 100.0 * expect(a, b)).abs() < 1e-4, "{row}");
+        assert!(
+            (row["reward"].as_f64().unwrap() - 100.0 * expect(a, b)).abs() < 1e-4,
+            "{row}"
+        );
     }
     let bad = tmp.path().join("bad.jsonl");
-    std::fs::write(&bad, "{\"prompt\": \"p\", \"completions\": [\"only one\"]}\n").unwrap();
-    let (ok, _, err) = run_bin(&["reward", scenario().to_str().unwrap(), "--completions", bad.to_str().unwrap()]);
-    assert!(!ok && err.contains("bad.jsonl:1") && err.contains("2 agents"), "{err}");
+    std::fs::write(
+        &bad,
+        "{\"prompt\": \"p\", \"completions\": [\"only one\"]}\n",
+    )
+    .unwrap();
+    let (ok, _, err) = run_bin(&[
+        "reward",
+        scenario().to_str().unwrap(),
+        "--completions",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && err.contains("bad.jsonl:1") && err.contains("2 agents"),
+        "{err}"
+    );
+}
+
+#[test]
+fn evaluation_rows_follow_eval_interval() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut args = vec![
+        "run".to_string(),
+        scenario().display().to_string(),
+        "--quiet".into(),
+    ];
+    args.extend(small(&out));
+    for s in [
+        "dataset.eval={prompts: [\"Say hi:\", \"Say bye:\"]}",
+        "trainer.eval_interval=6",
+        "trainer.eval_num_samples=2",
+        "trainer.num_train_epochs=1",
+    ] {
+        args.extend(["--set".to_string(), s.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let (ok, _, err) = run_bin(&args);
+    assert!(ok, "{err}");
+    let rows = read_jsonl(&out.join("metrics.jsonl")).unwrap();
+    // Rows at steps 3, 6, 9, 10; evaluation ran at step 6 only.
+    let evals: Vec<(i64, bool)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["step"].as_i64().unwrap(),
+                r["eval/reward_mean"].is_number(),
+            )
+        })
+        .collect();
+    assert_eq!(evals, vec![(3, false), (6, true), (9, false), (10, false)]);
+    assert!(rows[1]["eval/reward_mean"].as_f64().unwrap() >= 0.0);
 }

@@ -148,7 +148,7 @@ impl Trainer {
                 opt_steps: vec![0; n_agents],
                 rng: rand_chacha::ChaCha8Rng::seed_from_u64(self.scenario.seed),
                 buffer: vec![],
-                window: Window::new(n_agents, self.component_names.len()),
+                window: Window::new(n_agents, self.component_names.len(), self.eval_enabled()),
                 metrics_rows: 0,
                 epoch_rewards: vec![],
             },
@@ -209,6 +209,9 @@ impl Trainer {
             state.window.seconds += t0.elapsed().as_secs_f64();
             state.window.steps += 1;
             state.step += 1;
+            if self.eval_enabled() && state.step % t.eval_interval == 0 {
+                state.window.eval = Some(self.evaluate(&spec, state.step)?);
+            }
             let mean = state.window.rewards.iter().map(|&x| x as f64).sum::<f64>()
                 / state.window.rewards.len().max(1) as f64;
             obs.step(state.step, mean, t0.elapsed().as_secs_f64());
@@ -221,7 +224,8 @@ impl Trainer {
                 {
                     sink.write(&row)?;
                 }
-                state.window = Window::new(n_agents, self.component_names.len());
+                state.window =
+                    Window::new(n_agents, self.component_names.len(), self.eval_enabled());
             }
             state.metrics_rows = sink.rows;
             let every = self.scenario.checkpoint_every as usize;
@@ -260,6 +264,55 @@ impl Trainer {
             epoch_reward_means,
             output_dir: out,
         })
+    }
+
+    fn eval_enabled(&self) -> bool {
+        self.scenario.dataset.eval.is_some()
+            && self.scenario.trainer.eval_interval > 0
+            && self.scenario.trainer.eval_num_samples > 0
+    }
+
+    /// Mean joint reward and mean completion return over the first `eval_num_samples` eval
+    /// prompts, sampled with the training settings from an RNG of its own (seeded by the run
+    /// seed and the step), so evaluating never changes the training stream.
+    fn evaluate(&self, spec: &RolloutSpec, step: usize) -> Result<(f64, f64)> {
+        let Some(eval) = &self.scenario.dataset.eval else {
+            return Ok((f64::NAN, f64::NAN));
+        };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+            self.scenario.seed ^ (0x9e37_79b9_7f4a_7c15 ^ step as u64),
+        );
+        let (mut rs, mut rets) = (vec![], vec![]);
+        for row in eval
+            .rows
+            .iter()
+            .take(self.scenario.trainer.eval_num_samples)
+        {
+            let prompts: Vec<String> = self
+                .scenario
+                .agents
+                .iter()
+                .map(|a| a.template.render(row))
+                .collect();
+            let s = rollout(
+                &self.policies,
+                &prompts,
+                &row.prompt,
+                &row.fields,
+                &self.stack,
+                spec,
+                &mut rng,
+            )
+            .map_err(|e| Error::Train(format!("evaluation at step {step}: {e}")))?;
+            rs.extend(s.rewards.iter().map(|&r| r as f64));
+            rets.extend(
+                s.agents
+                    .iter()
+                    .flat_map(|a| a.returns.iter().map(|&r| r as f64)),
+            );
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        Ok((mean(&rs), mean(&rets)))
     }
 
     /// One update round: each agent trains on the buffered samples, in mini-batches.

@@ -19,6 +19,10 @@ pub struct Window {
     pub generated_tokens: usize,
     pub sampling_seconds: f64,
     pub lr: f64,
+    /// Whether evaluation is on (its columns are then always present, null when not run).
+    pub eval_enabled: bool,
+    /// Mean reward and mean completion return of the last evaluation in this window.
+    pub eval: Option<(f64, f64)>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -35,10 +39,11 @@ pub struct AgentWindow {
 pub type Row = Vec<(String, f64)>;
 
 impl Window {
-    pub fn new(agents: usize, components: usize) -> Self {
+    pub fn new(agents: usize, components: usize, eval_enabled: bool) -> Self {
         Self {
             agents: vec![AgentWindow::default(); agents],
             components: vec![(0.0, 0); components],
+            eval_enabled,
             ..Default::default()
         }
     }
@@ -83,6 +88,11 @@ impl Window {
             0.0
         };
         row.push(("tokens_per_s".into(), tps));
+        if self.eval_enabled {
+            let (r, ret) = self.eval.unwrap_or((f64::NAN, f64::NAN));
+            row.push(("eval/reward_mean".into(), r));
+            row.push(("eval/return_mean".into(), ret));
+        }
         Some(row)
     }
 }

@@ -1,6 +1,6 @@
 //! comlrl scenario files: load a YAML scenario (plus `--set key.path=value` overrides), validate
 //! it with file:line:column errors that say how to fix each problem, and hand back the resolved
-//! plan ([`Scenario`]) the trainer runs. The full key reference is `docs/scenario.md`.
+//! plan ([`Scenario`]) the trainer runs. The full key reference is the README's "Scenario reference".
 //!
 //! ```no_run
 //! let s = comlrl_scenario::load(

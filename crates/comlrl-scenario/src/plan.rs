@@ -6,7 +6,7 @@ use comlrl_reward::spec::{ProcessorSpec, RewardSpec};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// A fully resolved scenario. Built by [`crate::load`]; see `docs/scenario.md` for every key.
+/// A fully resolved scenario. Built by [`crate::load`]; see the README's "Scenario reference" for every key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
     /// The scenario file stem (`story_len_ratio`); default W&B run name and output folder.

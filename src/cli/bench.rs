@@ -1,4 +1,4 @@
-//! `comlrl bench`: run the benchmarks and write their JSON report.
+//! `comlrl bench`: run the benchmarks (models, rewards) and write their JSON reports.
 use anyhow::Context;
 use comlrl::bench::model::{run as bench_model, ModelBenchOptions};
 use comlrl::model::{LoadOptions, ModelSource, Policy};
@@ -6,6 +6,32 @@ use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(subcommand)]
+    pub what: What,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum What {
+    /// Sampling tokens/s and forward+backward seconds of models.
+    Models(ModelsArgs),
+    /// Joint samples/s of the reward terms of scenarios (e.g. the Rhai and native len_ratio).
+    Rewards(RewardsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RewardsArgs {
+    /// Scenario files whose reward terms are measured.
+    #[arg(required = true)]
+    pub scenarios: Vec<PathBuf>,
+    /// Synthetic joint samples per measurement.
+    #[arg(long, default_value_t = 10_000)]
+    pub samples: usize,
+    #[arg(long, default_value = "bench-results/rewards.json")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ModelsArgs {
     /// Models to benchmark (hub id, directory or builtin:<preset>); default: builtin:tiny and
     /// builtin:small (32M parameters).
     #[arg(long = "model")]
@@ -29,6 +55,44 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    match a.what {
+        What::Models(m) => run_models(m),
+        What::Rewards(r) => run_rewards(r),
+    }
+}
+
+fn run_rewards(a: RewardsArgs) -> anyhow::Result<()> {
+    let mut results = vec![];
+    for path in &a.scenarios {
+        let s = comlrl_scenario::load(path, &[]).with_context(|| format!("invalid scenario {}", path.display()))?;
+        let batch = comlrl_reward::bench::synthetic_batch(a.samples, s.agents.len());
+        for term in &s.reward.terms {
+            let name = term.name.clone().unwrap_or_default();
+            let (kind, reward): (&str, Box<dyn comlrl_reward::RewardFn>) = match (&term.rhai, &term.plugin) {
+                (Some(p), _) => ("rhai", Box::new(comlrl_reward::RhaiReward::load(p, &term.params)?)),
+                (None, Some(p)) => ("native", Box::new(comlrl_reward::NativeReward::load(p, &term.params)?)),
+                (None, None) => continue,
+            };
+            let r = comlrl_reward::bench::throughput_on(reward.as_ref(), &batch)?;
+            eprintln!("{} {name} ({kind}): {:.0} joint samples/s", path.display(), r.samples_per_s);
+            results.push(serde_json::json!({"scenario": path, "term": name, "kind": kind, "result": r}));
+        }
+    }
+    let json = serde_json::json!({"machine": comlrl::bench::sys::machine(), "rewards": results});
+    write_report(&a.out, &json)
+}
+
+fn write_report(out: &std::path::Path, json: &serde_json::Value) -> anyhow::Result<()> {
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(json)?;
+    std::fs::write(out, &text).with_context(|| format!("writing {}", out.display()))?;
+    println!("{text}");
+    Ok(())
+}
+
+fn run_models(a: ModelsArgs) -> anyhow::Result<()> {
     let models = if a.models.is_empty() {
         vec!["builtin:tiny".to_string(), "builtin:small".to_string()]
     } else {
@@ -62,11 +126,5 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "machine": comlrl::bench::sys::machine(),
         "models": reports,
     });
-    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let text = serde_json::to_string_pretty(&json)?;
-    std::fs::write(&a.out, &text).with_context(|| format!("writing {}", a.out.display()))?;
-    println!("{text}");
-    Ok(())
+    write_report(&a.out, &json)
 }

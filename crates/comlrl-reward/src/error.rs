@@ -39,7 +39,7 @@ impl ScriptFailure {
         match self {
             ScriptFailure::Read => "check the `rhai:` path in the scenario (relative paths are resolved against the scenario file)",
             ScriptFailure::Syntax => "fix the script at the position shown; every variable must be declared with `let` (strict mode)",
-            ScriptFailure::Entry => "define `fn reward(completions, ctx)` returning a number, or `fn reward_batch(samples, ctx)` returning an array with one number per sample (see "Writing your own reward" in README.md)",
+            ScriptFailure::Entry => "define `fn reward(completions, ctx)` returning a number, or `fn reward_batch(samples, ctx)` returning an array with one number per sample (see 'Writing your own reward' in README.md)",
             ScriptFailure::Runtime => "fix the script at the position shown",
             ScriptFailure::Limit => "the script ran too long or built too large a value; look for an endless loop or runaway recursion, or simplify the script",
             ScriptFailure::Return => "return an integer or a finite float (one per sample for `reward_batch`)",

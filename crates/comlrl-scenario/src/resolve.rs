@@ -23,12 +23,12 @@ pub(crate) fn resolve(
     let rp = KeyPath::root();
     match &root {
         Json::Object(m) if m.is_empty() => {
-            d.error(ErrorKind::MissingKey, &rp, "the scenario is empty", Some("a scenario needs at least `dataset`, `agents` and `reward` (see "Scenario reference" in README.md)".into()));
+            d.error(ErrorKind::MissingKey, &rp, "the scenario is empty", Some("a scenario needs at least `dataset`, `agents` and `reward` (see 'Scenario reference' in README.md)".into()));
             return None;
         }
         Json::Object(_) => {}
         Json::Null => {
-            d.error(ErrorKind::MissingKey, &rp, "the scenario is empty", Some("a scenario needs at least `dataset`, `agents` and `reward` (see "Scenario reference" in README.md)".into()));
+            d.error(ErrorKind::MissingKey, &rp, "the scenario is empty", Some("a scenario needs at least `dataset`, `agents` and `reward` (see 'Scenario reference' in README.md)".into()));
             return None;
         }
         _ => {

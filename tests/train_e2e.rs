@@ -383,3 +383,25 @@ fn evaluation_rows_follow_eval_interval() {
     assert_eq!(evals, vec![(3, false), (6, true), (9, false), (10, false)]);
     assert!(rows[1]["eval/reward_mean"].as_f64().unwrap() >= 0.0);
 }
+
+#[test]
+fn kl_penalty_is_logged_and_lowers_returns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let lr = ["--set", "trainer.agent_learning_rate=1e-2"];
+    let sa = load(&a, &lr);
+    let mut sets = lr.to_vec();
+    sets.extend(["--set", "trainer.kl_coef=0.5"]);
+    let sb = load(&b, &sets);
+    Trainer::new(sa).unwrap().run(false, &mut ()).unwrap();
+    Trainer::new(sb).unwrap().run(false, &mut ()).unwrap();
+    let (ra, rb) = (read_jsonl(&a.join("metrics.jsonl")).unwrap(), read_jsonl(&b.join("metrics.jsonl")).unwrap());
+    assert!(ra[0].get("agent_0/kl").is_none());
+    // Until the first update both policies equal their references: KL exactly 0.
+    assert_eq!(rb[0]["step"], 3);
+    let kls: Vec<f64> = rb.iter().map(|r| r["agent_0/kl"].as_f64().unwrap()).collect();
+    assert!(kls.iter().all(|k| *k >= 0.0), "k3 is non-negative: {kls:?}");
+    assert!(kls.last().unwrap() > &0.0, "policies moved away from the reference: {kls:?}");
+    // Same seed, same first rollout: returns differ only by the penalty, which is 0 at step 1.
+    assert_eq!(ra[0]["reward_mean"], rb[0]["reward_mean"]);
+}

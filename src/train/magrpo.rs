@@ -46,6 +46,8 @@ pub struct RunSummary {
 pub struct Trainer {
     scenario: Scenario,
     policies: Vec<Policy>,
+    /// Frozen copies of the initial policies, kept only when `kl_coef` ≠ 0.
+    references: Option<Vec<Policy>>,
     optims: Vec<AdamW>,
     stack: RewardStack,
     sampling: Vec<SamplingParams>,
@@ -61,6 +63,11 @@ impl Trainer {
         setup::check_output_dir(&scenario.output_dir)?;
         let stack = setup::reward_stack(&scenario)?;
         let policies = setup::load_policies(&scenario)?;
+        let references = if scenario.trainer.kl_coef != 0.0 {
+            Some(setup::load_policies(&scenario)?)
+        } else {
+            None
+        };
         let t = &scenario.trainer;
         let optims = policies
             .iter()
@@ -86,6 +93,7 @@ impl Trainer {
         Ok(Self {
             scenario,
             policies,
+            references,
             optims,
             stack,
             sampling,
@@ -148,7 +156,7 @@ impl Trainer {
                 opt_steps: vec![0; n_agents],
                 rng: rand_chacha::ChaCha8Rng::seed_from_u64(self.scenario.seed),
                 buffer: vec![],
-                window: Window::new(n_agents, self.component_names.len(), self.eval_enabled()),
+                window: Window::new(n_agents, self.component_names.len(), self.eval_enabled(), self.scenario.trainer.kl_coef != 0.0),
                 metrics_rows: 0,
                 epoch_rewards: vec![],
             },
@@ -158,6 +166,8 @@ impl Trainer {
         let rows = self.scenario.dataset.train.rows.len();
         let t = self.scenario.trainer.clone();
         let spec_sampling = self.sampling.clone();
+        // Moved out for the loop (the loop borrows `self` mutably); put back at the end.
+        let references = self.references.take();
         let spec = RolloutSpec {
             k: t.num_generations,
             cross: t.joint_mode == JointMode::Cross,
@@ -169,6 +179,7 @@ impl Trainer {
             },
             normalize: t.advantage_normalization,
             sampling: &spec_sampling,
+            reference: references.as_deref().map(|r| (r, t.kl_coef)),
         };
         obs.start(total, state.step);
         let mut interrupted = false;
@@ -225,7 +236,7 @@ impl Trainer {
                     sink.write(&row)?;
                 }
                 state.window =
-                    Window::new(n_agents, self.component_names.len(), self.eval_enabled());
+                    Window::new(n_agents, self.component_names.len(), self.eval_enabled(), self.scenario.trainer.kl_coef != 0.0);
             }
             state.metrics_rows = sink.rows;
             let every = self.scenario.checkpoint_every as usize;
@@ -252,6 +263,7 @@ impl Trainer {
         if !rows_json.is_empty() {
             super::plot::plot(&rows_json, n_agents, &out.join("training.svg"))?;
         }
+        self.references = references;
         let epoch_reward_means = state
             .epoch_rewards
             .iter()
@@ -359,6 +371,7 @@ fn record_rollout(state: &mut TrainState, s: &NodeSample, epoch: usize, sampling
         }
     }
     for (aw, a) in w.agents.iter_mut().zip(&s.agents) {
+        aw.kl_sum += a.kl.iter().map(|&k| k as f64).sum::<f64>();
         for (c, r) in a.completions.iter().zip(&a.returns) {
             aw.len_sum += c.len() as f64;
             aw.returns_sum += *r as f64;

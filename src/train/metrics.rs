@@ -21,6 +21,9 @@ pub struct Window {
     pub lr: f64,
     /// Whether evaluation is on (its columns are then always present, null when not run).
     pub eval_enabled: bool,
+    /// Whether the reference-KL penalty is on (adds `agent_<i>/kl`).
+    #[serde(default)]
+    pub kl_enabled: bool,
     /// Mean reward and mean completion return of the last evaluation in this window.
     pub eval: Option<(f64, f64)>,
 }
@@ -33,17 +36,19 @@ pub struct AgentWindow {
     pub len_sum: f64,
     pub returns_sum: f64,
     pub completions: usize,
+    pub kl_sum: f64,
 }
 
 /// One logged row: ordered (name, value) pairs.
 pub type Row = Vec<(String, f64)>;
 
 impl Window {
-    pub fn new(agents: usize, components: usize, eval_enabled: bool) -> Self {
+    pub fn new(agents: usize, components: usize, eval_enabled: bool, kl_enabled: bool) -> Self {
         Self {
             agents: vec![AgentWindow::default(); agents],
             components: vec![(0.0, 0); components],
             eval_enabled,
+            kl_enabled,
             ..Default::default()
         }
     }
@@ -79,6 +84,9 @@ impl Window {
             }
             row.push((format!("agent_{i}/completion_length_mean"), a.len_sum / c));
             row.push((format!("agent_{i}/return_mean"), a.returns_sum / c));
+            if self.kl_enabled {
+                row.push((format!("agent_{i}/kl"), a.kl_sum / c));
+            }
         }
         row.push(("lr".into(), self.lr));
         row.push(("step_seconds".into(), self.seconds / self.steps as f64));

@@ -18,6 +18,9 @@ pub struct AgentRollout {
     pub texts: Vec<String>,
     pub returns: Vec<f32>,
     pub advantages: Vec<f32>,
+    /// Per completion: Σ_t k3(π_ref ‖ π) over its tokens (0 when the KL penalty is off).
+    #[serde(default)]
+    pub kl: Vec<f32>,
 }
 
 /// One training prompt's rollout, all agents.
@@ -37,6 +40,8 @@ pub struct RolloutSpec<'a> {
     pub baseline: Baseline,
     pub normalize: bool,
     pub sampling: &'a [SamplingParams],
+    /// Frozen reference policies and the penalty coefficient, when the KL penalty is on.
+    pub reference: Option<(&'a [Policy], f64)>,
 }
 
 /// Samples, scores and computes advantages for one prompt. `prompts[i]` is agent i's rendered
@@ -80,6 +85,7 @@ pub fn rollout(
             texts,
             returns: vec![],
             advantages: vec![],
+            kl: vec![],
         });
     }
     let joint = joint_actions(n, spec.k, spec.cross);
@@ -99,7 +105,13 @@ pub fn rollout(
     let rewards: Vec<f32> = scored.iter().map(|s| s.reward).collect();
     let components = scored.into_iter().map(|s| s.components).collect();
     let returns = completion_returns(&joint, &rewards, n, spec.k);
-    for (a, r) in agents.iter_mut().zip(returns) {
+    for (i, (a, mut r)) in agents.iter_mut().zip(returns).enumerate() {
+        if let Some((refs, coef)) = spec.reference {
+            a.kl = kl_k3(&policies[i], &refs[i], a)?;
+            for (ret, kl) in r.iter_mut().zip(&a.kl) {
+                *ret -= (coef * *kl as f64) as f32;
+            }
+        }
         a.advantages = advantages(&r, spec.baseline, spec.normalize);
         a.returns = r;
     }
@@ -108,4 +120,31 @@ pub fn rollout(
         rewards,
         components,
     })
+}
+
+/// Per completion, Σ_t k3 = Σ_t [exp(ℓ_ref − ℓ) − (ℓ_ref − ℓ) − 1] with ℓ the token log-probs
+/// under the current policy and ℓ_ref under the frozen reference (no gradients).
+fn kl_k3(policy: &Policy, reference: &Policy, a: &AgentRollout) -> Result<Vec<f32>> {
+    use crate::model::{completion_logprobs, Mode, ScoreLayout};
+    let k = a.completions.len();
+    if k == 0 || a.completions.iter().all(|c| c.is_empty()) {
+        return Ok(vec![0.0; k]);
+    }
+    let prompts: Vec<&[u32]> = vec![a.prompt_ids.as_slice(); k];
+    let comps: Vec<&[u32]> = a.completions.iter().map(|c| c.as_slice()).collect();
+    let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
+    let cur = completion_logprobs(&policy.model, &layout, Mode::Infer)?.to_vec2::<f32>()?;
+    let refl = completion_logprobs(&reference.model, &layout, Mode::Infer)?.to_vec2::<f32>()?;
+    Ok(a.completions
+        .iter()
+        .enumerate()
+        .map(|(row, c)| {
+            (0..c.len())
+                .map(|t| {
+                    let d = (refl[row][t] - cur[row][t]) as f64;
+                    d.exp() - d - 1.0
+                })
+                .sum::<f64>() as f32
+        })
+        .collect())
 }

@@ -87,12 +87,5 @@ pub fn check_supported(s: &Scenario) -> Result<()> {
             s.trainer.num_turns
         )));
     }
-    if s.trainer.kl_coef != 0.0 {
-        return Err(Error::Train(format!(
-            "{}: trainer.kl_coef = {} — the reference-KL penalty is not implemented yet; set kl_coef: 0",
-            s.source.display(),
-            s.trainer.kl_coef
-        )));
-    }
     Ok(())
 }

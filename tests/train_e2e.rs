@@ -405,3 +405,37 @@ fn kl_penalty_is_logged_and_lowers_returns() {
     // Same seed, same first rollout: returns differ only by the penalty, which is 0 at step 1.
     assert_eq!(ra[0]["reward_mean"], rb[0]["reward_mean"]);
 }
+
+#[test]
+fn multi_turn_with_a_rhai_transition() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("revise.rhai");
+    std::fs::write(
+        &script,
+        "fn transition(ctx) {\n    let out = [];\n    for i in 0..ctx.agent_count {\n        out.push(`Turn ${ctx.turn}: improve \"${ctx.response_history[i][-1]}\"`);\n    }\n    out\n}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("run");
+    let mut args = vec!["run".to_string(), scenario().display().to_string(), "--quiet".into()];
+    args.extend(small(&out));
+    for s in [
+        "trainer.num_turns=2".to_string(),
+        format!("trainer.external_transition={{rhai: {}}}", script.display()),
+        "trainer.num_train_epochs=1".to_string(),
+        "trainer.early_termination_threshold=null".to_string(),
+        "agents.max_new_tokens=8".to_string(),
+    ] {
+        args.extend(["--set".to_string(), s]);
+    }
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let (ok, _, err) = run_bin(&args);
+    assert!(ok, "{err}");
+    let rows = read_jsonl(&out.join("metrics.jsonl")).unwrap();
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().all(|r| r["turn_2/reward_mean"].is_number() && r["agent_1/loss"].is_number()), "{rows:?}");
+
+    // A transition returning the wrong number of prompts is a clear error naming the script.
+    std::fs::write(&script, "fn transition(ctx) { [\"only one\"] }\n").unwrap();
+    let (ok, _, err) = run_bin(&args);
+    assert!(!ok && err.contains("revise.rhai") && err.contains("1 prompts for 2 agents"), "{err}");
+}

@@ -6,7 +6,7 @@ use super::checkpoint::{self, TrainState};
 use super::loss::loss_and_grads;
 use super::metrics::{read_jsonl, MetricsSink, Window};
 use super::optim::{AdamW, AdamWConfig};
-use super::rollout::{rollout, NodeSample, RolloutSpec};
+use super::rollout::{rollout, NodeSample, RolloutSpec, RowInput};
 use super::schedule::lr_at;
 use super::setup;
 use crate::error::{Error, Result};
@@ -50,6 +50,7 @@ pub struct Trainer {
     references: Option<Vec<Policy>>,
     optims: Vec<AdamW>,
     stack: RewardStack,
+    transition: Option<comlrl_reward::RhaiTransition>,
     sampling: Vec<SamplingParams>,
     component_names: Vec<String>,
     yaml: String,
@@ -62,6 +63,7 @@ impl Trainer {
         setup::check_supported(&scenario)?;
         setup::check_output_dir(&scenario.output_dir)?;
         let stack = setup::reward_stack(&scenario)?;
+        let transition = setup::transition(&scenario)?;
         let policies = setup::load_policies(&scenario)?;
         let references = if scenario.trainer.kl_coef != 0.0 {
             Some(setup::load_policies(&scenario)?)
@@ -96,6 +98,7 @@ impl Trainer {
             references,
             optims,
             stack,
+            transition,
             sampling,
             component_names,
             yaml,
@@ -113,11 +116,22 @@ impl Trainer {
         self.scenario.trainer.num_train_epochs * self.scenario.dataset.train.rows.len()
     }
 
-    /// Optimizer steps per agent over the whole run (for the LR schedule).
+    /// Optimizer steps per agent over the whole run (for the LR schedule): nodes per prompt
+    /// (every branch expanded; early termination makes the real count smaller), updates of
+    /// `rollout_buffer_size` nodes with a flush at each epoch's end, and mini-batches per update.
     fn total_opt_steps(&self) -> usize {
         let t = &self.scenario.trainer;
-        let updates = self.total_steps().div_ceil(t.rollout_buffer_size.max(1));
-        updates * t.rollout_buffer_size.div_ceil(t.train_batch_size.max(1))
+        let joint = if t.joint_mode == JointMode::Cross {
+            t.num_generations.pow(self.policies.len() as u32)
+        } else {
+            t.num_generations
+        };
+        let nodes_per_prompt: usize = (0..t.num_turns).map(|turn| joint.pow(turn as u32)).sum();
+        let rows = self.scenario.dataset.train.rows.len();
+        let size = t.rollout_buffer_size.max(1);
+        let updates_per_epoch = (rows * nodes_per_prompt).div_ceil(size);
+        let per_update = size.div_ceil(t.train_batch_size.max(1));
+        t.num_train_epochs * updates_per_epoch * per_update
     }
 
     pub fn run(&mut self, resume: bool, obs: &mut dyn Observer) -> Result<RunSummary> {
@@ -168,6 +182,9 @@ impl Trainer {
         let spec_sampling = self.sampling.clone();
         // Moved out for the loop (the loop borrows `self` mutably); put back at the end.
         let references = self.references.take();
+        let transition = self.transition.take();
+        let templates: Vec<comlrl_scenario::Template> =
+            self.scenario.agents.iter().map(|a| a.template.clone()).collect();
         let spec = RolloutSpec {
             k: t.num_generations,
             cross: t.joint_mode == JointMode::Cross,
@@ -180,6 +197,11 @@ impl Trainer {
             normalize: t.advantage_normalization,
             sampling: &spec_sampling,
             reference: references.as_deref().map(|r| (r, t.kl_coef)),
+            turns: t.num_turns,
+            discount: t.discount,
+            early_termination: t.early_termination_threshold,
+            transition: transition.as_ref(),
+            templates: (!t.external_prompt_passthrough).then_some(templates.as_slice()),
         };
         obs.start(total, state.step);
         let mut interrupted = false;
@@ -194,28 +216,23 @@ impl Trainer {
                 .map(|a| a.template.render(row))
                 .collect();
             let t0 = Instant::now();
-            let sample = rollout(
-                &self.policies,
-                &prompts,
-                &row.prompt,
-                &row.fields,
-                &self.stack,
-                &spec,
-                &mut state.rng,
-            )
-            .map_err(|e| {
-                Error::Train(format!(
-                    "step {} (epoch {}, prompt {}): {e}",
-                    step + 1,
-                    epoch + 1,
-                    r + 1
-                ))
-            })?;
+            let input = RowInput { prompt: &row.prompt, fields: &row.fields };
+            let nodes = rollout(&self.policies, &prompts, &input, &self.stack, &spec, &mut state.rng)
+                .map_err(|e| Error::Train(format!("step {} (epoch {}, prompt {}): {e}", step + 1, epoch + 1, r + 1)))?;
             let sampling_s = t0.elapsed().as_secs_f64();
-            record_rollout(&mut state, &sample, epoch, sampling_s);
-            state.buffer.push(sample);
-            if state.buffer.len() >= t.rollout_buffer_size || step + 1 == total {
-                self.update(&mut state)?;
+            for node in nodes {
+                record_rollout(&mut state, &node, epoch, sampling_s);
+                state.buffer.push(node);
+            }
+            let size = t.rollout_buffer_size.max(1);
+            while state.buffer.len() >= size {
+                let batch: Vec<NodeSample> = state.buffer.drain(..size).collect();
+                self.update(&mut state, batch)?;
+            }
+            // CoMLRL flushes what is left at the end of every epoch.
+            if r + 1 == rows && !state.buffer.is_empty() {
+                let batch = std::mem::take(&mut state.buffer);
+                self.update(&mut state, batch)?;
             }
             state.window.seconds += t0.elapsed().as_secs_f64();
             state.window.steps += 1;
@@ -264,6 +281,7 @@ impl Trainer {
             super::plot::plot(&rows_json, n_agents, &out.join("training.svg"))?;
         }
         self.references = references;
+        self.transition = transition;
         let epoch_reward_means = state
             .epoch_rewards
             .iter()
@@ -306,32 +324,25 @@ impl Trainer {
                 .iter()
                 .map(|a| a.template.render(row))
                 .collect();
-            let s = rollout(
-                &self.policies,
-                &prompts,
-                &row.prompt,
-                &row.fields,
-                &self.stack,
-                spec,
-                &mut rng,
-            )
-            .map_err(|e| Error::Train(format!("evaluation at step {step}: {e}")))?;
-            rs.extend(s.rewards.iter().map(|&r| r as f64));
-            rets.extend(
-                s.agents
-                    .iter()
-                    .flat_map(|a| a.returns.iter().map(|&r| r as f64)),
-            );
+            let input = RowInput {
+                prompt: &row.prompt,
+                fields: &row.fields,
+            };
+            let nodes = rollout(&self.policies, &prompts, &input, &self.stack, spec, &mut rng)
+                .map_err(|e| Error::Train(format!("evaluation at step {step}: {e}")))?;
+            if let Some(root) = nodes.first() {
+                rs.extend(root.rewards.iter().map(|&r| r as f64));
+                rets.extend(root.agents.iter().flat_map(|a| a.returns.iter().map(|&r| r as f64)));
+            }
         }
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
         Ok((mean(&rs), mean(&rets)))
     }
 
     /// One update round: each agent trains on the buffered samples, in mini-batches.
-    fn update(&mut self, state: &mut TrainState) -> Result<()> {
+    fn update(&mut self, state: &mut TrainState, buffer: Vec<NodeSample>) -> Result<()> {
         let t = &self.scenario.trainer;
         let total_opt = self.total_opt_steps();
-        let buffer = std::mem::take(&mut state.buffer);
         for (i, (policy, opt)) in self.policies.iter().zip(self.optims.iter_mut()).enumerate() {
             let vars: Vec<candle_core::Var> = opt.params.iter().map(|p| p.var.clone()).collect();
             for chunk in buffer.chunks(t.train_batch_size.max(1)) {
@@ -363,7 +374,17 @@ impl Trainer {
 
 fn record_rollout(state: &mut TrainState, s: &NodeSample, epoch: usize, sampling_s: f64) {
     let w = &mut state.window;
-    w.rewards.extend_from_slice(&s.rewards);
+    if s.turn > 0 {
+        // Later turns: their own reward means; agent statistics below cover every node.
+        if w.turn_rewards.len() < s.turn {
+            w.turn_rewards.resize(s.turn, (0.0, 0));
+        }
+        let slot = &mut w.turn_rewards[s.turn - 1];
+        slot.0 += s.rewards.iter().map(|&r| r as f64).sum::<f64>();
+        slot.1 += s.rewards.len();
+    } else {
+        w.rewards.extend_from_slice(&s.rewards);
+    }
     for comp in &s.components {
         for (slot, v) in w.components.iter_mut().zip(comp) {
             slot.0 += *v as f64;
@@ -379,7 +400,12 @@ fn record_rollout(state: &mut TrainState, s: &NodeSample, epoch: usize, sampling
             w.generated_tokens += c.len();
         }
     }
-    w.sampling_seconds += sampling_s;
+    if s.turn == 0 {
+        w.sampling_seconds += sampling_s;
+    }
+    if s.turn > 0 {
+        return;
+    }
     if state.epoch_rewards.len() <= epoch {
         state.epoch_rewards.resize(epoch + 1, (0.0, 0));
     }

@@ -26,6 +26,9 @@ pub struct Window {
     pub kl_enabled: bool,
     /// Mean reward and mean completion return of the last evaluation in this window.
     pub eval: Option<(f64, f64)>,
+    /// Sum and count of joint rewards of turns 2, 3, ... (multi-turn runs).
+    #[serde(default)]
+    pub turn_rewards: Vec<(f64, usize)>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -72,6 +75,9 @@ impl Window {
             ("reward_mean".into(), mean),
             ("reward_std".into(), var.sqrt()),
         ];
+        for (t, (sum, count)) in self.turn_rewards.iter().enumerate() {
+            row.push((format!("turn_{}/reward_mean", t + 2), sum / (*count).max(1) as f64));
+        }
         for (name, (sum, count)) in names.iter().zip(&self.components) {
             row.push((format!("reward/{name}"), sum / (*count).max(1) as f64));
         }

@@ -1,11 +1,13 @@
 //! Rollouts: each agent samples K completions for a prompt (batched, prompt prefilled once),
 //! the joint actions are scored by the reward stack, and every completion gets its return and
-//! advantage. A `NodeSample` is one prompt's rollout of all agents, kept until the next update.
+//! advantage. With several turns each joint action branches: an external transition writes the
+//! agents' next prompts and a child node is sampled, as CoMLRL's tree rollout does. A
+//! `NodeSample` is one node (one turn of one branch), kept until the next update.
 use super::advantage::{advantages, Baseline};
 use super::joint::{completion_returns, joint_actions};
 use crate::error::Result;
 use crate::model::{generate, Policy, SamplingParams};
-use comlrl_reward::{JointSample, RewardStack};
+use comlrl_reward::{JointSample, RewardStack, RhaiTransition, TransitionInput};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
@@ -23,9 +25,12 @@ pub struct AgentRollout {
     pub kl: Vec<f32>,
 }
 
-/// One training prompt's rollout, all agents.
+/// One node of a prompt's rollout tree (one turn of one branch), all agents.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeSample {
+    /// 0-based turn of this node.
+    #[serde(default)]
+    pub turn: usize,
     pub agents: Vec<AgentRollout>,
     /// Final reward of every joint action.
     pub rewards: Vec<f32>,
@@ -42,38 +47,76 @@ pub struct RolloutSpec<'a> {
     pub sampling: &'a [SamplingParams],
     /// Frozen reference policies and the penalty coefficient, when the KL penalty is on.
     pub reference: Option<(&'a [Policy], f64)>,
+    /// Turns per episode; > 1 needs `transition`.
+    pub turns: usize,
+    pub discount: f64,
+    /// Stop expanding a node whose mean reward exceeds this.
+    pub early_termination: Option<f64>,
+    pub transition: Option<&'a RhaiTransition>,
+    /// Agent templates applied to the transition's prompts (`None`: used verbatim, i.e.
+    /// `external_prompt_passthrough`).
+    pub templates: Option<&'a [comlrl_scenario::Template]>,
 }
 
-/// Samples, scores and computes advantages for one prompt. `prompts[i]` is agent i's rendered
-/// prompt; `row` is the dataset row (prompt text and other fields) the reward sees.
+/// The dataset row a rollout answers.
+pub struct RowInput<'a> {
+    pub prompt: &'a str,
+    pub fields: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+/// A node before returns are known.
+struct Node {
+    turn: usize,
+    agents: Vec<AgentRollout>,
+    joint: Vec<Vec<usize>>,
+    rewards: Vec<f32>,
+    components: Vec<Vec<f32>>,
+    /// One child per joint action, or none (last turn or terminated early).
+    children: Vec<Node>,
+}
+
+/// Samples, scores and computes advantages for one prompt: one node per turn per branch, in
+/// creation order (the root first). `prompts[i]` is agent i's first-turn prompt.
 pub fn rollout(
     policies: &[Policy],
     prompts: &[String],
-    row_prompt: &str,
-    row_fields: &serde_json::Map<String, serde_json::Value>,
+    row: &RowInput,
     stack: &RewardStack,
     spec: &RolloutSpec,
     rng: &mut ChaCha8Rng,
-) -> Result<NodeSample> {
+) -> Result<Vec<NodeSample>> {
+    let n = policies.len();
+    let empty = vec![Vec::new(); n];
+    let root = build(policies, prompts, row, stack, spec, rng, 0, &empty, &empty)?;
+    let mut out = Vec::new();
+    finish(policies, spec, root, &mut out)?;
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    policies: &[Policy],
+    prompts: &[String],
+    row: &RowInput,
+    stack: &RewardStack,
+    spec: &RolloutSpec,
+    rng: &mut ChaCha8Rng,
+    turn: usize,
+    prompt_hist: &[Vec<String>],
+    resp_hist: &[Vec<String>],
+) -> Result<Node> {
     let n = policies.len();
     let mut agents = Vec::with_capacity(n);
     for (i, policy) in policies.iter().enumerate() {
         let ids = policy.tokenizer.encode(&prompts[i])?;
         if ids.is_empty() {
             return Err(crate::Error::Invalid(format!(
-                "agent {i}'s prompt encodes to no tokens (prompt: {:?}); check the dataset and template",
+                "agent {i}'s prompt at turn {} encodes to no tokens (prompt: {:?}); check the dataset, template or transition",
+                turn + 1,
                 prompts[i]
             )));
         }
-        let out = generate(
-            &policy.model,
-            &[&ids],
-            spec.k,
-            &spec.sampling[i],
-            &policy.eos_ids,
-            policy.pad_id,
-            rng,
-        )?;
+        let out = generate(&policy.model, &[&ids], spec.k, &spec.sampling[i], &policy.eos_ids, policy.pad_id, rng)?;
         let completions = out.into_iter().next().unwrap_or_default();
         let texts = completions
             .iter()
@@ -92,19 +135,73 @@ pub fn rollout(
     let batch: Vec<JointSample> = joint
         .iter()
         .map(|combo| JointSample {
-            prompt: row_prompt.to_string(),
-            completions: combo
-                .iter()
-                .enumerate()
-                .map(|(a, &c)| agents[a].texts[c].clone())
-                .collect(),
-            fields: row_fields.clone(),
+            prompt: row.prompt.to_string(),
+            completions: combo.iter().enumerate().map(|(a, &c)| agents[a].texts[c].clone()).collect(),
+            fields: row.fields.clone(),
         })
         .collect();
     let scored = stack.score(&batch)?;
     let rewards: Vec<f32> = scored.iter().map(|s| s.reward).collect();
     let components = scored.into_iter().map(|s| s.components).collect();
-    let returns = completion_returns(&joint, &rewards, n, spec.k);
+    let mean = rewards.iter().map(|&r| r as f64).sum::<f64>() / rewards.len().max(1) as f64;
+    let terminate = spec.early_termination.is_some_and(|t| mean > t);
+    let mut children = Vec::new();
+    if turn + 1 < spec.turns && !terminate {
+        let transition = spec.transition.ok_or_else(|| {
+            crate::Error::Train("num_turns > 1 needs trainer.external_transition".into())
+        })?;
+        let ph: Vec<Vec<String>> = (0..n)
+            .map(|i| prompt_hist[i].iter().cloned().chain([prompts[i].clone()]).collect())
+            .collect();
+        for combo in &joint {
+            let parent: Vec<String> = combo.iter().enumerate().map(|(a, &c)| agents[a].texts[c].clone()).collect();
+            let rh: Vec<Vec<String>> = (0..n)
+                .map(|i| resp_hist[i].iter().cloned().chain([parent[i].clone()]).collect())
+                .collect();
+            let next = transition.next_prompts(&TransitionInput {
+                prompt: row.prompt,
+                fields: row.fields,
+                turn: turn + 1,
+                completions: &parent,
+                prompt_history: &ph,
+                response_history: &rh,
+            })?;
+            let next: Vec<String> = match spec.templates {
+                Some(tpl) => next
+                    .into_iter()
+                    .zip(tpl)
+                    .map(|(p, t)| t.render(&comlrl_scenario::Row { prompt: p, fields: row.fields.clone() }))
+                    .collect(),
+                None => next,
+            };
+            children.push(build(policies, &next, row, stack, spec, rng, turn + 1, &ph, &rh)?);
+        }
+    }
+    Ok(Node { turn, agents, joint, rewards, components, children })
+}
+
+/// Returns of a node's joint actions: reward + discount · mean(child returns) (CoMLRL).
+fn joint_returns(node: &Node, discount: f64) -> Vec<f32> {
+    if node.children.is_empty() {
+        return node.rewards.clone();
+    }
+    node.rewards
+        .iter()
+        .zip(&node.children)
+        .map(|(r, child)| {
+            let cr = joint_returns(child, discount);
+            let m = cr.iter().map(|&x| x as f64).sum::<f64>() / cr.len().max(1) as f64;
+            (*r as f64 + discount * m) as f32
+        })
+        .collect()
+}
+
+/// Computes returns and advantages and flattens the tree in creation order.
+fn finish(policies: &[Policy], spec: &RolloutSpec, node: Node, out: &mut Vec<NodeSample>) -> Result<()> {
+    let n = policies.len();
+    let jr = joint_returns(&node, spec.discount);
+    let Node { turn, mut agents, joint, rewards, components, children } = node;
+    let returns = completion_returns(&joint, &jr, n, spec.k);
     for (i, (a, mut r)) in agents.iter_mut().zip(returns).enumerate() {
         if let Some((refs, coef)) = spec.reference {
             a.kl = kl_k3(&policies[i], &refs[i], a)?;
@@ -115,11 +212,11 @@ pub fn rollout(
         a.advantages = advantages(&r, spec.baseline, spec.normalize);
         a.returns = r;
     }
-    Ok(NodeSample {
-        agents,
-        rewards,
-        components,
-    })
+    out.push(NodeSample { turn, agents, rewards, components });
+    for child in children {
+        finish(policies, spec, child, out)?;
+    }
+    Ok(())
 }
 
 /// Per completion, Σ_t k3 = Σ_t [exp(ℓ_ref − ℓ) − (ℓ_ref − ℓ) − 1] with ℓ the token log-probs
@@ -147,4 +244,21 @@ fn kl_k3(policy: &Policy, reference: &Policy, a: &AgentRollout) -> Result<Vec<f3
                 .sum::<f64>() as f32
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(rewards: Vec<f32>, children: Vec<Node>) -> Node {
+        Node { turn: 0, agents: vec![], joint: vec![], rewards, components: vec![], children }
+    }
+
+    #[test]
+    fn returns_add_discounted_mean_of_children() {
+        let leaf = |r: Vec<f32>| node(r, vec![]);
+        let root = node(vec![1.0, 2.0], vec![leaf(vec![0.0, 4.0]), leaf(vec![1.0, 1.0])]);
+        assert_eq!(joint_returns(&root, 0.5), vec![1.0 + 0.5 * 2.0, 2.0 + 0.5 * 1.0]);
+        assert_eq!(joint_returns(&leaf(vec![3.0]), 0.9), vec![3.0]);
+    }
 }

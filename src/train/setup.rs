@@ -80,12 +80,26 @@ pub fn check_output_dir(dir: &Path) -> Result<()> {
 /// Features of the scenario the trainer does not implement yet: explicit errors, never a
 /// silent fallback.
 pub fn check_supported(s: &Scenario) -> Result<()> {
-    if s.trainer.num_turns > 1 {
-        return Err(Error::Train(format!(
-            "{}: trainer.num_turns = {} — multi-turn training is not implemented yet; set num_turns: 1",
-            s.source.display(),
-            s.trainer.num_turns
-        )));
+    if let Some(t) = &s.trainer.external_transition {
+        if let comlrl_scenario::CodeSource::Plugin(p) = &t.source {
+            return Err(Error::Train(format!(
+                "{}: trainer.external_transition uses the plugin {} — transitions can only be Rhai scripts for now;                  write it as `rhai: path/to/transition.rhai` with `fn transition(ctx)`",
+                s.source.display(),
+                p.display()
+            )));
+        }
     }
     Ok(())
+}
+
+/// The compiled multi-turn transition, when the scenario has one.
+pub fn transition(s: &Scenario) -> Result<Option<comlrl_reward::RhaiTransition>> {
+    check_supported(s)?;
+    match &s.trainer.external_transition {
+        Some(t) => match &t.source {
+            comlrl_scenario::CodeSource::Rhai(p) => Ok(Some(comlrl_reward::RhaiTransition::load(p, &t.params)?)),
+            comlrl_scenario::CodeSource::Plugin(_) => Ok(None),
+        },
+        None => Ok(None),
+    }
 }

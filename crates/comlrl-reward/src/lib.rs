@@ -22,6 +22,7 @@ pub mod sandbox;
 pub mod script;
 pub mod spec;
 pub mod stack;
+pub mod transition;
 
 pub use error::{PluginFailure, Pos, RewardError, ScriptFailure};
 pub use native::NativeReward;
@@ -29,6 +30,7 @@ pub use processor::Processor;
 pub use sandbox::SandboxLimits;
 pub use script::RhaiReward;
 pub use stack::{RewardStack, Scored};
+pub use transition::{RhaiTransition, TransitionInput};
 
 /// One joint action: the prompt, one completion per agent (agent 0 first), and the dataset
 /// row's other fields.

@@ -1,0 +1,118 @@
+//! Multi-turn external transitions written in Rhai: a script that builds every agent's next-turn
+//! prompt from the branch's history, compiled once and run in the reward sandbox.
+//!
+//! Entry point: `fn transition(ctx)` → an array of strings, one prompt per agent, where `ctx` is
+//! `#{prompt, fields, params, turn, agent_count, completions, prompt_history, response_history}`:
+//! `completions` are the agents' completions of the parent joint action (agent 0 first),
+//! `prompt_history[i]` / `response_history[i]` agent i's prompts and completions along the
+//! branch so far (including the parent turn), `turn` the 1-based turn just completed.
+use crate::convert::{json_to_dynamic, object_to_map};
+use crate::error::{Pos, RewardError, ScriptFailure};
+use crate::sandbox::{sandboxed_engine, SandboxLimits};
+use rhai::{Array, Dynamic, Engine, Map, Scope, AST, INT};
+use std::path::{Path, PathBuf};
+
+/// Name of the entry point.
+pub const TRANSITION_ENTRY: &str = "transition";
+
+/// What a transition sees about the branch it extends.
+#[derive(Debug, Clone)]
+pub struct TransitionInput<'a> {
+    pub prompt: &'a str,
+    pub fields: &'a serde_json::Map<String, serde_json::Value>,
+    /// 1-based index of the turn that just ended.
+    pub turn: usize,
+    pub completions: &'a [String],
+    pub prompt_history: &'a [Vec<String>],
+    pub response_history: &'a [Vec<String>],
+}
+
+/// A compiled transition script.
+pub struct RhaiTransition {
+    path: PathBuf,
+    engine: Engine,
+    ast: AST,
+    params: Dynamic,
+}
+
+impl std::fmt::Debug for RhaiTransition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RhaiTransition").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+fn pos(p: rhai::Position) -> Option<Pos> {
+    p.line().map(|line| Pos { line, column: p.position().unwrap_or(1) })
+}
+
+impl RhaiTransition {
+    /// Reads, compiles and checks the script (its `fn transition(ctx)` must exist).
+    pub fn load(path: impl AsRef<Path>, params: &serde_json::Value) -> Result<Self, RewardError> {
+        let path = path.as_ref();
+        let source = std::fs::read_to_string(path)
+            .map_err(|e| RewardError::script(path, None, ScriptFailure::Read, e.to_string()))?;
+        let engine = sandboxed_engine(&path.display().to_string(), &SandboxLimits::default());
+        let mut ast = engine
+            .compile(&source)
+            .map_err(|e| RewardError::script(path, pos(e.1), ScriptFailure::Syntax, e.0.to_string()))?;
+        ast.set_source(path.display().to_string());
+        let ok = ast
+            .iter_functions()
+            .any(|f| f.name == TRANSITION_ENTRY && f.params.len() == 1);
+        if !ok {
+            return Err(RewardError::script(
+                path,
+                None,
+                ScriptFailure::Entry,
+                "define `fn transition(ctx)` returning an array with one prompt string per agent",
+            ));
+        }
+        Ok(Self { path: path.to_path_buf(), engine, ast, params: json_to_dynamic(params) })
+    }
+
+    /// The next-turn prompt of every agent.
+    pub fn next_prompts(&self, input: &TransitionInput) -> Result<Vec<String>, RewardError> {
+        let strings = |v: &[String]| -> Array { v.iter().map(|s| Dynamic::from(s.clone())).collect() };
+        let nested = |v: &[Vec<String>]| -> Array { v.iter().map(|h| Dynamic::from(strings(h))).collect() };
+        let mut ctx = Map::new();
+        ctx.insert("prompt".into(), input.prompt.to_string().into());
+        ctx.insert("fields".into(), Dynamic::from(object_to_map(input.fields)));
+        ctx.insert("params".into(), self.params.clone());
+        ctx.insert("turn".into(), Dynamic::from(input.turn as INT));
+        ctx.insert("agent_count".into(), Dynamic::from(input.completions.len() as INT));
+        ctx.insert("completions".into(), Dynamic::from(strings(input.completions)));
+        ctx.insert("prompt_history".into(), Dynamic::from(nested(input.prompt_history)));
+        ctx.insert("response_history".into(), Dynamic::from(nested(input.response_history)));
+        let out: Dynamic = self
+            .engine
+            .call_fn(&mut Scope::new(), &self.ast, TRANSITION_ENTRY, (Dynamic::from(ctx),))
+            .map_err(|e| {
+                let p = pos(e.position());
+                let kind = match *e {
+                    rhai::EvalAltResult::ErrorTooManyOperations(_)
+                    | rhai::EvalAltResult::ErrorStackOverflow(_)
+                    | rhai::EvalAltResult::ErrorDataTooLarge(..) => ScriptFailure::Limit,
+                    _ => ScriptFailure::Runtime,
+                };
+                RewardError::script(&self.path, p, kind, e.to_string())
+            })?;
+        let ret = |m: String| RewardError::script(&self.path, None, ScriptFailure::Return, m);
+        let arr = out
+            .into_array()
+            .map_err(|t| ret(format!("transition returned a `{t}`; expected an array of strings, one per agent")))?;
+        if arr.len() != input.completions.len() {
+            return Err(ret(format!(
+                "transition returned {} prompts for {} agents",
+                arr.len(),
+                input.completions.len()
+            )));
+        }
+        arr.into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.into_string()
+                    .map_err(|t| ret(format!("transition's prompt for agent {i} is a `{t}`, not a string")))
+            })
+            .collect()
+    }
+}

@@ -439,3 +439,41 @@ fn multi_turn_with_a_rhai_transition() {
     let (ok, _, err) = run_bin(&args);
     assert!(!ok && err.contains("revise.rhai") && err.contains("1 prompts for 2 agents"), "{err}");
 }
+
+#[test]
+fn ctrl_c_writes_a_checkpoint_and_resume_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut args = vec!["run".to_string(), scenario().display().to_string(), "--quiet".into()];
+    args.extend(small(&out));
+    args.extend(["--set", "logging.steps=1", "--set", "trainer.num_train_epochs=10"].iter().map(|s| s.to_string()));
+    let child = Command::new(bin())
+        .args(&args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let metrics = out.join("metrics.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::fs::read_to_string(&metrics).map(|t| t.lines().count()).unwrap_or(0) < 2 {
+        assert!(std::time::Instant::now() < deadline, "training did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{err}");
+    assert!(err.contains("checkpoint written at step"), "{err}");
+    assert!(out.join("training.svg").is_file(), "the plot is drawn on Ctrl-C too");
+    let latest = std::fs::read_to_string(out.join("checkpoints/latest")).unwrap();
+    let done: usize = latest.trim().trim_start_matches("step-").parse().unwrap();
+    assert!(done >= 2 && done < 100, "{latest}");
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).chain(["--resume"]).collect();
+    let (ok, _, err) = run_bin(&args);
+    assert!(ok, "{err}");
+    assert!(err.contains("resuming from"), "{err}");
+    let rows = read_jsonl(&metrics).unwrap();
+    let steps: Vec<i64> = rows.iter().map(|r| r["step"].as_i64().unwrap()).collect();
+    assert_eq!(steps, (1..=100).collect::<Vec<i64>>(), "every step logged once, in order");
+    assert!(out.join("models/agent_1/model.safetensors").is_file());
+}

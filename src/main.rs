@@ -5,6 +5,7 @@ mod cli;
 use clap::Parser;
 
 fn main() {
+    comlrl::runtime::tune();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = cli::Cli::parse();
     if let Err(err) = cli::run(args) {

@@ -22,6 +22,7 @@ pub fn machine() -> serde_json::Value {
         "avx512f": avx512,
         "gemm_avx512_kernels": cfg!(feature = "avx512"),
         "candle_num_threads": std::env::var("CANDLE_NUM_THREADS").ok(),
+        "comlrl_no_tuning": std::env::var_os("COMLRL_NO_TUNING").is_some(),
         "rayon_threads": rayon::current_num_threads(),
     })
 }

@@ -1,0 +1,52 @@
+//! Process-wide CPU settings applied once at start-up, before any thread exists: candle's
+//! elementwise thread pool size and glibc's allocator policy. Measured by `comlrl bench models`
+//! (see README, Performance): together they cut the training step's backward pass ~3× here.
+
+/// What [`tune`] changed, for benchmark reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Tuning {
+    /// `CANDLE_NUM_THREADS` in effect (set to 1 when the user had not set it).
+    pub candle_num_threads: String,
+    /// Whether glibc's malloc was told to keep freed memory (no mmap for large blocks, no trim).
+    pub malloc_keeps_memory: bool,
+}
+
+/// Applies the defaults unless `COMLRL_NO_TUNING` is set. Call first thing in `main`.
+///
+/// - `CANDLE_NUM_THREADS=1` unless set: candle's elementwise pool spins on a barrier while
+///   waiting for descheduled workers; on few cores that costs more than it gains. Matmuls keep
+///   using rayon's pool (`RAYON_NUM_THREADS`).
+/// - glibc `M_MMAP_MAX=0`, `M_TRIM_THRESHOLD=64 GiB`: every op output is a fresh buffer; by
+///   default large ones are mmap'd and unmapped again, so each op page-faults its output in.
+pub fn tune() -> Tuning {
+    if std::env::var_os("COMLRL_NO_TUNING").is_some() {
+        return Tuning {
+            candle_num_threads: std::env::var("CANDLE_NUM_THREADS").unwrap_or_else(|_| "default".into()),
+            malloc_keeps_memory: false,
+        };
+    }
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // Single-threaded at this point (called before anything spawns threads).
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
+    }
+    Tuning {
+        candle_num_threads: std::env::var("CANDLE_NUM_THREADS").unwrap_or_default(),
+        malloc_keeps_memory: malloc_keep_memory(),
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn malloc_keep_memory() -> bool {
+    // SAFETY: mallopt only changes allocator parameters; it is called once at start-up with
+    // valid parameter constants and values.
+    unsafe {
+        let a = libc::mallopt(libc::M_MMAP_MAX, 0);
+        let b = libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+        a == 1 && b == 1
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn malloc_keep_memory() -> bool {
+    false
+}

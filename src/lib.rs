@@ -2,6 +2,7 @@
 pub mod bench;
 pub mod error;
 pub mod model;
+pub mod runtime;
 pub mod train;
 
 pub use error::{Error, Result};

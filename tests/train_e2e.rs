@@ -54,6 +54,23 @@ fn small(out: &Path) -> Vec<String> {
     .collect()
 }
 
+/// `comlrl run <tiny scenario> --quiet` with the small settings for `out` and extra
+/// `--set` overrides; returns the full argument list (for reruns) and the outcome.
+fn run_small(out: &Path, sets: &[String]) -> (Vec<String>, (bool, String, String)) {
+    let mut args = vec![
+        "run".to_string(),
+        scenario().display().to_string(),
+        "--quiet".into(),
+    ];
+    args.extend(small(out));
+    for s in sets {
+        args.extend(["--set".to_string(), s.clone()]);
+    }
+    let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let result = run_bin(&refs);
+    (args, result)
+}
+
 #[test]
 fn tiny_scenario_learns() {
     let tmp = tempfile::tempdir().unwrap();
@@ -130,14 +147,7 @@ fn same_seed_same_metrics() {
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     for dir in [&a, &b] {
-        let mut args = vec![
-            "run".to_string(),
-            scenario().display().to_string(),
-            "--quiet".into(),
-        ];
-        args.extend(small(dir));
-        let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let (ok, _, err) = run_bin(&args);
+        let (_, (ok, _, err)) = run_small(dir, &[]);
         assert!(ok, "{err}");
     }
     let (ma, mb) = (metrics_without_timing(&a), metrics_without_timing(&b));
@@ -206,20 +216,11 @@ fn reward_error_mid_run_stops_cleanly_with_checkpoint_intact() {
     )
     .unwrap();
     let out = tmp.path().join("run");
-    let mut args = vec![
-        "run".to_string(),
-        scenario().display().to_string(),
-        "--quiet".into(),
-    ];
-    args.extend(small(&out));
-    args.extend([
-        "--set".into(),
+    let sets = [
         format!("reward.rhai={}", script.display()),
-        "--set".into(),
-        "checkpoint_every=1".into(),
-    ]);
-    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    let (ok, _, err) = run_bin(&args);
+        "checkpoint_every=1".to_string(),
+    ];
+    let (_, (ok, _, err)) = run_small(&out, &sets);
     assert!(!ok, "the run must fail");
     assert!(
         err.contains("flaky.rhai")
@@ -352,22 +353,16 @@ fn reward_command_scores_with_the_whole_stack() {
 fn evaluation_rows_follow_eval_interval() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    let mut args = vec![
-        "run".to_string(),
-        scenario().display().to_string(),
-        "--quiet".into(),
-    ];
-    args.extend(small(&out));
-    for s in [
+    let sets: Vec<String> = [
         "dataset.eval={prompts: [\"Say hi:\", \"Say bye:\"]}",
         "trainer.eval_interval=6",
         "trainer.eval_num_samples=2",
         "trainer.num_train_epochs=1",
-    ] {
-        args.extend(["--set".to_string(), s.to_string()]);
-    }
-    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    let (ok, _, err) = run_bin(&args);
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (_, (ok, _, err)) = run_small(&out, &sets);
     assert!(ok, "{err}");
     let rows = read_jsonl(&out.join("metrics.jsonl")).unwrap();
     // Rows at steps 3, 6, 9, 10; evaluation ran at step 6 only.
@@ -395,13 +390,22 @@ fn kl_penalty_is_logged_and_lowers_returns() {
     let sb = load(&b, &sets);
     Trainer::new(sa).unwrap().run(false, &mut ()).unwrap();
     Trainer::new(sb).unwrap().run(false, &mut ()).unwrap();
-    let (ra, rb) = (read_jsonl(&a.join("metrics.jsonl")).unwrap(), read_jsonl(&b.join("metrics.jsonl")).unwrap());
+    let (ra, rb) = (
+        read_jsonl(&a.join("metrics.jsonl")).unwrap(),
+        read_jsonl(&b.join("metrics.jsonl")).unwrap(),
+    );
     assert!(ra[0].get("agent_0/kl").is_none());
     // Until the first update both policies equal their references: KL exactly 0.
     assert_eq!(rb[0]["step"], 3);
-    let kls: Vec<f64> = rb.iter().map(|r| r["agent_0/kl"].as_f64().unwrap()).collect();
+    let kls: Vec<f64> = rb
+        .iter()
+        .map(|r| r["agent_0/kl"].as_f64().unwrap())
+        .collect();
     assert!(kls.iter().all(|k| *k >= 0.0), "k3 is non-negative: {kls:?}");
-    assert!(kls.last().unwrap() > &0.0, "policies moved away from the reference: {kls:?}");
+    assert!(
+        kls.last().unwrap() > &0.0,
+        "policies moved away from the reference: {kls:?}"
+    );
     // Same seed, same first rollout: returns differ only by the penalty, which is 0 at step 1.
     assert_eq!(ra[0]["reward_mean"], rb[0]["reward_mean"]);
 }
@@ -416,37 +420,53 @@ fn multi_turn_with_a_rhai_transition() {
     )
     .unwrap();
     let out = tmp.path().join("run");
-    let mut args = vec!["run".to_string(), scenario().display().to_string(), "--quiet".into()];
-    args.extend(small(&out));
-    for s in [
+    let sets = [
         "trainer.num_turns=2".to_string(),
         format!("trainer.external_transition={{rhai: {}}}", script.display()),
         "trainer.num_train_epochs=1".to_string(),
         "trainer.early_termination_threshold=null".to_string(),
         "agents.max_new_tokens=8".to_string(),
-    ] {
-        args.extend(["--set".to_string(), s]);
-    }
-    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    let (ok, _, err) = run_bin(&args);
+    ];
+    let (args, (ok, _, err)) = run_small(&out, &sets);
     assert!(ok, "{err}");
     let rows = read_jsonl(&out.join("metrics.jsonl")).unwrap();
     assert_eq!(rows.len(), 4);
-    assert!(rows.iter().all(|r| r["turn_2/reward_mean"].is_number() && r["agent_1/loss"].is_number()), "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r["turn_2/reward_mean"].is_number() && r["agent_1/loss"].is_number()),
+        "{rows:?}"
+    );
 
     // A transition returning the wrong number of prompts is a clear error naming the script.
     std::fs::write(&script, "fn transition(ctx) { [\"only one\"] }\n").unwrap();
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     let (ok, _, err) = run_bin(&args);
-    assert!(!ok && err.contains("revise.rhai") && err.contains("1 prompts for 2 agents"), "{err}");
+    assert!(
+        !ok && err.contains("revise.rhai") && err.contains("1 prompts for 2 agents"),
+        "{err}"
+    );
 }
 
 #[test]
 fn ctrl_c_writes_a_checkpoint_and_resume_finishes() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    let mut args = vec!["run".to_string(), scenario().display().to_string(), "--quiet".into()];
+    let mut args = vec![
+        "run".to_string(),
+        scenario().display().to_string(),
+        "--quiet".into(),
+    ];
     args.extend(small(&out));
-    args.extend(["--set", "logging.steps=1", "--set", "trainer.num_train_epochs=10"].iter().map(|s| s.to_string()));
+    args.extend(
+        [
+            "--set",
+            "logging.steps=1",
+            "--set",
+            "trainer.num_train_epochs=10",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
     let child = Command::new(bin())
         .args(&args)
         .stderr(std::process::Stdio::piped())
@@ -454,26 +474,47 @@ fn ctrl_c_writes_a_checkpoint_and_resume_finishes() {
         .unwrap();
     let metrics = out.join("metrics.jsonl");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while std::fs::read_to_string(&metrics).map(|t| t.lines().count()).unwrap_or(0) < 2 {
-        assert!(std::time::Instant::now() < deadline, "training did not start");
+    while std::fs::read_to_string(&metrics)
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+        < 2
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "training did not start"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let output = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(130), "{err}");
     assert!(err.contains("checkpoint written at step"), "{err}");
-    assert!(out.join("training.svg").is_file(), "the plot is drawn on Ctrl-C too");
+    assert!(
+        out.join("training.svg").is_file(),
+        "the plot is drawn on Ctrl-C too"
+    );
     let latest = std::fs::read_to_string(out.join("checkpoints/latest")).unwrap();
     let done: usize = latest.trim().trim_start_matches("step-").parse().unwrap();
     assert!(done >= 2 && done < 100, "{latest}");
-    let args: Vec<&str> = args.iter().map(|s| s.as_str()).chain(["--resume"]).collect();
+    let args: Vec<&str> = args
+        .iter()
+        .map(|s| s.as_str())
+        .chain(["--resume"])
+        .collect();
     let (ok, _, err) = run_bin(&args);
     assert!(ok, "{err}");
     assert!(err.contains("resuming from"), "{err}");
     let rows = read_jsonl(&metrics).unwrap();
     let steps: Vec<i64> = rows.iter().map(|r| r["step"].as_i64().unwrap()).collect();
-    assert_eq!(steps, (1..=100).collect::<Vec<i64>>(), "every step logged once, in order");
+    assert_eq!(
+        steps,
+        (1..=100).collect::<Vec<i64>>(),
+        "every step logged once, in order"
+    );
     assert!(out.join("models/agent_1/model.safetensors").is_file());
 }

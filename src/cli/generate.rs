@@ -1,5 +1,5 @@
 //! `comlrl generate`: sample completions from a model and print them (text or JSON).
-use super::inputs::{ids_from, ModelArgs};
+use super::inputs::{ModelArgs, PromptArgs};
 use anyhow::bail;
 use comlrl::model::{generate, SamplingParams};
 use rand::SeedableRng;
@@ -8,16 +8,8 @@ use rand::SeedableRng;
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Prompt text (encoded without added special tokens).
-    #[arg(
-        long,
-        conflicts_with = "prompt_ids",
-        required_unless_present = "prompt_ids"
-    )]
-    pub prompt: Option<String>,
-    /// Prompt as comma-separated token ids.
-    #[arg(long)]
-    pub prompt_ids: Option<String>,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     /// Number of completions.
     #[arg(short = 'n', long, default_value_t = 1)]
     pub num: usize,
@@ -53,10 +45,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         bail!("--top-p must be in (0, 1]");
     }
     let policy = a.model.load()?;
-    let prompt = ids_from(&policy, &a.prompt, &a.prompt_ids, "prompt")?;
-    if prompt.is_empty() {
-        bail!("the prompt is empty: give at least one token");
-    }
+    let prompt = a.prompt.ids(&policy)?;
     let params = SamplingParams {
         max_new_tokens: a.max_new_tokens,
         temperature: a.temperature,

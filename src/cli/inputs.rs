@@ -61,3 +61,25 @@ pub fn ids_from(
         (None, None) => bail!("give --{flag} TEXT or --{flag}-ids 1,2,3"),
     }
 }
+
+/// The prompt of `generate` and `score`: text or token ids.
+#[derive(Debug, clap::Args)]
+pub struct PromptArgs {
+    /// Prompt text (encoded without added special tokens).
+    #[arg(long, conflicts_with = "prompt_ids", required_unless_present = "prompt_ids")]
+    pub prompt: Option<String>,
+    /// Prompt as comma-separated token ids.
+    #[arg(long)]
+    pub prompt_ids: Option<String>,
+}
+
+impl PromptArgs {
+    /// The prompt's token ids; an empty prompt is an error (generation and scoring need one token).
+    pub fn ids(&self, policy: &Policy) -> anyhow::Result<Vec<u32>> {
+        let ids = ids_from(policy, &self.prompt, &self.prompt_ids, "prompt")?;
+        if ids.is_empty() {
+            bail!("the prompt is empty: give at least one token");
+        }
+        Ok(ids)
+    }
+}

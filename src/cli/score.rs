@@ -1,5 +1,5 @@
 //! `comlrl score`: per-token log-probabilities of a completion given a prompt.
-use super::inputs::{ids_from, ModelArgs};
+use super::inputs::{ids_from, ModelArgs, PromptArgs};
 use anyhow::bail;
 use comlrl::model::{completion_logprobs, Mode, ScoreLayout};
 
@@ -7,14 +7,8 @@ use comlrl::model::{completion_logprobs, Mode, ScoreLayout};
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    #[arg(
-        long,
-        conflicts_with = "prompt_ids",
-        required_unless_present = "prompt_ids"
-    )]
-    pub prompt: Option<String>,
-    #[arg(long)]
-    pub prompt_ids: Option<String>,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     #[arg(
         long,
         conflicts_with = "completion_ids",
@@ -30,11 +24,8 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let policy = a.model.load()?;
-    let prompt = ids_from(&policy, &a.prompt, &a.prompt_ids, "prompt")?;
+    let prompt = a.prompt.ids(&policy)?;
     let completion = ids_from(&policy, &a.completion, &a.completion_ids, "completion")?;
-    if prompt.is_empty() {
-        bail!("the prompt is empty: a completion's first token needs at least one prompt token");
-    }
     if completion.is_empty() {
         bail!("the completion is empty: nothing to score");
     }

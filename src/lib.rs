@@ -3,6 +3,7 @@ pub mod bench;
 pub mod error;
 pub mod model;
 pub mod runtime;
+pub mod track;
 pub mod train;
 
 pub use error::{Error, Result};

@@ -21,7 +21,8 @@ pub struct Tuning {
 pub fn tune() -> Tuning {
     if std::env::var_os("COMLRL_NO_TUNING").is_some() {
         return Tuning {
-            candle_num_threads: std::env::var("CANDLE_NUM_THREADS").unwrap_or_else(|_| "default".into()),
+            candle_num_threads: std::env::var("CANDLE_NUM_THREADS")
+                .unwrap_or_else(|_| "default".into()),
             malloc_keeps_memory: false,
         };
     }

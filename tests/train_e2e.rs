@@ -500,7 +500,7 @@ fn ctrl_c_writes_a_checkpoint_and_resume_finishes() {
     );
     let latest = std::fs::read_to_string(out.join("checkpoints/latest")).unwrap();
     let done: usize = latest.trim().trim_start_matches("step-").parse().unwrap();
-    assert!(done >= 2 && done < 100, "{latest}");
+    assert!((2..100).contains(&done), "{latest}");
     let args: Vec<&str> = args
         .iter()
         .map(|s| s.as_str())

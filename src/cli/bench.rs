@@ -64,18 +64,32 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 fn run_rewards(a: RewardsArgs) -> anyhow::Result<()> {
     let mut results = vec![];
     for path in &a.scenarios {
-        let s = comlrl_scenario::load(path, &[]).with_context(|| format!("invalid scenario {}", path.display()))?;
+        let s = comlrl_scenario::load(path, &[])
+            .with_context(|| format!("invalid scenario {}", path.display()))?;
         let batch = comlrl_reward::bench::synthetic_batch(a.samples, s.agents.len());
         for term in &s.reward.terms {
             let name = term.name.clone().unwrap_or_default();
-            let (kind, reward): (&str, Box<dyn comlrl_reward::RewardFn>) = match (&term.rhai, &term.plugin) {
-                (Some(p), _) => ("rhai", Box::new(comlrl_reward::RhaiReward::load(p, &term.params)?)),
-                (None, Some(p)) => ("native", Box::new(comlrl_reward::NativeReward::load(p, &term.params)?)),
-                (None, None) => continue,
-            };
+            let (kind, reward): (&str, Box<dyn comlrl_reward::RewardFn>) =
+                match (&term.rhai, &term.plugin) {
+                    (Some(p), _) => (
+                        "rhai",
+                        Box::new(comlrl_reward::RhaiReward::load(p, &term.params)?),
+                    ),
+                    (None, Some(p)) => (
+                        "native",
+                        Box::new(comlrl_reward::NativeReward::load(p, &term.params)?),
+                    ),
+                    (None, None) => continue,
+                };
             let r = comlrl_reward::bench::throughput_on(reward.as_ref(), &batch)?;
-            eprintln!("{} {name} ({kind}): {:.0} joint samples/s", path.display(), r.samples_per_s);
-            results.push(serde_json::json!({"scenario": path, "term": name, "kind": kind, "result": r}));
+            eprintln!(
+                "{} {name} ({kind}): {:.0} joint samples/s",
+                path.display(),
+                r.samples_per_s
+            );
+            results.push(
+                serde_json::json!({"scenario": path, "term": name, "kind": kind, "result": r}),
+            );
         }
     }
     let json = serde_json::json!({"machine": comlrl::bench::sys::machine(), "rewards": results});

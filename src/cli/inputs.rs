@@ -66,7 +66,11 @@ pub fn ids_from(
 #[derive(Debug, clap::Args)]
 pub struct PromptArgs {
     /// Prompt text (encoded without added special tokens).
-    #[arg(long, conflicts_with = "prompt_ids", required_unless_present = "prompt_ids")]
+    #[arg(
+        long,
+        conflicts_with = "prompt_ids",
+        required_unless_present = "prompt_ids"
+    )]
     pub prompt: Option<String>,
     /// Prompt as comma-separated token ids.
     #[arg(long)]

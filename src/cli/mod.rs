@@ -7,6 +7,7 @@ mod reward;
 mod run;
 mod scenario_args;
 mod score;
+mod wandb_sync;
 
 use clap::{Parser, Subcommand};
 
@@ -35,6 +36,8 @@ pub enum Command {
     Score(score::Args),
     /// Measure sampling and training throughput; writes a JSON report.
     Bench(bench::Args),
+    /// Upload a run to Weights & Biases from its metrics.jsonl (after training offline).
+    WandbSync(wandb_sync::Args),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -45,5 +48,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Generate(a) => generate::run(a),
         Command::Score(a) => score::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::WandbSync(a) => wandb_sync::run(a),
     }
 }

@@ -1,8 +1,13 @@
-//! `comlrl run`: train the agents of a scenario, with a progress bar and Ctrl-C checkpointing.
+//! `comlrl run`: train the agents of a scenario, with a progress bar, Ctrl-C checkpointing and
+//! the experiment trackers (W&B, TensorBoard) fed from the metrics rows.
 use super::scenario_args::ScenarioArgs;
+use super::wandb_sync::WandbArgs;
+use comlrl::track::{TrackPlan, Tracking, Warn};
+use comlrl::train::metrics::Row;
 use comlrl::train::{Observer, Trainer};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -14,10 +19,22 @@ pub struct Args {
     /// No progress bar (log lines only).
     #[arg(long)]
     pub quiet: bool,
+    /// Log to Weights & Biases (also on when the scenario has `logging.wandb` or a --wandb-*
+    /// flag is given). Needs WANDB_API_KEY or `wandb login`; WANDB_BASE_URL for a
+    /// self-hosted server.
+    #[arg(long)]
+    pub wandb: bool,
+    /// Do not log to W&B, even when the scenario has `logging.wandb`.
+    #[arg(long, conflicts_with_all = ["wandb", "wandb_project", "wandb_entity", "wandb_name"])]
+    pub no_wandb: bool,
+    #[command(flatten)]
+    pub wandb_args: WandbArgs,
 }
 
+/// The progress bar, plus the trackers fed with every metrics row.
 struct Bar {
     bar: Option<ProgressBar>,
+    tracking: Option<Tracking>,
 }
 
 impl Observer for Bar {
@@ -25,6 +42,9 @@ impl Observer for Bar {
         if let Some(b) = &self.bar {
             b.set_length(total as u64);
             b.set_position(done as u64);
+        }
+        if let Some(t) = &mut self.tracking {
+            t.begin();
         }
     }
     fn step(&mut self, step: usize, reward_mean: f64, secs: f64) {
@@ -39,11 +59,30 @@ impl Observer for Bar {
             None => eprintln!("{msg}"),
         }
     }
+    fn metrics(&mut self, row: &Row) {
+        if let Some(t) = &mut self.tracking {
+            t.log(row);
+        }
+    }
+}
+
+/// The trackers this run asks for: flags win over the scenario's `logging` section.
+fn track_plan(a: &Args, s: &comlrl_scenario::Scenario) -> TrackPlan {
+    let wandb_on = !a.no_wandb && (a.wandb || a.wandb_args.any() || s.logging.wandb.is_some());
+    TrackPlan {
+        output_dir: s.output_dir.clone(),
+        scenario_yaml: s.to_yaml(),
+        num_turns: s.trainer.num_turns,
+        wandb: wandb_on.then(|| a.wandb_args.settings(s.logging.wandb.as_ref(), &s.name)),
+        tensorboard: s.logging.tensorboard,
+        resume: a.resume,
+    }
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let scenario = a.scenario.load()?;
     let name = scenario.name.clone();
+    let plan = track_plan(&a, &scenario);
     let mut trainer = Trainer::new(scenario)?;
     let flag = trainer.interrupt_flag();
     let first = flag.clone();
@@ -66,8 +105,29 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         b.set_prefix(name);
         b
     });
-    let mut obs = Bar { bar };
-    let summary = trainer.run(a.resume, &mut obs)?;
+    // Tracker notes and warnings come from other threads: print them above the bar (or plain
+    // when there is none or it is hidden).
+    let warn_bar = bar.clone();
+    let warn: Warn = Arc::new(move |msg: &str| match &warn_bar {
+        Some(b) => b.suspend(|| eprintln!("{msg}")),
+        None => eprintln!("{msg}"),
+    });
+    // Tracking never stops a run: if it cannot even start, say so and train without it.
+    let tracking = Tracking::start(&plan, warn.clone()).unwrap_or_else(|e| {
+        warn(&format!("warning: tracking is off for this run: {e}"));
+        None
+    });
+    let mut obs = Bar { bar, tracking };
+    let result = trainer.run(a.resume, &mut obs);
+    let exit_code = match &result {
+        Ok(s) if s.interrupted => 130,
+        Ok(_) => 0,
+        Err(_) => 1,
+    };
+    if let Some(t) = obs.tracking.take() {
+        t.finish(exit_code);
+    }
+    let summary = result?;
     if let Some(b) = &obs.bar {
         b.finish_and_clear();
     }

@@ -23,7 +23,9 @@ impl Linear {
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dims = x.dims();
-        let in_dim = dims[dims.len() - 1];
+        let Some(&in_dim) = dims.last() else {
+            candle_core::bail!("linear: a scalar input has no feature dimension")
+        };
         let rows = x.elem_count() / in_dim.max(1);
         let y = x.reshape((rows, in_dim))?.matmul(&self.weight.t()?)?;
         let y = match &self.bias {
@@ -31,7 +33,8 @@ impl Module for Linear {
             None => y,
         };
         let mut out = dims.to_vec();
-        *out.last_mut().expect("rank >= 1") = y.dim(1)?;
+        let last = out.len() - 1;
+        out[last] = y.dim(1)?;
         y.reshape(out)
     }
 }

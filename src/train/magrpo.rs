@@ -170,7 +170,12 @@ impl Trainer {
                 opt_steps: vec![0; n_agents],
                 rng: rand_chacha::ChaCha8Rng::seed_from_u64(self.scenario.seed),
                 buffer: vec![],
-                window: Window::new(n_agents, self.component_names.len(), self.eval_enabled(), self.scenario.trainer.kl_coef != 0.0),
+                window: Window::new(
+                    n_agents,
+                    self.component_names.len(),
+                    self.eval_enabled(),
+                    self.scenario.trainer.kl_coef != 0.0,
+                ),
                 metrics_rows: 0,
                 epoch_rewards: vec![],
             },
@@ -183,8 +188,12 @@ impl Trainer {
         // Moved out for the loop (the loop borrows `self` mutably); put back at the end.
         let references = self.references.take();
         let transition = self.transition.take();
-        let templates: Vec<comlrl_scenario::Template> =
-            self.scenario.agents.iter().map(|a| a.template.clone()).collect();
+        let templates: Vec<comlrl_scenario::Template> = self
+            .scenario
+            .agents
+            .iter()
+            .map(|a| a.template.clone())
+            .collect();
         let spec = RolloutSpec {
             k: t.num_generations,
             cross: t.joint_mode == JointMode::Cross,
@@ -216,9 +225,26 @@ impl Trainer {
                 .map(|a| a.template.render(row))
                 .collect();
             let t0 = Instant::now();
-            let input = RowInput { prompt: &row.prompt, fields: &row.fields };
-            let nodes = rollout(&self.policies, &prompts, &input, &self.stack, &spec, &mut state.rng)
-                .map_err(|e| Error::Train(format!("step {} (epoch {}, prompt {}): {e}", step + 1, epoch + 1, r + 1)))?;
+            let input = RowInput {
+                prompt: &row.prompt,
+                fields: &row.fields,
+            };
+            let nodes = rollout(
+                &self.policies,
+                &prompts,
+                &input,
+                &self.stack,
+                &spec,
+                &mut state.rng,
+            )
+            .map_err(|e| {
+                Error::Train(format!(
+                    "step {} (epoch {}, prompt {}): {e}",
+                    step + 1,
+                    epoch + 1,
+                    r + 1
+                ))
+            })?;
             let sampling_s = t0.elapsed().as_secs_f64();
             for node in nodes {
                 record_rollout(&mut state, &node, epoch, sampling_s);
@@ -251,9 +277,14 @@ impl Trainer {
                     .row(state.step, epoch + 1, &self.component_names)
                 {
                     sink.write(&row)?;
+                    obs.metrics(&row);
                 }
-                state.window =
-                    Window::new(n_agents, self.component_names.len(), self.eval_enabled(), self.scenario.trainer.kl_coef != 0.0);
+                state.window = Window::new(
+                    n_agents,
+                    self.component_names.len(),
+                    self.eval_enabled(),
+                    self.scenario.trainer.kl_coef != 0.0,
+                );
             }
             state.metrics_rows = sink.rows;
             let every = self.scenario.checkpoint_every as usize;
@@ -328,11 +359,22 @@ impl Trainer {
                 prompt: &row.prompt,
                 fields: &row.fields,
             };
-            let nodes = rollout(&self.policies, &prompts, &input, &self.stack, spec, &mut rng)
-                .map_err(|e| Error::Train(format!("evaluation at step {step}: {e}")))?;
+            let nodes = rollout(
+                &self.policies,
+                &prompts,
+                &input,
+                &self.stack,
+                spec,
+                &mut rng,
+            )
+            .map_err(|e| Error::Train(format!("evaluation at step {step}: {e}")))?;
             if let Some(root) = nodes.first() {
                 rs.extend(root.rewards.iter().map(|&r| r as f64));
-                rets.extend(root.agents.iter().flat_map(|a| a.returns.iter().map(|&r| r as f64)));
+                rets.extend(
+                    root.agents
+                        .iter()
+                        .flat_map(|a| a.returns.iter().map(|&r| r as f64)),
+                );
             }
         }
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;

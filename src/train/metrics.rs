@@ -76,7 +76,10 @@ impl Window {
             ("reward_std".into(), var.sqrt()),
         ];
         for (t, (sum, count)) in self.turn_rewards.iter().enumerate() {
-            row.push((format!("turn_{}/reward_mean", t + 2), sum / (*count).max(1) as f64));
+            row.push((
+                format!("turn_{}/reward_mean", t + 2),
+                sum / (*count).max(1) as f64,
+            ));
         }
         for (name, (sum, count)) in names.iter().zip(&self.components) {
             row.push((format!("reward/{name}"), sum / (*count).max(1) as f64));

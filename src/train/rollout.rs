@@ -116,7 +116,15 @@ fn build(
                 prompts[i]
             )));
         }
-        let out = generate(&policy.model, &[&ids], spec.k, &spec.sampling[i], &policy.eos_ids, policy.pad_id, rng)?;
+        let out = generate(
+            &policy.model,
+            &[&ids],
+            spec.k,
+            &spec.sampling[i],
+            &policy.eos_ids,
+            policy.pad_id,
+            rng,
+        )?;
         let completions = out.into_iter().next().unwrap_or_default();
         let texts = completions
             .iter()
@@ -136,7 +144,11 @@ fn build(
         .iter()
         .map(|combo| JointSample {
             prompt: row.prompt.to_string(),
-            completions: combo.iter().enumerate().map(|(a, &c)| agents[a].texts[c].clone()).collect(),
+            completions: combo
+                .iter()
+                .enumerate()
+                .map(|(a, &c)| agents[a].texts[c].clone())
+                .collect(),
             fields: row.fields.clone(),
         })
         .collect();
@@ -151,12 +163,28 @@ fn build(
             crate::Error::Train("num_turns > 1 needs trainer.external_transition".into())
         })?;
         let ph: Vec<Vec<String>> = (0..n)
-            .map(|i| prompt_hist[i].iter().cloned().chain([prompts[i].clone()]).collect())
+            .map(|i| {
+                prompt_hist[i]
+                    .iter()
+                    .cloned()
+                    .chain([prompts[i].clone()])
+                    .collect()
+            })
             .collect();
         for combo in &joint {
-            let parent: Vec<String> = combo.iter().enumerate().map(|(a, &c)| agents[a].texts[c].clone()).collect();
+            let parent: Vec<String> = combo
+                .iter()
+                .enumerate()
+                .map(|(a, &c)| agents[a].texts[c].clone())
+                .collect();
             let rh: Vec<Vec<String>> = (0..n)
-                .map(|i| resp_hist[i].iter().cloned().chain([parent[i].clone()]).collect())
+                .map(|i| {
+                    resp_hist[i]
+                        .iter()
+                        .cloned()
+                        .chain([parent[i].clone()])
+                        .collect()
+                })
                 .collect();
             let next = transition.next_prompts(&TransitionInput {
                 prompt: row.prompt,
@@ -170,14 +198,36 @@ fn build(
                 Some(tpl) => next
                     .into_iter()
                     .zip(tpl)
-                    .map(|(p, t)| t.render(&comlrl_scenario::Row { prompt: p, fields: row.fields.clone() }))
+                    .map(|(p, t)| {
+                        t.render(&comlrl_scenario::Row {
+                            prompt: p,
+                            fields: row.fields.clone(),
+                        })
+                    })
                     .collect(),
                 None => next,
             };
-            children.push(build(policies, &next, row, stack, spec, rng, turn + 1, &ph, &rh)?);
+            children.push(build(
+                policies,
+                &next,
+                row,
+                stack,
+                spec,
+                rng,
+                turn + 1,
+                &ph,
+                &rh,
+            )?);
         }
     }
-    Ok(Node { turn, agents, joint, rewards, components, children })
+    Ok(Node {
+        turn,
+        agents,
+        joint,
+        rewards,
+        components,
+        children,
+    })
 }
 
 /// Returns of a node's joint actions: reward + discount · mean(child returns) (CoMLRL).
@@ -197,10 +247,22 @@ fn joint_returns(node: &Node, discount: f64) -> Vec<f32> {
 }
 
 /// Computes returns and advantages and flattens the tree in creation order.
-fn finish(policies: &[Policy], spec: &RolloutSpec, node: Node, out: &mut Vec<NodeSample>) -> Result<()> {
+fn finish(
+    policies: &[Policy],
+    spec: &RolloutSpec,
+    node: Node,
+    out: &mut Vec<NodeSample>,
+) -> Result<()> {
     let n = policies.len();
     let jr = joint_returns(&node, spec.discount);
-    let Node { turn, mut agents, joint, rewards, components, children } = node;
+    let Node {
+        turn,
+        mut agents,
+        joint,
+        rewards,
+        components,
+        children,
+    } = node;
     let returns = completion_returns(&joint, &jr, n, spec.k);
     for (i, (a, mut r)) in agents.iter_mut().zip(returns).enumerate() {
         if let Some((refs, coef)) = spec.reference {
@@ -212,7 +274,12 @@ fn finish(policies: &[Policy], spec: &RolloutSpec, node: Node, out: &mut Vec<Nod
         a.advantages = advantages(&r, spec.baseline, spec.normalize);
         a.returns = r;
     }
-    out.push(NodeSample { turn, agents, rewards, components });
+    out.push(NodeSample {
+        turn,
+        agents,
+        rewards,
+        components,
+    });
     for child in children {
         finish(policies, spec, child, out)?;
     }
@@ -251,14 +318,27 @@ mod tests {
     use super::*;
 
     fn node(rewards: Vec<f32>, children: Vec<Node>) -> Node {
-        Node { turn: 0, agents: vec![], joint: vec![], rewards, components: vec![], children }
+        Node {
+            turn: 0,
+            agents: vec![],
+            joint: vec![],
+            rewards,
+            components: vec![],
+            children,
+        }
     }
 
     #[test]
     fn returns_add_discounted_mean_of_children() {
         let leaf = |r: Vec<f32>| node(r, vec![]);
-        let root = node(vec![1.0, 2.0], vec![leaf(vec![0.0, 4.0]), leaf(vec![1.0, 1.0])]);
-        assert_eq!(joint_returns(&root, 0.5), vec![1.0 + 0.5 * 2.0, 2.0 + 0.5 * 1.0]);
+        let root = node(
+            vec![1.0, 2.0],
+            vec![leaf(vec![0.0, 4.0]), leaf(vec![1.0, 1.0])],
+        );
+        assert_eq!(
+            joint_returns(&root, 0.5),
+            vec![1.0 + 0.5 * 2.0, 2.0 + 0.5 * 1.0]
+        );
         assert_eq!(joint_returns(&leaf(vec![3.0]), 0.9), vec![3.0]);
     }
 }

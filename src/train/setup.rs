@@ -97,7 +97,9 @@ pub fn transition(s: &Scenario) -> Result<Option<comlrl_reward::RhaiTransition>>
     check_supported(s)?;
     match &s.trainer.external_transition {
         Some(t) => match &t.source {
-            comlrl_scenario::CodeSource::Rhai(p) => Ok(Some(comlrl_reward::RhaiTransition::load(p, &t.params)?)),
+            comlrl_scenario::CodeSource::Rhai(p) => {
+                Ok(Some(comlrl_reward::RhaiTransition::load(p, &t.params)?))
+            }
             comlrl_scenario::CodeSource::Plugin(_) => Ok(None),
         },
         None => Ok(None),

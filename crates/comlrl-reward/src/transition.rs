@@ -37,12 +37,17 @@ pub struct RhaiTransition {
 
 impl std::fmt::Debug for RhaiTransition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RhaiTransition").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("RhaiTransition")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
 fn pos(p: rhai::Position) -> Option<Pos> {
-    p.line().map(|line| Pos { line, column: p.position().unwrap_or(1) })
+    p.line().map(|line| Pos {
+        line,
+        column: p.position().unwrap_or(1),
+    })
 }
 
 impl RhaiTransition {
@@ -52,9 +57,9 @@ impl RhaiTransition {
         let source = std::fs::read_to_string(path)
             .map_err(|e| RewardError::script(path, None, ScriptFailure::Read, e.to_string()))?;
         let engine = sandboxed_engine(&path.display().to_string(), &SandboxLimits::default());
-        let mut ast = engine
-            .compile(&source)
-            .map_err(|e| RewardError::script(path, pos(e.1), ScriptFailure::Syntax, e.0.to_string()))?;
+        let mut ast = engine.compile(&source).map_err(|e| {
+            RewardError::script(path, pos(e.1), ScriptFailure::Syntax, e.0.to_string())
+        })?;
         ast.set_source(path.display().to_string());
         let ok = ast
             .iter_functions()
@@ -67,25 +72,49 @@ impl RhaiTransition {
                 "define `fn transition(ctx)` returning an array with one prompt string per agent",
             ));
         }
-        Ok(Self { path: path.to_path_buf(), engine, ast, params: json_to_dynamic(params) })
+        Ok(Self {
+            path: path.to_path_buf(),
+            engine,
+            ast,
+            params: json_to_dynamic(params),
+        })
     }
 
     /// The next-turn prompt of every agent.
     pub fn next_prompts(&self, input: &TransitionInput) -> Result<Vec<String>, RewardError> {
-        let strings = |v: &[String]| -> Array { v.iter().map(|s| Dynamic::from(s.clone())).collect() };
-        let nested = |v: &[Vec<String>]| -> Array { v.iter().map(|h| Dynamic::from(strings(h))).collect() };
+        let strings =
+            |v: &[String]| -> Array { v.iter().map(|s| Dynamic::from(s.clone())).collect() };
+        let nested =
+            |v: &[Vec<String>]| -> Array { v.iter().map(|h| Dynamic::from(strings(h))).collect() };
         let mut ctx = Map::new();
         ctx.insert("prompt".into(), input.prompt.to_string().into());
         ctx.insert("fields".into(), Dynamic::from(object_to_map(input.fields)));
         ctx.insert("params".into(), self.params.clone());
         ctx.insert("turn".into(), Dynamic::from(input.turn as INT));
-        ctx.insert("agent_count".into(), Dynamic::from(input.completions.len() as INT));
-        ctx.insert("completions".into(), Dynamic::from(strings(input.completions)));
-        ctx.insert("prompt_history".into(), Dynamic::from(nested(input.prompt_history)));
-        ctx.insert("response_history".into(), Dynamic::from(nested(input.response_history)));
+        ctx.insert(
+            "agent_count".into(),
+            Dynamic::from(input.completions.len() as INT),
+        );
+        ctx.insert(
+            "completions".into(),
+            Dynamic::from(strings(input.completions)),
+        );
+        ctx.insert(
+            "prompt_history".into(),
+            Dynamic::from(nested(input.prompt_history)),
+        );
+        ctx.insert(
+            "response_history".into(),
+            Dynamic::from(nested(input.response_history)),
+        );
         let out: Dynamic = self
             .engine
-            .call_fn(&mut Scope::new(), &self.ast, TRANSITION_ENTRY, (Dynamic::from(ctx),))
+            .call_fn(
+                &mut Scope::new(),
+                &self.ast,
+                TRANSITION_ENTRY,
+                (Dynamic::from(ctx),),
+            )
             .map_err(|e| {
                 let p = pos(e.position());
                 let kind = match *e {
@@ -97,9 +126,11 @@ impl RhaiTransition {
                 RewardError::script(&self.path, p, kind, e.to_string())
             })?;
         let ret = |m: String| RewardError::script(&self.path, None, ScriptFailure::Return, m);
-        let arr = out
-            .into_array()
-            .map_err(|t| ret(format!("transition returned a `{t}`; expected an array of strings, one per agent")))?;
+        let arr = out.into_array().map_err(|t| {
+            ret(format!(
+                "transition returned a `{t}`; expected an array of strings, one per agent"
+            ))
+        })?;
         if arr.len() != input.completions.len() {
             return Err(ret(format!(
                 "transition returned {} prompts for {} agents",
@@ -110,8 +141,11 @@ impl RhaiTransition {
         arr.into_iter()
             .enumerate()
             .map(|(i, v)| {
-                v.into_string()
-                    .map_err(|t| ret(format!("transition's prompt for agent {i} is a `{t}`, not a string")))
+                v.into_string().map_err(|t| {
+                    ret(format!(
+                        "transition's prompt for agent {i} is a `{t}`, not a string"
+                    ))
+                })
             })
             .collect()
     }

@@ -193,11 +193,11 @@ pub struct TrainerPlan {
 /// Logging cadence and the (reserved) tracking back-ends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoggingPlan {
-    /// Log training metrics every this many optimizer steps.
+    /// Write a metrics row every this many training steps (one step = one training prompt).
     pub steps: usize,
-    /// Weights & Biases run settings; `None` = W&B off. Used by tracking (issue pending).
+    /// Weights & Biases run settings; `None` = W&B off (the `--wandb*` flags can turn it on).
     pub wandb: Option<WandbPlan>,
-    /// Write TensorBoard event files under `<output_dir>/tensorboard`. Used by tracking (pending).
+    /// Write TensorBoard event files under `<output_dir>/tb/`.
     pub tensorboard: bool,
 }
 

@@ -206,7 +206,7 @@ pub struct RawLogging {
     pub tensorboard: Option<bool>,
 }
 
-/// `logging.wandb:` — Weights & Biases run settings (reserved: used by tracking, issue pending).
+/// `logging.wandb:` — Weights & Biases run settings (see the README, "Experiment tracking").
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWandb {

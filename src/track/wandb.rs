@@ -1,0 +1,482 @@
+//! Weights & Biases over its HTTP API, as W&B's older Python client spoke it (there is no usable
+//! Rust SDK): the GraphQL mutation `upsertBucket` creates or resumes the run with the resolved
+//! scenario as its config, `POST /files/<entity>/<project>/<run>/file_stream` streams
+//! `wandb-history.jsonl` rows (each with `_step`, `_runtime`, `_timestamp`; the row's line in
+//! `metrics.jsonl` is its offset, so sending a row twice keeps one) and `wandb-summary.json`,
+//! sends heartbeats, and finally `{"complete": true, "exitcode": N}` marks the run finished (0)
+//! or failed. The run's id is kept in `<output_dir>/wandb-run.json` for `--resume` and
+//! `comlrl wandb-sync`.
+use super::wandb_auth as auth;
+use super::{track_error, Record, Tracker, WandbSettings, Warn};
+use crate::error::{Error, Result};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The file in the output directory that remembers the W&B run.
+pub const RUN_FILE: &str = "wandb-run.json";
+const HISTORY: &str = "wandb-history.jsonl";
+const SUMMARY: &str = "wandb-summary.json";
+/// Attempts per request when the server is unreachable or answers 429/5xx.
+const ATTEMPTS: u32 = 3;
+/// History rows per `file_stream` request when uploading a whole run.
+const SYNC_CHUNK: usize = 500;
+
+const UPSERT: &str = "mutation UpsertBucket($name: String, $project: String, $entity: String, \
+$displayName: String, $config: JSONString, $tags: [String!], $program: String) { \
+upsertBucket(input: {name: $name, modelName: $project, entityName: $entity, \
+displayName: $displayName, config: $config, tags: $tags, jobProgram: $program}) { \
+bucket { id name displayName project { name entity { name } } } } }";
+
+/// The W&B server and the key to talk to it with.
+pub struct Connection {
+    pub base_url: String,
+    api_key: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Connection {
+    /// `WANDB_BASE_URL` and `WANDB_API_KEY` / netrc, as the Python client reads them.
+    pub fn from_env() -> Self {
+        let base = auth::base_url(std::env::var("WANDB_BASE_URL").ok());
+        let netrc = auth::netrc_path().and_then(|p| std::fs::read_to_string(p).ok());
+        let key = auth::api_key(
+            std::env::var("WANDB_API_KEY").ok(),
+            netrc,
+            auth::host(&base),
+        );
+        Self::new(base, key)
+    }
+
+    pub fn new(base_url: String, api_key: Option<String>) -> Self {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(Duration::from_secs(10)))
+            .timeout_global(Some(Duration::from_secs(60)))
+            .http_status_as_error(false)
+            .user_agent(concat!("comlrl/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        Self {
+            base_url,
+            api_key,
+            agent,
+        }
+    }
+
+    /// POSTs JSON, retrying unreachable servers and 429/5xx answers; returns the JSON answer.
+    fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        let key = self.api_key.as_deref().ok_or_else(|| {
+            track_error(
+                "W&B: no API key (set WANDB_API_KEY, or run `wandb login` to write ~/.netrc)",
+            )
+        })?;
+        let url = format!("{}{path}", self.base_url);
+        let text = body.to_string();
+        let mut last = String::new();
+        for attempt in 0..ATTEMPTS {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_secs(1 << (attempt - 1)));
+            }
+            let sent = self
+                .agent
+                .post(&url)
+                .header("Authorization", &auth::basic_auth(key))
+                .header("Content-Type", "application/json")
+                .send(&text);
+            let mut resp = match sent {
+                Ok(r) => r,
+                Err(e) => {
+                    last = format!("cannot reach {url} ({e})");
+                    continue;
+                }
+            };
+            let status = resp.status().as_u16();
+            let answer = resp.body_mut().read_to_string().unwrap_or_default();
+            match status {
+                200..=299 => {
+                    return serde_json::from_str(&answer).or_else(|_| {
+                        if answer.trim().is_empty() {
+                            Ok(Value::Null)
+                        } else {
+                            Err(track_error(format!("W&B: {url} answered non-JSON: {}", clip(&answer))))
+                        }
+                    })
+                }
+                401 | 403 => {
+                    return Err(track_error(format!(
+                        "W&B rejected the API key (HTTP {status} from {url}); check WANDB_API_KEY or `wandb login`"
+                    )))
+                }
+                429 | 500..=599 => last = format!("{url} answered HTTP {status}: {}", clip(&answer)),
+                _ => {
+                    return Err(track_error(format!(
+                        "W&B: {url} answered HTTP {status}: {}",
+                        clip(&answer)
+                    )))
+                }
+            }
+        }
+        Err(track_error(format!("W&B: {last}")))
+    }
+
+    /// Creates the run `spec.id` (or updates it when it exists) and returns where it lives.
+    pub fn upsert_run(&self, spec: &RunSpec) -> Result<RunRef> {
+        let vars = json!({
+            "name": spec.id,
+            "project": spec.settings.project,
+            "entity": spec.settings.entity,
+            "displayName": spec.settings.name,
+            "config": config_json(&spec.scenario_yaml).to_string(),
+            "tags": spec.settings.tags,
+            "program": "comlrl",
+        });
+        let answer = self.post("/graphql", &json!({"query": UPSERT, "variables": vars}))?;
+        if let Some(errs) = answer.get("errors").and_then(Value::as_array) {
+            let msgs: Vec<&str> = errs
+                .iter()
+                .filter_map(|e| e.get("message").and_then(Value::as_str))
+                .collect();
+            return Err(track_error(format!(
+                "W&B refused the run: {}",
+                msgs.join("; ")
+            )));
+        }
+        let bucket = &answer["data"]["upsertBucket"]["bucket"];
+        let entity = bucket["project"]["entity"]["name"]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| spec.settings.entity.clone())
+            .ok_or_else(|| {
+                track_error(
+                    "W&B: the server did not say which entity the run is in; set --wandb-entity",
+                )
+            })?;
+        let project = bucket["project"]["name"]
+            .as_str()
+            .unwrap_or(&spec.settings.project)
+            .to_string();
+        let id = bucket["name"].as_str().unwrap_or(&spec.id).to_string();
+        let url = format!("{}/{entity}/{project}/runs/{id}", app_url(&self.base_url));
+        Ok(RunRef {
+            id,
+            entity,
+            project,
+            url,
+        })
+    }
+
+    /// One `file_stream` request for `run`.
+    pub fn file_stream(&self, run: &RunRef, body: &Value) -> Result<()> {
+        let path = format!(
+            "/files/{}/{}/{}/file_stream",
+            encode(&run.entity),
+            encode(&run.project),
+            encode(&run.id)
+        );
+        self.post(&path, body).map(|_| ())
+    }
+}
+
+/// What to create on W&B.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub id: String,
+    pub settings: WandbSettings,
+    pub scenario_yaml: String,
+}
+
+/// A run on W&B (the contents of `wandb-run.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRef {
+    pub id: String,
+    pub entity: String,
+    pub project: String,
+    pub url: String,
+}
+
+impl RunRef {
+    /// The run remembered in `output_dir`, if it is in `settings`' project (and entity).
+    pub fn load(output_dir: &Path, settings: &WandbSettings) -> Option<RunRef> {
+        let text = std::fs::read_to_string(output_dir.join(RUN_FILE)).ok()?;
+        let r: RunRef = serde_json::from_str(&text).ok()?;
+        let same_entity = settings.entity.as_ref().is_none_or(|e| *e == r.entity);
+        (r.project == settings.project && same_entity).then_some(r)
+    }
+
+    pub fn save(&self, output_dir: &Path) -> Result<()> {
+        let path = output_dir.join(RUN_FILE);
+        let text =
+            serde_json::to_string_pretty(self).map_err(|e| track_error(format!("W&B: {e}")))?;
+        std::fs::write(&path, text + "\n").map_err(|e| Error::io(path, e))
+    }
+}
+
+/// A new run id: 8 characters of `[a-z0-9]`, like W&B's.
+pub fn new_run_id() -> String {
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..8)
+        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
+        .collect()
+}
+
+/// The run config: each top-level scenario key as `{"value": ...}` (W&B's config layout), plus
+/// the resolved scenario text itself under `scenario_yaml`.
+pub fn config_json(scenario_yaml: &str) -> Value {
+    let mut map = Map::new();
+    if let Ok(Value::Object(top)) = serde_norway::from_str::<Value>(scenario_yaml) {
+        for (k, v) in top {
+            map.insert(k, json!({ "value": v }));
+        }
+    }
+    map.insert("scenario_yaml".into(), json!({ "value": scenario_yaml }));
+    Value::Object(map)
+}
+
+/// One `wandb-history.jsonl` line.
+pub fn history_line(r: &Record) -> String {
+    let mut m = Map::new();
+    for (k, v) in &r.values {
+        m.insert(k.clone(), json!(v));
+    }
+    m.insert("_step".into(), json!(r.step));
+    m.insert("_runtime".into(), json!(r.runtime));
+    m.insert("_timestamp".into(), json!(r.timestamp));
+    Value::Object(m).to_string()
+}
+
+/// `file_stream` bodies for `records`: one per run of consecutive offsets, each with the
+/// summary (latest value of every metric) folded in so far.
+fn history_bodies(
+    records: &[Record],
+    summary: &mut Map<String, Value>,
+    chunk: usize,
+) -> Vec<Value> {
+    let mut bodies = vec![];
+    let mut start = 0;
+    while start < records.len() {
+        let mut end = start + 1;
+        while end < records.len()
+            && end - start < chunk
+            && records[end].index == records[end - 1].index + 1
+        {
+            end += 1;
+        }
+        let part = &records[start..end];
+        for r in part {
+            for (k, v) in &r.values {
+                summary.insert(k.clone(), json!(v));
+            }
+            summary.insert("_step".into(), json!(r.step));
+            summary.insert("_runtime".into(), json!(r.runtime));
+            summary.insert("_timestamp".into(), json!(r.timestamp));
+        }
+        let lines: Vec<String> = part.iter().map(history_line).collect();
+        bodies.push(json!({"files": {
+            HISTORY: {"offset": part[0].index, "content": lines},
+            SUMMARY: {"offset": 0, "content": [Value::Object(summary.clone()).to_string()]},
+        }}));
+        start = end;
+    }
+    bodies
+}
+
+/// The live W&B tracker of `comlrl run --wandb`.
+pub struct WandbTracker {
+    conn: Connection,
+    settings: WandbSettings,
+    output_dir: PathBuf,
+    scenario_yaml: String,
+    resume: bool,
+    note: Warn,
+    run: Option<RunRef>,
+    summary: Map<String, Value>,
+}
+
+impl WandbTracker {
+    pub fn new(
+        conn: Connection,
+        settings: WandbSettings,
+        output_dir: &Path,
+        scenario_yaml: &str,
+        resume: bool,
+        note: Warn,
+    ) -> Self {
+        Self {
+            conn,
+            settings,
+            output_dir: output_dir.to_path_buf(),
+            scenario_yaml: scenario_yaml.to_string(),
+            resume,
+            note,
+            run: None,
+            summary: Map::new(),
+        }
+    }
+
+    /// Adds what happens next to an error, for the one warning the user sees.
+    fn offline(&self, e: Error) -> Error {
+        track_error(format!(
+            "{e}; W&B is off for this run, training goes on and metrics.jsonl keeps every row \
+             (upload it later with `comlrl wandb-sync {}`)",
+            self.output_dir.display()
+        ))
+    }
+
+    fn send(&mut self, records: &[Record]) -> Result<()> {
+        let run = self.run.clone().ok_or_else(|| track_error("W&B: no run"))?;
+        for body in history_bodies(records, &mut self.summary, SYNC_CHUNK) {
+            self.conn.file_stream(&run, &body)?;
+        }
+        Ok(())
+    }
+}
+
+impl Tracker for WandbTracker {
+    fn name(&self) -> &'static str {
+        "W&B"
+    }
+
+    fn open(&mut self, prior: &[Record]) -> Result<()> {
+        let id = self
+            .resume
+            .then(|| RunRef::load(&self.output_dir, &self.settings))
+            .flatten()
+            .map(|r| r.id)
+            .unwrap_or_else(new_run_id);
+        let spec = RunSpec {
+            id,
+            settings: self.settings.clone(),
+            scenario_yaml: self.scenario_yaml.clone(),
+        };
+        let run = self.conn.upsert_run(&spec).map_err(|e| self.offline(e))?;
+        run.save(&self.output_dir).map_err(|e| self.offline(e))?;
+        (self.note)(&format!("W&B: logging to {}", run.url));
+        self.run = Some(run);
+        // On resume, rows from before the checkpoint (perhaps never sent) go first.
+        self.send(prior).map_err(|e| self.offline(e))
+    }
+
+    fn log(&mut self, records: &[Record]) -> Result<()> {
+        self.send(records).map_err(|e| self.offline(e))
+    }
+
+    fn idle(&mut self) -> Result<()> {
+        let run = self.run.clone().ok_or_else(|| track_error("W&B: no run"))?;
+        self.conn
+            .file_stream(&run, &json!({"complete": false, "failed": false}))
+            .map_err(|e| self.offline(e))
+    }
+
+    fn finish(&mut self, exit_code: i32) -> Result<()> {
+        let run = self.run.clone().ok_or_else(|| track_error("W&B: no run"))?;
+        self.conn
+            .file_stream(&run, &json!({"complete": true, "exitcode": exit_code}))
+            .map_err(|e| self.offline(e))
+    }
+
+    fn min_interval(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}
+
+/// Uploads a whole run from its records (`comlrl wandb-sync`): creates or resumes the run,
+/// sends every row and the summary, and marks it finished with `exit_code`.
+pub fn sync(
+    conn: &Connection,
+    spec: &RunSpec,
+    records: &[Record],
+    exit_code: i32,
+) -> Result<RunRef> {
+    let run = conn.upsert_run(spec)?;
+    let mut summary = Map::new();
+    for body in history_bodies(records, &mut summary, SYNC_CHUNK) {
+        conn.file_stream(&run, &body)?;
+    }
+    conn.file_stream(&run, &json!({"complete": true, "exitcode": exit_code}))?;
+    Ok(run)
+}
+
+/// The web app of an API URL (`https://api.wandb.ai` → `https://wandb.ai`).
+fn app_url(base: &str) -> String {
+    match base.split_once("://api.") {
+        Some((scheme, rest)) => format!("{scheme}://{rest}"),
+        None => base.to_string(),
+    }
+}
+
+/// Percent-encodes a URL path segment.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn clip(s: &str) -> String {
+    let t = s.trim();
+    match t.char_indices().nth(200) {
+        Some((i, _)) => format!("{}...", &t[..i]),
+        None => t.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(index: usize, step: u64, v: f64) -> Record {
+        Record {
+            index,
+            step,
+            runtime: step as f64,
+            timestamp: 1000.0 + step as f64,
+            values: vec![("reward_mean".into(), v)],
+        }
+    }
+
+    #[test]
+    fn history_is_split_where_offsets_jump_and_summary_keeps_the_latest() {
+        let recs = [rec(0, 2, 1.0), rec(1, 4, 2.0), rec(3, 8, 4.0)];
+        let mut summary = Map::new();
+        let bodies = history_bodies(&recs, &mut summary, 500);
+        assert_eq!(bodies.len(), 2);
+        assert_eq!(bodies[0]["files"][HISTORY]["offset"], 0);
+        assert_eq!(bodies[1]["files"][HISTORY]["offset"], 3);
+        let line: Value =
+            serde_json::from_str(bodies[0]["files"][HISTORY]["content"][1].as_str().unwrap())
+                .unwrap();
+        assert_eq!(line["_step"], 4);
+        assert_eq!(line["reward_mean"], 2.0);
+        assert_eq!(line["_timestamp"], 1004.0);
+        assert_eq!(summary["reward_mean"], 4.0);
+        assert_eq!(summary["_step"], 8);
+    }
+
+    #[test]
+    fn config_wraps_each_scenario_section_and_keeps_the_text() {
+        let yaml = "name: demo\ntrainer:\n  num_train_epochs: 2\n";
+        let c = config_json(yaml);
+        assert_eq!(c["trainer"]["value"]["num_train_epochs"], 2);
+        assert_eq!(c["name"]["value"], "demo");
+        assert_eq!(c["scenario_yaml"]["value"], yaml);
+    }
+
+    #[test]
+    fn urls_and_ids() {
+        assert_eq!(app_url("https://api.wandb.ai"), "https://wandb.ai");
+        assert_eq!(app_url("http://127.0.0.1:9"), "http://127.0.0.1:9");
+        assert_eq!(encode("my team/x"), "my%20team%2Fx");
+        let id = new_run_id();
+        assert_eq!(id.len(), 8);
+        assert!(id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+    }
+}

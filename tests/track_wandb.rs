@@ -1,0 +1,493 @@
+//! W&B tracking end to end: the real binary trains the tiny scenario against a mock W&B server on
+//! 127.0.0.1 (`WANDB_BASE_URL`), which records every request. Checks that the run is created with
+//! the resolved scenario as its config, that every logged step arrives once and in order, and
+//! that the run is marked finished; with the server down, that training finishes with exactly one
+//! warning and `comlrl wandb-sync` uploads the same run afterwards; with a rejected key, that one
+//! warning says so.
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const KEY: &str = "test-key-0123456789";
+
+#[derive(Debug, Clone)]
+struct Req {
+    path: String,
+    auth: Option<String>,
+    body: Value,
+}
+
+/// A W&B stand-in: answers `upsertBucket` like the real server and records every request.
+struct Mock {
+    url: String,
+    reqs: Arc<Mutex<Vec<Req>>>,
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Mock {
+    /// `status` is what every request gets (401 to reject the key).
+    fn start(status: u16) -> Mock {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        listener.set_nonblocking(true).unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let reqs = Arc::new(Mutex::new(vec![]));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, s) = (reqs.clone(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            // Bounded: the test stops it, and it gives up on its own after 15 minutes.
+            let deadline = Instant::now() + Duration::from_secs(900);
+            while !s.load(Ordering::SeqCst) && Instant::now() < deadline {
+                match listener.accept() {
+                    Ok((stream, _)) => serve(stream, status, &r),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        Mock {
+            url,
+            reqs,
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    fn finish(mut self) -> Vec<Req> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            h.join().unwrap();
+        }
+        self.reqs.lock().unwrap().clone()
+    }
+}
+
+/// One request per connection (answered with `Connection: close`).
+fn serve(stream: TcpStream, status: u16, reqs: &Mutex<Vec<Req>>) {
+    stream.set_nonblocking(false).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        return;
+    }
+    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+    let (mut len, mut auth) = (0usize, None);
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            match k.trim().to_ascii_lowercase().as_str() {
+                "content-length" => len = v.trim().parse().unwrap_or(0),
+                "authorization" => auth = Some(v.trim().to_string()),
+                _ => {}
+            }
+        }
+    }
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).unwrap();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let answer = if status != 200 {
+        r#"{"errors":[{"message":"invalid api key"}]}"#.to_string()
+    } else if path == "/graphql" {
+        let v = &body["variables"];
+        let entity = v["entity"].as_str().unwrap_or("default-entity");
+        serde_json::json!({"data": {"upsertBucket": {"bucket": {
+            "id": "QnVja2V0OjE=", "name": v["name"], "displayName": v["displayName"],
+            "project": {"name": v["project"], "entity": {"name": entity}}
+        }}}})
+        .to_string()
+    } else {
+        "{}".to_string()
+    };
+    reqs.lock().unwrap().push(Req { path, auth, body });
+    let mut out = stream;
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+        answer.len()
+    );
+    let _ = out.flush();
+}
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_comlrl"))
+}
+
+fn scenario() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/story_len_ratio_tiny.yaml")
+}
+
+/// Runs the binary with W&B pointed at `base_url`, no proxies, and a HOME without a netrc.
+fn comlrl(args: &[&str], base_url: &str, home: &Path) -> (bool, String) {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .env("WANDB_BASE_URL", base_url)
+        .env("WANDB_API_KEY", KEY)
+        .env("HOME", home)
+        .env_remove("NETRC");
+    for p in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        cmd.env_remove(p);
+    }
+    let out = cmd.output().expect("run comlrl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `comlrl run` on the tiny scenario, 10 steps, a metrics row every 2.
+fn train(out: &Path, extra: &[&str], base_url: &str, home: &Path) -> (bool, String) {
+    let out_set = format!("output_dir={}", out.display());
+    let scen = scenario();
+    let mut args = vec![
+        "run",
+        scen.to_str().unwrap(),
+        "--set",
+        "agents.max_new_tokens=16",
+        "--set",
+        "trainer.num_train_epochs=1",
+        "--set",
+        "logging.steps=2",
+        "--set",
+        &out_set,
+    ];
+    args.extend_from_slice(extra);
+    comlrl(&args, base_url, home)
+}
+
+fn metrics(out: &Path) -> Vec<serde_json::Map<String, Value>> {
+    std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l)
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .clone()
+        })
+        .collect()
+}
+
+fn w_and_b_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| {
+            let l = l.to_lowercase();
+            l.contains("w&b") || l.contains("wandb")
+        })
+        .collect()
+}
+
+/// A port nothing listens on.
+fn dead_url() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    format!("http://{addr}")
+}
+
+/// Everything the mock received must be the run in `out`: created once in `entity/project` with
+/// the saved scenario as config, each metrics row once and in order, then finished with 0.
+fn check_upload(reqs: &[Req], out: &Path, entity: &str, project: &str) {
+    assert!(!reqs.is_empty(), "the mock got no request");
+    let expected_auth = format!("Basic {}", b64(format!("api:{KEY}").as_bytes()));
+    assert!(
+        reqs.iter()
+            .all(|r| r.auth.as_deref() == Some(&expected_auth)),
+        "every request authenticates"
+    );
+    // The run: one upsertBucket, first.
+    let gql: Vec<&Req> = reqs.iter().filter(|r| r.path == "/graphql").collect();
+    assert_eq!(gql.len(), 1, "one upsertBucket");
+    assert_eq!(reqs[0].path, "/graphql");
+    assert!(gql[0].body["query"]
+        .as_str()
+        .unwrap()
+        .contains("upsertBucket"));
+    let vars = &gql[0].body["variables"];
+    assert_eq!(vars["project"], project);
+    assert_eq!(vars["entity"], entity);
+    let id = vars["name"].as_str().unwrap().to_string();
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("wandb-run.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved["id"], id.as_str());
+    // The config is the resolved scenario (the one saved with the checkpoint).
+    let latest = std::fs::read_to_string(out.join("checkpoints/latest")).unwrap();
+    let yaml = std::fs::read_to_string(
+        out.join("checkpoints")
+            .join(latest.trim())
+            .join("scenario.yaml"),
+    )
+    .unwrap();
+    let config: Value = serde_json::from_str(vars["config"].as_str().unwrap()).unwrap();
+    assert_eq!(config["scenario_yaml"]["value"].as_str().unwrap(), yaml);
+    assert_eq!(config["trainer"]["value"]["num_train_epochs"], 1);
+    assert_eq!(config["logging"]["value"]["steps"], 2);
+    // The stream: history rows at consecutive offsets, in order, equal to metrics.jsonl.
+    let stream: Vec<&Req> = reqs[1..].iter().collect();
+    let want_path = format!("/files/{entity}/{project}/{id}/file_stream");
+    assert!(
+        stream.iter().all(|r| r.path == want_path),
+        "file_stream path"
+    );
+    let mut history: Vec<Value> = vec![];
+    for r in &stream {
+        if let Some(h) = r.body["files"].get("wandb-history.jsonl") {
+            assert_eq!(
+                h["offset"].as_u64().unwrap() as usize,
+                history.len(),
+                "offsets follow on"
+            );
+            for line in h["content"].as_array().unwrap() {
+                history.push(serde_json::from_str(line.as_str().unwrap()).unwrap());
+            }
+        }
+    }
+    let rows = metrics(out);
+    let steps: Vec<u64> = history
+        .iter()
+        .map(|h| h["_step"].as_u64().unwrap())
+        .collect();
+    let want: Vec<u64> = rows.iter().map(|r| r["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, want, "every logged step once, in order");
+    assert_eq!(want, [2, 4, 6, 8, 10]);
+    let mut last_runtime = 0.0;
+    for (h, row) in history.iter().zip(&rows) {
+        for (k, v) in row {
+            if k != "step" && !v.is_null() {
+                let (g, w) = (h[k].as_f64().unwrap(), v.as_f64().unwrap());
+                assert!(
+                    (g - w).abs() <= 1e-12 * w.abs().max(1.0),
+                    "{k} at step {}: {g} vs {w}",
+                    row["step"]
+                );
+            }
+        }
+        assert_eq!(h["turn_1/reward_mean"], h["reward_mean"], "CoMLRL name");
+        let rt = h["_runtime"].as_f64().unwrap();
+        assert!(rt >= last_runtime && h["_timestamp"].as_f64().unwrap() > 1.0e9);
+        last_runtime = rt;
+    }
+    // The summary holds the last row.
+    let summary = stream
+        .iter()
+        .rev()
+        .find_map(|r| r.body["files"].get("wandb-summary.json"))
+        .expect("a summary");
+    let summary: Value = serde_json::from_str(summary["content"][0].as_str().unwrap()).unwrap();
+    assert_eq!(summary["_step"], 10);
+    assert_eq!(
+        summary["reward_mean"].as_f64(),
+        rows[4]["reward_mean"].as_f64()
+    );
+    // Finished exactly once, last, with exit code 0.
+    let completes: Vec<&&Req> = stream
+        .iter()
+        .filter(|r| r.body["complete"] == true)
+        .collect();
+    assert_eq!(completes.len(), 1);
+    assert_eq!(
+        stream.last().unwrap().body,
+        serde_json::json!({"complete": true, "exitcode": 0})
+    );
+}
+
+fn b64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut s = String::new();
+    for c in data.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            s.push(if i <= c.len() {
+                A[(n >> (18 - 6 * i) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    s
+}
+
+#[test]
+fn run_streams_to_wandb_and_marks_it_finished() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mock = Mock::start(200);
+    let (ok, stderr) = train(
+        &out,
+        &[
+            "--wandb",
+            "--wandb-project",
+            "proj",
+            "--wandb-entity",
+            "ent",
+            "--wandb-name",
+            "tiny-test",
+        ],
+        &mock.url,
+        tmp.path(),
+    );
+    let reqs = mock.finish();
+    assert!(ok, "{stderr}");
+    assert!(!stderr.contains("warning: W&B"), "{stderr}");
+    assert!(stderr.contains("W&B: logging to"), "{stderr}");
+    assert_eq!(reqs[0].body["variables"]["displayName"], "tiny-test");
+    check_upload(&reqs, &out, "ent", "proj");
+}
+
+#[test]
+fn server_down_warns_once_and_wandb_sync_uploads_later() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let (ok, stderr) = train(&out, &["--wandb", "--quiet"], &dead_url(), tmp.path());
+    assert!(ok, "training must finish without W&B: {stderr}");
+    let lines = w_and_b_lines(&stderr);
+    assert_eq!(lines.len(), 1, "exactly one W&B line: {stderr}");
+    assert!(
+        lines[0].starts_with("warning: W&B") && lines[0].contains("wandb-sync"),
+        "{}",
+        lines[0]
+    );
+    let steps: Vec<u64> = metrics(&out)
+        .iter()
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [2, 4, 6, 8, 10], "metrics.jsonl is complete");
+    assert!(!out.join("wandb-run.json").exists());
+
+    // Later, with W&B back: upload the run from metrics.jsonl (project from the flag).
+    let mock = Mock::start(200);
+    let (ok, stderr) = comlrl(
+        &[
+            "wandb-sync",
+            out.to_str().unwrap(),
+            "--wandb-entity",
+            "team",
+            "--wandb-project",
+            "later",
+        ],
+        &mock.url,
+        tmp.path(),
+    );
+    let reqs = mock.finish();
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("uploaded 5 rows"), "{stderr}");
+    check_upload(&reqs, &out, "team", "later");
+    // The display name defaults to the scenario name.
+    assert_eq!(
+        reqs[0].body["variables"]["displayName"],
+        "story_len_ratio_tiny"
+    );
+}
+
+#[test]
+fn a_rejected_key_warns_once_and_training_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mock = Mock::start(401);
+    let (ok, stderr) = train(
+        &out,
+        &["--set", "logging.wandb.project=p"],
+        &mock.url,
+        tmp.path(),
+    );
+    let reqs = mock.finish();
+    assert!(ok, "{stderr}");
+    let lines = w_and_b_lines(&stderr);
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("rejected the API key"), "{}", lines[0]);
+    assert_eq!(
+        reqs.len(),
+        1,
+        "no retry of a rejected key, nothing streamed"
+    );
+    assert_eq!(metrics(&out).len(), 5);
+}
+
+#[test]
+fn resume_continues_the_same_wandb_run_and_tensorboard_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let flags = [
+        "--wandb",
+        "--wandb-entity",
+        "ent",
+        "--set",
+        "logging.tensorboard=true",
+    ];
+    let first = Mock::start(200);
+    let (ok, stderr) = train(&out, &flags, &first.url, tmp.path());
+    let first = first.finish();
+    assert!(ok, "{stderr}");
+    let id = first[0].body["variables"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // A second epoch on top of the first: the same W&B run, rows 6..10 after rows 1..5.
+    let second = Mock::start(200);
+    let mut more = flags.to_vec();
+    more.extend(["--resume", "--set", "trainer.num_train_epochs=2"]);
+    let (ok, stderr) = train(&out, &more, &second.url, tmp.path());
+    let reqs = second.finish();
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        reqs[0].body["variables"]["name"],
+        id.as_str(),
+        "same run id"
+    );
+    let mut history = vec![];
+    for r in &reqs[1..] {
+        if let Some(h) = r.body["files"].get("wandb-history.jsonl") {
+            let offset = h["offset"].as_u64().unwrap() as usize;
+            for (i, line) in h["content"].as_array().unwrap().iter().enumerate() {
+                let v: Value = serde_json::from_str(line.as_str().unwrap()).unwrap();
+                history.push((offset + i, v["_step"].as_u64().unwrap()));
+            }
+        }
+    }
+    let want: Vec<(usize, u64)> = (0..10).map(|i| (i, 2 * (i as u64 + 1))).collect();
+    assert_eq!(
+        history, want,
+        "earlier rows, then the new ones, each at its line"
+    );
+    assert_eq!(
+        reqs.last().unwrap().body,
+        serde_json::json!({"complete": true, "exitcode": 0})
+    );
+
+    // TensorBoard: two files; reward_mean at every logged step once.
+    let log = comlrl::track::tensorboard::read_dir(&out.join("tb")).unwrap();
+    assert_eq!(log.file_versions.len(), 2);
+    let steps: Vec<u64> = log
+        .scalars
+        .iter()
+        .filter(|s| s.tag == "reward_mean")
+        .map(|s| s.step)
+        .collect();
+    assert_eq!(steps, (1..=10).map(|i| 2 * i).collect::<Vec<u64>>());
+}

@@ -90,6 +90,7 @@ fn tiny_f64() -> Policy {
         dtype: DType::F64,
         device: Device::Cpu,
         seed: 7,
+        ..LoadOptions::default()
     };
     Policy::load(&ModelSource::Builtin("tiny".into()), &opts).unwrap()
 }

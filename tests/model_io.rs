@@ -39,6 +39,7 @@ fn changed_weights_survive_save_and_reload() {
             var.set(&(t + 0.25).unwrap()).unwrap();
         }
     }
+    p.weights_changed().unwrap();
     let before = logits(&p);
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("agent_0");
@@ -240,4 +241,33 @@ fn unknown_dtype_and_model_refs_are_errors() {
             revision: "main".into()
         }
     );
+}
+
+fn logits_in(p: &Policy, mode: Mode) -> Vec<f32> {
+    let valid = vec![vec![true; 4]];
+    let ids = Tensor::new(&[[5u32, 6, 7, 8]], &Device::Cpu).unwrap();
+    let pos = position_ids(&valid, 4, &Device::Cpu).unwrap();
+    let mask = causal_mask(&valid, 4, &Device::Cpu).unwrap();
+    let h = p.model.hidden(&ids, &pos, &mask, None, mode).unwrap();
+    f32s(&p.model.logits_mode(&h, mode).unwrap())
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn sampling_copies_follow_weight_updates() {
+    let p = Policy::load(&ModelSource::Builtin("tiny".into()), &LoadOptions::default()).unwrap();
+    assert!(max_diff(&logits_in(&p, Mode::Infer), &logits_in(&p, Mode::Train)) < 1e-5);
+    for (name, var) in p.vars() {
+        if name.ends_with("mlp.up_proj.weight") || name == "model.embed_tokens.weight" {
+            var.set(&(var.as_tensor() * 3.0).unwrap()).unwrap();
+        }
+    }
+    // Until told, sampling still reads the old copies...
+    assert!(max_diff(&logits_in(&p, Mode::Infer), &logits_in(&p, Mode::Train)) > 1e-3);
+    // ...and after `weights_changed` it matches the training path again.
+    p.weights_changed().unwrap();
+    assert!(max_diff(&logits_in(&p, Mode::Infer), &logits_in(&p, Mode::Train)) < 1e-5);
 }

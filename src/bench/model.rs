@@ -17,6 +17,8 @@ pub struct ModelBenchOptions {
     pub train_seq: usize,
     /// Timed repetitions after one warm-up; the median is reported.
     pub repeats: usize,
+    /// Sample with contiguous transposed weight copies (the trainer's default).
+    pub rollout_copies: bool,
 }
 
 impl Default for ModelBenchOptions {
@@ -28,6 +30,7 @@ impl Default for ModelBenchOptions {
             train_batch: 8,
             train_seq: 160,
             repeats: 3,
+            rollout_copies: true,
         }
     }
 }
@@ -46,6 +49,7 @@ pub struct SamplingReport {
     pub batch: usize,
     pub prompt_tokens: usize,
     pub new_tokens: usize,
+    pub rollout_copies: bool,
     pub seconds: f64,
     pub tokens_per_s: f64,
     pub gflops_per_s: f64,
@@ -82,6 +86,7 @@ pub fn run(policy: &Policy, o: &ModelBenchOptions) -> Result<ModelBenchReport> {
         ignore_eos: true,
         ..SamplingParams::default()
     };
+    policy.model.refresh_rollout_weights(o.rollout_copies)?;
     let mut times = vec![];
     for rep in 0..=o.repeats {
         let t0 = Instant::now();
@@ -145,6 +150,7 @@ pub fn run(policy: &Policy, o: &ModelBenchOptions) -> Result<ModelBenchReport> {
             batch: o.sample_batch,
             prompt_tokens: o.prompt_tokens,
             new_tokens: o.new_tokens,
+            rollout_copies: o.rollout_copies,
             seconds: s_sec,
             tokens_per_s: new / s_sec,
             gflops_per_s: sflops / s_sec / 1e9,

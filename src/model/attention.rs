@@ -5,7 +5,7 @@ use super::kv_cache::KvCache;
 use super::linear::Linear;
 use super::mode::{reduce_dtype, Mode};
 use super::rope::Rope;
-use candle_core::{DType, Module, Result, Tensor, D};
+use candle_core::{DType, Result, Tensor, D};
 use candle_nn::VarBuilder;
 
 #[derive(Debug, Clone)]
@@ -46,6 +46,14 @@ impl Attention {
         })
     }
 
+    /// Rebuilds (or drops) the projections' sampling copies.
+    pub fn refresh_rollout(&self, enabled: bool) -> Result<()> {
+        for l in [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj] {
+            l.refresh_rollout(enabled)?;
+        }
+        Ok(())
+    }
+
     pub fn forward(
         &self,
         x: &Tensor,
@@ -59,17 +67,17 @@ impl Attention {
         let g = nh / nkv;
         let q = self
             .q_proj
-            .forward(x)?
+            .forward_mode(x, mode)?
             .reshape((b, s, nh, hd))?
             .transpose(1, 2)?;
         let k = self
             .k_proj
-            .forward(x)?
+            .forward_mode(x, mode)?
             .reshape((b, s, nkv, hd))?
             .transpose(1, 2)?;
         let v = self
             .v_proj
-            .forward(x)?
+            .forward_mode(x, mode)?
             .reshape((b, s, nkv, hd))?
             .transpose(1, 2)?;
         let q = rope.apply(&q.contiguous()?, inp.cos, inp.sin, mode)?;
@@ -92,7 +100,7 @@ impl Attention {
             .reshape((b, nh, s, hd))?
             .transpose(1, 2)?
             .reshape((b, s, nh * hd))?;
-        self.o_proj.forward(&y)
+        self.o_proj.forward_mode(&y, mode)
     }
 }
 

@@ -1,11 +1,16 @@
 //! A linear layer `y = x·Wᵀ (+ b)` over any leading dims, with W stored as in the checkpoint (out, in).
+use super::mode::Mode;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
+use std::sync::{Arc, RwLock};
 
 #[derive(Debug, Clone)]
 pub struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
+    /// A contiguous (in, out) copy of W for sampling, where the small-M products against a
+    /// transposed view are dominated by packing; refreshed after every weight update.
+    rollout: Arc<RwLock<Option<Tensor>>>,
 }
 
 impl Linear {
@@ -16,18 +21,46 @@ impl Linear {
         } else {
             None
         };
-        Ok(Self { weight, bias })
+        Ok(Self {
+            weight,
+            bias,
+            rollout: Arc::new(RwLock::new(None)),
+        })
     }
-}
 
-impl Module for Linear {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// Rebuilds (or drops, with `enabled = false`) the sampling copy of W.
+    pub fn refresh_rollout(&self, enabled: bool) -> Result<()> {
+        let copy = if enabled {
+            Some(self.weight.detach().t()?.contiguous()?)
+        } else {
+            None
+        };
+        if let Ok(mut slot) = self.rollout.write() {
+            *slot = copy;
+        }
+        Ok(())
+    }
+
+    /// `forward` that uses the sampling copy in `Mode::Infer` when one exists.
+    pub fn forward_mode(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        if mode == Mode::Infer {
+            if let Ok(slot) = self.rollout.read() {
+                if let Some(wt) = slot.as_ref() {
+                    return self.apply(x, wt);
+                }
+            }
+        }
+        self.apply(x, &self.weight.t()?)
+    }
+
+    /// y = x · wt (+ b) with wt of shape (in, out), over any leading dims of x.
+    fn apply(&self, x: &Tensor, wt: &Tensor) -> Result<Tensor> {
         let dims = x.dims();
         let Some(&in_dim) = dims.last() else {
             candle_core::bail!("linear: a scalar input has no feature dimension")
         };
         let rows = x.elem_count() / in_dim.max(1);
-        let y = x.reshape((rows, in_dim))?.matmul(&self.weight.t()?)?;
+        let y = x.reshape((rows, in_dim))?.matmul(wt)?;
         let y = match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
@@ -36,5 +69,11 @@ impl Module for Linear {
         let last = out.len() - 1;
         out[last] = y.dim(1)?;
         y.reshape(out)
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_mode(x, Mode::Train)
     }
 }

@@ -1,5 +1,6 @@
 //! The SwiGLU feed-forward block: down(silu(gate(x)) · up(x)), no biases.
 use super::linear::Linear;
+use super::mode::Mode;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
@@ -20,10 +21,23 @@ impl Mlp {
     }
 }
 
+impl Mlp {
+    pub fn forward_mode(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        let gate = self.gate_proj.forward_mode(x, mode)?.silu()?;
+        let up = self.up_proj.forward_mode(x, mode)?;
+        self.down_proj.forward_mode(&(gate * up)?, mode)
+    }
+
+    pub fn refresh_rollout(&self, enabled: bool) -> Result<()> {
+        for l in [&self.gate_proj, &self.up_proj, &self.down_proj] {
+            l.refresh_rollout(enabled)?;
+        }
+        Ok(())
+    }
+}
+
 impl Module for Mlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = self.gate_proj.forward(x)?.silu()?;
-        let up = self.up_proj.forward(x)?;
-        self.down_proj.forward(&(gate * up)?)
+        self.forward_mode(x, Mode::Train)
     }
 }

@@ -40,6 +40,9 @@ pub struct LoadOptions {
     pub device: Device,
     /// Seed of built-in models' random weights.
     pub seed: u64,
+    /// Keep contiguous transposed copies of the weights for sampling (~3.5× faster decoding
+    /// at batch 8 here, at the cost of one extra copy of the weights).
+    pub rollout_copies: bool,
 }
 
 impl Default for LoadOptions {
@@ -48,6 +51,7 @@ impl Default for LoadOptions {
             dtype: DType::F32,
             device: Device::Cpu,
             seed: 0,
+            rollout_copies: true,
         }
     }
 }
@@ -63,6 +67,7 @@ pub struct Policy {
     varmap: VarMap,
     names: Vec<String>,
     dir: Option<PathBuf>,
+    rollout_copies: bool,
 }
 
 impl Policy {
@@ -155,6 +160,7 @@ impl Policy {
         }
         let vb = VarBuilder::from_varmap(&varmap, opts.dtype, &opts.device);
         let model = Qwen2::new(&config, vb)?;
+        model.refresh_rollout_weights(opts.rollout_copies)?;
         Ok(Self {
             source,
             config,
@@ -165,7 +171,14 @@ impl Policy {
             varmap,
             names,
             dir,
+            rollout_copies: opts.rollout_copies,
         })
+    }
+
+    /// Call after the weights changed in place (an optimizer step, a checkpoint restore) so
+    /// that sampling sees them.
+    pub fn weights_changed(&self) -> Result<()> {
+        Ok(self.model.refresh_rollout_weights(self.rollout_copies)?)
     }
 
     /// Trainable variables in checkpoint order (the tied embedding appears once).

@@ -51,7 +51,7 @@ impl DecoderLayer {
         let h = self.input_layernorm.forward(x, mode)?;
         let x = (x + self.self_attn.forward(&h, rope, inp, cache, mode)?)?;
         let h = self.post_attention_layernorm.forward(&x, mode)?;
-        x + self.mlp.forward(&h)?
+        x + self.mlp.forward_mode(&h, mode)?
     }
 }
 
@@ -62,6 +62,8 @@ pub struct Qwen2 {
     norm: RmsNorm,
     /// (vocab, hidden); the embedding matrix itself when embeddings are tied.
     lm_head: Tensor,
+    /// Contiguous (hidden, vocab) copy of the head for sampling (see `Linear`).
+    lm_head_rollout: std::sync::Arc<std::sync::RwLock<Option<Tensor>>>,
     rope: Rope,
     cfg: Qwen2Config,
 }
@@ -94,6 +96,7 @@ impl Qwen2 {
             layers,
             norm,
             lm_head,
+            lm_head_rollout: Default::default(),
             rope,
             cfg: cfg.clone(),
         })
@@ -155,12 +158,44 @@ impl Qwen2 {
         self.norm.forward(&x, mode)
     }
 
+    /// Rebuilds (call after every weight update) or drops the contiguous transposed weight
+    /// copies that sampling uses: M = batch products against a transposed view spend most of
+    /// their time packing. Costs one extra copy of the weights while enabled.
+    pub fn refresh_rollout_weights(&self, enabled: bool) -> Result<()> {
+        for l in &self.layers {
+            l.self_attn.refresh_rollout(enabled)?;
+            l.mlp.refresh_rollout(enabled)?;
+        }
+        let copy = if enabled {
+            Some(self.lm_head.detach().t()?.contiguous()?)
+        } else {
+            None
+        };
+        if let Ok(mut slot) = self.lm_head_rollout.write() {
+            *slot = copy;
+        }
+        Ok(())
+    }
+
     /// Logits (.., vocab) of hidden states (.., hidden).
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        self.logits_mode(hidden, Mode::Train)
+    }
+
+    /// [`Qwen2::logits`], using the sampling copy of the head in `Mode::Infer` when present.
+    pub fn logits_mode(&self, hidden: &Tensor, mode: Mode) -> Result<Tensor> {
         let dims = hidden.dims().to_vec();
         let h = self.cfg.hidden_size;
         let rows = hidden.elem_count() / h;
-        let y = hidden.reshape((rows, h))?.matmul(&self.lm_head.t()?)?;
+        let copy = match mode {
+            Mode::Infer => self.lm_head_rollout.read().ok().and_then(|g| g.clone()),
+            Mode::Train => None,
+        };
+        let wt = match copy {
+            Some(t) => t,
+            None => self.lm_head.t()?,
+        };
+        let y = hidden.reshape((rows, h))?.matmul(&wt)?;
         let mut out = dims;
         let last = out.len() - 1;
         out[last] = self.cfg.vocab_size;

@@ -83,7 +83,7 @@ pub fn generate(
         Some(&mut cache),
         Mode::Infer,
     )?;
-    let last = model.logits(&hidden.narrow(1, t - 1, 1)?)?.squeeze(1)?; // (P, V)
+    let last = model.logits_mode(&hidden.narrow(1, t - 1, 1)?, Mode::Infer)?.squeeze(1)?; // (P, V)
                                                                         // Share each prompt's cache with its k rows.
     let rows: Vec<u32> = (0..n_prompts as u32)
         .flat_map(|p| std::iter::repeat_n(p, k))
@@ -143,7 +143,7 @@ pub fn generate(
             Some(&mut cache),
             Mode::Infer,
         )?;
-        logits = model.logits(&hidden)?.squeeze(1)?;
+        logits = model.logits_mode(&hidden, Mode::Infer)?.squeeze(1)?;
     }
     Ok(out)
 }

@@ -162,6 +162,7 @@ pub fn load(dir: &Path, policies: &[Policy], optims: &mut [AdamW]) -> Result<(Tr
             }
             var.set(&t.to_dtype(var.dtype())?)?;
         }
+        p.weights_changed()?;
         let opath = dir.join(format!("optimizer_{i}.safetensors"));
         let moments = candle_core::safetensors::load(&opath, &Device::Cpu)
             .map_err(|e| Error::model(&opath, format!("unreadable optimizer state: {e}")))?;

@@ -400,6 +400,7 @@ impl Trainer {
                     t.lr_scheduler,
                 );
                 let norm = opt.step_grads(&lg.grads, lr, t.max_grad_norm)?;
+                policy.weights_changed()?;
                 state.opt_steps[i] = opt.step;
                 let w = &mut state.window.agents[i];
                 w.loss += lg.loss;

@@ -253,12 +253,19 @@ fn logits_in(p: &Policy, mode: Mode) -> Vec<f32> {
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[test]
 fn sampling_copies_follow_weight_updates() {
-    let p = Policy::load(&ModelSource::Builtin("tiny".into()), &LoadOptions::default()).unwrap();
+    let p = Policy::load(
+        &ModelSource::Builtin("tiny".into()),
+        &LoadOptions::default(),
+    )
+    .unwrap();
     assert!(max_diff(&logits_in(&p, Mode::Infer), &logits_in(&p, Mode::Train)) < 1e-5);
     for (name, var) in p.vars() {
         if name.ends_with("mlp.up_proj.weight") || name == "model.embed_tokens.weight" {

@@ -518,3 +518,48 @@ fn ctrl_c_writes_a_checkpoint_and_resume_finishes() {
     );
     assert!(out.join("models/agent_1/model.safetensors").is_file());
 }
+
+fn testkit_plugin(name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("release").join(name)
+}
+
+#[test]
+fn multi_turn_with_a_native_transition_plugin() {
+    let plugin = testkit_plugin("comlrl_testkit_transition");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let sets = [
+        "trainer.num_turns=2".to_string(),
+        format!(
+            "trainer.external_transition={{plugin: {}}}",
+            plugin.display()
+        ),
+        "trainer.num_train_epochs=1".to_string(),
+        "trainer.early_termination_threshold=null".to_string(),
+        "agents.max_new_tokens=8".to_string(),
+    ];
+    let (_, (ok, _, err)) = run_small(&out, &sets);
+    assert!(
+        ok,
+        "build the plugins first (cargo build --release --workspace): {err}"
+    );
+    let rows = read_jsonl(&out.join("metrics.jsonl")).unwrap();
+    assert!(
+        rows.iter().all(|r| r["turn_2/reward_mean"].is_number()),
+        "{rows:?}"
+    );
+    // A panic inside the plugin is an error naming it, not an abort.
+    let mut sets = sets.to_vec();
+    sets[1] = format!(
+        "trainer.external_transition={{plugin: {}, params: {{panic: true}}}}",
+        plugin.display()
+    );
+    let (_, (ok, _, err)) = run_small(&tmp.path().join("run2"), &sets);
+    assert!(
+        !ok && err.contains("comlrl_testkit_transition") && err.contains("asked to panic"),
+        "{err}"
+    );
+}

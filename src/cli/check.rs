@@ -14,8 +14,8 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let s = a.scenario.load()?;
-    setup::check_supported(&s)?;
     let stack = setup::reward_stack(&s)?;
+    setup::transition(&s)?;
     for agent in &s.agents {
         let src = setup::model_source(agent, &s.base_dir)?;
         if let comlrl::model::ModelSource::Local(dir) = &src {

@@ -83,8 +83,10 @@ pub fn generate(
         Some(&mut cache),
         Mode::Infer,
     )?;
-    let last = model.logits_mode(&hidden.narrow(1, t - 1, 1)?, Mode::Infer)?.squeeze(1)?; // (P, V)
-                                                                        // Share each prompt's cache with its k rows.
+    let last = model
+        .logits_mode(&hidden.narrow(1, t - 1, 1)?, Mode::Infer)?
+        .squeeze(1)?; // (P, V)
+                      // Share each prompt's cache with its k rows.
     let rows: Vec<u32> = (0..n_prompts as u32)
         .flat_map(|p| std::iter::repeat_n(p, k))
         .collect();

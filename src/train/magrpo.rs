@@ -50,7 +50,7 @@ pub struct Trainer {
     references: Option<Vec<Policy>>,
     optims: Vec<AdamW>,
     stack: RewardStack,
-    transition: Option<comlrl_reward::RhaiTransition>,
+    transition: Option<Box<dyn comlrl_reward::TransitionFn>>,
     sampling: Vec<SamplingParams>,
     component_names: Vec<String>,
     yaml: String,
@@ -60,7 +60,6 @@ pub struct Trainer {
 impl Trainer {
     /// Checks the output directory, loads models and rewards.
     pub fn new(scenario: Scenario) -> Result<Self> {
-        setup::check_supported(&scenario)?;
         setup::check_output_dir(&scenario.output_dir)?;
         let stack = setup::reward_stack(&scenario)?;
         let transition = setup::transition(&scenario)?;
@@ -209,7 +208,7 @@ impl Trainer {
             turns: t.num_turns,
             discount: t.discount,
             early_termination: t.early_termination_threshold,
-            transition: transition.as_ref(),
+            transition: transition.as_deref(),
             templates: (!t.external_prompt_passthrough).then_some(templates.as_slice()),
         };
         obs.start(total, state.step);

@@ -7,7 +7,7 @@ use super::advantage::{advantages, Baseline};
 use super::joint::{completion_returns, joint_actions};
 use crate::error::Result;
 use crate::model::{generate, Policy, SamplingParams};
-use comlrl_reward::{JointSample, RewardStack, RhaiTransition, TransitionInput};
+use comlrl_reward::{JointSample, RewardStack, TransitionFn, TransitionInput};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
@@ -52,7 +52,7 @@ pub struct RolloutSpec<'a> {
     pub discount: f64,
     /// Stop expanding a node whose mean reward exceeds this.
     pub early_termination: Option<f64>,
-    pub transition: Option<&'a RhaiTransition>,
+    pub transition: Option<&'a dyn TransitionFn>,
     /// Agent templates applied to the transition's prompts (`None`: used verbatim, i.e.
     /// `external_prompt_passthrough`).
     pub templates: Option<&'a [comlrl_scenario::Template]>,

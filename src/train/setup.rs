@@ -77,31 +77,16 @@ pub fn check_output_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Features of the scenario the trainer does not implement yet: explicit errors, never a
-/// silent fallback.
-pub fn check_supported(s: &Scenario) -> Result<()> {
-    if let Some(t) = &s.trainer.external_transition {
-        if let comlrl_scenario::CodeSource::Plugin(p) = &t.source {
-            return Err(Error::Train(format!(
-                "{}: trainer.external_transition uses the plugin {} — transitions can only be Rhai scripts for now;                  write it as `rhai: path/to/transition.rhai` with `fn transition(ctx)`",
-                s.source.display(),
-                p.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The compiled multi-turn transition, when the scenario has one.
-pub fn transition(s: &Scenario) -> Result<Option<comlrl_reward::RhaiTransition>> {
-    check_supported(s)?;
+/// The loaded multi-turn transition (Rhai script or native plugin), when the scenario has one.
+pub fn transition(s: &Scenario) -> Result<Option<Box<dyn comlrl_reward::TransitionFn>>> {
     match &s.trainer.external_transition {
-        Some(t) => match &t.source {
-            comlrl_scenario::CodeSource::Rhai(p) => {
-                Ok(Some(comlrl_reward::RhaiTransition::load(p, &t.params)?))
-            }
-            comlrl_scenario::CodeSource::Plugin(_) => Ok(None),
-        },
+        Some(t) => {
+            let (path, rhai) = match &t.source {
+                comlrl_scenario::CodeSource::Rhai(p) => (p, true),
+                comlrl_scenario::CodeSource::Plugin(p) => (p, false),
+            };
+            Ok(Some(comlrl_reward::load_transition(path, rhai, &t.params)?))
+        }
         None => Ok(None),
     }
 }

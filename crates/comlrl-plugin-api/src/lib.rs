@@ -20,6 +20,8 @@
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+pub mod transition;
+
 /// Version of the table layout and calling convention described in this crate.
 pub const ABI_VERSION: u32 = 1;
 

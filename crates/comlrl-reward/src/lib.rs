@@ -15,6 +15,7 @@ mod convert;
 pub mod error;
 mod locate;
 pub mod native;
+pub mod native_transition;
 pub mod plugin_path;
 pub mod processor;
 pub mod reference;
@@ -26,11 +27,12 @@ pub mod transition;
 
 pub use error::{PluginFailure, Pos, RewardError, ScriptFailure};
 pub use native::NativeReward;
+pub use native_transition::NativeTransition;
 pub use processor::Processor;
 pub use sandbox::SandboxLimits;
 pub use script::RhaiReward;
 pub use stack::{RewardStack, Scored};
-pub use transition::{RhaiTransition, TransitionInput};
+pub use transition::{load_transition, RhaiTransition, TransitionFn, TransitionInput};
 
 /// One joint action: the prompt, one completion per agent (agent 0 first), and the dataset
 /// row's other fields.

@@ -66,13 +66,13 @@ pub fn check_header(header: &TableHeader) -> Result<(), String> {
 }
 
 /// A host-owned error buffer.
-struct HostErr {
+pub(crate) struct HostErr {
     bytes: Vec<u8>,
-    raw: ErrBuf,
+    pub(crate) raw: ErrBuf,
 }
 
 impl HostErr {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut bytes = vec![0u8; ERR_CAPACITY];
         let raw = ErrBuf {
             ptr: bytes.as_mut_ptr(),
@@ -82,7 +82,7 @@ impl HostErr {
         HostErr { bytes, raw }
     }
 
-    fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         let len = self.raw.len.min(self.bytes.len());
         let text = String::from_utf8_lossy(&self.bytes[..len]).into_owned();
         if text.is_empty() {

@@ -27,6 +27,27 @@ pub struct TransitionInput<'a> {
     pub response_history: &'a [Vec<String>],
 }
 
+/// Anything that writes the agents' next-turn prompts: a Rhai script or a native plugin.
+pub trait TransitionFn: Send + Sync {
+    /// One prompt per agent, in agent order.
+    fn next_prompts(&self, input: &TransitionInput) -> Result<Vec<String>, RewardError>;
+}
+
+/// Loads the transition at `path`: `rhai` selects a script, otherwise a native plugin.
+pub fn load_transition(
+    path: &Path,
+    rhai: bool,
+    params: &serde_json::Value,
+) -> Result<Box<dyn TransitionFn>, RewardError> {
+    Ok(if rhai {
+        Box::new(RhaiTransition::load(path, params)?)
+    } else {
+        Box::new(crate::native_transition::NativeTransition::load(
+            path, params,
+        )?)
+    })
+}
+
 /// A compiled transition script.
 pub struct RhaiTransition {
     path: PathBuf,
@@ -79,9 +100,10 @@ impl RhaiTransition {
             params: json_to_dynamic(params),
         })
     }
+}
 
-    /// The next-turn prompt of every agent.
-    pub fn next_prompts(&self, input: &TransitionInput) -> Result<Vec<String>, RewardError> {
+impl TransitionFn for RhaiTransition {
+    fn next_prompts(&self, input: &TransitionInput) -> Result<Vec<String>, RewardError> {
         let strings =
             |v: &[String]| -> Array { v.iter().map(|s| Dynamic::from(s.clone())).collect() };
         let nested =

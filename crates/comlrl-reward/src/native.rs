@@ -13,7 +13,7 @@
 use crate::error::{PluginFailure, RewardError};
 use crate::{plugin_path, JointSample, RewardFn};
 use comlrl_plugin_api::{
-    EntryFn, ErrBuf, RewardPluginV1, SampleRef, StrRef, TableHeader, ABI_VERSION, ENTRY_SYMBOL,
+    ErrBuf, RewardPluginV1, SampleRef, StrRef, TableHeader, ABI_VERSION, ENTRY_SYMBOL,
     ENTRY_SYMBOL_NAME, STATUS_OK, STATUS_PANIC,
 };
 use libloading::Library;
@@ -49,13 +49,17 @@ impl std::fmt::Debug for NativeReward {
 
 /// Check the stable table prefix; the rest of the table is read only if this passes.
 pub fn check_header(header: &TableHeader) -> Result<(), String> {
+    check_header_size(header, std::mem::size_of::<RewardPluginV1>())
+}
+
+/// [`check_header`] for a table type of `needed` bytes (reward or transition tables).
+pub(crate) fn check_header_size(header: &TableHeader, needed: usize) -> Result<(), String> {
     if header.abi_version != ABI_VERSION {
         return Err(format!(
             "the plugin speaks ABI version {}, this host speaks version {ABI_VERSION}",
             header.abi_version
         ));
     }
-    let needed = std::mem::size_of::<RewardPluginV1>();
     if (header.size as usize) < needed {
         return Err(format!(
             "the plugin's function table is {} bytes, version {ABI_VERSION} needs at least {needed}",
@@ -63,6 +67,47 @@ pub fn check_header(header: &TableHeader) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Opens the library at `path` (leaked: never unloaded, see the module docs), calls its entry
+/// `symbol` and checks the returned table's header (ABI version, at least `min_size` bytes)
+/// before handing out the table. `T` is the `#[repr(C)]` table type the symbol promises.
+pub(crate) fn open_table<T>(
+    path: &Path,
+    symbol: &[u8],
+    symbol_name: &str,
+    min_size: usize,
+) -> Result<&'static T, RewardError> {
+    let fail = |kind, msg: String| RewardError::plugin(path, kind, msg);
+    // SAFETY: loading runs the library's initialisers. Plugins are trusted code by contract
+    // (see the module docs); there is no way to load one without this.
+    let library =
+        unsafe { Library::new(path) }.map_err(|e| fail(PluginFailure::Load, e.to_string()))?;
+    let library: &'static Library = Box::leak(Box::new(library));
+    // SAFETY: `fn() -> *const T` is the documented type of this symbol; a library that
+    // exports the name with another type breaks the plugin contract.
+    let entry =
+        unsafe { library.get::<unsafe extern "C" fn() -> *const T>(symbol) }.map_err(|e| {
+            fail(
+                PluginFailure::Symbol,
+                format!("the library does not export `{symbol_name}` ({e})"),
+            )
+        })?;
+    // SAFETY: calling the entry point has no preconditions; it returns a static table.
+    let raw = unsafe { entry() };
+    if raw.is_null() {
+        return Err(fail(
+            PluginFailure::Abi,
+            format!("`{symbol_name}` returned null"),
+        ));
+    }
+    // SAFETY: every table version starts with `TableHeader` (repr(C)); the pointer is
+    // non-null and points into the loaded (never unloaded) library.
+    let header = unsafe { &*raw.cast::<TableHeader>() };
+    check_header_size(header, min_size).map_err(|m| fail(PluginFailure::Abi, m))?;
+    // SAFETY: the header matched this host's version and the table is large enough for `T`;
+    // it is static data of a library that stays loaded.
+    Ok(unsafe { &*raw })
 }
 
 /// A host-owned error buffer.
@@ -101,36 +146,12 @@ impl NativeReward {
         let path = plugin_path::resolve(requested)?;
         let fail = |kind, msg: String| RewardError::plugin(&path, kind, msg);
 
-        // SAFETY: loading runs the library's initialisers. Plugins are trusted code by
-        // contract (see the module docs); there is no way to load one without this.
-        let library =
-            unsafe { Library::new(&path) }.map_err(|e| fail(PluginFailure::Load, e.to_string()))?;
-        // Never unloaded: see the module docs.
-        let library: &'static Library = Box::leak(Box::new(library));
-
-        // SAFETY: `EntryFn` is the documented type of this symbol in ABI v1; a library that
-        // exports the name with another type breaks the plugin contract.
-        let entry = unsafe { library.get::<EntryFn>(ENTRY_SYMBOL) }.map_err(|e| {
-            fail(
-                PluginFailure::Symbol,
-                format!("the library does not export `{ENTRY_SYMBOL_NAME}` ({e})"),
-            )
-        })?;
-        // SAFETY: calling the entry point has no preconditions; it returns a static table.
-        let raw_table = unsafe { entry() };
-        if raw_table.is_null() {
-            return Err(fail(
-                PluginFailure::Abi,
-                format!("`{ENTRY_SYMBOL_NAME}` returned null"),
-            ));
-        }
-        // SAFETY: every table version starts with `TableHeader` (repr(C)), and the pointer
-        // is non-null and points into the loaded (never unloaded) library.
-        let header = unsafe { &*raw_table.cast::<TableHeader>() };
-        check_header(header).map_err(|m| fail(PluginFailure::Abi, m))?;
-        // SAFETY: the header says the table is version 1 and at least as large as
-        // `RewardPluginV1`; it is static data of a library that stays loaded.
-        let table: &'static RewardPluginV1 = unsafe { &*raw_table };
+        let table: &'static RewardPluginV1 = open_table(
+            &path,
+            ENTRY_SYMBOL,
+            ENTRY_SYMBOL_NAME,
+            std::mem::size_of::<RewardPluginV1>(),
+        )?;
         // SAFETY: `name` is a static UTF-8 string of the plugin (ABI rule).
         let plugin_name = unsafe { table.name.as_str() }.to_string();
 

@@ -2,14 +2,13 @@
 //! unloaded like reward plugins (see `native.rs` for the lifetime and trust model); prompts
 //! come back through a host callback that copies them.
 use crate::error::{PluginFailure, RewardError};
-use crate::native::HostErr;
+use crate::native::{open_table, HostErr};
 use crate::plugin_path;
 use crate::transition::{TransitionFn, TransitionInput};
 use comlrl_plugin_api::transition::{
-    TransitionEntryFn, TransitionPluginV1, TRANSITION_SYMBOL, TRANSITION_SYMBOL_NAME,
+    TransitionPluginV1, TRANSITION_SYMBOL, TRANSITION_SYMBOL_NAME,
 };
-use comlrl_plugin_api::{StrRef, TableHeader, ABI_VERSION, STATUS_OK, STATUS_PANIC};
-use libloading::Library;
+use comlrl_plugin_api::{StrRef, STATUS_OK, STATUS_PANIC};
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 
@@ -47,39 +46,12 @@ impl NativeTransition {
     pub fn load(path: impl AsRef<Path>, params: &serde_json::Value) -> Result<Self, RewardError> {
         let path = plugin_path::resolve(path.as_ref())?;
         let fail = |kind, msg: String| RewardError::plugin(&path, kind, msg);
-        // SAFETY: loading runs the library's initialisers; plugins are trusted code by contract.
-        let library =
-            unsafe { Library::new(&path) }.map_err(|e| fail(PluginFailure::Load, e.to_string()))?;
-        let library: &'static Library = Box::leak(Box::new(library));
-        // SAFETY: `TransitionEntryFn` is the documented type of this symbol.
-        let entry = unsafe { library.get::<TransitionEntryFn>(TRANSITION_SYMBOL) }.map_err(|e| {
-            fail(
-                PluginFailure::Symbol,
-                format!("the library does not export `{TRANSITION_SYMBOL_NAME}` ({e}); is it a reward plugin?"),
-            )
-        })?;
-        // SAFETY: the entry point has no preconditions and returns a static table.
-        let raw = unsafe { entry() };
-        if raw.is_null() {
-            return Err(fail(
-                PluginFailure::Abi,
-                format!("`{TRANSITION_SYMBOL_NAME}` returned null"),
-            ));
-        }
-        // SAFETY: every table starts with `TableHeader`; the library is never unloaded.
-        let header = unsafe { &*raw.cast::<TableHeader>() };
-        let needed = std::mem::size_of::<TransitionPluginV1>();
-        if header.abi_version != ABI_VERSION || (header.size as usize) < needed {
-            return Err(fail(
-                PluginFailure::Abi,
-                format!(
-                    "the plugin speaks ABI version {} with a {}-byte table; this host needs version {ABI_VERSION} and at least {needed} bytes",
-                    header.abi_version, header.size
-                ),
-            ));
-        }
-        // SAFETY: the header matched, so the table has the v1 layout; it is static data.
-        let table: &'static TransitionPluginV1 = unsafe { &*raw };
+        let table: &'static TransitionPluginV1 = open_table(
+            &path,
+            TRANSITION_SYMBOL,
+            TRANSITION_SYMBOL_NAME,
+            std::mem::size_of::<TransitionPluginV1>(),
+        )?;
         let params_json = params.to_string();
         let mut err = HostErr::new();
         // SAFETY: `params_json` and `err` outlive the call.

@@ -7,6 +7,8 @@
 pub struct Tuning {
     /// `CANDLE_NUM_THREADS` in effect (set to 1 when the user had not set it).
     pub candle_num_threads: String,
+    /// `RAYON_NUM_THREADS` in effect (the matmul thread count; set once when the user had not).
+    pub rayon_num_threads: String,
     /// Whether glibc's malloc was told to keep freed memory (no mmap for large blocks, no trim).
     pub malloc_keeps_memory: bool,
 }
@@ -16,12 +18,16 @@ pub struct Tuning {
 /// - `CANDLE_NUM_THREADS=1` unless set: candle's elementwise pool spins on a barrier while
 ///   waiting for descheduled workers; on few cores that costs more than it gains. Matmuls keep
 ///   using rayon's pool (`RAYON_NUM_THREADS`).
+/// - `RAYON_NUM_THREADS` = physical cores unless set: candle's own default, but read once
+///   instead of from /proc/cpuinfo on every matmul.
 /// - glibc `M_MMAP_MAX=0`, `M_TRIM_THRESHOLD=64 GiB`: every op output is a fresh buffer; by
 ///   default large ones are mmap'd and unmapped again, so each op page-faults its output in.
 pub fn tune() -> Tuning {
     if std::env::var_os("COMLRL_NO_TUNING").is_some() {
         return Tuning {
             candle_num_threads: std::env::var("CANDLE_NUM_THREADS")
+                .unwrap_or_else(|_| "default".into()),
+            rayon_num_threads: std::env::var("RAYON_NUM_THREADS")
                 .unwrap_or_else(|_| "default".into()),
             malloc_keeps_memory: false,
         };
@@ -30,8 +36,15 @@ pub fn tune() -> Tuning {
         // Single-threaded at this point (called before anything spawns threads).
         std::env::set_var("CANDLE_NUM_THREADS", "1");
     }
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        // candle asks for the thread count on every matmul and, without this variable, counts
+        // physical cores by parsing /proc/cpuinfo each time (~15% of a tiny-model run). The same
+        // count, computed once.
+        std::env::set_var("RAYON_NUM_THREADS", num_cpus::get_physical().max(1).to_string());
+    }
     Tuning {
         candle_num_threads: std::env::var("CANDLE_NUM_THREADS").unwrap_or_default(),
+        rayon_num_threads: std::env::var("RAYON_NUM_THREADS").unwrap_or_default(),
         malloc_keeps_memory: malloc_keep_memory(),
     }
 }

@@ -12,6 +12,9 @@ use candle_core::{Tensor, Var};
 pub struct LossGrads {
     pub loss: f64,
     pub grads: Vec<Option<Tensor>>,
+    /// Seconds in the scoring forward (log-probs and loss) and in backward + accumulation.
+    pub forward_s: f64,
+    pub backward_s: f64,
 }
 
 /// Forward + backward of the mini-batch `samples` for `policy`.
@@ -22,6 +25,7 @@ pub fn loss_and_grads(
 ) -> Result<LossGrads> {
     let mut acc: Vec<Option<Tensor>> = vec![None; vars.len()];
     let mut total = 0f64;
+    let (mut forward_s, mut backward_s) = (0f64, 0f64);
     let scale = 1.0 / samples.len().max(1) as f64;
     for s in samples {
         let k = s.completions.len();
@@ -29,6 +33,7 @@ pub fn loss_and_grads(
         if k == 0 || s.completions.iter().all(|c| c.is_empty()) {
             continue;
         }
+        let t = std::time::Instant::now();
         let prompts: Vec<&[u32]> = vec![s.prompt_ids.as_slice(); k];
         let comps: Vec<&[u32]> = s.completions.iter().map(|c| c.as_slice()).collect();
         let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
@@ -37,6 +42,8 @@ pub fn loss_and_grads(
             .to_dtype(lp.dtype())?;
         let loss = ((lp.sum(1)? * adv)?.sum_all()?.neg()? * (scale / k as f64))?;
         total += loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+        forward_s += t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
         let grads = loss.backward()?;
         for (slot, var) in acc.iter_mut().zip(vars) {
             if let Some(g) = grads.get(var.as_tensor()) {
@@ -46,9 +53,12 @@ pub fn loss_and_grads(
                 });
             }
         }
+        backward_s += t.elapsed().as_secs_f64();
     }
     Ok(LossGrads {
         loss: total,
         grads: acc,
+        forward_s,
+        backward_s,
     })
 }

@@ -9,11 +9,13 @@ use super::optim::{AdamW, AdamWConfig};
 use super::rollout::{rollout, NodeSample, RolloutSpec, RowInput};
 use super::schedule::lr_at;
 use super::setup;
+use super::timing::{since, Phases};
 use crate::error::{Error, Result};
 use crate::model::{Policy, SamplingParams};
 use comlrl_reward::RewardStack;
 use comlrl_scenario::{AdvantageMode, JointMode, Scenario};
 use rand::SeedableRng;
+use rayon::prelude::*;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -210,6 +212,7 @@ impl Trainer {
             early_termination: t.early_termination_threshold,
             transition: transition.as_deref(),
             templates: (!t.external_prompt_passthrough).then_some(templates.as_slice()),
+            parallel: t.parallel_agents,
         };
         obs.start(total, state.step);
         let mut interrupted = false;
@@ -228,6 +231,7 @@ impl Trainer {
                 prompt: &row.prompt,
                 fields: &row.fields,
             };
+            let mut phases = Phases::default();
             let nodes = rollout(
                 &self.policies,
                 &prompts,
@@ -235,6 +239,7 @@ impl Trainer {
                 &self.stack,
                 &spec,
                 &mut state.rng,
+                &mut phases,
             )
             .map_err(|e| {
                 Error::Train(format!(
@@ -244,9 +249,9 @@ impl Trainer {
                     r + 1
                 ))
             })?;
-            let sampling_s = t0.elapsed().as_secs_f64();
+            state.window.phases.add(&phases);
             for node in nodes {
-                record_rollout(&mut state, &node, epoch, sampling_s);
+                record_rollout(&mut state, &node, epoch);
                 state.buffer.push(node);
             }
             let size = t.rollout_buffer_size.max(1);
@@ -365,6 +370,7 @@ impl Trainer {
                 &self.stack,
                 spec,
                 &mut rng,
+                &mut Phases::default(),
             )
             .map_err(|e| Error::Train(format!("evaluation at step {step}: {e}")))?;
             if let Some(root) = nodes.first() {
@@ -380,41 +386,83 @@ impl Trainer {
         Ok((mean(&rs), mean(&rets)))
     }
 
-    /// One update round: each agent trains on the buffered samples, in mini-batches.
+    /// One update round: each agent trains on the buffered samples, in mini-batches (the agents
+    /// at the same time when `parallel_agents` is on).
     fn update(&mut self, state: &mut TrainState, buffer: Vec<NodeSample>) -> Result<()> {
         let t = &self.scenario.trainer;
         let total_opt = self.total_opt_steps();
-        for (i, (policy, opt)) in self.policies.iter().zip(self.optims.iter_mut()).enumerate() {
+        let start = Instant::now();
+        let opt_steps = state.opt_steps.clone();
+        let work = |(i, (policy, opt)): (usize, (&Policy, &mut AdamW))| -> Result<AgentUpdate> {
             let vars: Vec<candle_core::Var> = opt.params.iter().map(|p| p.var.clone()).collect();
+            let mut u = AgentUpdate {
+                opt_steps: opt_steps[i],
+                ..Default::default()
+            };
             for chunk in buffer.chunks(t.train_batch_size.max(1)) {
                 let samples: Vec<&super::rollout::AgentRollout> =
                     chunk.iter().map(|s| &s.agents[i]).collect();
                 let lg = loss_and_grads(policy, &vars, &samples)?;
-                let base = opt.cfg.lr;
+                let tick = Instant::now();
                 let lr = lr_at(
-                    base,
-                    state.opt_steps[i] as usize,
+                    opt.cfg.lr,
+                    u.opt_steps as usize,
                     total_opt,
                     t.warmup_steps,
                     t.lr_scheduler,
                 );
                 let norm = opt.step_grads(&lg.grads, lr, t.max_grad_norm)?;
+                drop(lg.grads);
                 policy.weights_changed()?;
-                state.opt_steps[i] = opt.step;
-                let w = &mut state.window.agents[i];
-                w.loss += lg.loss;
-                w.grad_norm += norm;
-                w.updates += 1;
-                if i == 0 {
-                    state.window.lr = lr;
-                }
+                u.phases.optimizer += since(tick);
+                u.phases.forward += lg.forward_s;
+                u.phases.backward += lg.backward_s;
+                u.opt_steps = opt.step;
+                u.loss += lg.loss;
+                u.grad_norm += norm;
+                u.updates += 1;
+                u.lr = lr;
             }
+            Ok(u)
+        };
+        let pairs = self.policies.iter().zip(self.optims.iter_mut()).enumerate();
+        let results: Vec<AgentUpdate> = if t.parallel_agents && self.policies.len() > 1 {
+            pairs
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .map(work)
+                .collect::<Result<_>>()?
+        } else {
+            pairs.map(work).collect::<Result<_>>()?
+        };
+        for (i, u) in results.into_iter().enumerate() {
+            state.opt_steps[i] = u.opt_steps;
+            let w = &mut state.window.agents[i];
+            w.loss += u.loss;
+            w.grad_norm += u.grad_norm;
+            w.updates += u.updates;
+            if i == 0 && u.updates > 0 {
+                state.window.lr = u.lr;
+            }
+            state.window.phases.add(&u.phases);
         }
+        state.window.phases.update += since(start);
         Ok(())
     }
 }
 
-fn record_rollout(state: &mut TrainState, s: &NodeSample, epoch: usize, sampling_s: f64) {
+/// What one agent's part of an update round reports.
+#[derive(Default)]
+struct AgentUpdate {
+    opt_steps: u64,
+    loss: f64,
+    grad_norm: f64,
+    updates: usize,
+    lr: f64,
+    phases: Phases,
+}
+
+fn record_rollout(state: &mut TrainState, s: &NodeSample, epoch: usize) {
     let w = &mut state.window;
     if s.turn > 0 {
         // Later turns: their own reward means; agent statistics below cover every node.
@@ -441,9 +489,6 @@ fn record_rollout(state: &mut TrainState, s: &NodeSample, epoch: usize, sampling
             aw.completions += 1;
             w.generated_tokens += c.len();
         }
-    }
-    if s.turn == 0 {
-        w.sampling_seconds += sampling_s;
     }
     if s.turn > 0 {
         return;

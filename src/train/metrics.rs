@@ -17,7 +17,9 @@ pub struct Window {
     pub agents: Vec<AgentWindow>,
     pub seconds: f64,
     pub generated_tokens: usize,
-    pub sampling_seconds: f64,
+    /// Seconds per phase (sampling, reward, update, …).
+    #[serde(default)]
+    pub phases: super::timing::Phases,
     pub lr: f64,
     /// Whether evaluation is on (its columns are then always present, null when not run).
     pub eval_enabled: bool,
@@ -99,12 +101,15 @@ impl Window {
         }
         row.push(("lr".into(), self.lr));
         row.push(("step_seconds".into(), self.seconds / self.steps as f64));
-        let tps = if self.sampling_seconds > 0.0 {
-            self.generated_tokens as f64 / self.sampling_seconds
+        let tps = if self.phases.sampling > 0.0 {
+            self.generated_tokens as f64 / self.phases.sampling
         } else {
             0.0
         };
         row.push(("tokens_per_s".into(), tps));
+        for (name, secs) in self.phases.scaled(self.steps as f64).named() {
+            row.push((format!("time/{name}_s"), secs));
+        }
         if self.eval_enabled {
             let (r, ret) = self.eval.unwrap_or((f64::NAN, f64::NAN));
             row.push(("eval/reward_mean".into(), r));

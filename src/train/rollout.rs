@@ -5,10 +5,13 @@
 //! `NodeSample` is one node (one turn of one branch), kept until the next update.
 use super::advantage::{advantages, Baseline};
 use super::joint::{completion_returns, joint_actions};
+use super::timing::{since, Phases};
 use crate::error::Result;
 use crate::model::{generate, Policy, SamplingParams};
 use comlrl_reward::{JointSample, RewardStack, TransitionFn, TransitionInput};
+use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// One agent's part of a node sample.
@@ -56,6 +59,8 @@ pub struct RolloutSpec<'a> {
     /// Agent templates applied to the transition's prompts (`None`: used verbatim, i.e.
     /// `external_prompt_passthrough`).
     pub templates: Option<&'a [comlrl_scenario::Template]>,
+    /// Sample the agents at the same time (one task each on the thread pool).
+    pub parallel: bool,
 }
 
 /// The dataset row a rollout answers.
@@ -84,61 +89,98 @@ pub fn rollout(
     stack: &RewardStack,
     spec: &RolloutSpec,
     rng: &mut ChaCha8Rng,
+    phases: &mut Phases,
 ) -> Result<Vec<NodeSample>> {
     let n = policies.len();
     let empty = vec![Vec::new(); n];
-    let root = build(policies, prompts, row, stack, spec, rng, 0, &empty, &empty)?;
+    let ctx = Ctx {
+        policies,
+        row,
+        stack,
+        spec,
+    };
+    let root = build(&ctx, prompts, rng, phases, 0, &empty, &empty)?;
     let mut out = Vec::new();
-    finish(policies, spec, root, &mut out)?;
+    finish(policies, spec, root, &mut out, phases)?;
     Ok(out)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn build(
-    policies: &[Policy],
-    prompts: &[String],
-    row: &RowInput,
-    stack: &RewardStack,
+/// What stays the same over a prompt's whole rollout tree.
+struct Ctx<'a> {
+    policies: &'a [Policy],
+    row: &'a RowInput<'a>,
+    stack: &'a RewardStack,
+    spec: &'a RolloutSpec<'a>,
+}
+
+/// Agent `i` samples `k` completions of `prompt` with its own RNG stream.
+fn sample_agent(
+    policy: &Policy,
+    i: usize,
+    prompt: &str,
+    turn: usize,
     spec: &RolloutSpec,
+    seed: u64,
+) -> Result<AgentRollout> {
+    let ids = policy.tokenizer.encode(prompt)?;
+    if ids.is_empty() {
+        return Err(crate::Error::Invalid(format!(
+            "agent {i}'s prompt at turn {} encodes to no tokens (prompt: {prompt:?}); check the dataset, template or transition",
+            turn + 1,
+        )));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let out = generate(
+        &policy.model,
+        &[&ids],
+        spec.k,
+        &spec.sampling[i],
+        &policy.eos_ids,
+        policy.pad_id,
+        &mut rng,
+    )?;
+    let completions = out.into_iter().next().unwrap_or_default();
+    let texts = completions
+        .iter()
+        .map(|c| policy.tokenizer.decode(c, true))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(AgentRollout {
+        prompt_ids: ids,
+        completions,
+        texts,
+        returns: vec![],
+        advantages: vec![],
+        kl: vec![],
+    })
+}
+
+fn build(
+    ctx: &Ctx,
+    prompts: &[String],
     rng: &mut ChaCha8Rng,
+    phases: &mut Phases,
     turn: usize,
     prompt_hist: &[Vec<String>],
     resp_hist: &[Vec<String>],
 ) -> Result<Node> {
+    let Ctx {
+        policies,
+        row,
+        stack,
+        spec,
+    } = *ctx;
     let n = policies.len();
-    let mut agents = Vec::with_capacity(n);
-    for (i, policy) in policies.iter().enumerate() {
-        let ids = policy.tokenizer.encode(&prompts[i])?;
-        if ids.is_empty() {
-            return Err(crate::Error::Invalid(format!(
-                "agent {i}'s prompt at turn {} encodes to no tokens (prompt: {:?}); check the dataset, template or transition",
-                turn + 1,
-                prompts[i]
-            )));
-        }
-        let out = generate(
-            &policy.model,
-            &[&ids],
-            spec.k,
-            &spec.sampling[i],
-            &policy.eos_ids,
-            policy.pad_id,
-            rng,
-        )?;
-        let completions = out.into_iter().next().unwrap_or_default();
-        let texts = completions
-            .iter()
-            .map(|c| policy.tokenizer.decode(c, true))
-            .collect::<Result<Vec<_>>>()?;
-        agents.push(AgentRollout {
-            prompt_ids: ids,
-            completions,
-            texts,
-            returns: vec![],
-            advantages: vec![],
-            kl: vec![],
-        });
-    }
+    // One RNG stream per agent, drawn from the run's stream: the same completions whether the
+    // agents sample one after the other or at the same time.
+    let seeds: Vec<u64> = (0..n).map(|_| rng.next_u64()).collect();
+    let t = std::time::Instant::now();
+    let sample = |i: usize| sample_agent(&policies[i], i, &prompts[i], turn, spec, seeds[i]);
+    let agents: Vec<AgentRollout> = if spec.parallel && n > 1 {
+        (0..n).into_par_iter().map(sample).collect::<Result<_>>()?
+    } else {
+        (0..n).map(sample).collect::<Result<_>>()?
+    };
+    phases.sampling += since(t);
     let joint = joint_actions(n, spec.k, spec.cross);
     let batch: Vec<JointSample> = joint
         .iter()
@@ -152,7 +194,9 @@ fn build(
             fields: row.fields.clone(),
         })
         .collect();
+    let t = std::time::Instant::now();
     let scored = stack.score(&batch)?;
+    phases.reward += since(t);
     let rewards: Vec<f32> = scored.iter().map(|s| s.reward).collect();
     let components = scored.into_iter().map(|s| s.components).collect();
     let mean = rewards.iter().map(|&r| r as f64).sum::<f64>() / rewards.len().max(1) as f64;
@@ -186,6 +230,7 @@ fn build(
                         .collect()
                 })
                 .collect();
+            let t = std::time::Instant::now();
             let next = transition.next_prompts(&TransitionInput {
                 prompt: row.prompt,
                 fields: row.fields,
@@ -194,6 +239,7 @@ fn build(
                 prompt_history: &ph,
                 response_history: &rh,
             })?;
+            phases.transition += since(t);
             let next: Vec<String> = match spec.templates {
                 Some(tpl) => next
                     .into_iter()
@@ -207,17 +253,7 @@ fn build(
                     .collect(),
                 None => next,
             };
-            children.push(build(
-                policies,
-                &next,
-                row,
-                stack,
-                spec,
-                rng,
-                turn + 1,
-                &ph,
-                &rh,
-            )?);
+            children.push(build(ctx, &next, rng, phases, turn + 1, &ph, &rh)?);
         }
     }
     Ok(Node {
@@ -252,6 +288,7 @@ fn finish(
     spec: &RolloutSpec,
     node: Node,
     out: &mut Vec<NodeSample>,
+    phases: &mut Phases,
 ) -> Result<()> {
     let n = policies.len();
     let jr = joint_returns(&node, spec.discount);
@@ -266,7 +303,9 @@ fn finish(
     let returns = completion_returns(&joint, &jr, n, spec.k);
     for (i, (a, mut r)) in agents.iter_mut().zip(returns).enumerate() {
         if let Some((refs, coef)) = spec.reference {
+            let t = std::time::Instant::now();
             a.kl = kl_k3(&policies[i], &refs[i], a)?;
+            phases.kl += since(t);
             for (ret, kl) in r.iter_mut().zip(&a.kl) {
                 *ret -= (coef * *kl as f64) as f32;
             }
@@ -281,7 +320,7 @@ fn finish(
         components,
     });
     for child in children {
-        finish(policies, spec, child, out)?;
+        finish(policies, spec, child, out, phases)?;
     }
     Ok(())
 }

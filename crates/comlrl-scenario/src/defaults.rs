@@ -65,6 +65,10 @@ pub const ADAM_BETA2: f64 = 0.999;
 pub const ADAM_EPSILON: f64 = 1e-8;
 /// AdamW decoupled weight decay (torch `AdamW` default 0.01, which CoMLRL inherits).
 pub const WEIGHT_DECAY: f64 = 0.01;
+/// Agents sample and train at the same time (one thread-pool task each). Same results as one
+/// after the other (each agent has its own RNG stream); costs the memory of both agents'
+/// gradients and activations at once.
+pub const PARALLEL_AGENTS: bool = true;
 
 /// Log every N optimizer steps (CoMLRL `logging_steps` 50).
 pub const LOGGING_STEPS: usize = 50;

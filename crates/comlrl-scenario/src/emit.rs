@@ -114,6 +114,7 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
         adam_beta2: Some(t.adam_beta2),
         adam_epsilon: Some(t.adam_epsilon),
         weight_decay: Some(t.weight_decay),
+        parallel_agents: Some(t.parallel_agents),
     };
     let logging = RawLogging {
         steps: Some(s.logging.steps),

@@ -188,6 +188,8 @@ pub struct TrainerPlan {
     pub adam_beta2: f64,
     pub adam_epsilon: f64,
     pub weight_decay: f64,
+    /// Agents sample and train at the same time.
+    pub parallel_agents: bool,
 }
 
 /// Logging cadence and the (reserved) tracking back-ends.

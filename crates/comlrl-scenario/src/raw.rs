@@ -192,6 +192,8 @@ pub struct RawTrainer {
     pub adam_epsilon: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight_decay: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_agents: Option<bool>,
 }
 
 /// `logging:` — cadence and tracking back-ends.

@@ -229,6 +229,7 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
         adam_beta2,
         adam_epsilon,
         weight_decay,
+        parallel_agents: raw.parallel_agents.unwrap_or(def::PARALLEL_AGENTS),
     }
 }
 

@@ -40,7 +40,10 @@ pub fn tune() -> Tuning {
         // candle asks for the thread count on every matmul and, without this variable, counts
         // physical cores by parsing /proc/cpuinfo each time (~15% of a tiny-model run). The same
         // count, computed once.
-        std::env::set_var("RAYON_NUM_THREADS", num_cpus::get_physical().max(1).to_string());
+        std::env::set_var(
+            "RAYON_NUM_THREADS",
+            num_cpus::get_physical().max(1).to_string(),
+        );
     }
     Tuning {
         candle_num_threads: std::env::var("CANDLE_NUM_THREADS").unwrap_or_default(),

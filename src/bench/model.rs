@@ -30,7 +30,7 @@ impl Default for ModelBenchOptions {
             train_batch: 8,
             train_seq: 160,
             repeats: 3,
-            rollout_copies: true,
+            rollout_copies: false,
         }
     }
 }

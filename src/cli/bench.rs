@@ -52,9 +52,10 @@ pub struct ModelsArgs {
     pub train_batch: usize,
     #[arg(long, default_value_t = 160)]
     pub train_seq: usize,
-    /// Sample without the contiguous transposed weight copies (saves one copy of the weights).
+    /// Sample with contiguous transposed copies of the weights (one extra copy of the weights;
+    /// the default samples as training does, without them).
     #[arg(long)]
-    pub no_rollout_copies: bool,
+    pub rollout_copies: bool,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -121,7 +122,7 @@ fn run_models(a: ModelsArgs) -> anyhow::Result<()> {
         train_batch: a.train_batch,
         train_seq: a.train_seq,
         repeats: a.repeats.max(1),
-        rollout_copies: !a.no_rollout_copies,
+        rollout_copies: a.rollout_copies,
         ..Default::default()
     };
     let cwd = std::env::current_dir()?;

@@ -1,4 +1,5 @@
 //! The policy model: a differentiable Qwen2 on candle, its loading, sampling, scoring and saving.
+pub mod accumulate;
 pub mod attention;
 pub mod batch;
 pub mod config;
@@ -10,6 +11,7 @@ pub mod mode;
 pub mod norm;
 pub mod policy;
 pub mod qwen2;
+pub mod recompute;
 pub mod rope;
 pub mod sample;
 pub mod source;

@@ -12,7 +12,7 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
 #[derive(Debug, Clone)]
-struct DecoderLayer {
+pub(super) struct DecoderLayer {
     self_attn: Attention,
     mlp: Mlp,
     input_layernorm: RmsNorm,
@@ -40,7 +40,7 @@ impl DecoderLayer {
         })
     }
 
-    fn forward(
+    pub(super) fn forward(
         &self,
         x: &Tensor,
         rope: &Rope,
@@ -57,15 +57,15 @@ impl DecoderLayer {
 
 #[derive(Debug, Clone)]
 pub struct Qwen2 {
-    embed_tokens: Tensor,
-    layers: Vec<DecoderLayer>,
-    norm: RmsNorm,
+    pub(super) embed_tokens: Tensor,
+    pub(super) layers: Vec<DecoderLayer>,
+    pub(super) norm: RmsNorm,
     /// (vocab, hidden); the embedding matrix itself when embeddings are tied.
-    lm_head: Tensor,
+    pub(super) lm_head: Tensor,
     /// Contiguous (hidden, vocab) copy of the head for sampling (see `Linear`).
     lm_head_rollout: std::sync::Arc<std::sync::RwLock<Option<Tensor>>>,
-    rope: Rope,
-    cfg: Qwen2Config,
+    pub(super) rope: Rope,
+    pub(super) cfg: Qwen2Config,
 }
 
 impl Qwen2 {
@@ -191,11 +191,15 @@ impl Qwen2 {
             Mode::Infer => self.lm_head_rollout.read().ok().and_then(|g| g.clone()),
             Mode::Train => None,
         };
-        let wt = match copy {
-            Some(t) => t,
-            None => self.lm_head.t()?,
+        let y = match (copy, mode) {
+            (Some(wt), _) => hidden.reshape((rows, h))?.matmul(&wt)?,
+            // Without the copy: (W · hᵀ)ᵀ keeps the contiguous head on the left (no packing).
+            (None, Mode::Infer) => {
+                let h2 = hidden.reshape((rows, h))?.contiguous()?;
+                self.lm_head.matmul(&h2.t()?)?.t()?.contiguous()?
+            }
+            (None, Mode::Train) => hidden.reshape((rows, h))?.matmul(&self.lm_head.t()?)?,
         };
-        let y = hidden.reshape((rows, h))?.matmul(&wt)?;
         let mut out = dims;
         let last = out.len() - 1;
         out[last] = self.cfg.vocab_size;

@@ -1,12 +1,16 @@
 //! The MAGRPO policy-gradient loss of one agent over buffered node samples:
 //! per sample (1/K)·Σ_k −A_k·Σ_t log π(y_k,t | prompt, y_k,<t) over real completion tokens
 //! (pads masked, the last real token included), averaged over the samples of a mini-batch.
-//! Each sample's K sequences go through one batched forward; gradients are accumulated sample by
-//! sample so only one sample's activations live at a time.
+//! A sample's K sequences go through the model `chunk` at a time (sorted by length so a chunk
+//! pads little); gradients are added in place into one buffer per parameter, so only one
+//! chunk's activations and one backward pass's gradients live at a time.
 use super::rollout::AgentRollout;
 use crate::error::Result;
+use crate::model::accumulate::take_grads;
+use crate::model::recompute::weighted_logprob_grads;
 use crate::model::{completion_logprobs, Mode, Policy, ScoreLayout};
 use candle_core::{Tensor, Var};
+use std::time::Instant;
 
 /// Loss value and accumulated gradients (in `vars` order) of one mini-batch.
 pub struct LossGrads {
@@ -17,11 +21,15 @@ pub struct LossGrads {
     pub backward_s: f64,
 }
 
-/// Forward + backward of the mini-batch `samples` for `policy`.
+/// Forward + backward of the mini-batch `samples` for `policy`, `chunk` sequences per pass
+/// (0: all K sequences of a sample in one pass); with `recompute`, each pass keeps only layer
+/// inputs and re-runs one layer at a time in the backward (see `model::recompute`).
 pub fn loss_and_grads(
     policy: &Policy,
     vars: &[Var],
     samples: &[&AgentRollout],
+    chunk: usize,
+    recompute: bool,
 ) -> Result<LossGrads> {
     let mut acc: Vec<Option<Tensor>> = vec![None; vars.len()];
     let mut total = 0f64;
@@ -33,27 +41,39 @@ pub fn loss_and_grads(
         if k == 0 || s.completions.iter().all(|c| c.is_empty()) {
             continue;
         }
-        let t = std::time::Instant::now();
-        let prompts: Vec<&[u32]> = vec![s.prompt_ids.as_slice(); k];
-        let comps: Vec<&[u32]> = s.completions.iter().map(|c| c.as_slice()).collect();
-        let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
-        let lp = completion_logprobs(&policy.model, &layout, Mode::Train)?;
-        let adv = Tensor::from_vec(s.advantages.clone(), k, policy.model.device())?
-            .to_dtype(lp.dtype())?;
-        let loss = ((lp.sum(1)? * adv)?.sum_all()?.neg()? * (scale / k as f64))?;
-        total += loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
-        forward_s += t.elapsed().as_secs_f64();
-        let t = std::time::Instant::now();
-        let grads = loss.backward()?;
-        for (slot, var) in acc.iter_mut().zip(vars) {
-            if let Some(g) = grads.get(var.as_tensor()) {
-                *slot = Some(match slot.take() {
-                    Some(prev) => (prev + g)?,
-                    None => g.clone(),
-                });
+        // Longest first, so each chunk holds sequences of similar length.
+        let mut order: Vec<usize> = (0..k).filter(|&j| !s.completions[j].is_empty()).collect();
+        order.sort_by_key(|&j| std::cmp::Reverse(s.completions[j].len()));
+        let per_pass = if chunk == 0 { order.len() } else { chunk };
+        for part in order.chunks(per_pass) {
+            let t = Instant::now();
+            let prompts: Vec<&[u32]> = vec![s.prompt_ids.as_slice(); part.len()];
+            let comps: Vec<&[u32]> = part.iter().map(|&j| s.completions[j].as_slice()).collect();
+            let adv: Vec<f32> = part.iter().map(|&j| s.advantages[j]).collect();
+            let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
+            if recompute {
+                let coef: Vec<f32> = adv
+                    .iter()
+                    .map(|&a| (-(a as f64) * scale / k as f64) as f32)
+                    .collect();
+                let st = weighted_logprob_grads(&policy.model, &layout, &coef, vars, &mut acc)?;
+                total += st.loss;
+                forward_s += t.elapsed().as_secs_f64() - st.backward_s;
+                backward_s += st.backward_s;
+                continue;
             }
+            let lp = completion_logprobs(&policy.model, &layout, Mode::Train)?;
+            let adv =
+                Tensor::from_vec(adv, part.len(), policy.model.device())?.to_dtype(lp.dtype())?;
+            let loss = ((lp.sum(1)? * adv)?.sum_all()?.neg()? * (scale / k as f64))?;
+            total += loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+            forward_s += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let mut grads = loss.backward()?;
+            drop(loss);
+            take_grads(&mut grads, vars, &mut acc)?;
+            backward_s += t.elapsed().as_secs_f64();
         }
-        backward_s += t.elapsed().as_secs_f64();
     }
     Ok(LossGrads {
         loss: total,

@@ -214,6 +214,7 @@ impl Trainer {
             templates: (!t.external_prompt_passthrough).then_some(templates.as_slice()),
             parallel: t.parallel_agents,
         };
+        log::debug!("models loaded; {}", crate::bench::sys::memory_line());
         obs.start(total, state.step);
         let mut interrupted = false;
         while state.step < total {
@@ -250,6 +251,11 @@ impl Trainer {
                 ))
             })?;
             state.window.phases.add(&phases);
+            log::debug!(
+                "step {}: sampled; {}",
+                step + 1,
+                crate::bench::sys::memory_line()
+            );
             for node in nodes {
                 record_rollout(&mut state, &node, epoch);
                 state.buffer.push(node);
@@ -402,7 +408,13 @@ impl Trainer {
             for chunk in buffer.chunks(t.train_batch_size.max(1)) {
                 let samples: Vec<&super::rollout::AgentRollout> =
                     chunk.iter().map(|s| &s.agents[i]).collect();
-                let lg = loss_and_grads(policy, &vars, &samples)?;
+                let lg = loss_and_grads(
+                    policy,
+                    &vars,
+                    &samples,
+                    t.micro_batch_size,
+                    t.gradient_checkpointing,
+                )?;
                 let tick = Instant::now();
                 let lr = lr_at(
                     opt.cfg.lr,
@@ -447,6 +459,7 @@ impl Trainer {
             state.window.phases.add(&u.phases);
         }
         state.window.phases.update += since(start);
+        log::debug!("update done; {}", crate::bench::sys::memory_line());
         Ok(())
     }
 }

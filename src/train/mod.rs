@@ -10,7 +10,7 @@ pub mod optim;
 pub mod plot;
 pub mod rollout;
 pub mod schedule;
-pub mod timing;
 pub mod setup;
+pub mod timing;
 
 pub use magrpo::{Observer, RunSummary, Trainer};

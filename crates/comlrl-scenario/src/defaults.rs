@@ -69,6 +69,13 @@ pub const WEIGHT_DECAY: f64 = 0.01;
 /// after the other (each agent has its own RNG stream); costs the memory of both agents'
 /// gradients and activations at once.
 pub const PARALLEL_AGENTS: bool = true;
+/// Completions per forward/backward pass in the loss (gradients are accumulated across passes,
+/// so the result does not depend on it). Smaller uses less activation memory.
+pub const MICRO_BATCH_SIZE: usize = 2;
+/// Keep only each decoder layer's input in the loss's forward and re-run one layer at a time
+/// in the backward (transformers' `gradient_checkpointing`): one extra forward pass for a
+/// fraction of the activation memory.
+pub const GRADIENT_CHECKPOINTING: bool = true;
 
 /// Log every N optimizer steps (CoMLRL `logging_steps` 50).
 pub const LOGGING_STEPS: usize = 50;

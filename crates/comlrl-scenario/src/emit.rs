@@ -115,6 +115,8 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
         adam_epsilon: Some(t.adam_epsilon),
         weight_decay: Some(t.weight_decay),
         parallel_agents: Some(t.parallel_agents),
+        micro_batch_size: Some(t.micro_batch_size),
+        gradient_checkpointing: Some(t.gradient_checkpointing),
     };
     let logging = RawLogging {
         steps: Some(s.logging.steps),

@@ -190,6 +190,10 @@ pub struct TrainerPlan {
     pub weight_decay: f64,
     /// Agents sample and train at the same time.
     pub parallel_agents: bool,
+    /// Completions per forward/backward pass in the loss; 0 = all K of a node sample at once.
+    pub micro_batch_size: usize,
+    /// Recompute layer activations in the backward instead of keeping them.
+    pub gradient_checkpointing: bool,
 }
 
 /// Logging cadence and the (reserved) tracking back-ends.

@@ -194,6 +194,10 @@ pub struct RawTrainer {
     pub weight_decay: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_agents: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub micro_batch_size: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gradient_checkpointing: Option<bool>,
 }
 
 /// `logging:` — cadence and tracking back-ends.

@@ -230,6 +230,10 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
         adam_epsilon,
         weight_decay,
         parallel_agents: raw.parallel_agents.unwrap_or(def::PARALLEL_AGENTS),
+        micro_batch_size: raw.micro_batch_size.unwrap_or(def::MICRO_BATCH_SIZE),
+        gradient_checkpointing: raw
+            .gradient_checkpointing
+            .unwrap_or(def::GRADIENT_CHECKPOINTING),
     }
 }
 

@@ -1,0 +1,102 @@
+//! Gradients of a weighted sum of completion log-probs with activation recomputation
+//! (gradient checkpointing): a forward pass without a graph keeps only each decoder layer's
+//! input; the backward pass then goes layer by layer from the top, re-running one layer with a
+//! graph and back-propagating the gradient of its output. Live memory is one layer's
+//! activations plus the layer inputs, instead of every layer's, for one extra forward pass.
+//! Gradients are added into the caller's accumulators, so one pass's gradients never exist
+//! twice (the plain path holds a whole backward pass's gradients next to the accumulators).
+use super::accumulate::take_grads;
+use super::attention::AttnInputs;
+use super::logprob::{token_logprobs, ScoreLayout};
+use super::mode::Mode;
+use super::qwen2::Qwen2;
+use candle_core::{Module, Result, Tensor, Var};
+
+/// What one recomputed pass reports.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PassStats {
+    /// The loss value.
+    pub loss: f64,
+    /// Seconds in the graph-free forward and the head's forward.
+    pub forward_s: f64,
+    /// Seconds in the rest: the head's backward and every layer's re-run + backward.
+    pub backward_s: f64,
+}
+
+/// Loss = Σ_b coef_b · Σ_t log π(y_bt | …) over the layout's completions (pads count 0).
+/// The gradient of every tensor in `vars` is added into `acc`. `coef` has one entry per row
+/// of the layout.
+pub fn weighted_logprob_grads(
+    model: &Qwen2,
+    layout: &ScoreLayout,
+    coef: &[f32],
+    vars: &[Var],
+    acc: &mut [Option<Tensor>],
+) -> Result<PassStats> {
+    let start = std::time::Instant::now();
+    let (b, _) = layout.ids.dims2()?;
+    if coef.len() != b {
+        candle_core::bail!("{} coefficients for {b} rows", coef.len());
+    }
+    let (cos, sin) = model.rope.tables(&layout.pos)?;
+    let mask = layout.mask.to_dtype(model.dtype())?;
+    let inp = AttnInputs {
+        cos: &cos,
+        sin: &sin,
+        mask: &mask,
+    };
+    let embedding = candle_nn::Embedding::new(model.embed_tokens.clone(), model.cfg.hidden_size);
+
+    // Forward, keeping only layer inputs (detached: each layer's graph is freed at once).
+    let mut inputs = Vec::with_capacity(model.layers.len() + 1);
+    inputs.push(embedding.forward(&layout.ids)?.detach());
+    for layer in &model.layers {
+        let x = inputs.last().expect("pushed above");
+        let y = layer.forward(x, &model.rope, &inp, None, Mode::Train)?;
+        inputs.push(y.detach());
+    }
+
+    // Head: final norm, LM head, log-probs; its gradient w.r.t. the last hidden state.
+    let top = Var::from_tensor(inputs.last().expect("one per layer + 1"))?;
+    let hidden = model.norm.forward(top.as_tensor(), Mode::Train)?;
+    let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;
+    let lp = token_logprobs(&model.logits(&h)?, &layout.targets)?;
+    let lp = (lp * layout.target_mask.to_dtype(model.dtype())?)?;
+    let c = Tensor::from_vec(coef.to_vec(), b, model.device())?.to_dtype(lp.dtype())?;
+    let loss = (lp.sum(1)? * c)?.sum_all()?;
+    let value = loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+    let forward_s = start.elapsed().as_secs_f64();
+    let start = std::time::Instant::now();
+    let mut grads = loss.backward()?;
+    drop(loss);
+    let mut g = grads
+        .remove(top.as_tensor())
+        .ok_or_else(|| candle_core::Error::Msg("no gradient reached the last layer".into()))?;
+    take_grads(&mut grads, vars, acc)?;
+    drop(grads);
+    drop(top);
+    inputs.pop();
+
+    // Layers, top to bottom: re-run one layer with a graph, back-propagate d(out).
+    for layer in model.layers.iter().rev() {
+        let x = Var::from_tensor(&inputs.pop().expect("one input per layer"))?;
+        let y = layer.forward(x.as_tensor(), &model.rope, &inp, None, Mode::Train)?;
+        let surrogate = (y * &g)?.sum_all()?;
+        let mut grads = surrogate.backward()?;
+        drop(surrogate);
+        g = grads
+            .remove(x.as_tensor())
+            .ok_or_else(|| candle_core::Error::Msg("no gradient reached a layer input".into()))?;
+        take_grads(&mut grads, vars, acc)?;
+    }
+
+    // Embedding lookup.
+    let e = embedding.forward(&layout.ids)?;
+    let mut grads = (e * &g)?.sum_all()?.backward()?;
+    take_grads(&mut grads, vars, acc)?;
+    Ok(PassStats {
+        loss: value,
+        forward_s,
+        backward_s: start.elapsed().as_secs_f64(),
+    })
+}

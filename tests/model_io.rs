@@ -259,19 +259,42 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-#[test]
-fn sampling_copies_follow_weight_updates() {
-    let p = Policy::load(
-        &ModelSource::Builtin("tiny".into()),
-        &LoadOptions::default(),
-    )
-    .unwrap();
-    assert!(max_diff(&logits_in(&p, Mode::Infer), &logits_in(&p, Mode::Train)) < 1e-5);
+fn scale_some_weights(p: &Policy) {
     for (name, var) in p.vars() {
         if name.ends_with("mlp.up_proj.weight") || name == "model.embed_tokens.weight" {
             var.set(&(var.as_tensor() * 3.0).unwrap()).unwrap();
         }
     }
+}
+
+#[test]
+fn sampling_without_copies_reads_the_trained_weights() {
+    // The default: sampling multiplies by the checkpoint-layout weights themselves.
+    let p = Policy::load(
+        &ModelSource::Builtin("tiny".into()),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let before = logits_in(&p, Mode::Infer);
+    assert!(max_diff(&before, &logits_in(&p, Mode::Train)) < 1e-5);
+    scale_some_weights(&p);
+    let after = logits_in(&p, Mode::Infer);
+    assert!(max_diff(&before, &after) > 1e-3);
+    assert!(max_diff(&after, &logits_in(&p, Mode::Train)) < 1e-5);
+}
+
+#[test]
+fn sampling_copies_follow_weight_updates() {
+    let p = Policy::load(
+        &ModelSource::Builtin("tiny".into()),
+        &LoadOptions {
+            rollout_copies: true,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(max_diff(&logits_in(&p, Mode::Infer), &logits_in(&p, Mode::Train)) < 1e-5);
+    scale_some_weights(&p);
     // Until told, sampling still reads the old copies...
     assert!(max_diff(&logits_in(&p, Mode::Infer), &logits_in(&p, Mode::Train)) > 1e-3);
     // ...and after `weights_changed` it matches the training path again.

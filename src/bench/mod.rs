@@ -2,3 +2,4 @@
 pub mod flops;
 pub mod model;
 pub mod sys;
+pub mod train;

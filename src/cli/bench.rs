@@ -16,6 +16,21 @@ pub enum What {
     Models(ModelsArgs),
     /// Joint samples/s of the reward terms of scenarios (e.g. the Rhai and native len_ratio).
     Rewards(RewardsArgs),
+    /// A scenario's training loop for N steps: seconds per step by phase, tokens/s, GFLOP/s,
+    /// peak memory.
+    Train(TrainArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub scenario: super::scenario_args::ScenarioArgs,
+    /// Steps to time (one step = one training prompt); default: the whole scenario.
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Where to write the JSON report.
+    #[arg(long, default_value = "bench-results/train.json")]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -62,7 +77,40 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     match a.what {
         What::Models(m) => run_models(m),
         What::Rewards(r) => run_rewards(r),
+        What::Train(t) => run_train(t),
     }
+}
+
+fn run_train(a: TrainArgs) -> anyhow::Result<()> {
+    let scenario = a.scenario.load()?;
+    eprintln!(
+        "benchmarking {} ({} steps)...",
+        a.scenario.scenario.display(),
+        a.steps.map_or("all".to_string(), |n| n.to_string())
+    );
+    let r = comlrl::bench::train::run(scenario, a.steps)?;
+    let p = |k: &str| r.phases_per_step.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
+    eprintln!(
+        "  {:.2} s/step (median {:.2}): sampling {:.2}, reward {:.3}, update {:.2} (forward {:.2} + backward {:.2} + optimizer {:.2}, summed over agents); {:.0} tok/s sampling, {:.1} GFLOP/s update, peak RSS {}",
+        r.seconds_per_step.mean,
+        r.seconds_per_step.median,
+        p("sampling"),
+        p("reward"),
+        p("update"),
+        p("forward"),
+        p("backward"),
+        p("optimizer"),
+        r.sampling_tokens_per_s,
+        r.update_gflops_per_s,
+        r.peak_rss_bytes
+            .map_or("?".into(), |b| format!("{:.2} GB", b as f64 / 1e9)),
+    );
+    let json = serde_json::json!({
+        "machine": comlrl::bench::sys::machine(),
+        "overrides": a.scenario.overrides,
+        "train": r,
+    });
+    write_report(&a.out, &json)
 }
 
 fn run_rewards(a: RewardsArgs) -> anyhow::Result<()> {

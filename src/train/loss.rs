@@ -19,6 +19,9 @@ pub struct LossGrads {
     /// Seconds in the scoring forward (log-probs and loss) and in backward + accumulation.
     pub forward_s: f64,
     pub backward_s: f64,
+    /// Model FLOPs of the forward and backward (3 × the forward's matmul FLOPs, padding
+    /// included, recomputation not counted).
+    pub flops: f64,
 }
 
 /// Forward + backward of the mini-batch `samples` for `policy`, `chunk` sequences per pass
@@ -33,7 +36,7 @@ pub fn loss_and_grads(
 ) -> Result<LossGrads> {
     let mut acc: Vec<Option<Tensor>> = vec![None; vars.len()];
     let mut total = 0f64;
-    let (mut forward_s, mut backward_s) = (0f64, 0f64);
+    let (mut forward_s, mut backward_s, mut flops) = (0f64, 0f64, 0f64);
     let scale = 1.0 / samples.len().max(1) as f64;
     for s in samples {
         let k = s.completions.len();
@@ -51,6 +54,13 @@ pub fn loss_and_grads(
             let comps: Vec<&[u32]> = part.iter().map(|&j| s.completions[j].as_slice()).collect();
             let adv: Vec<f32> = part.iter().map(|&j| s.advantages[j]).collect();
             let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
+            let (rows, width) = layout.ids.dims2()?;
+            flops += crate::bench::flops::train_flops(
+                &policy.config,
+                rows,
+                width,
+                layout.completion_width,
+            );
             if recompute {
                 let coef: Vec<f32> = adv
                     .iter()
@@ -80,5 +90,6 @@ pub fn loss_and_grads(
         grads: acc,
         forward_s,
         backward_s,
+        flops,
     })
 }

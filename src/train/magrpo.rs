@@ -57,6 +57,8 @@ pub struct Trainer {
     component_names: Vec<String>,
     yaml: String,
     interrupt: Arc<AtomicBool>,
+    /// Stop after this many steps without writing checkpoints or final models (benchmarks).
+    stop_after: Option<usize>,
 }
 
 impl Trainer {
@@ -104,6 +106,7 @@ impl Trainer {
             component_names,
             yaml,
             interrupt: Arc::new(AtomicBool::new(false)),
+            stop_after: None,
         })
     }
 
@@ -111,6 +114,12 @@ impl Trainer {
     /// current step.
     pub fn interrupt_flag(&self) -> Arc<AtomicBool> {
         self.interrupt.clone()
+    }
+
+    /// Makes `run` stop after `steps` steps and write no checkpoint or final model: for
+    /// benchmarks that time part of a scenario.
+    pub fn stop_after(&mut self, steps: usize) {
+        self.stop_after = Some(steps);
     }
 
     fn total_steps(&self) -> usize {
@@ -217,7 +226,8 @@ impl Trainer {
         log::debug!("models loaded; {}", crate::bench::sys::memory_line());
         obs.start(total, state.step);
         let mut interrupted = false;
-        while state.step < total {
+        let limit = self.stop_after.map_or(total, |n| n.min(total));
+        while state.step < limit {
             let step = state.step;
             let (epoch, r) = (step / rows, step % rows);
             let row = &self.scenario.dataset.train.rows[r];
@@ -299,7 +309,9 @@ impl Trainer {
             state.metrics_rows = sink.rows;
             let every = self.scenario.checkpoint_every as usize;
             let stop = self.interrupt.load(Ordering::SeqCst);
-            if (every > 0 && state.step % every == 0) || stop || state.step == total {
+            let benchmark = self.stop_after.is_some();
+            if !benchmark && ((every > 0 && state.step % every == 0) || stop || state.step == total)
+            {
                 checkpoint::save(&out, &state, &self.policies, &self.optims, &self.yaml)?;
             }
             if stop && state.step < total {
@@ -311,7 +323,7 @@ impl Trainer {
                 break;
             }
         }
-        if !interrupted {
+        if !interrupted && self.stop_after.is_none() {
             let models = self.scenario.models_dir();
             for (i, p) in self.policies.iter().enumerate() {
                 p.save(&models.join(format!("agent_{i}")))?;
@@ -429,6 +441,7 @@ impl Trainer {
                 u.phases.optimizer += since(tick);
                 u.phases.forward += lg.forward_s;
                 u.phases.backward += lg.backward_s;
+                u.flops += lg.flops;
                 u.opt_steps = opt.step;
                 u.loss += lg.loss;
                 u.grad_norm += norm;
@@ -457,6 +470,7 @@ impl Trainer {
                 state.window.lr = u.lr;
             }
             state.window.phases.add(&u.phases);
+            state.window.train_flops += u.flops;
         }
         state.window.phases.update += since(start);
         log::debug!("update done; {}", crate::bench::sys::memory_line());
@@ -473,6 +487,7 @@ struct AgentUpdate {
     updates: usize,
     lr: f64,
     phases: Phases,
+    flops: f64,
 }
 
 fn record_rollout(state: &mut TrainState, s: &NodeSample, epoch: usize) {

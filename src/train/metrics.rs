@@ -20,6 +20,9 @@ pub struct Window {
     /// Seconds per phase (sampling, reward, update, …).
     #[serde(default)]
     pub phases: super::timing::Phases,
+    /// Model FLOPs of the loss's forward and backward passes (all agents).
+    #[serde(default)]
+    pub train_flops: f64,
     pub lr: f64,
     /// Whether evaluation is on (its columns are then always present, null when not run).
     pub eval_enabled: bool,
@@ -110,6 +113,14 @@ impl Window {
         for (name, secs) in self.phases.scaled(self.steps as f64).named() {
             row.push((format!("time/{name}_s"), secs));
         }
+        // Achieved GFLOP/s of the loss's matmuls (forward + backward time, summed over agents).
+        let fb = self.phases.forward + self.phases.backward;
+        let gflops = if fb > 0.0 {
+            self.train_flops / fb / 1e9
+        } else {
+            0.0
+        };
+        row.push(("train_gflops_per_s".into(), gflops));
         if self.eval_enabled {
             let (r, ret) = self.eval.unwrap_or((f64::NAN, f64::NAN));
             row.push(("eval/reward_mean".into(), r));

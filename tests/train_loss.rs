@@ -1,0 +1,121 @@
+//! The trainer's loss path (`loss_and_grads`) against the PyTorch MAGRPO loss fixture, for
+//! every way of running it: all K sequences in one pass or in micro-batches, with and without
+//! activation recomputation. All must give the reference loss, gradient norm and gradients.
+mod common;
+use candle_core::{DType, Tensor};
+use comlrl::model::{LoadOptions, ModelSource, Policy};
+use comlrl::train::loss::loss_and_grads;
+use comlrl::train::rollout::AgentRollout;
+use common::*;
+
+fn fixture_sample() -> (AgentRollout, std::collections::HashMap<String, Tensor>) {
+    let r = load_st(&fixtures().join("magrpo/loss_tiny.safetensors"));
+    let prompt: Vec<u32> = r["prompt_ids"]
+        .to_dtype(DType::U32)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let cids = rows_i64(&r["completion_ids"]);
+    let cmask = rows_i64(&r["completion_mask"]);
+    let completions: Vec<Vec<u32>> = cids
+        .iter()
+        .zip(&cmask)
+        .map(|(ids, m)| {
+            ids.iter()
+                .zip(m)
+                .filter(|(_, &m)| m == 1)
+                .map(|(&i, _)| i as u32)
+                .collect()
+        })
+        .collect();
+    let advantages: Vec<f32> = r["advantages"].to_dtype(DType::F32).unwrap().to_vec1().unwrap();
+    let k = completions.len();
+    let sample = AgentRollout {
+        prompt_ids: prompt,
+        texts: vec![String::new(); k],
+        returns: vec![0.0; k],
+        kl: vec![0.0; k],
+        completions,
+        advantages,
+    };
+    (sample, r)
+}
+
+#[test]
+fn every_loss_path_matches_the_reference() {
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let named = policy.vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let (sample, r) = fixture_sample();
+    assert!(sample.completions.len() >= 3, "the fixture has several completions");
+    let want_loss = r["loss"].to_scalar::<f32>().unwrap() as f64;
+    let want_norm = r["grad_global_norm"].to_scalar::<f32>().unwrap() as f64;
+    for recompute in [false, true] {
+        for chunk in [0, 1, 3] {
+            let lg = loss_and_grads(&policy, &vars, &[&sample], chunk, recompute).unwrap();
+            let what = format!("recompute {recompute}, micro-batch {chunk}");
+            assert!(
+                (lg.loss - want_loss).abs() < 1e-4 + 1e-5 * want_loss.abs(),
+                "{what}: loss {} vs {want_loss}",
+                lg.loss
+            );
+            let mut sq = 0f64;
+            for ((name, _), g) in named.iter().zip(&lg.grads) {
+                let g = g
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("{what}: {name} got no gradient"));
+                let gv = f32s(g);
+                sq += gv.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>();
+                if let Some(want) = r.get(&format!("grad.{name}")) {
+                    for (i, (a, b)) in gv.iter().zip(f32s(want)).enumerate() {
+                        assert!(
+                            (a - b).abs() <= 1e-4 + 1e-3 * b.abs(),
+                            "{what}: grad.{name}[{i}]: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+            let norm = sq.sqrt();
+            assert!(
+                ((norm - want_norm) / want_norm).abs() < 1e-4,
+                "{what}: grad norm {norm} vs {want_norm}"
+            );
+            assert!(lg.flops > 0.0 && lg.forward_s > 0.0 && lg.backward_s > 0.0);
+        }
+    }
+}
+
+#[test]
+fn two_samples_average_and_accumulate_in_place() {
+    // Two node samples in one mini-batch: the loss and gradients are the mean of each
+    // sample's own, whatever the pass layout.
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+    let (a, _) = fixture_sample();
+    let mut b = a.clone();
+    b.prompt_ids.truncate(b.prompt_ids.len().div_ceil(2));
+    b.advantages.iter_mut().for_each(|x| *x = -*x * 0.5);
+    let one = |s: &AgentRollout| loss_and_grads(&policy, &vars, &[s], 0, false).unwrap();
+    let (la, lb) = (one(&a), one(&b));
+    let both = loss_and_grads(&policy, &vars, &[&a, &b], 2, true).unwrap();
+    assert!((both.loss - (la.loss + lb.loss) / 2.0).abs() < 1e-5);
+    for ((ga, gb), g) in la.grads.iter().zip(&lb.grads).zip(&both.grads) {
+        let (ga, gb, g) = (
+            f32s(ga.as_ref().unwrap()),
+            f32s(gb.as_ref().unwrap()),
+            f32s(g.as_ref().unwrap()),
+        );
+        for ((x, y), z) in ga.iter().zip(&gb).zip(&g) {
+            let want = (x + y) / 2.0;
+            assert!((z - want).abs() <= 1e-5 + 1e-3 * want.abs(), "{z} vs {want}");
+        }
+    }
+}

@@ -154,7 +154,13 @@ fn same_seed_same_metrics() {
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     for (dir, sets) in [
         (&a, vec![]),
-        (&b, vec!["trainer.parallel_agents=false".to_string()]),
+        (
+            &b,
+            vec![
+                "trainer.parallel_sampling=false".to_string(),
+                "trainer.parallel_updates=false".to_string(),
+            ],
+        ),
     ] {
         let (_, (ok, _, err)) = run_small(dir, &sets);
         assert!(ok, "{err}");

@@ -28,7 +28,11 @@ fn fixture_sample() -> (AgentRollout, std::collections::HashMap<String, Tensor>)
                 .collect()
         })
         .collect();
-    let advantages: Vec<f32> = r["advantages"].to_dtype(DType::F32).unwrap().to_vec1().unwrap();
+    let advantages: Vec<f32> = r["advantages"]
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
     let k = completions.len();
     let sample = AgentRollout {
         prompt_ids: prompt,
@@ -51,7 +55,10 @@ fn every_loss_path_matches_the_reference() {
     let named = policy.vars();
     let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
     let (sample, r) = fixture_sample();
-    assert!(sample.completions.len() >= 3, "the fixture has several completions");
+    assert!(
+        sample.completions.len() >= 3,
+        "the fixture has several completions"
+    );
     let want_loss = r["loss"].to_scalar::<f32>().unwrap() as f64;
     let want_norm = r["grad_global_norm"].to_scalar::<f32>().unwrap() as f64;
     for recompute in [false, true] {
@@ -115,7 +122,10 @@ fn two_samples_average_and_accumulate_in_place() {
         );
         for ((x, y), z) in ga.iter().zip(&gb).zip(&g) {
             let want = (x + y) / 2.0;
-            assert!((z - want).abs() <= 1e-5 + 1e-3 * want.abs(), "{z} vs {want}");
+            assert!(
+                (z - want).abs() <= 1e-5 + 1e-3 * want.abs(),
+                "{z} vs {want}"
+            );
         }
     }
 }

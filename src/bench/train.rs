@@ -69,9 +69,7 @@ impl Observer for Rows {
 }
 
 fn get(row: &Row, key: &str) -> f64 {
-    row.iter()
-        .find(|(k, _)| k == key)
-        .map_or(0.0, |(_, v)| *v)
+    row.iter().find(|(k, _)| k == key).map_or(0.0, |(_, v)| *v)
 }
 
 /// Runs `scenario` (its output directory replaced by a scratch one, removed afterwards) for
@@ -86,7 +84,11 @@ pub fn run(mut scenario: Scenario, steps: Option<usize>) -> Result<TrainReport> 
     scenario.logging.steps = 1;
     scenario.checkpoint_every = 0;
     let source = scenario.source.clone();
-    let models = scenario.agents.iter().map(|a| a.model.spec.clone()).collect();
+    let models = scenario
+        .agents
+        .iter()
+        .map(|a| a.model.spec.clone())
+        .collect();
     let agents = scenario.agents.len();
     let start = Instant::now();
     let result = (|| {
@@ -130,7 +132,11 @@ pub fn run(mut scenario: Scenario, steps: Option<usize>) -> Result<TrainReport> 
         seconds_per_step: Stats::of(&step_s),
         phases_per_step: phases,
         generated_tokens: tokens,
-        sampling_tokens_per_s: if sampling > 0.0 { tokens / sampling } else { 0.0 },
+        sampling_tokens_per_s: if sampling > 0.0 {
+            tokens / sampling
+        } else {
+            0.0
+        },
         train_gflops_per_s_per_worker: if fb > 0.0 { flops / fb } else { 0.0 },
         update_gflops_per_s: if update > 0.0 { flops / update } else { 0.0 },
         peak_rss_bytes: super::sys::peak_rss_bytes(),

@@ -19,6 +19,21 @@ pub enum What {
     /// A scenario's training loop for N steps: seconds per step by phase, tokens/s, GFLOP/s,
     /// peak memory.
     Train(TrainArgs),
+    /// The machine's f32 matmul rate on a large square product (the reference for GFLOP/s).
+    Matmul(MatmulArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct MatmulArgs {
+    /// Matrix size N of the N×N×N product.
+    #[arg(long, default_value_t = 2048)]
+    pub size: usize,
+    /// Timed repetitions (after one warm-up).
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+    /// Where to write the JSON report.
+    #[arg(long, default_value = "bench-results/matmul.json")]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -78,6 +93,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         What::Models(m) => run_models(m),
         What::Rewards(r) => run_rewards(r),
         What::Train(t) => run_train(t),
+        What::Matmul(m) => {
+            let r = comlrl::bench::matmul::run(m.size, m.repeats)?;
+            eprintln!(
+                "{n}x{n}x{n} f32: {:.1} GFLOP/s median, {:.1} best",
+                r.gflops_per_s,
+                r.best_gflops_per_s,
+                n = m.size
+            );
+            let json = serde_json::json!({"machine": comlrl::bench::sys::machine(), "matmul": r});
+            write_report(&m.out, &json)
+        }
     }
 }
 
@@ -89,7 +115,12 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         a.steps.map_or("all".to_string(), |n| n.to_string())
     );
     let r = comlrl::bench::train::run(scenario, a.steps)?;
-    let p = |k: &str| r.phases_per_step.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
+    let p = |k: &str| {
+        r.phases_per_step
+            .get(k)
+            .and_then(|v| v.as_f64())
+            .unwrap_or(0.0)
+    };
     eprintln!(
         "  {:.2} s/step (median {:.2}): sampling {:.2}, reward {:.3}, update {:.2} (forward {:.2} + backward {:.2} + optimizer {:.2}, summed over agents); {:.0} tok/s sampling, {:.1} GFLOP/s update, peak RSS {}",
         r.seconds_per_step.mean,

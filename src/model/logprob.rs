@@ -4,7 +4,7 @@
 use super::batch::{causal_mask, position_ids};
 use super::mode::Mode;
 use super::qwen2::Qwen2;
-use candle_core::{Result, Tensor, D};
+use candle_core::{Result, Tensor};
 
 /// A prompt/completion batch laid out for scoring.
 #[derive(Debug, Clone)]
@@ -94,16 +94,14 @@ pub fn completion_logprobs(model: &Qwen2, layout: &ScoreLayout, mode: Mode) -> R
 }
 
 /// log softmax(logits)[target] for every position: logits (b, s, V), targets (b, s) u32 → (b, s).
-/// Computed in at least f32 as logit − logsumexp with a detached max (its gradient cancels anyway).
+/// Computed in at least f32 by one fused op (see `fused_logprob`), never materialising the
+/// vocabulary-wide log-probs.
 pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let logits = logits.to_dtype(super::mode::reduce_dtype(logits.dtype()))?;
-    let m = logits.max_keepdim(D::Minus1)?.detach();
-    let lse = (logits
-        .broadcast_sub(&m)?
-        .exp()?
-        .sum_keepdim(D::Minus1)?
-        .log()?
-        + m)?;
-    let picked = logits.gather(&targets.contiguous()?.unsqueeze(D::Minus1)?, D::Minus1)?;
-    (picked - lse)?.squeeze(D::Minus1)
+    let (b, s, v) = logits.dims3()?;
+    let rows = super::fused_logprob::token_logprob_rows(
+        &logits.reshape((b * s, v))?,
+        &targets.flatten_all()?,
+    )?;
+    rows.reshape((b, s))
 }

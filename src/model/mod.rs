@@ -3,6 +3,7 @@ pub mod accumulate;
 pub mod attention;
 pub mod batch;
 pub mod config;
+pub mod fused_logprob;
 pub mod kv_cache;
 pub mod linear;
 pub mod logprob;

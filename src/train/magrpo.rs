@@ -221,7 +221,7 @@ impl Trainer {
             early_termination: t.early_termination_threshold,
             transition: transition.as_deref(),
             templates: (!t.external_prompt_passthrough).then_some(templates.as_slice()),
-            parallel: t.parallel_agents,
+            parallel: t.parallel_sampling,
         };
         log::debug!("models loaded; {}", crate::bench::sys::memory_line());
         obs.start(total, state.step);
@@ -405,7 +405,7 @@ impl Trainer {
     }
 
     /// One update round: each agent trains on the buffered samples, in mini-batches (the agents
-    /// at the same time when `parallel_agents` is on).
+    /// at the same time when `parallel_updates` is on).
     fn update(&mut self, state: &mut TrainState, buffer: Vec<NodeSample>) -> Result<()> {
         let t = &self.scenario.trainer;
         let total_opt = self.total_opt_steps();
@@ -451,7 +451,7 @@ impl Trainer {
             Ok(u)
         };
         let pairs = self.policies.iter().zip(self.optims.iter_mut()).enumerate();
-        let results: Vec<AgentUpdate> = if t.parallel_agents && self.policies.len() > 1 {
+        let results: Vec<AgentUpdate> = if t.parallel_updates && self.policies.len() > 1 {
             pairs
                 .collect::<Vec<_>>()
                 .into_par_iter()

@@ -65,10 +65,12 @@ pub const ADAM_BETA2: f64 = 0.999;
 pub const ADAM_EPSILON: f64 = 1e-8;
 /// AdamW decoupled weight decay (torch `AdamW` default 0.01, which CoMLRL inherits).
 pub const WEIGHT_DECAY: f64 = 0.01;
-/// Agents sample and train at the same time (one thread-pool task each). Same results as one
-/// after the other (each agent has its own RNG stream); costs the memory of both agents'
-/// gradients and activations at once.
-pub const PARALLEL_AGENTS: bool = true;
+/// Agents sample at the same time (one thread-pool task each). Same results as one after the
+/// other (each agent has its own RNG stream); costs only a KV cache per agent.
+pub const PARALLEL_SAMPLING: bool = true;
+/// Agents compute their updates at the same time. Same results; costs a second set of
+/// gradient accumulators (one copy of the weights) and of activations.
+pub const PARALLEL_UPDATES: bool = true;
 /// Completions per forward/backward pass in the loss (gradients are accumulated across passes,
 /// so the result does not depend on it). Smaller uses less activation memory.
 pub const MICRO_BATCH_SIZE: usize = 2;

@@ -114,7 +114,8 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
         adam_beta2: Some(t.adam_beta2),
         adam_epsilon: Some(t.adam_epsilon),
         weight_decay: Some(t.weight_decay),
-        parallel_agents: Some(t.parallel_agents),
+        parallel_sampling: Some(t.parallel_sampling),
+        parallel_updates: Some(t.parallel_updates),
         micro_batch_size: Some(t.micro_batch_size),
         gradient_checkpointing: Some(t.gradient_checkpointing),
     };

@@ -188,8 +188,10 @@ pub struct TrainerPlan {
     pub adam_beta2: f64,
     pub adam_epsilon: f64,
     pub weight_decay: f64,
-    /// Agents sample and train at the same time.
-    pub parallel_agents: bool,
+    /// Agents sample at the same time.
+    pub parallel_sampling: bool,
+    /// Agents compute their updates at the same time.
+    pub parallel_updates: bool,
     /// Completions per forward/backward pass in the loss; 0 = all K of a node sample at once.
     pub micro_batch_size: usize,
     /// Recompute layer activations in the backward instead of keeping them.

@@ -193,7 +193,9 @@ pub struct RawTrainer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight_decay: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_agents: Option<bool>,
+    pub parallel_sampling: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_updates: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub micro_batch_size: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

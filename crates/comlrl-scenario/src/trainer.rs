@@ -229,7 +229,8 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
         adam_beta2,
         adam_epsilon,
         weight_decay,
-        parallel_agents: raw.parallel_agents.unwrap_or(def::PARALLEL_AGENTS),
+        parallel_sampling: raw.parallel_sampling.unwrap_or(def::PARALLEL_SAMPLING),
+        parallel_updates: raw.parallel_updates.unwrap_or(def::PARALLEL_UPDATES),
         micro_batch_size: raw.micro_batch_size.unwrap_or(def::MICRO_BATCH_SIZE),
         gradient_checkpointing: raw
             .gradient_checkpointing

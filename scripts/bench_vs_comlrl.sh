@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark against the Python CoMLRL (MAGRPOTrainer) on the seed scenario:
+# runs the peer harness and `comlrl run` alternately (A B A B ...) on the same HF-layout model,
+# each under /usr/bin/time -v, and prints the ratios of the medians (s/step, wall, peak RSS)
+# plus each side's reward per epoch. Writes everything under $RESULTS.
+#
+# Usage: PEER=/path/to/venv scripts/bench_vs_comlrl.sh MODEL_DIR [ROUNDS] [EPOCHS] [MAX_NEW_TOKENS]
+#   PEER         a venv with torch, transformers, datasets and comlrl (see ../shared/bench/peer)
+#   PEER_HARNESS the peer harness directory (default: ../shared/bench/peer)
+#   RESULTS      output directory (default: bench-results/vs-comlrl/<model name>)
+#   COMLRL       our binary (default: target/release/comlrl)
+# Example: PEER=$HOME/peer/venv scripts/bench_vs_comlrl.sh ../shared/fixtures/tiny-qwen2 2
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+MODEL=$(cd "${1:?usage: $0 MODEL_DIR [ROUNDS] [EPOCHS] [MAX_NEW_TOKENS]}" && pwd)
+ROUNDS=${2:-2}
+EPOCHS=${3:-3}
+MNT=${4:-128}
+: "${PEER:?set PEER to a venv with torch, transformers, datasets and comlrl}"
+HARNESS=${PEER_HARNESS:-$ROOT/../shared/bench/peer}
+NAME=$(basename "$MODEL")
+export RESULTS=${RESULTS:-$ROOT/bench-results/vs-comlrl/$NAME}
+COMLRL=${COMLRL:-$ROOT/target/release/comlrl}
+mkdir -p "$RESULTS"
+[ -x "$COMLRL" ] || { echo "build first: cargo build --release" >&2; exit 1; }
+[ -f "$HARNESS/run_bench.sh" ] || { echo "no peer harness at $HARNESS" >&2; exit 1; }
+
+for r in $(seq 1 "$ROUNDS"); do
+  echo "== round $r/$ROUNDS: CoMLRL (peer)"
+  bash "$HARNESS/run_bench.sh" "peer-$r" "$MODEL" "$EPOCHS" "$MNT" > "$RESULTS/peer-$r.out" 2>&1 \
+    || { echo "peer run failed: see $RESULTS/peer-$r.*" >&2; exit 1; }
+  echo "== round $r/$ROUNDS: comlrl"
+  rm -rf "$RESULTS/ours-$r"
+  /usr/bin/time -v -o "$RESULTS/ours-$r.time" "$COMLRL" run "$ROOT/scenarios/story_len_ratio_tiny.yaml" \
+    --quiet --set "agents.model=$MODEL" --set "output_dir=$RESULTS/ours-$r" \
+    --set "trainer.num_train_epochs=$EPOCHS" --set "agents.max_new_tokens=$MNT" \
+    --set logging.steps=1 > "$RESULTS/ours-$r.log" 2>&1 \
+    || { echo "comlrl run failed: see $RESULTS/ours-$r.log" >&2; exit 1; }
+done
+
+python3 - "$RESULTS" "$ROUNDS" <<'PY'
+import json, re, statistics, sys
+res, rounds = sys.argv[1], int(sys.argv[2])
+
+def gnu_time(path):
+    t = open(path).read()
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", t).group(1)
+    secs = 0.0
+    for part in wall.split(":"):
+        secs = secs * 60 + float(part)
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t).group(1)) * 1024
+    return secs, rss
+
+rows = {"peer": [], "ours": []}
+for r in range(1, rounds + 1):
+    wall, rss = gnu_time(f"{res}/peer-{r}.time")
+    pj = json.load(open(f"{res}/peer-{r}.json"))
+    rows["peer"].append({"wall_s": wall, "peak_rss_bytes": rss, "step_s_mean": pj["step_s_mean"],
+                         "reward_by_epoch": [round(v, 2) for v in pj["reward_scaled_mean_per_epoch"].values()]})
+    wall, rss = gnu_time(f"{res}/ours-{r}.time")
+    m = [json.loads(l) for l in open(f"{res}/ours-{r}/metrics.jsonl")]
+    steps = [x["step_seconds"] for x in m]
+    epochs = {}
+    for x in m:
+        epochs.setdefault(int(x["epoch"]), []).append(x["reward_mean"])
+    rows["ours"].append({"wall_s": wall, "peak_rss_bytes": rss, "step_s_mean": sum(steps) / len(steps),
+                         "reward_by_epoch": [round(sum(v) / len(v), 2) for _, v in sorted(epochs.items())]})
+
+med = lambda side, k: statistics.median(x[k] for x in rows[side])
+summary = {k: {"peer": med("peer", k), "ours": med("ours", k), "ratio": med("peer", k) / med("ours", k)}
+           for k in ("step_s_mean", "wall_s", "peak_rss_bytes")}
+out = {"rounds": rows, "median": summary}
+json.dump(out, open(f"{res}/summary.json", "w"), indent=1)
+for side in ("peer", "ours"):
+    for i, x in enumerate(rows[side], 1):
+        print(f"{side} round {i}: {x['step_s_mean']:.3f} s/step, wall {x['wall_s']:.1f} s, "
+              f"peak RSS {x['peak_rss_bytes']/1e9:.2f} GB, reward by epoch {x['reward_by_epoch']}")
+s = summary
+print(f"median s/step: CoMLRL {s['step_s_mean']['peer']:.3f} vs comlrl {s['step_s_mean']['ours']:.3f} "
+      f"-> {s['step_s_mean']['ratio']:.1f}x faster")
+print(f"median wall:   CoMLRL {s['wall_s']['peer']:.1f} s vs comlrl {s['wall_s']['ours']:.1f} s "
+      f"-> {s['wall_s']['ratio']:.1f}x")
+print(f"peak RSS:      CoMLRL {s['peak_rss_bytes']['peer']/1e9:.2f} GB vs comlrl "
+      f"{s['peak_rss_bytes']['ours']/1e9:.2f} GB -> {1/s['peak_rss_bytes']['ratio']:.2f}x the memory")
+print(f"wrote {res}/summary.json")
+PY

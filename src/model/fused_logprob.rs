@@ -1,0 +1,205 @@
+//! log softmax(logits)[target] as one differentiable op over (N, V) logits: the forward makes
+//! one pass per row (max, Σ exp, pick) and keeps nothing but its (N) output; the backward
+//! writes d logits = g · (onehot(target) − softmax) straight into one (N, V) buffer, taking
+//! logsumexp back from the output (lse = logit[target] − out). The op-by-op version keeps
+//! several vocabulary-sized intermediates per row, which dominate memory at a 152k vocabulary.
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use num_traits::Float;
+use rayon::prelude::*;
+
+/// Rows per parallel task (rows are vocabulary-long, so a few already make a task worth it).
+const ROWS: usize = 4;
+
+struct Forward;
+struct Backward;
+
+fn contiguous<'a, T>(s: &'a [T], l: &Layout, what: &str) -> Result<&'a [T]> {
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&s[a..b]),
+        None => candle_core::bail!("token-logprob: {what} must be contiguous"),
+    }
+}
+
+fn targets(s: &CpuStorage, l: &Layout) -> Result<Vec<usize>> {
+    Ok(match s {
+        CpuStorage::U32(v) => contiguous(v, l, "targets")?
+            .iter()
+            .map(|&t| t as usize)
+            .collect(),
+        CpuStorage::I64(v) => contiguous(v, l, "targets")?
+            .iter()
+            .map(|&t| t as usize)
+            .collect(),
+        _ => candle_core::bail!("token-logprob: targets must be u32 or i64"),
+    })
+}
+
+fn forward<T: Float + Send + Sync>(x: &[T], t: &[usize], v: usize) -> Result<Vec<T>> {
+    if let Some(&bad) = t.iter().find(|&&t| t >= v) {
+        candle_core::bail!("token-logprob: target {bad} outside the vocabulary of {v}")
+    }
+    let mut out = vec![T::zero(); t.len()];
+    out.par_chunks_mut(ROWS)
+        .zip(x.par_chunks(ROWS * v))
+        .zip(t.par_chunks(ROWS))
+        .for_each(|((o, x), t)| {
+            for ((o, row), &t) in o.iter_mut().zip(x.chunks(v)).zip(t) {
+                let m = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
+                let s = row.iter().fold(T::zero(), |a, &b| a + (b - m).exp());
+                *o = row[t] - (m + s.ln());
+            }
+        });
+    Ok(out)
+}
+
+/// aux holds (out, d out) per row.
+fn backward<T: Float + Send + Sync>(x: &[T], t: &[usize], aux: &[T], v: usize) -> Vec<T> {
+    let mut dx = vec![T::zero(); x.len()];
+    dx.par_chunks_mut(ROWS * v)
+        .zip(x.par_chunks(ROWS * v))
+        .zip(t.par_chunks(ROWS))
+        .zip(aux.par_chunks(ROWS * 2))
+        .for_each(|(((d, x), t), aux)| {
+            for (((d, row), &t), a) in d.chunks_mut(v).zip(x.chunks(v)).zip(t).zip(aux.chunks(2)) {
+                let (out, g) = (a[0], a[1]);
+                if g == T::zero() {
+                    continue; // padding: masked out, d logits stays 0
+                }
+                let lse = row[t] - out;
+                for (d, &xv) in d.iter_mut().zip(row) {
+                    *d = -g * (xv - lse).exp();
+                }
+                d[t] = d[t] + g;
+            }
+        });
+    dx
+}
+
+impl CustomOp2 for Forward {
+    fn name(&self) -> &'static str {
+        "token-logprob"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (n, v) = l1.shape().dims2()?;
+        let t = targets(s2, l2)?;
+        if t.len() != n {
+            candle_core::bail!("token-logprob: {} targets for {n} rows", t.len())
+        }
+        let out = match s1 {
+            CpuStorage::F32(x) => CpuStorage::F32(forward(contiguous(x, l1, "logits")?, &t, v)?),
+            CpuStorage::F64(x) => CpuStorage::F64(forward(contiguous(x, l1, "logits")?, &t, v)?),
+            _ => candle_core::bail!("token-logprob: logits must be f32 or f64"),
+        };
+        Ok((out, Shape::from(n)))
+    }
+
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        targets: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let aux = Tensor::stack(&[res, grad_res], 1)?.contiguous()?;
+        let d = logits.apply_op3_no_bwd(targets, &aux, &Backward)?;
+        Ok((Some(d), None))
+    }
+}
+
+impl CustomOp3 for Backward {
+    fn name(&self) -> &'static str {
+        "token-logprob-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (_, v) = l1.shape().dims2()?;
+        let t = targets(s2, l2)?;
+        let d = match (s1, s3) {
+            (CpuStorage::F32(x), CpuStorage::F32(a)) => CpuStorage::F32(backward(
+                contiguous(x, l1, "logits")?,
+                &t,
+                contiguous(a, l3, "gradient")?,
+                v,
+            )),
+            (CpuStorage::F64(x), CpuStorage::F64(a)) => CpuStorage::F64(backward(
+                contiguous(x, l1, "logits")?,
+                &t,
+                contiguous(a, l3, "gradient")?,
+                v,
+            )),
+            _ => candle_core::bail!("token-logprob: logits and gradient must share f32 or f64"),
+        };
+        Ok((d, l1.shape().clone()))
+    }
+}
+
+/// log softmax(logits)[target] for every row: logits (N, V) f32/f64, targets (N) u32 → (N).
+pub fn token_logprob_rows(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    logits
+        .contiguous()?
+        .apply_op2(&targets.contiguous()?, Forward)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var, D};
+
+    /// The op-by-op reference: logit − logsumexp.
+    fn reference(x: &Tensor, t: &Tensor) -> Result<Tensor> {
+        let lse = x.exp()?.sum_keepdim(D::Minus1)?.log()?;
+        let picked = x.gather(&t.unsqueeze(D::Minus1)?, D::Minus1)?;
+        (picked - lse)?.squeeze(D::Minus1)
+    }
+
+    #[test]
+    fn values_and_gradients_match_the_op_by_op_version() -> Result<()> {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&(Tensor::randn(0f64, 3.0, (5, 11), &dev)?))?;
+        let t = Tensor::new(&[0u32, 10, 3, 3, 7], &dev)?;
+        let w = Tensor::new(&[0.5f64, -2.0, 0.0, 1.5, 3.0], &dev)?;
+        let fused = token_logprob_rows(x.as_tensor(), &t)?;
+        let plain = reference(x.as_tensor(), &t)?;
+        let diff = (&fused - &plain)?.abs()?.max_all()?.to_scalar::<f64>()?;
+        assert!(diff < 1e-12, "values differ by {diff}");
+        let gf = (fused * &w)?.sum_all()?.backward()?;
+        let gp = (plain * &w)?.sum_all()?.backward()?;
+        let (a, b) = (
+            gf.get(x.as_tensor()).unwrap(),
+            gp.get(x.as_tensor()).unwrap(),
+        );
+        let diff = (a - b)?.abs()?.max_all()?.to_scalar::<f64>()?;
+        assert!(diff < 1e-12, "gradients differ by {diff}");
+        // A zero weight (a padded position) leaves its row's gradient exactly zero.
+        assert!(a.get(2)?.abs()?.max_all()?.to_scalar::<f64>()? == 0.0);
+        Ok(())
+    }
+
+    #[test]
+    fn rejects_targets_outside_the_vocabulary() -> Result<()> {
+        let dev = Device::Cpu;
+        let x = Tensor::zeros((2, 4), candle_core::DType::F32, &dev)?;
+        let t = Tensor::new(&[1u32, 4], &dev)?;
+        let err = token_logprob_rows(&x, &t).unwrap_err().to_string();
+        assert!(
+            err.contains("target 4 outside the vocabulary of 4"),
+            "{err}"
+        );
+        Ok(())
+    }
+}

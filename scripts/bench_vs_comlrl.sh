@@ -9,6 +9,10 @@
 #   PEER_HARNESS the peer harness directory (default: ../shared/bench/peer)
 #   RESULTS      output directory (default: bench-results/vs-comlrl/<model name>)
 #   COMLRL       our binary (default: target/release/comlrl)
+#   PROMPTS      use only the first N of the 10 prompts on both sides (default: all; for 0.5B-sized
+#                models, where CoMLRL takes ~5 min per prompt)
+#   OURS_SET     extra `--set key=value` arguments for our side, space-separated
+#                (e.g. "trainer.parallel_updates=false")
 # Example: PEER=$HOME/peer/venv scripts/bench_vs_comlrl.sh ../shared/fixtures/tiny-qwen2 2
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +29,27 @@ mkdir -p "$RESULTS"
 [ -x "$COMLRL" ] || { echo "build first: cargo build --release" >&2; exit 1; }
 [ -f "$HARNESS/run_bench.sh" ] || { echo "no peer harness at $HARNESS" >&2; exit 1; }
 
+# Both sides get the same prompts: the scenario's first $PROMPTS, in order.
+PROMPT_SET=()
+if [ -n "${PROMPTS:-}" ]; then
+  LIST=$(grep -E '^    - "' "$ROOT/scenarios/story_len_ratio_tiny.yaml" | head -n "$PROMPTS" \
+    | sed -E 's/^    - //' | paste -sd, -)
+  PROMPT_SET=(--set "dataset.prompts=[$LIST]")
+  # The shared harness may be read-only: patch a copy that keeps the first N prompts.
+  rm -rf "$RESULTS/harness" && cp -r "$HARNESS" "$RESULTS/harness"
+  python3 - "$RESULTS/harness/bench_story.py" "$PROMPTS" <<'PY'
+import sys
+p, n = sys.argv[1], int(sys.argv[2])
+s = open(p).read()
+marker = "\n\ndef proper_length_ratio_reward"
+assert marker in s, "bench_story.py changed: cannot limit its prompts"
+open(p, "w").write(s.replace(marker, f"\nPROMPTS = PROMPTS[:{n}]\n" + marker, 1))
+PY
+  HARNESS=$RESULTS/harness
+fi
+EXTRA=()
+for kv in ${OURS_SET:-}; do EXTRA+=(--set "$kv"); done
+
 for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r/$ROUNDS: CoMLRL (peer)"
   bash "$HARNESS/run_bench.sh" "peer-$r" "$MODEL" "$EPOCHS" "$MNT" > "$RESULTS/peer-$r.out" 2>&1 \
@@ -34,7 +59,7 @@ for r in $(seq 1 "$ROUNDS"); do
   /usr/bin/time -v -o "$RESULTS/ours-$r.time" "$COMLRL" run "$ROOT/scenarios/story_len_ratio_tiny.yaml" \
     --quiet --set "agents.model=$MODEL" --set "output_dir=$RESULTS/ours-$r" \
     --set "trainer.num_train_epochs=$EPOCHS" --set "agents.max_new_tokens=$MNT" \
-    --set logging.steps=1 > "$RESULTS/ours-$r.log" 2>&1 \
+    --set logging.steps=1 "${PROMPT_SET[@]}" "${EXTRA[@]}" > "$RESULTS/ours-$r.log" 2>&1 \
     || { echo "comlrl run failed: see $RESULTS/ours-$r.log" >&2; exit 1; }
 done
 

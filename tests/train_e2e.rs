@@ -75,11 +75,10 @@ fn run_small(out: &Path, sets: &[String]) -> (Vec<String>, (bool, String, String
     (args, result)
 }
 
-#[test]
-fn tiny_scenario_learns() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("run");
+/// Per-epoch mean rewards of one tiny run at a high learning rate (8 epochs).
+fn learning_run(out: &Path, seed: u64) -> Vec<f64> {
     let o = format!("output_dir={}", out.display());
+    let seed = format!("seed={seed}");
     let (ok, _, err) = run_bin(&[
         "run",
         scenario().to_str().unwrap(),
@@ -99,7 +98,7 @@ fn tiny_scenario_learns() {
         "--set",
         "trainer.num_train_epochs=8",
         "--set",
-        "seed=3",
+        &seed,
     ]);
     assert!(ok, "{err}");
     let means: Vec<f64> = err
@@ -114,12 +113,23 @@ fn tiny_scenario_learns() {
         })
         .collect();
     assert_eq!(means.len(), 8, "{err}");
+    means
+}
+
+#[test]
+fn tiny_scenario_learns() {
+    // RL at this learning rate is chaotic: one seed may plateau for a while (any change in
+    // float summation order moves it), so the claim is about the average over three seeds.
+    let tmp = tempfile::tempdir().unwrap();
+    let runs: Vec<Vec<f64>> = (1..=3)
+        .map(|seed| learning_run(&tmp.path().join(format!("run{seed}")), seed))
+        .collect();
+    let gain = runs.iter().map(|m| m[7] - m[0]).sum::<f64>() / runs.len() as f64;
     assert!(
-        means[7] > means[0] + 10.0,
-        "last epoch {} not clearly above first {}: {means:?}",
-        means[7],
-        means[0]
+        gain > 10.0,
+        "last epoch not clearly above the first, on average over seeds: {runs:?}"
     );
+    let out = tmp.path().join("run1");
     for f in [
         "metrics.jsonl",
         "metrics.csv",

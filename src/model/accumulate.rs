@@ -53,6 +53,63 @@ pub fn add_into(acc: &Tensor, g: &Tensor) -> Result<()> {
     acc.inplace_op2(&g.contiguous()?, &AddAssign)
 }
 
+/// `acc[ids[r]] += g[r]` for every row r.
+struct ScatterRowsAdd(Vec<usize>);
+
+impl candle_core::InplaceOp2 for ScatterRowsAdd {
+    fn name(&self) -> &'static str {
+        "scatter-rows-add"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<()> {
+        let (v, h) = l1.shape().dims2()?;
+        let (rows, h2) = l2.shape().dims2()?;
+        if h != h2 || rows != self.0.len() {
+            candle_core::bail!(
+                "scatter-rows-add: ({rows}, {h2}) rows with {} ids into ({v}, {h})",
+                self.0.len()
+            )
+        }
+        if let Some(&bad) = self.0.iter().find(|&&i| i >= v) {
+            candle_core::bail!("scatter-rows-add: id {bad} outside {v} rows")
+        }
+        let (Some((a0, a1)), Some((b0, b1))) = (l1.contiguous_offsets(), l2.contiguous_offsets())
+        else {
+            candle_core::bail!("scatter-rows-add: both tensors must be contiguous")
+        };
+        let (CpuStorage::F32(a), CpuStorage::F32(g)) = (s1, s2) else {
+            candle_core::bail!("scatter-rows-add: only f32 gradients")
+        };
+        let (a, g) = (&mut a[a0..a1], &g[b0..b1]);
+        for (row, &id) in g.chunks(h).zip(&self.0) {
+            a[id * h..(id + 1) * h]
+                .iter_mut()
+                .zip(row)
+                .for_each(|(x, &y)| *x += y);
+        }
+        Ok(())
+    }
+}
+
+/// The embedding lookup's backward, in place: `acc[ids[r]] += g[r]` for acc (vocab, hidden),
+/// ids (rows) u32 and g (rows, hidden) f32. Candle's own backward builds a zero vocabulary ×
+/// hidden tensor, adds into it and returns a new sum: two such buffers per pass.
+pub fn scatter_rows_add(acc: &Tensor, ids: &Tensor, g: &Tensor) -> Result<()> {
+    let ids = ids
+        .flatten_all()?
+        .to_vec1::<u32>()?
+        .into_iter()
+        .map(|i| i as usize)
+        .collect();
+    acc.inplace_op2(&g.contiguous()?, &ScatterRowsAdd(ids))
+}
+
 /// Moves the gradient of each of `vars` out of `grads` into the matching slot of `acc`: added
 /// in place when the slot holds one, else a private copy (a gradient may share storage with
 /// another's, so it is never written to in place).
@@ -84,6 +141,23 @@ mod tests {
             &Tensor::zeros(3, candle_core::DType::F32, &Device::Cpu)?
         )
         .is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn scatters_rows_with_repeats() -> Result<()> {
+        let dev = Device::Cpu;
+        let acc = Tensor::ones((4, 2), candle_core::DType::F32, &dev)?.contiguous()?;
+        let g = Tensor::new(&[[1f32, 2.], [10., 20.], [100., 200.]], &dev)?;
+        scatter_rows_add(&acc, &Tensor::new(&[3u32, 0, 3], &dev)?, &g)?;
+        let want = vec![
+            vec![11f32, 21.],
+            vec![1., 1.],
+            vec![1., 1.],
+            vec![102., 203.],
+        ];
+        assert_eq!(acc.to_vec2::<f32>()?, want);
+        assert!(scatter_rows_add(&acc, &Tensor::new(&[4u32, 0, 0], &dev)?, &g).is_err());
         Ok(())
     }
 }

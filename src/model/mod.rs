@@ -4,6 +4,8 @@ pub mod attention;
 pub mod batch;
 pub mod config;
 pub mod fused_logprob;
+mod gemm_acc;
+mod head_grad;
 pub mod kv_cache;
 pub mod linear;
 pub mod logprob;

@@ -5,9 +5,10 @@
 //! activations plus the layer inputs, instead of every layer's, for one extra forward pass.
 //! Gradients are added into the caller's accumulators, so one pass's gradients never exist
 //! twice (the plain path holds a whole backward pass's gradients next to the accumulators).
-use super::accumulate::take_grads;
+use super::accumulate::{scatter_rows_add, take_grads};
 use super::attention::AttnInputs;
-use super::logprob::{token_logprobs, ScoreLayout};
+use super::head_grad::head_backward;
+use super::logprob::ScoreLayout;
 use super::mode::Mode;
 use super::qwen2::Qwen2;
 use candle_core::{Module, Result, Tensor, Var};
@@ -17,9 +18,10 @@ use candle_core::{Module, Result, Tensor, Var};
 pub struct PassStats {
     /// The loss value.
     pub loss: f64,
-    /// Seconds in the graph-free forward and the head's forward.
+    /// Seconds in the graph-free forward and the LM head (its forward and backward together,
+    /// chunk by chunk; see `head_grad`).
     pub forward_s: f64,
-    /// Seconds in the rest: the head's backward and every layer's re-run + backward.
+    /// Seconds in the rest: the final norm's backward and every layer's re-run + backward.
     pub backward_s: f64,
 }
 
@@ -56,19 +58,34 @@ pub fn weighted_logprob_grads(
         inputs.push(y.detach());
     }
 
-    // Head: final norm, LM head, log-probs; its gradient w.r.t. the last hidden state.
+    // Head: final norm, then the LM head and log-probs in row chunks (see `head_grad`); the
+    // norm's backward gives the gradient w.r.t. the last hidden state.
     let top = Var::from_tensor(inputs.last().expect("one per layer + 1"))?;
     let hidden = model.norm.forward(top.as_tensor(), Mode::Train)?;
     let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;
-    let lp = token_logprobs(&model.logits(&h)?, &layout.targets)?;
-    let lp = (lp * layout.target_mask.to_dtype(model.dtype())?)?;
-    let c = Tensor::from_vec(coef.to_vec(), b, model.device())?.to_dtype(lp.dtype())?;
-    let loss = (lp.sum(1)? * c)?.sum_all()?;
-    let value = loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+    let (_, c, hd) = h.dims3()?;
+    let c_row = Tensor::from_vec(coef.to_vec(), (b, 1), model.device())?;
+    let weights = layout
+        .target_mask
+        .broadcast_mul(&c_row.to_dtype(layout.target_mask.dtype())?)?
+        .flatten_all()?
+        .to_dtype(super::mode::reduce_dtype(model.dtype()))?;
+    let head_slot = vars
+        .iter()
+        .position(|v| v.as_tensor().id() == model.lm_head.id());
+    let head = head_backward(
+        &h.reshape((b * c, hd))?,
+        &model.lm_head,
+        &layout.targets.flatten_all()?,
+        &weights,
+        head_slot.map(|i| &mut acc[i]),
+    )?;
+    let value = head.loss;
     let forward_s = start.elapsed().as_secs_f64();
     let start = std::time::Instant::now();
-    let mut grads = loss.backward()?;
-    drop(loss);
+    let surrogate = (h * head.dh.reshape((b, c, hd))?)?.sum_all()?;
+    let mut grads = surrogate.backward()?;
+    drop(surrogate);
     let mut g = grads
         .remove(top.as_tensor())
         .ok_or_else(|| candle_core::Error::Msg("no gradient reached the last layer".into()))?;
@@ -90,10 +107,19 @@ pub fn weighted_logprob_grads(
         take_grads(&mut grads, vars, acc)?;
     }
 
-    // Embedding lookup.
-    let e = embedding.forward(&layout.ids)?;
-    let mut grads = (e * &g)?.sum_all()?.backward()?;
-    take_grads(&mut grads, vars, acc)?;
+    // Embedding lookup: its gradient rows go straight into the accumulator.
+    if let Some(i) = vars
+        .iter()
+        .position(|v| v.as_tensor().id() == model.embed_tokens.id())
+    {
+        if acc[i].is_none() {
+            acc[i] = Some(model.embed_tokens.zeros_like()?);
+        }
+        if let Some(a) = &acc[i] {
+            let (b, s, hd) = g.dims3()?;
+            scatter_rows_add(a, &layout.ids, &g.reshape((b * s, hd))?)?;
+        }
+    }
     Ok(PassStats {
         loss: value,
         forward_s,

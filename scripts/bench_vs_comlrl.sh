@@ -26,6 +26,7 @@ NAME=$(basename "$MODEL")
 export RESULTS=${RESULTS:-$ROOT/bench-results/vs-comlrl/$NAME}
 COMLRL=${COMLRL:-$ROOT/target/release/comlrl}
 mkdir -p "$RESULTS"
+RESULTS=$(cd "$RESULTS" && pwd)  # absolute: our output_dir would resolve against the scenario
 [ -x "$COMLRL" ] || { echo "build first: cargo build --release" >&2; exit 1; }
 [ -f "$HARNESS/run_bench.sh" ] || { echo "no peer harness at $HARNESS" >&2; exit 1; }
 

@@ -63,21 +63,22 @@ pub fn save(
             .map(|(n, v)| (n, v.as_tensor().detach()))
             .collect();
         save_tensors(&weights, &tmp.join(format!("agent_{i}.safetensors")))?;
-        let mut moments = BTreeMap::new();
-        for ps in &opt.params {
-            let shape = ps.var.as_tensor().shape().clone();
-            let m = lock(&ps.m)?;
-            let v = lock(&ps.v)?;
-            moments.insert(
-                format!("m.{}", ps.name),
-                Tensor::from_vec(m, shape.clone(), &Device::Cpu)?,
-            );
-            moments.insert(
-                format!("v.{}", ps.name),
-                Tensor::from_vec(v, shape, &Device::Cpu)?,
-            );
+        // The moments are written from the optimizer's own buffers (locked meanwhile): a copy
+        // would be two more sets of weights (4 GB per agent at 0.5B) at the run's peak.
+        let guards: Vec<_> = opt
+            .params
+            .iter()
+            .map(|ps| Ok((ps, lock(&ps.m)?, lock(&ps.v)?)))
+            .collect::<Result<_>>()?;
+        let mut moments = Vec::with_capacity(2 * guards.len());
+        for (ps, m, v) in &guards {
+            let shape = ps.var.as_tensor().dims().to_vec();
+            moments.push((format!("m.{}", ps.name), F32View::new(m, shape.clone())));
+            moments.push((format!("v.{}", ps.name), F32View::new(v, shape)));
         }
-        save_tensors(&moments, &tmp.join(format!("optimizer_{i}.safetensors")))?;
+        let path = tmp.join(format!("optimizer_{i}.safetensors"));
+        safetensors::serialize_to_file(moments, None, &path)
+            .map_err(|e| Error::model(&path, format!("cannot write safetensors: {e}")))?;
     }
     let dir = root.join(&name);
     if dir.exists() {
@@ -105,10 +106,44 @@ pub fn save(
     Ok(dir)
 }
 
-fn lock(m: &std::sync::Mutex<Vec<f32>>) -> Result<Vec<f32>> {
+fn lock(m: &std::sync::Mutex<Vec<f32>>) -> Result<std::sync::MutexGuard<'_, Vec<f32>>> {
     m.lock()
-        .map(|g| g.clone())
         .map_err(|_| Error::Train("optimizer state lock poisoned".into()))
+}
+
+/// A borrowed f32 buffer as a safetensors tensor (written without a copy on little-endian
+/// machines, as safetensors stores little-endian).
+struct F32View<'a> {
+    data: &'a [f32],
+    shape: Vec<usize>,
+}
+
+impl<'a> F32View<'a> {
+    fn new(data: &'a [f32], shape: Vec<usize>) -> Self {
+        Self { data, shape }
+    }
+}
+
+impl safetensors::View for F32View<'_> {
+    fn dtype(&self) -> safetensors::Dtype {
+        safetensors::Dtype::F32
+    }
+
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+        if cfg!(target_endian = "little") {
+            std::borrow::Cow::Borrowed(bytemuck::cast_slice(self.data))
+        } else {
+            self.data.iter().flat_map(|x| x.to_le_bytes()).collect()
+        }
+    }
+
+    fn data_len(&self) -> usize {
+        std::mem::size_of_val(self.data)
+    }
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {

@@ -1,5 +1,6 @@
 //! In-place gradient accumulation: `acc += g` into the accumulator's own buffer, so adding a
 //! pass's gradients allocates nothing.
+use super::storage::{f32s, f32s_mut, slice, slice_mut};
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, Layout, Result, Tensor, Var};
 use rayon::prelude::*;
@@ -18,17 +19,18 @@ impl candle_core::InplaceOp2 for AddAssign {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<()> {
-        let (Some((a0, a1)), Some((b0, b1))) = (l1.contiguous_offsets(), l2.contiguous_offsets())
-        else {
-            candle_core::bail!("add-assign: both tensors must be contiguous")
-        };
-        if a1 - a0 != b1 - b0 {
-            candle_core::bail!("add-assign: {} vs {} elements", a1 - a0, b1 - b0)
+        const OP: &str = "add-assign";
+        if l1.shape().elem_count() != l2.shape().elem_count() {
+            candle_core::bail!("{OP}: {:?} vs {:?}", l1.shape(), l2.shape())
         }
         match (s1, s2) {
-            (CpuStorage::F32(a), CpuStorage::F32(b)) => add(&mut a[a0..a1], &b[b0..b1]),
-            (CpuStorage::F64(a), CpuStorage::F64(b)) => add(&mut a[a0..a1], &b[b0..b1]),
-            _ => candle_core::bail!("add-assign: only f32 and f64 gradients are accumulated"),
+            (CpuStorage::F32(a), CpuStorage::F32(b)) => {
+                add(slice_mut(a, l1, OP)?, slice(b, l2, OP)?)
+            }
+            (CpuStorage::F64(a), CpuStorage::F64(b)) => {
+                add(slice_mut(a, l1, OP)?, slice(b, l2, OP)?)
+            }
+            _ => candle_core::bail!("{OP}: only f32 and f64 gradients are accumulated"),
         }
         Ok(())
     }
@@ -79,14 +81,8 @@ impl candle_core::InplaceOp2 for ScatterRowsAdd {
         if let Some(&bad) = self.0.iter().find(|&&i| i >= v) {
             candle_core::bail!("scatter-rows-add: id {bad} outside {v} rows")
         }
-        let (Some((a0, a1)), Some((b0, b1))) = (l1.contiguous_offsets(), l2.contiguous_offsets())
-        else {
-            candle_core::bail!("scatter-rows-add: both tensors must be contiguous")
-        };
-        let (CpuStorage::F32(a), CpuStorage::F32(g)) = (s1, s2) else {
-            candle_core::bail!("scatter-rows-add: only f32 gradients")
-        };
-        let (a, g) = (&mut a[a0..a1], &g[b0..b1]);
+        let a = f32s_mut(s1, l1, "scatter-rows-add")?;
+        let g = f32s(s2, l2, "scatter-rows-add")?;
         for (row, &id) in g.chunks(h).zip(&self.0) {
             a[id * h..(id + 1) * h]
                 .iter_mut()

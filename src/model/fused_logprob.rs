@@ -3,9 +3,13 @@
 //! writes d logits = g · (onehot(target) − softmax) straight into one (N, V) buffer, taking
 //! logsumexp back from the output (lse = logit[target] − out). The op-by-op version keeps
 //! several vocabulary-sized intermediates per row, which dominate memory at a 152k vocabulary.
+use super::storage::slice;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use num_traits::Float;
 use rayon::prelude::*;
+
+/// The op's name in errors.
+const OP: &str = "token-logprob";
 
 /// Rows per parallel task (rows are vocabulary-long, so a few already make a task worth it).
 const ROWS: usize = 4;
@@ -13,23 +17,10 @@ const ROWS: usize = 4;
 struct Forward;
 struct Backward;
 
-fn contiguous<'a, T>(s: &'a [T], l: &Layout, what: &str) -> Result<&'a [T]> {
-    match l.contiguous_offsets() {
-        Some((a, b)) => Ok(&s[a..b]),
-        None => candle_core::bail!("token-logprob: {what} must be contiguous"),
-    }
-}
-
 fn targets(s: &CpuStorage, l: &Layout) -> Result<Vec<usize>> {
     Ok(match s {
-        CpuStorage::U32(v) => contiguous(v, l, "targets")?
-            .iter()
-            .map(|&t| t as usize)
-            .collect(),
-        CpuStorage::I64(v) => contiguous(v, l, "targets")?
-            .iter()
-            .map(|&t| t as usize)
-            .collect(),
+        CpuStorage::U32(v) => slice(v, l, OP)?.iter().map(|&t| t as usize).collect(),
+        CpuStorage::I64(v) => slice(v, l, OP)?.iter().map(|&t| t as usize).collect(),
         _ => candle_core::bail!("token-logprob: targets must be u32 or i64"),
     })
 }
@@ -93,8 +84,8 @@ impl CustomOp2 for Forward {
             candle_core::bail!("token-logprob: {} targets for {n} rows", t.len())
         }
         let out = match s1 {
-            CpuStorage::F32(x) => CpuStorage::F32(forward(contiguous(x, l1, "logits")?, &t, v)?),
-            CpuStorage::F64(x) => CpuStorage::F64(forward(contiguous(x, l1, "logits")?, &t, v)?),
+            CpuStorage::F32(x) => CpuStorage::F32(forward(slice(x, l1, OP)?, &t, v)?),
+            CpuStorage::F64(x) => CpuStorage::F64(forward(slice(x, l1, OP)?, &t, v)?),
             _ => candle_core::bail!("token-logprob: logits must be f32 or f64"),
         };
         Ok((out, Shape::from(n)))
@@ -130,18 +121,12 @@ impl CustomOp3 for Backward {
         let (_, v) = l1.shape().dims2()?;
         let t = targets(s2, l2)?;
         let d = match (s1, s3) {
-            (CpuStorage::F32(x), CpuStorage::F32(a)) => CpuStorage::F32(backward(
-                contiguous(x, l1, "logits")?,
-                &t,
-                contiguous(a, l3, "gradient")?,
-                v,
-            )),
-            (CpuStorage::F64(x), CpuStorage::F64(a)) => CpuStorage::F64(backward(
-                contiguous(x, l1, "logits")?,
-                &t,
-                contiguous(a, l3, "gradient")?,
-                v,
-            )),
+            (CpuStorage::F32(x), CpuStorage::F32(a)) => {
+                CpuStorage::F32(backward(slice(x, l1, OP)?, &t, slice(a, l3, OP)?, v))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(a)) => {
+                CpuStorage::F64(backward(slice(x, l1, OP)?, &t, slice(a, l3, OP)?, v))
+            }
             _ => candle_core::bail!("token-logprob: logits and gradient must share f32 or f64"),
         };
         Ok((d, l1.shape().clone()))

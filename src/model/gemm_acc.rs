@@ -1,5 +1,6 @@
 //! `acc += aᵀ · b` straight into the accumulator's buffer with gemm's accumulate mode: the LM
 //! head's weight gradient (vocabulary × hidden) without a product buffer of that size.
+use super::storage::{f32s, f32s_mut};
 use candle_core::{CpuStorage, InplaceOp3, Layout, Result, Tensor};
 
 struct AddMatmulTn;
@@ -24,17 +25,9 @@ impl InplaceOp3 for AddMatmulTn {
         if (m, n, k) != (m2, n2, k2) {
             candle_core::bail!("add-matmul-tn: ({m}, {n}) += ({k}, {m2})ᵀ · ({k2}, {n2})")
         }
-        let (Some((d0, d1)), Some((a0, a1)), Some((b0, b1))) = (
-            l1.contiguous_offsets(),
-            l2.contiguous_offsets(),
-            l3.contiguous_offsets(),
-        ) else {
-            candle_core::bail!("add-matmul-tn: operands must be contiguous")
-        };
-        let (CpuStorage::F32(d), CpuStorage::F32(a), CpuStorage::F32(b)) = (s1, s2, s3) else {
-            candle_core::bail!("add-matmul-tn: only f32")
-        };
-        let (d, a, b) = (&mut d[d0..d1], &a[a0..a1], &b[b0..b1]);
+        let d = f32s_mut(s1, l1, self.name())?;
+        let a = f32s(s2, l2, self.name())?;
+        let b = f32s(s3, l3, self.name())?;
         // The slices' lengths are exactly m·n, k·m and k·n: contiguous layouts of those shapes.
         let threads = rayon::current_num_threads();
         let parallelism = if threads > 1 {

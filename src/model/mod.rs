@@ -18,6 +18,7 @@ pub mod recompute;
 pub mod rope;
 pub mod sample;
 pub mod source;
+pub(crate) mod storage;
 pub mod tokenizer;
 pub mod weights;
 

@@ -2,6 +2,7 @@
 //! with global-norm gradient clipping folded into the same pass. Moments live in plain `Vec<f32>`
 //! so an update allocates nothing and the state serialises into checkpoints.
 use crate::error::{Error, Result};
+use crate::model::storage::{f32s, f32s_mut};
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, Layout, Storage, Tensor, Var};
 use rayon::prelude::*;
@@ -70,15 +71,11 @@ impl candle_core::InplaceOp2 for Kernel<'_> {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<()> {
-        let (Some((a0, a1)), Some((g0, g1))) = (l1.contiguous_offsets(), l2.contiguous_offsets())
-        else {
-            candle_core::bail!("adamw: parameters and gradients must be contiguous")
-        };
-        let CpuStorage::F32(theta) = s1 else {
-            candle_core::bail!("adamw: only f32 parameters can be trained")
-        };
-        let g = &s2.as_slice::<f32>()?[g0..g1];
-        let theta = &mut theta[a0..a1];
+        let theta = f32s_mut(s1, l1, "adamw")?;
+        let g = f32s(s2, l2, "adamw")?;
+        if theta.len() != g.len() {
+            candle_core::bail!("adamw: {} parameters, {} gradients", theta.len(), g.len())
+        }
         let mut m = self
             .m
             .lock()

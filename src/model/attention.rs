@@ -90,11 +90,15 @@ impl Attention {
         // (b, nh, s, hd) -> (b, nkv, g*s, hd): heads of one group are adjacent.
         let q = q.reshape((b, nkv, g * s, hd))?;
         let scale = 1.0 / (hd as f64).sqrt();
-        let att = (q.matmul(&k.t()?)? * scale)?; // (b, nkv, g*s, n)
-        let att = att
-            .reshape((b, nkv, g, s, n))?
-            .broadcast_add(&inp.mask.unsqueeze(1)?.to_dtype(att.dtype())?)?;
-        let att = softmax(&att, mode)?.reshape((b, nkv, g * s, n))?;
+        let att = q.matmul(&k.t()?)?; // (b, nkv, g*s, n)
+        let att = if super::kernels::fusable(&[&att, inp.mask]) {
+            super::kernels::softmax::masked_softmax(&att, inp.mask, scale)?
+        } else {
+            let att = (&att * scale)?
+                .reshape((b, nkv, g, s, n))?
+                .broadcast_add(&inp.mask.unsqueeze(1)?.to_dtype(att.dtype())?)?;
+            softmax(&att, mode)?.reshape((b, nkv, g * s, n))?
+        };
         let y = att.matmul(&v)?; // (b, nkv, g*s, hd)
         let y = y
             .reshape((b, nh, s, hd))?

@@ -23,9 +23,10 @@ impl Mlp {
 
 impl Mlp {
     pub fn forward_mode(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        let gate = self.gate_proj.forward_mode(x, mode)?.silu()?;
+        let gate = self.gate_proj.forward_mode(x, mode)?;
         let up = self.up_proj.forward_mode(x, mode)?;
-        self.down_proj.forward_mode(&(gate * up)?, mode)
+        let h = super::kernels::swiglu::swiglu(&gate, &up)?;
+        self.down_proj.forward_mode(&h, mode)
     }
 
     pub fn refresh_rollout(&self, enabled: bool) -> Result<()> {

@@ -6,6 +6,7 @@ pub mod config;
 pub mod fused_logprob;
 mod gemm_acc;
 mod head_grad;
+pub mod kernels;
 pub mod kv_cache;
 pub mod linear;
 pub mod logprob;

@@ -20,6 +20,9 @@ impl RmsNorm {
     /// Normalises over the last dimension, in at least f32 precision.
     pub fn forward(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
         let dtype = x.dtype();
+        if super::kernels::fusable(&[x, &self.weight]) {
+            return super::kernels::rms_norm::rms_norm(x, &self.weight, self.eps);
+        }
         match mode {
             Mode::Infer if dtype == DType::F32 => {
                 candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps as f32)

@@ -54,6 +54,9 @@ impl Rope {
         match mode {
             Mode::Infer => candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin),
             Mode::Train => {
+                if let Some(y) = super::kernels::rope::rope(x, cos, sin)? {
+                    return Ok(y);
+                }
                 let cos = Tensor::cat(&[cos, cos], D::Minus1)?.unsqueeze(1)?;
                 let sin = Tensor::cat(&[sin, sin], D::Minus1)?.unsqueeze(1)?;
                 x.broadcast_mul(&cos)? + rotate_half(x)?.broadcast_mul(&sin)?

@@ -1,0 +1,72 @@
+//! A vectorisable f32 `exp` (and the sigmoid built on it): Cody–Waite range reduction to
+//! |r| ≤ ln2/2, a degree-7 Taylor polynomial, and the power of two assembled from the exponent
+//! bits. Inlined into the multiversioned loops so it compiles to AVX-512/AVX2 there; relative
+//! error ≤ 4 ulp over the whole range (tested against `f32::exp`), exact 0 below −87.
+//! libm's `expf` is scalar and was 2.6 ns per element here (~5% of a training step).
+
+/// e^x for f32, vectorisable. Below −87 returns 0; above 88 returns e^88.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Adding 1.5·2²³ rounds to an integer in the low mantissa bits.
+    const SHIFT: f32 = 12_582_912.0;
+    let xc = x.clamp(-87.0, 88.0);
+    let t = xc * LOG2E + SHIFT;
+    let n = t - SHIFT;
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0
+                    + r * (1.0 / 24.0
+                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    let e = (t.to_bits() as i32 - SHIFT.to_bits() as i32 + 127) << 23;
+    let y = p * f32::from_bits(e as u32);
+    if x < -87.0 {
+        0.0
+    } else {
+        y
+    }
+}
+
+/// 1 / (1 + e^−x).
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ulps(a: f32, b: f32) -> i64 {
+        (a.to_bits() as i64 - b.to_bits() as i64).abs()
+    }
+
+    #[test]
+    fn exp_matches_libm_within_a_few_ulp() {
+        let mut worst = 0;
+        let mut x = -86.9f32;
+        while x < 88.0 {
+            let (a, b) = (exp(x), x.exp());
+            worst = worst.max(ulps(a, b));
+            x += 0.000_731;
+        }
+        assert!(worst <= 4, "worst error {worst} ulp");
+    }
+
+    #[test]
+    fn exp_edges() {
+        assert_eq!(exp(0.0), 1.0);
+        assert_eq!(exp(-100.0), 0.0);
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp(-3.4e38), 0.0);
+        assert!(exp(f32::NAN).is_nan());
+        assert!(exp(100.0).is_finite());
+        assert!((sigmoid(0.0) - 0.5).abs() < 1e-7);
+        assert!(sigmoid(-1000.0) < 1e-37);
+        assert_eq!(sigmoid(1000.0), 1.0);
+    }
+}

@@ -10,13 +10,13 @@ use candle_nn::VarBuilder;
 
 #[derive(Debug, Clone)]
 pub struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
+    pub(super) q_proj: Linear,
+    pub(super) k_proj: Linear,
+    pub(super) v_proj: Linear,
+    pub(super) o_proj: Linear,
+    pub(super) heads: usize,
+    pub(super) kv_heads: usize,
+    pub(super) head_dim: usize,
 }
 
 /// Per-forward inputs shared by every layer.

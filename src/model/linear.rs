@@ -6,8 +6,8 @@ use std::sync::{Arc, RwLock};
 
 #[derive(Debug, Clone)]
 pub struct Linear {
-    weight: Tensor,
-    bias: Option<Tensor>,
+    pub(super) weight: Tensor,
+    pub(super) bias: Option<Tensor>,
     /// A contiguous (in, out) copy of W for sampling, where the small-M products against a
     /// transposed view are dominated by packing; refreshed after every weight update.
     rollout: Arc<RwLock<Option<Tensor>>>,

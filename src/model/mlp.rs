@@ -6,9 +6,9 @@ use candle_nn::VarBuilder;
 
 #[derive(Debug, Clone)]
 pub struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
+    pub(super) gate_proj: Linear,
+    pub(super) up_proj: Linear,
+    pub(super) down_proj: Linear,
 }
 
 impl Mlp {

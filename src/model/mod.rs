@@ -8,6 +8,7 @@ mod gemm_acc;
 mod head_grad;
 pub mod kernels;
 pub mod kv_cache;
+mod layer_grad;
 pub mod linear;
 pub mod logprob;
 pub mod mlp;

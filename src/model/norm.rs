@@ -5,8 +5,8 @@ use candle_nn::VarBuilder;
 
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
-    weight: Tensor,
-    eps: f64,
+    pub(super) weight: Tensor,
+    pub(super) eps: f64,
 }
 
 impl RmsNorm {

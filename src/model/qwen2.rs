@@ -13,14 +13,14 @@ use candle_nn::VarBuilder;
 
 #[derive(Debug, Clone)]
 pub(super) struct DecoderLayer {
-    self_attn: Attention,
-    mlp: Mlp,
-    input_layernorm: RmsNorm,
-    post_attention_layernorm: RmsNorm,
+    pub(super) self_attn: Attention,
+    pub(super) mlp: Mlp,
+    pub(super) input_layernorm: RmsNorm,
+    pub(super) post_attention_layernorm: RmsNorm,
 }
 
 impl DecoderLayer {
-    fn new(cfg: &Qwen2Config, vb: VarBuilder) -> Result<Self> {
+    pub(super) fn new(cfg: &Qwen2Config, vb: VarBuilder) -> Result<Self> {
         let h = cfg.hidden_size;
         Ok(Self {
             self_attn: Attention::new(

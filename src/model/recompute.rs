@@ -8,6 +8,7 @@
 use super::accumulate::{scatter_rows_add, take_grads};
 use super::attention::AttnInputs;
 use super::head_grad::head_backward;
+use super::layer_grad;
 use super::logprob::ScoreLayout;
 use super::mode::Mode;
 use super::qwen2::Qwen2;
@@ -54,7 +55,11 @@ pub fn weighted_logprob_grads(
     inputs.push(embedding.forward(&layout.ids)?.detach());
     for layer in &model.layers {
         let x = inputs.last().expect("pushed above");
-        let y = layer.forward(x, &model.rope, &inp, None, Mode::Train)?;
+        let y = if layer_grad::supported(layer, x) {
+            layer_grad::layer_forward(layer, x, &inp)?
+        } else {
+            layer.forward(x, &model.rope, &inp, None, Mode::Train)?
+        };
         inputs.push(y.detach());
     }
 
@@ -94,9 +99,16 @@ pub fn weighted_logprob_grads(
     drop(top);
     inputs.pop();
 
-    // Layers, top to bottom: re-run one layer with a graph, back-propagate d(out).
+    // Layers, top to bottom: re-run one layer, back-propagate d(out) (by hand for f32 on the
+    // CPU, else through a graph).
+    let slots = layer_grad::GradSlots::new(vars);
     for layer in model.layers.iter().rev() {
-        let x = Var::from_tensor(&inputs.pop().expect("one input per layer"))?;
+        let x = inputs.pop().expect("one input per layer");
+        if layer_grad::supported(layer, &x) {
+            g = layer_grad::layer_backward(layer, &x, &g, &inp, &slots, acc)?;
+            continue;
+        }
+        let x = Var::from_tensor(&x)?;
         let y = layer.forward(x.as_tensor(), &model.rope, &inp, None, Mode::Train)?;
         let surrogate = (y * &g)?.sum_all()?;
         let mut grads = surrogate.backward()?;

@@ -1,6 +1,7 @@
 //! RMSNorm w · x / sqrt(mean(x²) + eps) over the last dim as one op with a backward that writes
 //! d x and d w in one pass over the rows (d w summed from per-task partials). The op-by-op
 //! version is sqr, mean, add, sqrt, div, mul forward and about twice that backward.
+use super::vexp::dot;
 use super::{fusable, rows_per_task};
 use crate::model::storage::f32s;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, D};
@@ -23,6 +24,26 @@ pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
     x.contiguous()?.apply_op2(&w.contiguous()?, op)
 }
 
+/// (d x, d w) of [`rms_norm`] for the output gradient `dy` (f32, no graph).
+pub fn rms_norm_backward(
+    x: &Tensor,
+    w: &Tensor,
+    dy: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor)> {
+    let op = Backward {
+        eps: eps as f32,
+        h: x.dim(D::Minus1)?,
+    };
+    // (rows + 1, h): d x, then d w as the last row.
+    let both = x
+        .contiguous()?
+        .apply_op3_no_bwd(&w.contiguous()?, &dy.contiguous()?, &op)?;
+    let rows = both.dim(0)? - 1;
+    let dx = both.narrow(0, 0, rows)?.reshape(x.shape())?;
+    Ok((dx, both.get(rows)?))
+}
+
 struct Forward {
     eps: f32,
     h: usize,
@@ -35,8 +56,7 @@ struct Backward {
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn forward_row(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
-    let ss: f32 = x.iter().map(|v| v * v).sum();
-    let r = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    let r = 1.0 / (dot(x, x) / x.len() as f32 + eps).sqrt();
     for ((y, &x), &w) in y.iter_mut().zip(x).zip(w) {
         *y = x * r * w;
     }
@@ -46,10 +66,17 @@ fn forward_row(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn backward_row(x: &[f32], w: &[f32], dy: &[f32], eps: f32, dx: &mut [f32], dw: &mut [f32]) {
     let h = x.len() as f32;
-    let ss: f32 = x.iter().map(|v| v * v).sum();
-    let r = 1.0 / (ss / h + eps).sqrt();
-    let dot: f32 = x.iter().zip(w).zip(dy).map(|((x, w), dy)| x * w * dy).sum();
-    let c = r * r * r * dot / h;
+    let r = 1.0 / (dot(x, x) / h + eps).sqrt();
+    // Σ x·w·dy, lane-split like `dot`.
+    let mut acc = [0f32; 16];
+    let n = x.len() / 16 * 16;
+    for j in (0..n).step_by(16) {
+        for i in 0..16 {
+            acc[i] += x[j + i] * w[j + i] * dy[j + i];
+        }
+    }
+    let xwdy = acc.iter().sum::<f32>() + (n..x.len()).map(|j| x[j] * w[j] * dy[j]).sum::<f32>();
+    let c = r * r * r * xwdy / h;
     for ((((dx, dw), &x), &w), &dy) in dx.iter_mut().zip(dw.iter_mut()).zip(x).zip(w).zip(dy) {
         *dx = r * dy * w - x * c;
         *dw += dy * x * r;
@@ -87,15 +114,7 @@ impl CustomOp2 for Forward {
         _res: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let op = Backward {
-            eps: self.eps,
-            h: self.h,
-        };
-        // (rows + 1, h): d x, then d w as the last row.
-        let both = x.apply_op3_no_bwd(w, &dy.contiguous()?, &op)?;
-        let rows = both.dim(0)? - 1;
-        let dx = both.narrow(0, 0, rows)?.reshape(x.shape())?;
-        let dw = both.get(rows)?;
+        let (dx, dw) = rms_norm_backward(x, w, dy, self.eps as f64)?;
         Ok((Some(dx), Some(dw)))
     }
 }

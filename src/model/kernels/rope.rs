@@ -36,6 +36,19 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tensor>> {
     Ok(Some(y))
 }
 
+/// x rotated by −angle (the backward of [`rope`]): x (b, heads, s, d) f32, no graph.
+pub fn rope_inverse(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let (_, h, s, d) = x.dims4()?;
+    let op = Rotate {
+        heads: h,
+        s,
+        d,
+        inverse: true,
+    };
+    x.contiguous()?
+        .apply_op3_no_bwd(&cos.contiguous()?, &sin.contiguous()?, &op)
+}
+
 struct Rotate {
     heads: usize,
     s: usize,

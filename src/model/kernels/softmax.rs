@@ -3,7 +3,7 @@
 //! dims, as attention heads share it. Forward: one pass per row (write, max, exp, normalise);
 //! backward: dx = scale · y · (dy − Σ dy·y) in one pass. The op-by-op version is a scale, a
 //! broadcast add, max, sub, exp, sum, div, and their backward passes.
-use super::vexp::exp;
+use super::vexp::{dot, exp, max as vmax, sum};
 use super::{fusable, par_rows};
 use crate::model::storage::f32s;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, D};
@@ -34,6 +34,15 @@ pub fn masked_softmax(x: &Tensor, mask: &Tensor, scale: f64) -> Result<Tensor> {
     x.contiguous()?.apply_op2(&mask.contiguous()?, op)
 }
 
+/// d x of [`masked_softmax`] from its output `y` and output gradient `dy` (f32, no graph).
+pub fn masked_softmax_backward(y: &Tensor, dy: &Tensor, scale: f64) -> Result<Tensor> {
+    let op = Backward {
+        scale: scale as f32,
+        n: y.dim(D::Minus1)?,
+    };
+    y.contiguous()?.apply_op2_no_bwd(&dy.contiguous()?, &op)
+}
+
 struct Forward {
     scale: f32,
     /// Score rows per batch row (heads × s).
@@ -49,17 +58,14 @@ struct Backward {
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn forward_row(x: &[f32], m: &[f32], scale: f32, y: &mut [f32]) {
-    let mut max = f32::NEG_INFINITY;
     for ((y, &x), &m) in y.iter_mut().zip(x).zip(m) {
         *y = x * scale + m;
-        max = max.max(*y);
     }
-    let mut sum = 0f32;
+    let max = vmax(y);
     for y in y.iter_mut() {
         *y = exp(*y - max);
-        sum += *y;
     }
-    let inv = 1.0 / sum;
+    let inv = 1.0 / sum(y);
     for y in y.iter_mut() {
         *y *= inv;
     }
@@ -67,7 +73,7 @@ fn forward_row(x: &[f32], m: &[f32], scale: f32, y: &mut [f32]) {
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn backward_row(y: &[f32], dy: &[f32], scale: f32, dx: &mut [f32]) {
-    let dot: f32 = y.iter().zip(dy).map(|(a, b)| a * b).sum();
+    let dot = dot(y, dy);
     for ((dx, &y), &dy) in dx.iter_mut().zip(y).zip(dy) {
         *dx = scale * y * (dy - dot);
     }
@@ -110,11 +116,7 @@ impl CustomOp2 for Forward {
         y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let op = Backward {
-            scale: self.scale,
-            n: self.n,
-        };
-        let dx = y.apply_op2_no_bwd(&dy.contiguous()?, &op)?;
+        let dx = masked_softmax_backward(y, dy, self.scale as f64)?;
         Ok((Some(dx), None))
     }
 }

@@ -19,6 +19,17 @@ pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
     g.contiguous()?.apply_op2(&u.contiguous()?, Forward)
 }
 
+/// (d g, d u) of [`swiglu`] for the output gradient `dy` (f32, no graph).
+pub fn swiglu_backward(g: &Tensor, u: &Tensor, dy: &Tensor) -> Result<(Tensor, Tensor)> {
+    let both = g
+        .contiguous()?
+        .apply_op3_no_bwd(&u.contiguous()?, &dy.contiguous()?, &Backward)?;
+    Ok((
+        both.get(0)?.reshape(g.shape())?,
+        both.get(1)?.reshape(g.shape())?,
+    ))
+}
+
 struct Forward;
 struct Backward;
 
@@ -67,9 +78,7 @@ impl CustomOp2 for Forward {
         _res: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let both = g.apply_op3_no_bwd(u, &dy.contiguous()?, &Backward)?;
-        let dg = both.get(0)?.reshape(g.shape())?;
-        let du = both.get(1)?.reshape(g.shape())?;
+        let (dg, du) = swiglu_backward(g, u, dy)?;
         Ok((Some(dg), Some(du)))
     }
 }

@@ -1,0 +1,376 @@
+//! One decoder layer's forward and hand-written backward for the recomputed loss (f32, CPU):
+//! the forward keeps exactly the activations the backward reads, and the backward writes each
+//! weight's gradient straight into its accumulator (gemm's accumulate mode for the matrices).
+//! Through candle's autograd the same layer cost a zero tensor and an add per op input (views
+//! and reshapes included), a fresh buffer for every gradient and a graph per pass; here the
+//! only passes are the products, the fused kernels' backwards and the head-layout copies.
+use super::accumulate::add_into;
+use super::attention::{Attention, AttnInputs};
+use super::gemm_acc::add_matmul_tn;
+use super::kernels::fusable;
+use super::kernels::rms_norm::{rms_norm, rms_norm_backward};
+use super::kernels::rope::{rope, rope_inverse};
+use super::kernels::softmax::{masked_softmax, masked_softmax_backward};
+use super::kernels::swiglu::{swiglu, swiglu_backward};
+use super::linear::Linear;
+use super::norm::RmsNorm;
+use super::qwen2::DecoderLayer;
+use candle_core::{Result, Tensor, TensorId, Var};
+use std::collections::HashMap;
+
+/// Where each trainable tensor's gradient accumulates: its index in the caller's `vars`/`acc`.
+pub struct GradSlots(HashMap<TensorId, usize>);
+
+impl GradSlots {
+    pub fn new(vars: &[Var]) -> Self {
+        Self(
+            vars.iter()
+                .enumerate()
+                .map(|(i, v)| (v.as_tensor().id(), i))
+                .collect(),
+        )
+    }
+
+    /// The accumulator of `w` (created as zeros on first use), or `None` when `w` is frozen.
+    fn acc<'a>(&self, acc: &'a mut [Option<Tensor>], w: &Tensor) -> Result<Option<&'a Tensor>> {
+        let Some(&i) = self.0.get(&w.id()) else {
+            return Ok(None);
+        };
+        if acc[i].is_none() {
+            acc[i] = Some(w.zeros_like()?);
+        }
+        Ok(acc[i].as_ref())
+    }
+}
+
+/// Whether `layer` can take the hand-written path for input `x` (f32 weights and input, CPU).
+pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
+    let a = &layer.self_attn;
+    let m = &layer.mlp;
+    let ws = [
+        x,
+        &a.q_proj.weight,
+        &a.k_proj.weight,
+        &a.v_proj.weight,
+        &a.o_proj.weight,
+        &m.gate_proj.weight,
+        &m.up_proj.weight,
+        &m.down_proj.weight,
+        &layer.input_layernorm.weight,
+        &layer.post_attention_layernorm.weight,
+    ];
+    fusable(&ws)
+        && [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj]
+            .iter()
+            .all(|l| l.bias.as_ref().is_none_or(|b| fusable(&[b])))
+}
+
+/// y = x · Wᵀ (+ b) for x (rows, in), without a graph.
+fn lin(x: &Tensor, l: &Linear) -> Result<Tensor> {
+    let y = x.matmul(&l.weight.detach().t()?)?;
+    match &l.bias {
+        Some(b) => y.broadcast_add(&b.detach()),
+        None => Ok(y),
+    }
+}
+
+/// Backward of [`lin`]: accumulates d W = dyᵀ · x and d b = Σ dy, returns d x = dy · W.
+fn lin_back(
+    dy: &Tensor,
+    x: &Tensor,
+    l: &Linear,
+    slots: &GradSlots,
+    acc: &mut [Option<Tensor>],
+) -> Result<Tensor> {
+    if let Some(a) = slots.acc(acc, &l.weight)? {
+        add_matmul_tn(a, dy, x)?;
+    }
+    if let Some(b) = &l.bias {
+        if let Some(a) = slots.acc(acc, b)? {
+            add_into(a, &dy.sum(0)?)?;
+        }
+    }
+    dy.matmul(&l.weight.detach())
+}
+
+fn norm(x: &Tensor, n: &RmsNorm) -> Result<Tensor> {
+    rms_norm(x, &n.weight.detach(), n.eps)
+}
+
+fn norm_back(
+    dy: &Tensor,
+    x: &Tensor,
+    n: &RmsNorm,
+    slots: &GradSlots,
+    acc: &mut [Option<Tensor>],
+) -> Result<Tensor> {
+    let (dx, dw) = rms_norm_backward(x, &n.weight.detach(), dy, n.eps)?;
+    if let Some(a) = slots.acc(acc, &n.weight)? {
+        add_into(a, &dw)?;
+    }
+    Ok(dx)
+}
+
+/// The layer's activations that its backward reads; rows = b·s.
+struct Saved {
+    /// Layer input and the residual stream after attention, (rows, h).
+    x: Tensor,
+    x2: Tensor,
+    /// Normed inputs of the attention and of the MLP, (rows, h).
+    h1: Tensor,
+    h2: Tensor,
+    /// Rotated queries (b, nkv, g·s, d), keys and values (b, nkv, s, d).
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    /// Attention probabilities (b, nkv, g·s, s) and the heads' merged output (rows, nh·d).
+    p: Tensor,
+    ya: Tensor,
+    /// MLP gate and up projections and their SwiGLU, (rows, i).
+    gate: Tensor,
+    up: Tensor,
+    m: Tensor,
+}
+
+/// (b, s, heads·d) rows → (b, heads, s, d), contiguous.
+fn split_heads(t: &Tensor, b: usize, s: usize, heads: usize, d: usize) -> Result<Tensor> {
+    t.reshape((b, s, heads, d))?.transpose(1, 2)?.contiguous()
+}
+
+/// (b, heads, s, d) → (b·s, heads·d) rows, contiguous.
+fn merge_heads(t: &Tensor) -> Result<Tensor> {
+    let (b, heads, s, d) = t.dims4()?;
+    t.transpose(1, 2)?.contiguous()?.reshape((b * s, heads * d))
+}
+
+fn scale(a: &Attention) -> f64 {
+    1.0 / (a.head_dim as f64).sqrt()
+}
+
+/// The layer's forward on x (b, s, h) without a graph; with `keep`, also what the backward needs.
+fn forward(
+    layer: &DecoderLayer,
+    x: &Tensor,
+    inp: &AttnInputs,
+    keep: bool,
+) -> Result<(Tensor, Option<Saved>)> {
+    let (b, s, hd) = x.dims3()?;
+    let a = &layer.self_attn;
+    let (nh, nkv, d) = (a.heads, a.kv_heads, a.head_dim);
+    let g = nh / nkv;
+    let x = x.reshape((b * s, hd))?;
+    let h1 = norm(&x, &layer.input_layernorm)?;
+    let q = split_heads(&lin(&h1, &a.q_proj)?, b, s, nh, d)?;
+    let k = split_heads(&lin(&h1, &a.k_proj)?, b, s, nkv, d)?;
+    let v = split_heads(&lin(&h1, &a.v_proj)?, b, s, nkv, d)?;
+    let rotate = |t: &Tensor| -> Result<Tensor> {
+        rope(t, inp.cos, inp.sin)?
+            .ok_or_else(|| candle_core::Error::Msg("rope: tables are not f32".into()))
+    };
+    let q = rotate(&q)?.reshape((b, nkv, g * s, d))?;
+    let k = rotate(&k)?;
+    let p = masked_softmax(&q.matmul(&k.t()?)?, inp.mask, scale(a))?;
+    let ya = merge_heads(&p.matmul(&v)?.reshape((b, nh, s, d))?)?;
+    let x2 = (&x + lin(&ya, &a.o_proj)?)?;
+    let h2 = norm(&x2, &layer.post_attention_layernorm)?;
+    let mlp = &layer.mlp;
+    let gate = lin(&h2, &mlp.gate_proj)?;
+    let up = lin(&h2, &mlp.up_proj)?;
+    let m = swiglu(&gate, &up)?;
+    let y = (&x2 + lin(&m, &mlp.down_proj)?)?.reshape((b, s, hd))?;
+    let saved = keep.then_some(Saved {
+        x,
+        x2,
+        h1,
+        h2,
+        q,
+        k,
+        v,
+        p,
+        ya,
+        gate,
+        up,
+        m,
+    });
+    Ok((y, saved))
+}
+
+/// The layer's output for x (b, s, h), without a graph (the recomputed loss's first pass).
+pub fn layer_forward(layer: &DecoderLayer, x: &Tensor, inp: &AttnInputs) -> Result<Tensor> {
+    Ok(forward(layer, x, inp, false)?.0)
+}
+
+/// Re-runs the layer on its input x (b, s, h) and back-propagates dy (b, s, h): the weights'
+/// gradients are added into `acc` (see [`GradSlots`]); returns d x.
+pub fn layer_backward(
+    layer: &DecoderLayer,
+    x: &Tensor,
+    dy: &Tensor,
+    inp: &AttnInputs,
+    slots: &GradSlots,
+    acc: &mut [Option<Tensor>],
+) -> Result<Tensor> {
+    let (b, s, hd) = x.dims3()?;
+    let (_, Some(sv)) = forward(layer, x, inp, true)? else {
+        candle_core::bail!("layer forward kept no activations")
+    };
+    let a = &layer.self_attn;
+    let (nh, nkv, d) = (a.heads, a.kv_heads, a.head_dim);
+    let g = nh / nkv;
+    let mlp = &layer.mlp;
+    let dy = dy.reshape((b * s, hd))?;
+
+    // MLP: y = x2 + down(swiglu(gate(h2), up(h2))), h2 = norm(x2).
+    let dm = lin_back(&dy, &sv.m, &mlp.down_proj, slots, acc)?;
+    let (dgate, dup) = swiglu_backward(&sv.gate, &sv.up, &dm)?;
+    drop(dm);
+    let dh2 = (lin_back(&dgate, &sv.h2, &mlp.gate_proj, slots, acc)?
+        + lin_back(&dup, &sv.h2, &mlp.up_proj, slots, acc)?)?;
+    drop((dgate, dup));
+    let dx2 = (&dy + norm_back(&dh2, &sv.x2, &layer.post_attention_layernorm, slots, acc)?)?;
+    drop(dh2);
+
+    // Attention: x2 = x + o(attn(q, k, v)), q/k/v = proj(h1), h1 = norm(x).
+    let dya = lin_back(&dx2, &sv.ya, &a.o_proj, slots, acc)?;
+    let dyh = split_heads(&dya, b, s, nh, d)?.reshape((b, nkv, g * s, d))?;
+    drop(dya);
+    let dp = dyh.matmul(&sv.v.t()?)?;
+    let dv = sv.p.t()?.matmul(&dyh)?; // (b, nkv, s, d): the group's heads summed
+    drop(dyh);
+    let datt = masked_softmax_backward(&sv.p, &dp, scale(a))?;
+    drop(dp);
+    let dq = datt.matmul(&sv.k)?.reshape((b, nh, s, d))?;
+    let dk = datt.t()?.matmul(&sv.q)?;
+    drop(datt);
+    let dq = merge_heads(&rope_inverse(&dq, inp.cos, inp.sin)?)?;
+    let dk = merge_heads(&rope_inverse(&dk, inp.cos, inp.sin)?)?;
+    let dv = merge_heads(&dv)?;
+    let dh1 = (lin_back(&dq, &sv.h1, &a.q_proj, slots, acc)?
+        + lin_back(&dk, &sv.h1, &a.k_proj, slots, acc)?)?;
+    let dh1 = (dh1 + lin_back(&dv, &sv.h1, &a.v_proj, slots, acc)?)?;
+    let dx = (dx2 + norm_back(&dh1, &sv.x, &layer.input_layernorm, slots, acc)?)?;
+    dx.reshape((b, s, hd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::batch::causal_mask;
+    use crate::model::config::Qwen2Config;
+    use crate::model::mode::Mode;
+    use crate::model::rope::Rope;
+    use candle_core::{DType, Device};
+    use candle_nn::VarBuilder;
+
+    /// The layer's weights as f32 variables and f64 copies, from one seed's random values.
+    fn weights(cfg: &Qwen2Config, dev: &Device) -> Result<Vec<(String, Var, Var)>> {
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        let (q, kv) = (h, cfg.kv_heads() * cfg.head_dim());
+        let shapes: Vec<(&str, Vec<usize>)> = vec![
+            ("self_attn.q_proj.weight", vec![q, h]),
+            ("self_attn.q_proj.bias", vec![q]),
+            ("self_attn.k_proj.weight", vec![kv, h]),
+            ("self_attn.k_proj.bias", vec![kv]),
+            ("self_attn.v_proj.weight", vec![kv, h]),
+            ("self_attn.v_proj.bias", vec![kv]),
+            ("self_attn.o_proj.weight", vec![h, q]),
+            ("mlp.gate_proj.weight", vec![i, h]),
+            ("mlp.up_proj.weight", vec![i, h]),
+            ("mlp.down_proj.weight", vec![h, i]),
+            ("input_layernorm.weight", vec![h]),
+            ("post_attention_layernorm.weight", vec![h]),
+        ];
+        shapes
+            .into_iter()
+            .map(|(n, s)| {
+                let mean = if n.contains("norm") { 1.0 } else { 0.0 };
+                let t = Tensor::randn(mean, 0.2f32, s, dev)?;
+                let v32 = Var::from_tensor(&t)?;
+                let v64 = Var::from_tensor(&t.to_dtype(DType::F64)?)?;
+                Ok((n.to_string(), v32, v64))
+            })
+            .collect()
+    }
+
+    fn layer(cfg: &Qwen2Config, ws: &[(String, Var, Var)], f64s: bool) -> Result<DecoderLayer> {
+        let map = ws
+            .iter()
+            .map(|(n, a, b)| (n.clone(), if f64s { b } else { a }.as_tensor().clone()))
+            .collect();
+        let dtype = if f64s { DType::F64 } else { DType::F32 };
+        DecoderLayer::new(cfg, VarBuilder::from_tensors(map, dtype, &Device::Cpu))
+    }
+
+    /// Every weight's gradient and d x, by hand in f32, against candle's autograd in f64, on a
+    /// left-padded batch with grouped-query heads.
+    #[test]
+    fn hand_written_backward_matches_autograd() -> Result<()> {
+        let dev = Device::Cpu;
+        let cfg = Qwen2Config::with_shape(50, 32, 48, 1, 4, 2, true);
+        let ws = weights(&cfg, &dev)?;
+        let (l32, l64) = (layer(&cfg, &ws, false)?, layer(&cfg, &ws, true)?);
+        let (b, s) = (2, 6);
+        let valid = vec![vec![true; s], [vec![false; 2], vec![true; s - 2]].concat()];
+        let mask = causal_mask(&valid, s, &dev)?;
+        let pos = Tensor::new(&[[0u32, 1, 2, 3, 4, 5], [0, 0, 0, 1, 2, 3]], &dev)?;
+        let x = Tensor::randn(0f32, 1.0, (b, s, cfg.hidden_size), &dev)?;
+        // Pad rows attend to nothing: f32 gives them uniform attention, f64 does not (the
+        // mask's finite minimum absorbs the scores only in f32). They get no gradient in
+        // training, so compare real rows only and give pad rows a zero output gradient.
+        let real: Vec<f32> = valid.iter().flatten().map(|&v| v as u8 as f32).collect();
+        let real = Tensor::from_vec(real, (b, s, 1), &dev)?;
+        let dy = Tensor::randn(0f32, 1.0, (b, s, cfg.hidden_size), &dev)?.broadcast_mul(&real)?;
+
+        // Reference: autograd through the op-by-op f64 layer.
+        let rope64 = Rope::new(cfg.head_dim(), cfg.rope_theta(), 64, DType::F64, &dev)?;
+        let (c64, s64) = rope64.tables(&pos)?;
+        let m64 = mask.to_dtype(DType::F64)?;
+        let inp64 = AttnInputs {
+            cos: &c64,
+            sin: &s64,
+            mask: &m64,
+        };
+        let x64 = Var::from_tensor(&x.to_dtype(DType::F64)?)?;
+        let y64 = l64.forward(x64.as_tensor(), &rope64, &inp64, None, Mode::Train)?;
+        let grads = (y64 * dy.to_dtype(DType::F64)?)?.sum_all()?.backward()?;
+
+        // Hand-written f32, accumulated onto ones (so "added into" is checked too).
+        let rope32 = Rope::new(cfg.head_dim(), cfg.rope_theta(), 64, DType::F32, &dev)?;
+        let (c32, s32) = rope32.tables(&pos)?;
+        let m32 = mask.to_dtype(DType::F32)?;
+        let inp32 = AttnInputs {
+            cos: &c32,
+            sin: &s32,
+            mask: &m32,
+        };
+        assert!(supported(&l32, &x));
+        let y = layer_forward(&l32, &x, &inp32)?;
+        let want_y = l64.forward(&x.to_dtype(DType::F64)?, &rope64, &inp64, None, Mode::Train)?;
+        let close = |a: &Tensor, b: &Tensor| -> Result<f64> {
+            let d = (a.to_dtype(DType::F64)? - b)?.abs()?.max_all()?;
+            d.to_scalar::<f64>()
+        };
+        let real64 = real.to_dtype(DType::F64)?;
+        let y_err = close(&y.broadcast_mul(&real)?, &want_y.broadcast_mul(&real64)?)?;
+        assert!(y_err < 1e-4, "outputs differ by {y_err}");
+        let vars: Vec<Var> = ws.iter().map(|(_, v, _)| v.clone()).collect();
+        let mut acc: Vec<Option<Tensor>> = vars
+            .iter()
+            .map(|v| v.as_tensor().ones_like().map(Some))
+            .collect::<Result<_>>()?;
+        let slots = GradSlots::new(&vars);
+        let dx = layer_backward(&l32, &x, &dy, &inp32, &slots, &mut acc)?;
+        let want_dx = grads
+            .get(x64.as_tensor())
+            .expect("d x")
+            .broadcast_mul(&real64)?;
+        let dx_err = close(&dx.broadcast_mul(&real)?, &want_dx)?;
+        assert!(dx_err < 1e-4, "d x differs by {dx_err}");
+        for ((name, _, v64), a) in ws.iter().zip(&acc) {
+            let want = (grads.get(v64.as_tensor()).expect("a gradient") + 1.0)?;
+            let err = close(a.as_ref().expect("accumulated"), &want)?;
+            assert!(err < 1e-4, "{name}: differs by {err}");
+        }
+        Ok(())
+    }
+}

@@ -91,6 +91,20 @@ pub fn max(a: &[f32]) -> f32 {
     c.remainder().iter().fold(m, |m, &v| m.max(v))
 }
 
+/// Σ e^(aᵢ − shift), vectorisable.
+#[inline(always)]
+pub fn sum_exp(a: &[f32], shift: f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut c = a.chunks_exact(LANES);
+    for x in &mut c {
+        for i in 0..LANES {
+            acc[i] += exp(x[i] - shift);
+        }
+    }
+    let tail: f32 = c.remainder().iter().map(|&x| exp(x - shift)).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +141,8 @@ mod tests {
         assert!((sum(&v) - v.iter().sum::<f32>()).abs() < 1e-5);
         assert_eq!(max(&v), v.iter().fold(f32::MIN, |m, &x| m.max(x)));
         assert_eq!(max(&[]), f32::NEG_INFINITY);
+        let se: f32 = v.iter().map(|&x| (x - 0.5).exp()).sum();
+        assert!((sum_exp(&v, 0.5) - se).abs() < 1e-5 * se);
         assert!(sigmoid(-1000.0) < 1e-37);
         assert_eq!(sigmoid(1000.0), 1.0);
     }

@@ -25,37 +25,16 @@ fn targets(s: &CpuStorage, l: &Layout) -> Result<Vec<usize>> {
     })
 }
 
-fn forward<T: Float + Send + Sync>(x: &[T], t: &[usize], v: usize) -> Result<Vec<T>> {
+/// out[r] = x[r, t[r]] − lse(x[r]) for every row, rows split over rayon's threads.
+fn forward<T, L>(x: &[T], t: &[usize], v: usize, lse: L) -> Result<Vec<T>>
+where
+    T: Float + Send + Sync,
+    L: Fn(&[T]) -> T + Sync,
+{
     if let Some(&bad) = t.iter().find(|&&t| t >= v) {
         candle_core::bail!("token-logprob: target {bad} outside the vocabulary of {v}")
     }
     let mut out = vec![T::zero(); t.len()];
-    out.par_chunks_mut(ROWS)
-        .zip(x.par_chunks(ROWS * v))
-        .zip(t.par_chunks(ROWS))
-        .for_each(|((o, x), t)| {
-            for ((o, row), &t) in o.iter_mut().zip(x.chunks(v)).zip(t) {
-                let m = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
-                let s = row.iter().fold(T::zero(), |a, &b| a + (b - m).exp());
-                *o = row[t] - (m + s.ln());
-            }
-        });
-    Ok(out)
-}
-
-/// [`forward`] for f32 rows with the vectorised exp (the vocabulary-long rows make this the
-/// head's hottest loop: 170M exps per pass at Qwen2.5's vocabulary and 8 × 140 tokens).
-fn forward_f32(x: &[f32], t: &[usize], v: usize) -> Result<Vec<f32>> {
-    use crate::model::kernels::vexp::{max, sum_exp};
-    #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-    fn lse(row: &[f32]) -> f32 {
-        let m = max(row);
-        m + sum_exp(row, m).ln()
-    }
-    if let Some(&bad) = t.iter().find(|&&t| t >= v) {
-        candle_core::bail!("token-logprob: target {bad} outside the vocabulary of {v}")
-    }
-    let mut out = vec![0f32; t.len()];
     out.par_chunks_mut(ROWS)
         .zip(x.par_chunks(ROWS * v))
         .zip(t.par_chunks(ROWS))
@@ -67,35 +46,43 @@ fn forward_f32(x: &[f32], t: &[usize], v: usize) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-/// [`backward`] for f32 rows with the vectorised exp.
-fn backward_f32(x: &[f32], t: &[usize], aux: &[f32], v: usize) -> Vec<f32> {
-    use crate::model::kernels::vexp::exp;
-    #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-    fn row_grad(row: &[f32], lse: f32, g: f32, d: &mut [f32]) {
-        for (d, &x) in d.iter_mut().zip(row) {
-            *d = -g * exp(x - lse);
-        }
-    }
-    let mut dx = vec![0f32; x.len()];
-    dx.par_chunks_mut(ROWS * v)
-        .zip(x.par_chunks(ROWS * v))
-        .zip(t.par_chunks(ROWS))
-        .zip(aux.par_chunks(ROWS * 2))
-        .for_each(|(((d, x), t), aux)| {
-            for (((d, row), &t), a) in d.chunks_mut(v).zip(x.chunks(v)).zip(t).zip(aux.chunks(2)) {
-                let (out, g) = (a[0], a[1]);
-                if g == 0.0 {
-                    continue; // padding: masked out, d logits stays 0
-                }
-                row_grad(row, row[t] - out, g, d);
-                d[t] += g;
-            }
-        });
-    dx
+/// logsumexp of a row, any float type.
+fn lse_generic<T: Float>(row: &[T]) -> T {
+    let m = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
+    m + row.iter().fold(T::zero(), |a, &b| a + (b - m).exp()).ln()
 }
 
-/// aux holds (out, d out) per row.
-fn backward<T: Float + Send + Sync>(x: &[T], t: &[usize], aux: &[T], v: usize) -> Vec<T> {
+/// logsumexp of an f32 row with the vectorised exp and reductions (the vocabulary-long rows
+/// make this the head's hottest loop: 170M exps per pass at Qwen2.5's vocabulary).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn lse_f32(row: &[f32]) -> f32 {
+    use crate::model::kernels::vexp::{max, sum_exp};
+    let m = max(row);
+    m + sum_exp(row, m).ln()
+}
+
+/// d[j] = −g · e^(x[j] − lse), any float type.
+fn softmax_grad_generic<T: Float>(row: &[T], lse: T, g: T, d: &mut [T]) {
+    for (d, &x) in d.iter_mut().zip(row) {
+        *d = -g * (x - lse).exp();
+    }
+}
+
+/// [`softmax_grad_generic`] for f32 with the vectorised exp.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn softmax_grad_f32(row: &[f32], lse: f32, g: f32, d: &mut [f32]) {
+    use crate::model::kernels::vexp::exp;
+    for (d, &x) in d.iter_mut().zip(row) {
+        *d = -g * exp(x - lse);
+    }
+}
+
+/// d logits = g · (onehot(t) − softmax) per row; aux holds (out, d out) per row.
+fn backward<T, G>(x: &[T], t: &[usize], aux: &[T], v: usize, grad: G) -> Vec<T>
+where
+    T: Float + Send + Sync,
+    G: Fn(&[T], T, T, &mut [T]) + Sync,
+{
     let mut dx = vec![T::zero(); x.len()];
     dx.par_chunks_mut(ROWS * v)
         .zip(x.par_chunks(ROWS * v))
@@ -107,10 +94,7 @@ fn backward<T: Float + Send + Sync>(x: &[T], t: &[usize], aux: &[T], v: usize) -
                 if g == T::zero() {
                     continue; // padding: masked out, d logits stays 0
                 }
-                let lse = row[t] - out;
-                for (d, &xv) in d.iter_mut().zip(row) {
-                    *d = -g * (xv - lse).exp();
-                }
+                grad(row, row[t] - out, g, d);
                 d[t] = d[t] + g;
             }
         });
@@ -135,8 +119,8 @@ impl CustomOp2 for Forward {
             candle_core::bail!("token-logprob: {} targets for {n} rows", t.len())
         }
         let out = match s1 {
-            CpuStorage::F32(x) => CpuStorage::F32(forward_f32(slice(x, l1, OP)?, &t, v)?),
-            CpuStorage::F64(x) => CpuStorage::F64(forward(slice(x, l1, OP)?, &t, v)?),
+            CpuStorage::F32(x) => CpuStorage::F32(forward(slice(x, l1, OP)?, &t, v, lse_f32)?),
+            CpuStorage::F64(x) => CpuStorage::F64(forward(slice(x, l1, OP)?, &t, v, lse_generic)?),
             _ => candle_core::bail!("token-logprob: logits must be f32 or f64"),
         };
         Ok((out, Shape::from(n)))
@@ -173,10 +157,12 @@ impl CustomOp3 for Backward {
         let t = targets(s2, l2)?;
         let d = match (s1, s3) {
             (CpuStorage::F32(x), CpuStorage::F32(a)) => {
-                CpuStorage::F32(backward_f32(slice(x, l1, OP)?, &t, slice(a, l3, OP)?, v))
+                let (x, a) = (slice(x, l1, OP)?, slice(a, l3, OP)?);
+                CpuStorage::F32(backward(x, &t, a, v, softmax_grad_f32))
             }
             (CpuStorage::F64(x), CpuStorage::F64(a)) => {
-                CpuStorage::F64(backward(slice(x, l1, OP)?, &t, slice(a, l3, OP)?, v))
+                let (x, a) = (slice(x, l1, OP)?, slice(a, l3, OP)?);
+                CpuStorage::F64(backward(x, &t, a, v, softmax_grad_generic))
             }
             _ => candle_core::bail!("token-logprob: logits and gradient must share f32 or f64"),
         };

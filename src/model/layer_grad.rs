@@ -257,6 +257,7 @@ mod tests {
     use super::*;
     use crate::model::batch::causal_mask;
     use crate::model::config::Qwen2Config;
+    use crate::model::kernels::max_diff;
     use crate::model::mode::Mode;
     use crate::model::rope::Rope;
     use candle_core::{DType, Device};
@@ -346,12 +347,8 @@ mod tests {
         assert!(supported(&l32, &x));
         let y = layer_forward(&l32, &x, &inp32)?;
         let want_y = l64.forward(&x.to_dtype(DType::F64)?, &rope64, &inp64, None, Mode::Train)?;
-        let close = |a: &Tensor, b: &Tensor| -> Result<f64> {
-            let d = (a.to_dtype(DType::F64)? - b)?.abs()?.max_all()?;
-            d.to_scalar::<f64>()
-        };
         let real64 = real.to_dtype(DType::F64)?;
-        let y_err = close(&y.broadcast_mul(&real)?, &want_y.broadcast_mul(&real64)?)?;
+        let y_err = max_diff(&y.broadcast_mul(&real)?, &want_y.broadcast_mul(&real64)?)?;
         assert!(y_err < 1e-4, "outputs differ by {y_err}");
         let vars: Vec<Var> = ws.iter().map(|(_, v, _)| v.clone()).collect();
         let mut acc: Vec<Option<Tensor>> = vars
@@ -364,11 +361,11 @@ mod tests {
             .get(x64.as_tensor())
             .expect("d x")
             .broadcast_mul(&real64)?;
-        let dx_err = close(&dx.broadcast_mul(&real)?, &want_dx)?;
+        let dx_err = max_diff(&dx.broadcast_mul(&real)?, &want_dx)?;
         assert!(dx_err < 1e-4, "d x differs by {dx_err}");
         for ((name, _, v64), a) in ws.iter().zip(&acc) {
             let want = (grads.get(v64.as_tensor()).expect("a gradient") + 1.0)?;
-            let err = close(a.as_ref().expect("accumulated"), &want)?;
+            let err = max_diff(a.as_ref().expect("accumulated"), &want)?;
             assert!(err < 1e-4, "{name}: differs by {err}");
         }
         Ok(())

@@ -39,3 +39,12 @@ where
         .enumerate()
         .for_each(|(i, o)| f(i * rows, o));
 }
+
+/// The largest |a − b| with a converted to f64 (b is the f64 reference): the tests' yardstick.
+#[cfg(test)]
+pub(crate) fn max_diff(a: &Tensor, b: &Tensor) -> candle_core::Result<f64> {
+    (a.to_dtype(DType::F64)? - b)?
+        .abs()?
+        .max_all()?
+        .to_scalar::<f64>()
+}

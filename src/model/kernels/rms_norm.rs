@@ -167,6 +167,7 @@ impl CustomOp3 for Backward {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::kernels::max_diff;
     use candle_core::{DType, Device, Var};
 
     #[test]
@@ -179,19 +180,13 @@ mod tests {
         let x64 = Var::from_tensor(&x.to_dtype(DType::F64)?)?;
         let w64 = Var::from_tensor(&w.to_dtype(DType::F64)?)?;
         let plain = rms_norm(x64.as_tensor(), w64.as_tensor(), 1e-6)?;
-        let close = |a: &Tensor, b: &Tensor| -> Result<f64> {
-            (a.to_dtype(DType::F64)? - b)?
-                .abs()?
-                .max_all()?
-                .to_scalar::<f64>()
-        };
-        assert!(close(&fused, &plain)? < 1e-5);
+        assert!(max_diff(&fused, &plain)? < 1e-5);
         let gf = (fused * &probe)?.sum_all()?.backward()?;
         let gp = (plain * probe.to_dtype(DType::F64)?)?
             .sum_all()?
             .backward()?;
-        let dx = close(gf.get(&x).unwrap(), gp.get(&x64).unwrap())?;
-        let dw = close(gf.get(&w).unwrap(), gp.get(&w64).unwrap())?;
+        let dx = max_diff(gf.get(&x).unwrap(), gp.get(&x64).unwrap())?;
+        let dw = max_diff(gf.get(&w).unwrap(), gp.get(&w64).unwrap())?;
         assert!(dx < 1e-5 && dw < 1e-4, "dx {dx} dw {dw}");
         Ok(())
     }

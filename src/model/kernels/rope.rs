@@ -125,6 +125,7 @@ impl CustomOp3 for Rotate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::kernels::max_diff;
     use crate::model::mode::Mode;
     use crate::model::rope::Rope;
     use candle_core::{DType, Device, Var};
@@ -142,18 +143,12 @@ mod tests {
         let fused = rope(x.as_tensor(), &c32, &s32)?.expect("f32 takes the fused path");
         let x64 = Var::from_tensor(&x.to_dtype(DType::F64)?)?;
         let plain = table.apply(x64.as_tensor(), &c64, &s64, Mode::Train)?;
-        let close = |a: &Tensor, b: &Tensor| -> Result<f64> {
-            (a.to_dtype(DType::F64)? - b)?
-                .abs()?
-                .max_all()?
-                .to_scalar::<f64>()
-        };
-        assert!(close(&fused, &plain)? < 1e-6);
+        assert!(max_diff(&fused, &plain)? < 1e-6);
         let gf = (fused * &probe)?.sum_all()?.backward()?;
         let gp = (plain * probe.to_dtype(DType::F64)?)?
             .sum_all()?
             .backward()?;
-        let dx = close(gf.get(&x).unwrap(), gp.get(&x64).unwrap())?;
+        let dx = max_diff(gf.get(&x).unwrap(), gp.get(&x64).unwrap())?;
         assert!(dx < 1e-6, "gradients differ by {dx}");
         Ok(())
     }

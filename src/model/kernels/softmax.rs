@@ -153,6 +153,7 @@ impl CustomOp2 for Backward {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::kernels::max_diff;
     use candle_core::{DType, Device, Var};
 
     #[test]
@@ -176,16 +177,10 @@ mod tests {
         let z = (x64.as_tensor().reshape((b, kv, g, s, n))? * scale)?
             .broadcast_add(&mask.to_dtype(DType::F64)?.unsqueeze(1)?)?;
         let plain = candle_nn::ops::softmax(&z, D::Minus1)?.reshape((b, kv, g * s, n))?;
-        let close = |a: &Tensor, b: &Tensor| -> Result<f64> {
-            (a.to_dtype(DType::F64)? - b)?
-                .abs()?
-                .max_all()?
-                .to_scalar::<f64>()
-        };
-        assert!(close(&fused, &plain)? < 1e-6);
+        assert!(max_diff(&fused, &plain)? < 1e-6);
         let gf = (fused * &w)?.sum_all()?.backward()?;
         let gp = (plain * w.to_dtype(DType::F64)?)?.sum_all()?.backward()?;
-        let d = close(gf.get(&x).unwrap(), gp.get(&x64).unwrap())?;
+        let d = max_diff(gf.get(&x).unwrap(), gp.get(&x64).unwrap())?;
         assert!(d < 1e-6, "gradients differ by {d}");
         Ok(())
     }

@@ -117,6 +117,7 @@ impl CustomOp3 for Backward {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::kernels::max_diff;
     use candle_core::{DType, Device, Var};
 
     #[test]
@@ -130,15 +131,11 @@ mod tests {
         let (g64, u64) = (g.to_dtype(DType::F64)?, u.to_dtype(DType::F64)?);
         let (g64, u64) = (Var::from_tensor(&g64)?, Var::from_tensor(&u64)?);
         let plain = (g64.as_tensor().silu()? * u64.as_tensor())?;
-        let close = |a: &Tensor, b: &Tensor| -> Result<f64> {
-            let d = (a.to_dtype(DType::F64)? - b)?.abs()?.max_all()?;
-            d.to_scalar::<f64>()
-        };
-        assert!(close(&fused, &plain)? < 1e-5);
+        assert!(max_diff(&fused, &plain)? < 1e-5);
         let gf = (fused * &w)?.sum_all()?.backward()?;
         let gp = (plain * w.to_dtype(DType::F64)?)?.sum_all()?.backward()?;
-        let dg = close(gf.get(&g).unwrap(), gp.get(&g64).unwrap())?;
-        let du = close(gf.get(&u).unwrap(), gp.get(&u64).unwrap())?;
+        let dg = max_diff(gf.get(&g).unwrap(), gp.get(&g64).unwrap())?;
+        let du = max_diff(gf.get(&u).unwrap(), gp.get(&u64).unwrap())?;
         assert!(dg < 1e-5 && du < 1e-5, "dg {dg} du {du}");
         Ok(())
     }

@@ -1,11 +1,12 @@
 //! Grouped-query self-attention with q/k/v biases, RoPE, an additive causal+padding mask and an
 //! optional KV cache. Query heads are grouped per KV head by reshaping, so K and V are never
 //! repeated in memory (head j·g … j·g+g−1 read KV head j, as `repeat_interleave` does).
+use super::kernels::softmax::masked_softmax;
 use super::kv_cache::KvCache;
 use super::linear::Linear;
 use super::mode::{reduce_dtype, Mode};
 use super::rope::Rope;
-use candle_core::{DType, Result, Tensor, D};
+use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
 
 #[derive(Debug, Clone)]
@@ -86,19 +87,15 @@ impl Attention {
             Some((c, layer)) => c.append(layer, &k, &v)?,
             None => (k, v.contiguous()?),
         };
-        let n = k.dim(2)?;
         // (b, nh, s, hd) -> (b, nkv, g*s, hd): heads of one group are adjacent.
         let q = q.reshape((b, nkv, g * s, hd))?;
         let scale = 1.0 / (hd as f64).sqrt();
         let att = q.matmul(&k.t()?)?; // (b, nkv, g*s, n)
-        let att = if super::kernels::fusable(&[&att, inp.mask]) {
-            super::kernels::softmax::masked_softmax(&att, inp.mask, scale)?
-        } else {
-            let att = (&att * scale)?
-                .reshape((b, nkv, g, s, n))?
-                .broadcast_add(&inp.mask.unsqueeze(1)?.to_dtype(att.dtype())?)?;
-            softmax(&att, mode)?.reshape((b, nkv, g * s, n))?
-        };
+                                      // Softmax in at least f32, as transformers' eager attention does (fused for f32).
+        let dtype = att.dtype();
+        let rd = reduce_dtype(dtype);
+        let att =
+            masked_softmax(&att.to_dtype(rd)?, &inp.mask.to_dtype(rd)?, scale)?.to_dtype(dtype)?;
         let y = att.matmul(&v)?; // (b, nkv, g*s, hd)
         let y = y
             .reshape((b, nh, s, hd))?
@@ -106,17 +103,4 @@ impl Attention {
             .reshape((b, s, nh * hd))?;
         self.o_proj.forward_mode(&y, mode)
     }
-}
-
-/// Softmax over the last dim in at least f32 (as transformers' eager attention does).
-fn softmax(x: &Tensor, mode: Mode) -> Result<Tensor> {
-    let dtype = x.dtype();
-    let xf = x.to_dtype(reduce_dtype(dtype))?;
-    let y = match mode {
-        Mode::Infer if xf.dtype() == DType::F32 => {
-            candle_nn::ops::softmax_last_dim(&xf.contiguous()?)?
-        }
-        _ => candle_nn::ops::softmax(&xf, D::Minus1)?,
-    };
-    y.to_dtype(dtype)
 }

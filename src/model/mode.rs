@@ -6,7 +6,9 @@
 pub enum Mode {
     /// Only ops with a backward: use for any forward whose result is differentiated.
     Train,
-    /// Fused rms-norm / softmax / rope kernels (no backward): sampling and scoring only.
+    /// May use kernels without a backward (candle's rope, the decode-shaped linear products):
+    /// sampling and scoring only. RMSNorm, SwiGLU and the attention softmax are the same
+    /// differentiable fused kernels in both modes (`model::kernels`).
     Infer,
 }
 

@@ -1,6 +1,6 @@
 //! RMSNorm (`model.layers.{i}.{input,post_attention}_layernorm`, `model.norm`): w · x / sqrt(mean(x²) + eps).
-use super::mode::{reduce_dtype, Mode};
-use candle_core::{DType, Result, Tensor, D};
+use super::mode::reduce_dtype;
+use candle_core::{Result, Tensor, D};
 use candle_nn::VarBuilder;
 
 #[derive(Debug, Clone)]
@@ -17,24 +17,19 @@ impl RmsNorm {
         })
     }
 
-    /// Normalises over the last dimension, in at least f32 precision.
-    pub fn forward(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
+    /// Normalises over the last dimension, in at least f32 precision. The same (differentiable)
+    /// op trains and samples: f32 takes the fused kernel.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dtype = x.dtype();
         if super::kernels::fusable(&[x, &self.weight]) {
             return super::kernels::rms_norm::rms_norm(x, &self.weight, self.eps);
         }
-        match mode {
-            Mode::Infer if dtype == DType::F32 => {
-                candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps as f32)
-            }
-            _ => {
-                let xf = x.to_dtype(reduce_dtype(dtype))?;
-                let ms = xf.sqr()?.mean_keepdim(D::Minus1)?;
-                let normed = xf
-                    .broadcast_div(&(ms + self.eps)?.sqrt()?)?
-                    .to_dtype(dtype)?;
-                normed.broadcast_mul(&self.weight)
-            }
-        }
+        // Other dtypes: normalise in f32, then scale in the model dtype, as transformers does.
+        let xf = x.to_dtype(reduce_dtype(dtype))?;
+        let ms = xf.sqr()?.mean_keepdim(D::Minus1)?;
+        let normed = xf
+            .broadcast_div(&(ms + self.eps)?.sqrt()?)?
+            .to_dtype(dtype)?;
+        normed.broadcast_mul(&self.weight)
     }
 }

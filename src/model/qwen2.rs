@@ -48,9 +48,9 @@ impl DecoderLayer {
         cache: Option<(&mut KvCache, usize)>,
         mode: Mode,
     ) -> Result<Tensor> {
-        let h = self.input_layernorm.forward(x, mode)?;
+        let h = self.input_layernorm.forward(x)?;
         let x = (x + self.self_attn.forward(&h, rope, inp, cache, mode)?)?;
-        let h = self.post_attention_layernorm.forward(&x, mode)?;
+        let h = self.post_attention_layernorm.forward(&x)?;
         x + self.mlp.forward_mode(&h, mode)?
     }
 }
@@ -155,7 +155,7 @@ impl Qwen2 {
         if let Some(c) = cache {
             c.advance(s);
         }
-        self.norm.forward(&x, mode)
+        self.norm.forward(&x)
     }
 
     /// Rebuilds (call after every weight update) or drops the contiguous transposed weight

@@ -66,7 +66,7 @@ pub fn weighted_logprob_grads(
     // Head: final norm, then the LM head and log-probs in row chunks (see `head_grad`); the
     // norm's backward gives the gradient w.r.t. the last hidden state.
     let top = Var::from_tensor(inputs.last().expect("one per layer + 1"))?;
-    let hidden = model.norm.forward(top.as_tensor(), Mode::Train)?;
+    let hidden = model.norm.forward(top.as_tensor())?;
     let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;
     let (_, c, hd) = h.dims3()?;
     let c_row = Tensor::from_vec(coef.to_vec(), (b, 1), model.device())?;

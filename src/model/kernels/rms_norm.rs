@@ -1,7 +1,7 @@
 //! RMSNorm w · x / sqrt(mean(x²) + eps) over the last dim as one op with a backward that writes
 //! d x and d w in one pass over the rows (d w summed from per-task partials). The op-by-op
 //! version is sqr, mean, add, sqrt, div, mul forward and about twice that backward.
-use super::vexp::dot;
+use super::vexp::{dot, dot3};
 use super::{fusable, rows_per_task};
 use crate::model::storage::f32s;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, D};
@@ -67,16 +67,7 @@ fn forward_row(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
 fn backward_row(x: &[f32], w: &[f32], dy: &[f32], eps: f32, dx: &mut [f32], dw: &mut [f32]) {
     let h = x.len() as f32;
     let r = 1.0 / (dot(x, x) / h + eps).sqrt();
-    // Σ x·w·dy, lane-split like `dot`.
-    let mut acc = [0f32; 16];
-    let n = x.len() / 16 * 16;
-    for j in (0..n).step_by(16) {
-        for i in 0..16 {
-            acc[i] += x[j + i] * w[j + i] * dy[j + i];
-        }
-    }
-    let xwdy = acc.iter().sum::<f32>() + (n..x.len()).map(|j| x[j] * w[j] * dy[j]).sum::<f32>();
-    let c = r * r * r * xwdy / h;
+    let c = r * r * r * dot3(x, w, dy) / h;
     for ((((dx, dw), &x), &w), &dy) in dx.iter_mut().zip(dw.iter_mut()).zip(x).zip(w).zip(dy) {
         *dx = r * dy * w - x * c;
         *dw += dy * x * r;

@@ -64,6 +64,25 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// Σ aᵢ·bᵢ·cᵢ, vectorisable.
+#[inline(always)]
+pub fn dot3(a: &[f32], b: &[f32], c: &[f32]) -> f32 {
+    let n = a.len().min(b.len()).min(c.len());
+    let mut acc = [0f32; LANES];
+    let full = n / LANES * LANES;
+    for ((x, y), z) in a[..full]
+        .chunks_exact(LANES)
+        .zip(b[..full].chunks_exact(LANES))
+        .zip(c[..full].chunks_exact(LANES))
+    {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i] * z[i];
+        }
+    }
+    let tail: f32 = (full..n).map(|j| a[j] * b[j] * c[j]).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
 /// Σ aᵢ, vectorisable.
 #[inline(always)]
 pub fn sum(a: &[f32]) -> f32 {
@@ -139,6 +158,8 @@ mod tests {
         let d: f32 = v.iter().zip(&w).map(|(a, b)| a * b).sum();
         assert!((dot(&v, &w) - d).abs() < 1e-5);
         assert!((sum(&v) - v.iter().sum::<f32>()).abs() < 1e-5);
+        let d3: f32 = v.iter().zip(&w).map(|(a, b)| a * b * b).sum();
+        assert!((dot3(&v, &w, &w) - d3).abs() < 1e-5);
         assert_eq!(max(&v), v.iter().fold(f32::MIN, |m, &x| m.max(x)));
         assert_eq!(max(&[]), f32::NEG_INFINITY);
         let se: f32 = v.iter().map(|&x| (x - 0.5).exp()).sum();

@@ -1,4 +1,4 @@
-//! The model against transformers' reference values (`../shared/fixtures`): logits on left-padded
+//! The model against transformers' reference values (`tests/fixtures`): logits on left-padded
 //! prompts, completion log-probs, greedy generations, for the tied f32 and untied bf16 models.
 mod common;
 use candle_core::{Device, Tensor};

@@ -1,4 +1,4 @@
-//! Advantages and AdamW against the MAGRPO fixtures (`../shared/fixtures/magrpo`).
+//! Advantages and AdamW against the MAGRPO fixtures (`tests/fixtures/magrpo`).
 mod common;
 use candle_core::{Device, Tensor, Var};
 use comlrl::train::advantage::{advantages, Baseline};

@@ -4,9 +4,9 @@ use candle_core::{Device, Tensor};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-/// `../shared/fixtures` relative to the project root.
+/// `tests/fixtures` (the project's own reference data; see its README).
 pub fn fixtures() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     assert!(p.is_dir(), "fixtures not found at {}", p.display());
     p
 }

@@ -13,23 +13,23 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &["Qwen2ForCausalLM"];
 pub struct Qwen2Config {
     #[serde(default)]
     pub architectures: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_type: Option<String>,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub intermediate_size: usize,
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_key_value_heads: Option<usize>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_dim: Option<usize>,
     #[serde(default = "default_max_pos")]
     pub max_position_embeddings: usize,
     /// v4 spelling; v5 writes `rope_parameters.rope_theta` (both are read).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_theta: Option<f64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_parameters: Option<serde_json::Value>,
     #[serde(default = "default_eps")]
     pub rms_norm_eps: f64,
@@ -38,13 +38,13 @@ pub struct Qwen2Config {
     pub tie_word_embeddings: bool,
     #[serde(default = "default_act")]
     pub hidden_act: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bos_token_id: Option<serde_json::Value>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eos_token_id: Option<serde_json::Value>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pad_token_id: Option<serde_json::Value>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_sliding_window: Option<bool>,
     /// Everything else in the file, written back unchanged on save.
     #[serde(flatten)]

@@ -69,6 +69,9 @@ pub struct Policy {
     varmap: VarMap,
     names: Vec<String>,
     dir: Option<PathBuf>,
+    /// The source's `config.json` as read (None for built-in models): saved back with only the
+    /// dtype fields changed, so every key the source had survives and none is added.
+    source_config: Option<serde_json::Value>,
     rollout_copies: bool,
 }
 
@@ -109,6 +112,7 @@ impl Policy {
             ));
         }
         let cfg = Qwen2Config::from_file(&cfg_path)?;
+        let source_config = read_json(&cfg_path)?;
         let tok_path = dir.join("tokenizer.json");
         if !tok_path.is_file() {
             return Err(Error::model(
@@ -120,7 +124,7 @@ impl Policy {
         let files = weights::checkpoint_files(dir)?;
         let tensors = weights::load_tensors(&cfg, &files, opts.dtype, &opts.device)?;
         let (eos_ids, pad_id) = special_ids(dir, &cfg, &tokenizer)?;
-        Self::assemble(
+        let mut policy = Self::assemble(
             source,
             cfg,
             tensors,
@@ -129,7 +133,9 @@ impl Policy {
             pad_id,
             Some(dir.to_path_buf()),
             opts,
-        )
+        )?;
+        policy.source_config = source_config;
+        Ok(policy)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -173,6 +179,7 @@ impl Policy {
             varmap,
             names,
             dir,
+            source_config: None,
             rollout_copies: opts.rollout_copies,
         })
     }
@@ -221,6 +228,27 @@ impl Policy {
         std::fs::rename(&tmp, dir).map_err(|e| Error::io(dir, e))
     }
 
+    /// The `config.json` written with the weights: the source's own file with only the dtype
+    /// fields set to the weights' dtype (`torch_dtype` for transformers 4, `dtype` for 5);
+    /// for built-in models the preset, with its special token ids and no null keys.
+    pub fn saved_config(&self) -> Result<serde_json::Value> {
+        let mut cfg = match &self.source_config {
+            Some(v) => v.clone(),
+            None => {
+                let mut v = serde_json::to_value(&self.config)
+                    .map_err(|e| Error::Invalid(format!("serialising config: {e}")))?;
+                v["eos_token_id"] = self.eos_ids.first().copied().unwrap_or(self.pad_id).into();
+                v["pad_token_id"] = self.pad_id.into();
+                v["bos_token_id"] = self.pad_id.into();
+                v
+            }
+        };
+        let dt = dtype_name(self.model.dtype());
+        cfg["torch_dtype"] = dt.into();
+        cfg["dtype"] = dt.into();
+        Ok(cfg)
+    }
+
     fn write_files(&self, out: &Path) -> Result<()> {
         let tensors: BTreeMap<String, Tensor> = self
             .vars()
@@ -228,14 +256,7 @@ impl Policy {
             .map(|(n, v)| (n, v.as_tensor().detach()))
             .collect();
         weights::save_tensors(&tensors, &out.join("model.safetensors"))?;
-        let mut cfg = serde_json::to_value(&self.config)
-            .map_err(|e| Error::Invalid(format!("serialising config: {e}")))?;
-        let dt = dtype_name(self.model.dtype());
-        cfg["torch_dtype"] = dt.into();
-        cfg["dtype"] = dt.into();
-        cfg["eos_token_id"] = self.eos_ids.first().copied().unwrap_or(self.pad_id).into();
-        cfg["pad_token_id"] = self.pad_id.into();
-        write_json(&out.join("config.json"), &cfg)?;
+        write_json(&out.join("config.json"), &self.saved_config()?)?;
         let src_gen = self.dir.as_ref().map(|d| d.join("generation_config.json"));
         match src_gen.filter(|p| p.is_file()) {
             Some(p) => copy(&p, &out.join("generation_config.json"))?,

@@ -3,6 +3,7 @@ pub mod accumulate;
 pub mod attention;
 pub mod batch;
 pub mod config;
+pub mod flops;
 pub mod fused_logprob;
 mod gemm_acc;
 mod head_grad;

@@ -75,7 +75,14 @@ const QWEN3_FIXTURE: Tol = Tol {
     grad_abs: 3e-3,
 };
 
-fn check(what: &str, loss: f64, named: &[(String, Var)], grads: &[Option<Tensor>], name: &str, tol: &Tol) {
+fn check(
+    what: &str,
+    loss: f64,
+    named: &[(String, Var)],
+    grads: &[Option<Tensor>],
+    name: &str,
+    tol: &Tol,
+) {
     let g = load_st(&fixtures().join(name).join("loss_grads.safetensors"));
     let want_loss = g["loss"].to_scalar::<f32>().unwrap() as f64;
     assert!(
@@ -141,7 +148,14 @@ fn loss_paths_match(name: &str, tol: &Tol) {
     let coef: Vec<f32> = adv.iter().map(|a| -a / k).collect();
     let mut acc = vec![None; vars.len()];
     let st = weighted_logprob_grads(&policy.model, &layout, &coef, &vars, &mut acc).unwrap();
-    check(&format!("{name} padded batch"), st.loss, &named, &acc, name, tol);
+    check(
+        &format!("{name} padded batch"),
+        st.loss,
+        &named,
+        &acc,
+        name,
+        tol,
+    );
 }
 
 #[test]
@@ -183,7 +197,13 @@ fn finite_differences(name: &str, probes: &[(&str, usize)]) {
         let g = grads
             .get(var.as_tensor())
             .unwrap_or_else(|| panic!("{name} {pname}: no gradient"));
-        let n = g.abs().unwrap().sum_all().unwrap().to_scalar::<f64>().unwrap();
+        let n = g
+            .abs()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap();
         assert!(n > 0.0, "{name} {pname}: zero gradient");
     }
     let h = 1e-5;

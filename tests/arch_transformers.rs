@@ -71,7 +71,10 @@ fn transformers_values(name: &str) -> Option<std::collections::HashMap<String, T
 }
 
 fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 fn agrees_with_transformers(name: &str) {
@@ -110,7 +113,10 @@ fn agrees_with_transformers(name: &str) {
                 }
             }
         }
-        assert!(diff / top < 1e-4, "{name} {mode:?} {key}: differ by {diff} (max {top})");
+        assert!(
+            diff / top < 1e-4,
+            "{name} {mode:?} {key}: differ by {diff} (max {top})"
+        );
     }
 
     // Loss and every gradient through the trainer's recomputed path (one sample per prompt).
@@ -139,7 +145,10 @@ fn agrees_with_transformers(name: &str) {
         assert_eq!(s.completions[0].len(), *n, "reference.json completion ids");
     }
     let p: Vec<&[u32]> = samples.iter().map(|s| s.prompt_ids.as_slice()).collect();
-    let c: Vec<&[u32]> = samples.iter().map(|s| s.completions[0].as_slice()).collect();
+    let c: Vec<&[u32]> = samples
+        .iter()
+        .map(|s| s.completions[0].as_slice())
+        .collect();
     let layout = ScoreLayout::new(&policy.model, &p, &c, policy.pad_id).unwrap();
     let want_lp = hf["completion_logprobs"].to_vec2::<f32>().unwrap();
     for mode in [Mode::Train, Mode::Infer] {

@@ -78,7 +78,11 @@ fn score_matches_reference_logprobs() {
         let tol = if name == "tiny-qwen3" { 1e-3 } else { 1e-4 };
         for (j, lp) in lps.iter().enumerate() {
             let lp = lp.as_f64().unwrap() as f32;
-            assert!((lp - want[2][j]).abs() < tol, "{name} token {j}: {lp} vs {}", want[2][j]);
+            assert!(
+                (lp - want[2][j]).abs() < tol,
+                "{name} token {j}: {lp} vs {}",
+                want[2][j]
+            );
         }
     }
 }
@@ -113,8 +117,9 @@ fn run_trains_the_tiny_scenario_on_each_architecture() {
         let rows = comlrl::train::metrics::read_jsonl(&out.join("metrics.jsonl")).unwrap();
         assert_eq!(rows.len(), 3, "{name}: one row per prompt");
         assert!(
-            rows.iter().any(|r| r["time/update_s"].as_f64().unwrap_or(0.0) > 0.0
-                && r["train_gflops_per_s"].as_f64().unwrap_or(0.0) > 0.0),
+            rows.iter()
+                .any(|r| r["time/update_s"].as_f64().unwrap_or(0.0) > 0.0
+                    && r["train_gflops_per_s"].as_f64().unwrap_or(0.0) > 0.0),
             "{name}: no optimizer update ran"
         );
         let saved = out.join("models/agent_0");

@@ -11,7 +11,10 @@ use serde_json::{json, Value};
 use std::path::Path;
 
 /// A copy of fixture `name` whose config.json is `edit`ed.
-fn variant(name: &str, edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> tempfile::TempDir {
+fn variant(
+    name: &str,
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     for f in [
         "config.json",
@@ -30,7 +33,10 @@ fn variant(name: &str, edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -
 }
 
 fn load(dir: &Path) -> comlrl::Result<Policy> {
-    Policy::load(&ModelSource::Local(dir.to_path_buf()), &LoadOptions::default())
+    Policy::load(
+        &ModelSource::Local(dir.to_path_buf()),
+        &LoadOptions::default(),
+    )
 }
 
 fn err(dir: &Path) -> String {
@@ -43,18 +49,28 @@ fn err(dir: &Path) -> String {
 /// Logits (all rows) of one left-padded batch at position ids `pos` (the rule's, times `step`).
 fn logits(p: &Policy, step: u32) -> Vec<f32> {
     let valid = vec![vec![true; 6], [vec![false; 2], vec![true; 4]].concat()];
-    let ids = Tensor::new(&[[5u32, 9, 14, 200, 31, 7], [0, 0, 41, 52, 63, 74]], &Device::Cpu).unwrap();
+    let ids = Tensor::new(
+        &[[5u32, 9, 14, 200, 31, 7], [0, 0, 41, 52, 63, 74]],
+        &Device::Cpu,
+    )
+    .unwrap();
     let pos = (position_ids(&valid, 6, &Device::Cpu).unwrap() * step as f64)
         .unwrap()
         .to_dtype(DType::U32)
         .unwrap();
     let mask = causal_mask(&valid, 6, &Device::Cpu).unwrap();
-    let h = p.model.hidden(&ids, &pos, &mask, None, Mode::Train).unwrap();
+    let h = p
+        .model
+        .hidden(&ids, &pos, &mask, None, Mode::Train)
+        .unwrap();
     f32s(&p.model.logits(&h).unwrap())
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -83,7 +99,10 @@ fn v4_and_v5_configs_load_the_same_model() {
     let plain = variant("tiny-llama", |c| {
         c.remove("rope_scaling");
     });
-    let d = max_diff(&logits(&llama, 300), &logits(&load(plain.path()).unwrap(), 300));
+    let d = max_diff(
+        &logits(&llama, 300),
+        &logits(&load(plain.path()).unwrap(), 300),
+    );
     assert!(d > 1e-3, "llama3 scaling has no effect ({d})");
 }
 
@@ -91,7 +110,10 @@ fn v4_and_v5_configs_load_the_same_model() {
 #[test]
 fn linear_scaling_halves_the_angles() {
     let linear = variant("tiny-llama", |c| {
-        c.insert("rope_scaling".into(), json!({"type": "linear", "factor": 2.0}));
+        c.insert(
+            "rope_scaling".into(),
+            json!({"type": "linear", "factor": 2.0}),
+        );
     });
     let default = variant("tiny-llama", |c| {
         c.insert("rope_scaling".into(), json!({"rope_type": "default"}));
@@ -108,7 +130,8 @@ fn bias_switches_decide_the_tensors_read() {
     });
     let e = err(d.path());
     assert!(
-        e.contains("model.safetensors") && e.contains("`model.layers.0.self_attn.q_proj.bias` is missing"),
+        e.contains("model.safetensors")
+            && e.contains("`model.layers.0.self_attn.q_proj.bias` is missing"),
         "{e}"
     );
     let d = variant("tiny-llama", |c| {
@@ -118,16 +141,21 @@ fn bias_switches_decide_the_tensors_read() {
     let p = load(&fixtures().join("tiny-qwen3")).unwrap();
     let names: Vec<String> = p.vars().into_iter().map(|(n, _)| n).collect();
     assert!(names.contains(&"model.layers.1.self_attn.k_norm.weight".to_string()));
-    assert!(!names.iter().any(|n| n.ends_with(".bias") || n == "lm_head.weight"));
+    assert!(!names
+        .iter()
+        .any(|n| n.ends_with(".bias") || n == "lm_head.weight"));
     assert_eq!(p.num_parameters(), p.config.num_parameters());
     let l = load(&fixtures().join("tiny-llama")).unwrap();
     assert_eq!(l.num_parameters(), l.config.num_parameters());
     assert!(l.vars().iter().any(|(n, _)| n == "lm_head.weight"));
 }
 
+/// A change to a config.json object.
+type Edit = dyn FnOnce(&mut serde_json::Map<String, Value>);
+
 #[test]
 fn unsupported_settings_are_refused_by_name() {
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>, &str)> = vec![
+    let cases: Vec<(&str, Box<Edit>, &str)> = vec![
         (
             "tiny-qwen3",
             Box::new(|c| {

@@ -5,9 +5,8 @@ mod common;
 use candle_core::{Device, Tensor};
 use comlrl::model::batch::{causal_mask, position_ids};
 use comlrl::model::{
-    Architecture,
-    completion_logprobs, generate, LoadOptions, Mode, ModelSource, Policy, SamplingParams,
-    ScoreLayout,
+    completion_logprobs, generate, Architecture, LoadOptions, Mode, ModelSource, Policy,
+    SamplingParams, ScoreLayout,
 };
 use common::*;
 

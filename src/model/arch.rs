@@ -44,9 +44,7 @@ impl Architecture {
     /// The first supported entry of `architectures`, else (no such list) the `model_type`.
     pub fn from_names(architectures: &[String], model_type: Option<&str>) -> Result<Self, String> {
         let hit = if architectures.is_empty() {
-            Self::ALL
-                .iter()
-                .find(|(_, _, t)| Some(*t) == model_type)
+            Self::ALL.iter().find(|(_, _, t)| Some(*t) == model_type)
         } else {
             architectures
                 .iter()

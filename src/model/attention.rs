@@ -86,7 +86,10 @@ impl Attention {
         };
         let q = self.q_proj.forward_mode(x, mode)?.reshape((b, s, nh, hd))?;
         let q = per_head(q, &self.q_norm)?.transpose(1, 2)?;
-        let k = self.k_proj.forward_mode(x, mode)?.reshape((b, s, nkv, hd))?;
+        let k = self
+            .k_proj
+            .forward_mode(x, mode)?
+            .reshape((b, s, nkv, hd))?;
         let k = per_head(k, &self.k_norm)?.transpose(1, 2)?;
         let v = self
             .v_proj

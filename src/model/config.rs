@@ -157,7 +157,9 @@ impl ModelConfig {
             self.kv_heads() * self.head_dim(),
         );
         let flag = |on: bool, n: usize| if on { n } else { 0 };
-        let attn = h * q + 2 * h * kv + q * h
+        let attn = h * q
+            + 2 * h * kv
+            + q * h
             + flag(f.qkv_bias, q + 2 * kv)
             + flag(f.o_bias, h)
             + flag(f.qk_norm, 2 * d);
@@ -235,8 +237,8 @@ impl ModelConfig {
                 c
             }
             "llama-small" => {
-                let mut c = Self::with_shape(3000, 512, 2048, 8, 8, 2, true)
-                    .with_arch(Architecture::Llama);
+                let mut c =
+                    Self::with_shape(3000, 512, 2048, 8, 8, 2, true).with_arch(Architecture::Llama);
                 c.rope_theta = Some(500_000.0);
                 c.rope_scaling = Some(serde_json::json!({
                     "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
@@ -246,8 +248,8 @@ impl ModelConfig {
                 c
             }
             "qwen3-small" => {
-                let mut c = Self::with_shape(3000, 512, 2048, 8, 8, 2, true)
-                    .with_arch(Architecture::Qwen3);
+                let mut c =
+                    Self::with_shape(3000, 512, 2048, 8, 8, 2, true).with_arch(Architecture::Qwen3);
                 c.head_dim = Some(64);
                 c
             }

@@ -8,6 +8,7 @@
 //! RMSNorm (the fused norm over rows of head_dim) and scaled RoPE (only the tables differ).
 use super::accumulate::add_into;
 use super::attention::{Attention, AttnInputs};
+use super::causal_lm::DecoderLayer;
 use super::gemm_acc::add_matmul_tn;
 use super::kernels::fusable;
 use super::kernels::rms_norm::{rms_norm, rms_norm_backward};
@@ -16,7 +17,6 @@ use super::kernels::softmax::{masked_softmax, masked_softmax_backward};
 use super::kernels::swiglu::{swiglu, swiglu_backward};
 use super::linear::Linear;
 use super::norm::RmsNorm;
-use super::causal_lm::DecoderLayer;
 use candle_core::{Result, Tensor, TensorId, Var};
 use std::collections::HashMap;
 
@@ -139,8 +139,14 @@ fn head_norm_back(
     match (n, x) {
         (Some(n), Some(x)) => {
             let rows = x.elem_count() / d;
-            norm_back(&dy.reshape((rows, d))?, &x.reshape((rows, d))?, n, slots, acc)?
-                .reshape(x.shape())
+            norm_back(
+                &dy.reshape((rows, d))?,
+                &x.reshape((rows, d))?,
+                n,
+                slots,
+                acc,
+            )?
+            .reshape(x.shape())
         }
         (Some(_), None) => candle_core::bail!("q/k norm backward without its input"),
         (None, _) => Ok(dy),
@@ -378,7 +384,11 @@ mod tests {
             sin: &s32,
             mask: &m32,
         };
-        assert!(supported(&l32, &x), "{:?} must take the hand-written path", f.arch);
+        assert!(
+            supported(&l32, &x),
+            "{:?} must take the hand-written path",
+            f.arch
+        );
         let y = layer_forward(&l32, &x, &inp32)?;
         let want_y = l64.forward(&x.to_dtype(DType::F64)?, &rope64, &inp64, None, Mode::Train)?;
         let real64 = real.to_dtype(DType::F64)?;

@@ -2,8 +2,8 @@
 //! left-padded prompt ⊕ right-padded completion; differentiable w.r.t. every weight in
 //! `Mode::Train`. Logits are computed only at the positions that predict completion tokens.
 use super::batch::{causal_mask, position_ids};
-use super::mode::Mode;
 use super::causal_lm::CausalLm;
+use super::mode::Mode;
 use candle_core::{Result, Tensor};
 
 /// A prompt/completion batch laid out for scoring.

@@ -29,12 +29,12 @@ pub mod weights;
 
 pub use arch::{Architecture, Features};
 pub use causal_lm::CausalLm;
+/// The model's former name (it was Qwen2-only), kept for existing callers.
+pub use causal_lm::CausalLm as Qwen2;
 pub use config::{ModelConfig, Qwen2Config};
 pub use logprob::{completion_logprobs, ScoreLayout};
 pub use mode::Mode;
 pub use policy::{parse_dtype, LoadOptions, Policy};
-/// The model's former name (it was Qwen2-only), kept for existing callers.
-pub use causal_lm::CausalLm as Qwen2;
 pub use sample::{generate, SamplingParams};
 pub use source::ModelSource;
 pub use tokenizer::Tokenizer;

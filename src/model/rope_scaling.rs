@@ -69,7 +69,11 @@ impl Params<'_> {
 
     fn scaling(&self) -> Result<RopeScaling, String> {
         let t = self.rope_type()?;
-        if let Some(f) = self.map.get("partial_rotary_factor").and_then(Value::as_f64) {
+        if let Some(f) = self
+            .map
+            .get("partial_rotary_factor")
+            .and_then(Value::as_f64)
+        {
             if f != 1.0 {
                 return Err(format!(
                     "{}.partial_rotary_factor = {f} is not supported (only full rotary embeddings)",
@@ -228,7 +232,10 @@ mod tests {
     fn unsupported_types_and_missing_fields_are_named() {
         let yarn = json!({"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6});
         let e = RopeSpec::from_config(None, None, Some(&yarn)).unwrap_err();
-        assert!(e.contains("rope_parameters.rope_type `yarn`") && e.contains("llama3"), "{e}");
+        assert!(
+            e.contains("rope_parameters.rope_type `yarn`") && e.contains("llama3"),
+            "{e}"
+        );
         let dynamic = json!({"type": "dynamic", "factor": 2.0});
         let e = RopeSpec::from_config(None, Some(&dynamic), None).unwrap_err();
         assert!(e.contains("rope_scaling.rope_type `dynamic`"), "{e}");

@@ -2,8 +2,8 @@
 //! generations, then all rows decode together; rows that hit EOS or `max_new_tokens` leave the
 //! batch. Temperature → top-k → top-p as transformers applies them, from a seeded RNG.
 use super::batch::{causal_mask, position_ids};
-use super::mode::Mode;
 use super::causal_lm::CausalLm;
+use super::mode::Mode;
 use candle_core::{Result, Tensor};
 use rand::Rng;
 

@@ -208,3 +208,23 @@ fn unsupported_settings_are_refused_by_name() {
         assert!(e.contains("config.json") && e.contains(want), "{name}: {e}");
     }
 }
+
+/// `architectures: null` (what `PretrainedConfig.to_dict()` writes when it was never set):
+/// the architecture comes from `model_type`.
+#[test]
+fn null_architectures_fall_back_to_model_type() {
+    let d = variant("tiny-qwen3", |c| {
+        c.insert("architectures".into(), Value::Null);
+    });
+    let p = load(d.path()).unwrap();
+    assert_eq!(
+        p.config.features().unwrap().arch,
+        comlrl::model::Architecture::Qwen3
+    );
+    let d = variant("tiny-qwen3", |c| {
+        c.insert("architectures".into(), Value::Null);
+        c.insert("model_type".into(), json!("gemma"));
+    });
+    let e = err(d.path());
+    assert!(e.contains("model_type \"gemma\""), "{e}");
+}

@@ -16,7 +16,9 @@ pub type Qwen2Config = ModelConfig;
 /// model round-trips the original file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
-    #[serde(default)]
+    /// `null` (as `PretrainedConfig.to_dict()` writes for a config built without it) reads as
+    /// empty: the architecture then comes from `model_type`.
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub architectures: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_type: Option<String>,
@@ -64,6 +66,12 @@ pub struct ModelConfig {
     /// Everything else in the file, written back unchanged on save.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<String>, D::Error> {
+    Ok(Option::<Vec<String>>::deserialize(d)?.unwrap_or_default())
 }
 
 fn default_max_pos() -> usize {

@@ -150,7 +150,7 @@ impl Policy {
         opts: &LoadOptions,
     ) -> Result<Self> {
         let varmap = VarMap::new();
-        let names: Vec<String> = weights::expected_tensors(&config)
+        let names: Vec<String> = weights::expected_tensors(&config)?
             .into_iter()
             .map(|(n, _, _)| n)
             .collect();

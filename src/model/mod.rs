@@ -5,6 +5,7 @@ pub mod batch;
 pub mod config;
 pub mod fused_logprob;
 mod gemm_acc;
+pub mod gguf;
 mod head_grad;
 pub mod kernels;
 pub mod kv_cache;

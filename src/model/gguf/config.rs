@@ -241,9 +241,11 @@ pub fn gguf_metadata(cfg: &serde_json::Value) -> R<Vec<(String, Value)>> {
                     out.push((k("rope.scaling.original_context_length"), u(o)));
                 }
             }
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "config rope scaling `{other}` cannot be written to GGUF (supported: linear, yarn)"
-            )),
+            ))
+            }
         }
     }
     Ok(out)

@@ -9,6 +9,7 @@ pub mod config;
 pub mod flops;
 pub mod fused_logprob;
 mod gemm_acc;
+pub mod gguf;
 mod head_grad;
 pub mod kernels;
 pub mod kv_cache;

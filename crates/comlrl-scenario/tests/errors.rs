@@ -325,6 +325,22 @@ fn missing_files() {
         3,
         &["local model directory"],
     );
+    // A `*.gguf` file (no `./` needed) must exist as a file; an existing one resolves to it.
+    let (_, d) = f.one(&with("model: builtin:tiny", "model: models/x.gguf"), &[]);
+    check(
+        &d,
+        MissingFile,
+        "agents.model",
+        5,
+        3,
+        &["GGUF file", "x.gguf does not exist"],
+    );
+    let gguf = f.write("m.Q8_0.gguf", "");
+    let s = f.ok(&with("model: builtin:tiny", "model: m.Q8_0.gguf"), &[]);
+    assert_eq!(
+        s.agents[0].model.source,
+        comlrl_scenario::ModelSource::Local(gguf)
+    );
 }
 
 #[test]

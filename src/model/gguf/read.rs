@@ -121,7 +121,7 @@ pub fn take_expected(
     path: &Path,
 ) -> Result<HashMap<String, Tensor>> {
     let mut out = HashMap::new();
-    for (name, shape, _) in crate::model::weights::expected_tensors(cfg) {
+    for (name, shape, _) in crate::model::weights::expected_tensors(cfg)? {
         let t = found.remove(&name).ok_or_else(|| {
             Error::model(
                 path,

@@ -11,11 +11,14 @@
 //! # Ok(()) }
 //! ```
 pub mod bench;
+mod budget;
 mod convert;
 pub mod error;
+mod guard;
 mod locate;
 pub mod native;
 pub mod native_transition;
+mod plugin_file;
 pub mod plugin_path;
 pub mod processor;
 pub mod reference;

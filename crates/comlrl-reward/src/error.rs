@@ -53,7 +53,7 @@ impl ScriptFailure {
 }
 
 /// What went wrong with a native plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PluginFailure {
     /// The dynamic loader refused the library.
     Load,

@@ -15,6 +15,7 @@ mod budget;
 mod convert;
 pub mod error;
 mod guard;
+pub mod isolate;
 mod locate;
 pub mod native;
 pub mod native_transition;
@@ -29,6 +30,7 @@ pub mod stack;
 pub mod transition;
 
 pub use error::{PluginFailure, Pos, RewardError, ScriptFailure};
+pub use isolate::{serve_plugin_host, HostCommand, IsolatedReward};
 pub use native::NativeReward;
 pub use native_transition::NativeTransition;
 pub use processor::Processor;

@@ -1,13 +1,15 @@
 //! `RewardStack`: the scenario's reward terms (scripts and plugins) with their weights and
 //! names, combined as a weighted sum and passed through the processor chain.
 use crate::error::RewardError;
+use crate::isolate::{HostCommand, IsolatedReward};
 use crate::native::NativeReward;
 use crate::processor::{apply_chain, build_chain, Processor};
 use crate::sandbox::SandboxLimits;
 use crate::script::RhaiReward;
-use crate::spec::{OnError, ProcessorSpec, RewardSpec};
+use crate::spec::{OnError, ProcessorSpec, RewardSpec, DEFAULT_ISOLATE, ISOLATED_BUDGET_MS};
 use crate::{JointSample, RewardFn};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The reward of one joint sample.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -202,9 +204,20 @@ impl RewardStack {
     }
 }
 
-/// Load a plugin term: in-process, or in a child process when the term is isolated.
+/// Load a plugin term: in a child process when the term is isolated (the default, see
+/// [`DEFAULT_ISOLATE`]; the host is [`HostCommand::from_env`]), else in-process.
 fn load_plugin(path: &Path, spec: &RewardSpec) -> Result<Box<dyn RewardFn>, RewardError> {
-    Ok(Box::new(NativeReward::load(path, &spec.params)?))
+    if spec.isolate.unwrap_or(DEFAULT_ISOLATE) {
+        let budget = Duration::from_millis(spec.time_budget_ms.unwrap_or(ISOLATED_BUDGET_MS));
+        Ok(Box::new(IsolatedReward::load(
+            path,
+            &spec.params,
+            HostCommand::from_env()?,
+            budget,
+        )?))
+    } else {
+        Ok(Box::new(NativeReward::load(path, &spec.params)?))
+    }
 }
 
 impl RewardFn for RewardStack {

@@ -61,6 +61,11 @@ fn two_weighted_terms_then_processors() {
 
 #[test]
 fn seed_scenario_scale_100_with_native_and_script() {
+    // Plugins are isolated by default; the host is this crate's `comlrl-plugin-host`.
+    std::env::set_var(
+        comlrl_reward::isolate::HOST_ENV,
+        env!("CARGO_BIN_EXE_comlrl-plugin-host"),
+    );
     let plugin = common::plugin("comlrl_len_ratio");
     let specs = vec![
         RewardSpec {

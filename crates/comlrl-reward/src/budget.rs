@@ -62,7 +62,7 @@ pub(crate) fn on_progress(_operations: u64) -> Option<Dynamic> {
     });
     // Once expired, every further operation is refused at once.
     let expired = EXPIRED.with(Cell::get);
-    if !expired && tick % CHECK_EVERY != 0 {
+    if !expired && !tick.is_multiple_of(CHECK_EVERY) {
         return None;
     }
     let deadline = DEADLINE.with(Cell::get)?;

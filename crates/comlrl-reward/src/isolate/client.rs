@@ -56,7 +56,7 @@ impl HostCommand {
 }
 
 /// A running plugin host.
-struct Child_ {
+struct HostProcess {
     child: Child,
     stdin: BufWriter<ChildStdin>,
     frames: Receiver<std::io::Result<Vec<u8>>>,
@@ -71,7 +71,7 @@ pub struct IsolatedReward {
     host: HostCommand,
     params: String,
     budget: Duration,
-    child: Mutex<Option<Child_>>,
+    child: Mutex<Option<HostProcess>>,
 }
 
 impl std::fmt::Debug for IsolatedReward {
@@ -157,7 +157,7 @@ impl IsolatedReward {
     }
 
     /// Spawn a host and create the plugin in it.
-    fn start(&self) -> Result<(Child_, String), RewardError> {
+    fn start(&self) -> Result<(HostProcess, String), RewardError> {
         let mut child = Command::new(&self.host.program)
             .args(&self.host.args)
             .arg(&self.path)
@@ -210,7 +210,7 @@ impl IsolatedReward {
                 t.push_back(line);
             }
         });
-        let mut c = Child_ {
+        let mut c = HostProcess {
             child,
             stdin: BufWriter::new(stdin),
             frames,
@@ -239,8 +239,8 @@ impl IsolatedReward {
     }
 
     /// Close the child's stdin and reap it (killing it if it lingers).
-    fn stop(&self, c: Child_) {
-        let Child_ {
+    fn stop(&self, c: HostProcess) {
+        let HostProcess {
             mut child, stdin, ..
         } = c;
         drop(stdin);
@@ -251,7 +251,7 @@ impl IsolatedReward {
     /// child is reaped and the error says how it ended.
     fn exchange(
         &self,
-        c: &mut Child_,
+        c: &mut HostProcess,
         request: &Request<SampleOut>,
         doing: &str,
     ) -> Result<Response, RewardError> {

@@ -123,7 +123,7 @@ mod tests {
         write_frame(&mut buf, &resp).expect("write");
         write_frame(
             &mut buf,
-            &Request::<SampleIn>::Create {
+            &Request::<SampleOut>::Create {
                 params: "{}".into(),
             },
         )

@@ -14,12 +14,16 @@ pub const EXIT_PROTOCOL: i32 = 3;
 
 /// The protocol's channels, moved off fds 0 and 1 so that a plugin printing to stdout (or
 /// reading stdin) cannot corrupt them: fd 1 then points at stderr, fd 0 at `/dev/null`.
+/// SIGINT is ignored: Ctrl-C in the terminal reaches the whole process group, and the
+/// trainer stops gracefully at the end of its step, which still needs the plugin; the host
+/// ends when the trainer closes its stdin (or dies).
 #[cfg(unix)]
 fn protocol_channels() -> std::io::Result<(File, File)> {
     use std::os::fd::FromRawFd;
     // SAFETY: plain fd syscalls on this process's own standard descriptors; every returned
     // fd is checked before use and owned by exactly one `File`.
     unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
         let input = libc::dup(0);
         let output = libc::dup(1);
         if input < 0 || output < 0 {

@@ -68,6 +68,8 @@ impl Default for SandboxLimits {
 ///   raises them to `max_batch_operations` once it is detected).
 /// - A wall-clock deadline per call (see [`crate::budget`]): the progress callback ends the
 ///   script once the call's time budget is spent.
+/// - Maps are checked against `max_map_size` whenever their variable is read, which catches
+///   growth through `m[key] = value` (Rhai itself does not re-measure the map there).
 /// - `sleep` is replaced by a function that fails: a reward has no reason to wait.
 /// - `print` goes to `log::info!` and `debug` to `log::debug!`, prefixed with `script`.
 pub fn sandboxed_engine(script: &str, limits: &SandboxLimits) -> Engine {
@@ -84,6 +86,23 @@ pub fn sandboxed_engine(script: &str, limits: &SandboxLimits) -> Engine {
     engine.set_max_array_size(limits.max_array_size);
     engine.set_max_map_size(limits.max_map_size);
     engine.on_progress(crate::budget::on_progress);
+    // Rhai checks a map's size when it is built or returned, but not when `m[key] = v` adds
+    // a key; check the variable's map on every access instead (a scope lookup by name).
+    let max_map = limits.max_map_size;
+    engine.on_var(move |name, _index, ctx| {
+        let len = ctx
+            .scope()
+            .get(name)
+            .and_then(|v| v.read_lock::<rhai::Map>().map(|m| m.len()));
+        match len {
+            Some(n) if max_map > 0 && n > max_map => Err(rhai::EvalAltResult::ErrorDataTooLarge(
+                format!("Size of object map `{name}` ({n} properties, at most {max_map})"),
+                rhai::Position::NONE,
+            )
+            .into()),
+            _ => Ok(None),
+        }
+    });
     // Registered in the engine's own namespace, which is searched before the standard package.
     engine.register_fn("sleep", no_sleep::<rhai::INT>);
     engine.register_fn("sleep", no_sleep::<rhai::FLOAT>);

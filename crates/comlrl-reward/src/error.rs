@@ -173,7 +173,7 @@ pub enum RewardError {
     },
     /// A term with `on_error: skip_step` failed: the trainer skips this step (no update, no
     /// reward metrics) and goes on; see [`crate::spec::OnError`].
-    #[error("reward term `{term}` failed (on_error: skip_step, the step is skipped): {source}")]
+    #[error("reward term `{term}` failed (it has `on_error: skip_step`): {source}")]
     SkipStep {
         /// The failing term's name.
         term: String,

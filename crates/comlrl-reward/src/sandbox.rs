@@ -89,6 +89,8 @@ pub fn sandboxed_engine(script: &str, limits: &SandboxLimits) -> Engine {
     // Rhai checks a map's size when it is built or returned, but not when `m[key] = v` adds
     // a key; check the variable's map on every access instead (a scope lookup by name).
     let max_map = limits.max_map_size;
+    // `on_var` is marked volatile (not deprecated) by Rhai; pinned to 1.27 like the debugger.
+    #[allow(deprecated)]
     engine.on_var(move |name, _index, ctx| {
         let len = ctx
             .scope()

@@ -137,3 +137,32 @@ fn error_text_that_is_not_utf8_is_checked() {
     assert!(text.contains("not valid UTF-8"), "{text}");
     assert!(text.contains("misbehave: "), "{text}");
 }
+
+#[test]
+fn transition_prompts_that_are_not_utf8_are_refused() {
+    use comlrl_reward::{NativeTransition, TransitionFn, TransitionInput};
+    let path = common::plugin("comlrl_testkit_transition");
+    let completions = vec!["a".to_string(), "b".to_string()];
+    let history = vec![vec!["p".to_string()], vec!["p".to_string()]];
+    let input = TransitionInput {
+        prompt: "p",
+        fields: &serde_json::Map::new(),
+        turn: 1,
+        completions: &completions,
+        prompt_history: &history,
+        response_history: &history,
+    };
+    let good = NativeTransition::load(&path, &json!({})).expect("load");
+    assert_eq!(
+        good.next_prompts(&input).expect("prompts"),
+        vec!["Revise (turn 1): a", "Revise (turn 1): b"]
+    );
+    let bad = NativeTransition::load(&path, &json!({"bad_utf8": true})).expect("load");
+    let err = bad.next_prompts(&input).expect_err("not utf-8");
+    let (kind, text) = kind_and_text(&err, &path);
+    assert_eq!(kind, PluginFailure::Return, "{text}");
+    assert!(
+        text.contains("prompt for agent 0 is not valid UTF-8"),
+        "{text}"
+    );
+}

@@ -41,6 +41,13 @@ pub enum Command {
     Export(export::Args),
     /// Upload a run to Weights & Biases from its metrics.jsonl (after training offline).
     WandbSync(wandb_sync::Args),
+    /// Serve one reward plugin to an isolated reward term (started by the trainer, which
+    /// speaks to it over stdin/stdout; see docs/rewards.md).
+    #[command(hide = true)]
+    PluginHost {
+        /// The plugin library.
+        path: std::path::PathBuf,
+    },
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -53,5 +60,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::Export(a) => export::run(a),
         Command::WandbSync(a) => wandb_sync::run(a),
+        Command::PluginHost { path } => std::process::exit(comlrl_reward::serve_plugin_host(&path)),
     }
 }

@@ -156,11 +156,14 @@ pub struct RewardPluginV1 {
     /// The plugin's name (static UTF-8), for logs.
     pub name: StrRef,
     /// Build the plugin's state from the scenario's `params` (a JSON value).
-    pub create: CreateFn,
+    ///
+    /// The function pointers are `Option`s (same layout as a nullable C pointer), so a host
+    /// can refuse a table with a null entry instead of calling it.
+    pub create: Option<CreateFn>,
     /// Score a batch of joint samples.
-    pub score: ScoreFn,
+    pub score: Option<ScoreFn>,
     /// Free the state.
-    pub destroy: DestroyFn,
+    pub destroy: Option<DestroyFn>,
 }
 
 // SAFETY: the table only holds function pointers and a pointer to a `'static` immutable
@@ -365,9 +368,9 @@ pub mod shim {
             abi_version: ABI_VERSION,
             size: std::mem::size_of::<RewardPluginV1>() as u32,
             name: StrRef::new(T::NAME),
-            create: create::<T>,
-            score: score::<T>,
-            destroy: destroy::<T>,
+            create: Some(create::<T>),
+            score: Some(score::<T>),
+            destroy: Some(destroy::<T>),
         }
     }
 }
@@ -438,7 +441,8 @@ mod tests {
             len: 0,
         };
         // SAFETY: all pointers are valid locals for the call.
-        let status = unsafe { (table.score)(state, &sample, 1, out.as_mut_ptr(), &mut err) };
+        let status =
+            unsafe { (table.score.expect("score"))(state, &sample, 1, out.as_mut_ptr(), &mut err) };
         let text = String::from_utf8_lossy(&msg[..err.len]).into_owned();
         (status, out[0], text)
     }
@@ -458,14 +462,14 @@ mod tests {
             len: 0,
         };
         // SAFETY: valid params and error buffer.
-        let state = unsafe { (table.create)(StrRef::new("bad"), &mut err) };
+        let state = unsafe { (table.create.expect("create"))(StrRef::new("bad"), &mut err) };
         assert!(state.is_null());
         assert_eq!(&msg[..err.len], b"bad para", "truncated to capacity");
         // SAFETY: as above.
-        let state = unsafe { (table.create)(StrRef::new("panic"), &mut err) };
+        let state = unsafe { (table.create.expect("create"))(StrRef::new("panic"), &mut err) };
         assert!(state.is_null());
         // SAFETY: as above.
-        let state = unsafe { (table.create)(StrRef::new("{}"), &mut err) };
+        let state = unsafe { (table.create.expect("create"))(StrRef::new("{}"), &mut err) };
         assert!(!state.is_null());
         assert_eq!(
             call_score(table, state, "héllo"),
@@ -476,6 +480,6 @@ mod tests {
         assert_eq!(status, STATUS_PANIC);
         assert!(text.contains("score boom"), "{text}");
         // SAFETY: state came from create and is not used again.
-        unsafe { (table.destroy)(state) };
+        unsafe { (table.destroy.expect("destroy"))(state) };
     }
 }

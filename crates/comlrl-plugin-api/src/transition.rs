@@ -40,9 +40,9 @@ pub struct TransitionPluginV1 {
     /// `size_of::<TransitionPluginV1>()` as built by the plugin.
     pub size: u32,
     pub name: StrRef,
-    pub create: CreateFn,
-    pub next: NextFn,
-    pub destroy: DestroyFn,
+    pub create: Option<CreateFn>,
+    pub next: Option<NextFn>,
+    pub destroy: Option<DestroyFn>,
 }
 
 // SAFETY: the table is immutable static data (a name pointing to a static string and function
@@ -155,9 +155,9 @@ pub mod shim {
             abi_version: ABI_VERSION,
             size: std::mem::size_of::<TransitionPluginV1>() as u32,
             name: StrRef::new(T::NAME),
-            create: create::<T>,
-            next: next::<T>,
-            destroy: destroy::<T>,
+            create: Some(create::<T>),
+            next: Some(next::<T>),
+            destroy: Some(destroy::<T>),
         }
     }
 }

@@ -16,6 +16,8 @@ pub enum ScriptFailure {
     Runtime,
     /// A sandbox limit was hit (operations, call depth, string/array/map size).
     Limit,
+    /// The call ran past its wall-clock time budget.
+    TimeBudget,
     /// The script returned something other than a finite number (or the wrong count).
     Return,
     /// The scenario's `params` could not be handed to the script.
@@ -30,6 +32,7 @@ impl ScriptFailure {
             ScriptFailure::Entry => "bad entry point",
             ScriptFailure::Runtime => "runtime error",
             ScriptFailure::Limit => "sandbox limit exceeded",
+            ScriptFailure::TimeBudget => "time budget exceeded",
             ScriptFailure::Return => "bad return value",
             ScriptFailure::Params => "bad params",
         }
@@ -42,6 +45,7 @@ impl ScriptFailure {
             ScriptFailure::Entry => "define `fn reward(completions, ctx)` returning a number, or `fn reward_batch(samples, ctx)` returning an array with one number per sample (see 'Writing your own reward' in README.md)",
             ScriptFailure::Runtime => "fix the script at the position shown",
             ScriptFailure::Limit => "the script ran too long or built too large a value; look for an endless loop or runaway recursion, or simplify the script",
+            ScriptFailure::TimeBudget => "look for an endless loop or a runaway closure at the position shown; if the work is legitimate, raise the term's `time_budget_ms` (see docs/rewards.md)",
             ScriptFailure::Return => "return an integer or a finite float (one per sample for `reward_batch`)",
             ScriptFailure::Params => "fix the term's `params:` in the scenario",
         }
@@ -49,7 +53,7 @@ impl ScriptFailure {
 }
 
 /// What went wrong with a native plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PluginFailure {
     /// The dynamic loader refused the library.
     Load,
@@ -65,6 +69,16 @@ pub enum PluginFailure {
     Panic,
     /// The plugin returned a non-finite score.
     Return,
+    /// The function table has a null entry or an invalid name.
+    Table,
+    /// The plugin wrote outside the host buffer it was given (or left scores unwritten).
+    Memory,
+    /// The isolated plugin's process died (signal or exit) while working.
+    Crash,
+    /// The isolated plugin ran past its time budget and was stopped.
+    TimeBudget,
+    /// The isolated plugin's host process could not be started or spoke garbage.
+    Host,
 }
 
 impl PluginFailure {
@@ -77,6 +91,11 @@ impl PluginFailure {
             PluginFailure::Score => "score failed",
             PluginFailure::Panic => "plugin panicked",
             PluginFailure::Return => "bad return value",
+            PluginFailure::Table => "invalid function table",
+            PluginFailure::Memory => "plugin wrote out of bounds",
+            PluginFailure::Crash => "plugin crashed",
+            PluginFailure::TimeBudget => "time budget exceeded",
+            PluginFailure::Host => "plugin host failed",
         }
     }
 
@@ -89,6 +108,11 @@ impl PluginFailure {
             PluginFailure::Score => "see the plugin's message above; fix the plugin or its input",
             PluginFailure::Panic => "a bug in the plugin: fix the panic (the trainer caught it and stopped cleanly)",
             PluginFailure::Return => "the plugin must return finite numbers",
+            PluginFailure::Table => "build the plugin with `comlrl_plugin_api::export_reward!` (or fill every table entry by hand)",
+            PluginFailure::Memory => "a memory bug in the plugin; run it with `isolate: true` so such bugs cannot corrupt the trainer, and fix it",
+            PluginFailure::Crash => "a bug in the plugin: the child process running it died, the trainer is unharmed; reproduce with `comlrl reward` and fix the plugin",
+            PluginFailure::TimeBudget => "look for an endless loop in the plugin, or raise the term's `time_budget_ms` (see docs/rewards.md)",
+            PluginFailure::Host => "the trainer could not run `comlrl plugin-host`; set COMLRL_PLUGIN_HOST to the comlrl binary, or set `isolate: false` on the term",
         }
     }
 }
@@ -146,6 +170,16 @@ pub enum RewardError {
         requested: PathBuf,
         /// Every path that was tried, in order.
         tried: Vec<PathBuf>,
+    },
+    /// A term with `on_error: skip_step` failed: the trainer skips this step (no update, no
+    /// reward metrics) and goes on; see [`crate::spec::OnError`].
+    #[error("reward term `{term}` failed (it has `on_error: skip_step`): {source}")]
+    SkipStep {
+        /// The failing term's name.
+        term: String,
+        /// Its error.
+        #[source]
+        source: Box<RewardError>,
     },
     /// The reward section itself is wrong (duplicate names, no source, ...).
     #[error("reward configuration: {0}")]

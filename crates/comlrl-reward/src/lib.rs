@@ -11,11 +11,15 @@
 //! # Ok(()) }
 //! ```
 pub mod bench;
+mod budget;
 mod convert;
 pub mod error;
+mod guard;
+pub mod isolate;
 mod locate;
 pub mod native;
 pub mod native_transition;
+mod plugin_file;
 pub mod plugin_path;
 pub mod processor;
 pub mod reference;
@@ -26,6 +30,7 @@ pub mod stack;
 pub mod transition;
 
 pub use error::{PluginFailure, Pos, RewardError, ScriptFailure};
+pub use isolate::{serve_plugin_host, HostCommand, IsolatedReward};
 pub use native::NativeReward;
 pub use native_transition::NativeTransition;
 pub use processor::Processor;

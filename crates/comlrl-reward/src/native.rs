@@ -7,27 +7,34 @@
 //! fragile anyway (thread-locals, registered destructors). Loading the same plugin twice
 //! costs one more handle on the same mapping, nothing else.
 //!
-//! Trust model: a plugin is native code running inside the trainer with its full rights. Its
-//! panics are caught, but memory errors, aborts or endless loops in it cannot be contained.
-//! Only load plugins you would run as programs.
+//! Trust model: a plugin is native code running inside the trainer with its full rights.
+//! What the host can check, it checks: the file before `dlopen` (a truncated library is an
+//! error, not SIGBUS), the table before the first call (version, size, non-null entries, a
+//! UTF-8 name), every string the plugin hands back, and the score buffer (guard space after
+//! the `n` scores, see [`crate::guard`]). Its panics are caught. Memory errors, aborts,
+//! `exit()` or endless loops inside it cannot be contained in-process: run such plugins with
+//! `isolate: true` (a child process, see [`crate::isolate`]).
 use crate::error::{PluginFailure, RewardError};
+use crate::guard::{GuardedScores, HostErr};
 use crate::{plugin_path, JointSample, RewardFn};
 use comlrl_plugin_api::{
-    ErrBuf, RewardPluginV1, SampleRef, StrRef, TableHeader, ABI_VERSION, ENTRY_SYMBOL,
-    ENTRY_SYMBOL_NAME, STATUS_OK, STATUS_PANIC,
+    CreateFn, DestroyFn, RewardPluginV1, SampleRef, ScoreFn, StrRef, TableHeader, ABI_VERSION,
+    ENTRY_SYMBOL, ENTRY_SYMBOL_NAME, STATUS_OK, STATUS_PANIC,
 };
 use libloading::Library;
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 
-/// Capacity of the host-owned error buffer handed to the plugin.
-const ERR_CAPACITY: usize = 4096;
+/// Longest plugin name accepted, in bytes (a longer one is a garbage length).
+const MAX_NAME_LEN: usize = 1024;
 
 /// A loaded native reward plugin with its state.
 pub struct NativeReward {
     name: String,
+    plugin_name: String,
     path: PathBuf,
-    table: &'static RewardPluginV1,
+    score_fn: ScoreFn,
+    destroy_fn: DestroyFn,
     state: *mut c_void,
 }
 
@@ -79,10 +86,11 @@ pub(crate) fn open_table<T>(
     min_size: usize,
 ) -> Result<&'static T, RewardError> {
     let fail = |kind, msg: String| RewardError::plugin(path, kind, msg);
+    crate::plugin_file::check_library_file(path).map_err(|m| fail(PluginFailure::Load, m))?;
     // SAFETY: loading runs the library's initialisers. Plugins are trusted code by contract
     // (see the module docs); there is no way to load one without this.
     let library =
-        unsafe { Library::new(path) }.map_err(|e| fail(PluginFailure::Load, e.to_string()))?;
+        unsafe { Library::new(path) }.map_err(|e| fail(PluginFailure::Load, with_sources(&e)))?;
     let library: &'static Library = Box::leak(Box::new(library));
     // SAFETY: `fn() -> *const T` is the documented type of this symbol; a library that
     // exports the name with another type breaks the plugin contract.
@@ -110,32 +118,63 @@ pub(crate) fn open_table<T>(
     Ok(unsafe { &*raw })
 }
 
-/// A host-owned error buffer.
-pub(crate) struct HostErr {
-    bytes: Vec<u8>,
-    pub(crate) raw: ErrBuf,
+/// An error's text followed by its sources' (libloading puts `dlerror`'s text in the source).
+pub(crate) fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        next = s.source();
+    }
+    text
 }
 
-impl HostErr {
-    pub(crate) fn new() -> Self {
-        let mut bytes = vec![0u8; ERR_CAPACITY];
-        let raw = ErrBuf {
-            ptr: bytes.as_mut_ptr(),
-            cap: bytes.len(),
-            len: 0,
-        };
-        HostErr { bytes, raw }
+/// The plugin's name, checked: a non-null pointer (unless empty), a sane length, UTF-8.
+pub(crate) fn read_name(name: StrRef) -> Result<String, String> {
+    if name.len == 0 {
+        return Ok(String::new());
     }
+    if name.ptr.is_null() {
+        return Err(format!(
+            "the table's name pointer is null (with length {})",
+            name.len
+        ));
+    }
+    if name.len > MAX_NAME_LEN {
+        return Err(format!(
+            "the table's name is {} bytes long; at most {MAX_NAME_LEN} are accepted",
+            name.len
+        ));
+    }
+    // SAFETY: a non-null pointer to `len` (≤ 1 KiB) bytes of the plugin's static data, as
+    // the ABI requires; the bytes are not trusted to be UTF-8 (checked below).
+    let bytes = unsafe { std::slice::from_raw_parts(name.ptr, name.len) };
+    std::str::from_utf8(bytes)
+        .map(str::to_string)
+        .map_err(|e| format!("the table's name is not valid UTF-8 ({e})"))
+}
 
-    pub(crate) fn message(&self) -> String {
-        let len = self.raw.len.min(self.bytes.len());
-        let text = String::from_utf8_lossy(&self.bytes[..len]).into_owned();
-        if text.is_empty() {
-            "(the plugin gave no message)".to_string()
-        } else {
-            text
-        }
-    }
+/// The table's function pointers, all non-null, or which one is null.
+pub(crate) fn require<F>(f: Option<F>, what: &str) -> Result<F, String> {
+    f.ok_or_else(|| format!("the table's `{what}` function pointer is null"))
+}
+
+/// A reward table after validation: its name and its three functions.
+struct Checked {
+    name: String,
+    create: CreateFn,
+    score: ScoreFn,
+    destroy: DestroyFn,
+}
+
+fn check_table(table: &RewardPluginV1) -> Result<Checked, String> {
+    Ok(Checked {
+        name: read_name(table.name)?,
+        create: require(table.create, "create")?,
+        score: require(table.score, "score")?,
+        destroy: require(table.destroy, "destroy")?,
+    })
 }
 
 impl NativeReward {
@@ -152,24 +191,28 @@ impl NativeReward {
             ENTRY_SYMBOL_NAME,
             std::mem::size_of::<RewardPluginV1>(),
         )?;
-        // SAFETY: `name` is a static UTF-8 string of the plugin (ABI rule).
-        let plugin_name = unsafe { table.name.as_str() }.to_string();
+        let table = check_table(table).map_err(|m| fail(PluginFailure::Table, m))?;
 
         let params_json = params.to_string();
         let mut err = HostErr::new();
         // SAFETY: `params_json` and `err` are valid for the duration of the call.
         let state = unsafe { (table.create)(StrRef::new(&params_json), &mut err.raw) };
+        if err.overrun() {
+            return Err(fail(PluginFailure::Memory, err.message()));
+        }
         if state.is_null() {
             return Err(fail(PluginFailure::Create, err.message()));
         }
         let name = requested
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or(plugin_name);
+            .unwrap_or_else(|| table.name.clone());
         Ok(NativeReward {
             name,
+            plugin_name: table.name,
             path,
-            table,
+            score_fn: table.score,
+            destroy_fn: table.destroy,
             state,
         })
     }
@@ -181,8 +224,7 @@ impl NativeReward {
 
     /// The name the plugin gives itself.
     pub fn plugin_name(&self) -> &str {
-        // SAFETY: static UTF-8 string of the plugin (ABI rule).
-        unsafe { self.table.name.as_str() }
+        &self.plugin_name
     }
 }
 
@@ -225,13 +267,14 @@ impl RewardFn for NativeReward {
                 fields_json: StrRef::new(f),
             })
             .collect();
-        let mut out = vec![f32::NAN; batch.len()];
+        let mut out = GuardedScores::new(batch.len());
         let mut err = HostErr::new();
         // SAFETY: `state` came from this table's `create`; `samples` holds `batch.len()`
         // samples whose strings live in `batch`, `completions` and `fields` until the call
-        // returns; `out` has room for `batch.len()` floats; `err` is a valid host buffer.
+        // returns; `out` has room for `batch.len()` floats (plus guard space); `err` is a
+        // valid host buffer.
         let status = unsafe {
-            (self.table.score)(
+            (self.score_fn)(
                 self.state,
                 samples.as_ptr(),
                 samples.len(),
@@ -239,6 +282,13 @@ impl RewardFn for NativeReward {
                 &mut err.raw,
             )
         };
+        if err.overrun() {
+            return Err(RewardError::plugin(
+                &self.path,
+                PluginFailure::Memory,
+                err.message(),
+            ));
+        }
         if status != STATUS_OK {
             let kind = if status == STATUS_PANIC {
                 PluginFailure::Panic
@@ -247,14 +297,14 @@ impl RewardFn for NativeReward {
             };
             return Err(RewardError::plugin(&self.path, kind, err.message()));
         }
-        if let Some((i, v)) = out.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(RewardError::plugin(
-                &self.path,
-                PluginFailure::Return,
-                format!("score #{i} is {v}"),
-            ));
-        }
-        Ok(out)
+        out.finish().map_err(|m| {
+            let kind = if m.starts_with("score #") {
+                PluginFailure::Return
+            } else {
+                PluginFailure::Memory
+            };
+            RewardError::plugin(&self.path, kind, m)
+        })
     }
 }
 
@@ -262,7 +312,7 @@ impl Drop for NativeReward {
     fn drop(&mut self) {
         // SAFETY: `state` came from this table's `create` and is not used after this; the
         // library is never unloaded, so `destroy` is still mapped.
-        unsafe { (self.table.destroy)(self.state) };
+        unsafe { (self.destroy_fn)(self.state) };
     }
 }
 

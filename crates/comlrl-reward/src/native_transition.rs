@@ -2,20 +2,29 @@
 //! unloaded like reward plugins (see `native.rs` for the lifetime and trust model); prompts
 //! come back through a host callback that copies them.
 use crate::error::{PluginFailure, RewardError};
-use crate::native::{open_table, HostErr};
+use crate::guard::HostErr;
+use crate::native::{open_table, read_name, require};
 use crate::plugin_path;
 use crate::transition::{TransitionFn, TransitionInput};
 use comlrl_plugin_api::transition::{
-    TransitionPluginV1, TRANSITION_SYMBOL, TRANSITION_SYMBOL_NAME,
+    NextFn, TransitionPluginV1, TRANSITION_SYMBOL, TRANSITION_SYMBOL_NAME,
 };
-use comlrl_plugin_api::{StrRef, STATUS_OK, STATUS_PANIC};
+use comlrl_plugin_api::{DestroyFn, StrRef, STATUS_OK, STATUS_PANIC};
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 
 pub struct NativeTransition {
     path: PathBuf,
-    table: &'static TransitionPluginV1,
+    next_fn: NextFn,
+    destroy_fn: DestroyFn,
     state: *mut c_void,
+}
+
+/// Where the host's `push` callback collects the prompts of one `next` call.
+struct Sink {
+    prompts: Vec<String>,
+    /// Index and error of the first prompt that was not valid UTF-8.
+    bad: Option<(usize, String)>,
 }
 
 // SAFETY: the plugin's `next` must be callable from any thread (the export macro requires
@@ -32,13 +41,30 @@ impl std::fmt::Debug for NativeTransition {
     }
 }
 
-/// Host side of `PushFn`: appends a copy of the prompt to the `Vec<String>` behind `sink`.
+/// Host side of `PushFn`: appends a checked copy of the prompt to the [`Sink`] behind `sink`.
 unsafe extern "C" fn push(sink: *mut c_void, prompt: StrRef) {
-    // SAFETY: `sink` is the `&mut Vec<String>` passed to `next` for this very call, and
-    // `prompt` is valid UTF-8 for the duration of this callback (ABI rule).
-    unsafe {
-        let out = &mut *sink.cast::<Vec<String>>();
-        out.push(prompt.as_str().to_string());
+    // SAFETY: `sink` is the `&mut Sink` passed to `next` for this very call.
+    let sink = unsafe { &mut *sink.cast::<Sink>() };
+    let index = sink.prompts.len();
+    let bytes: &[u8] = if prompt.len == 0 {
+        &[]
+    } else if prompt.ptr.is_null() {
+        sink.bad
+            .get_or_insert((index, "a null pointer with a non-zero length".into()));
+        sink.prompts.push(String::new());
+        return;
+    } else {
+        // SAFETY: the plugin promises `len` readable bytes at `ptr` for this callback; they
+        // are not trusted to be UTF-8 (checked below).
+        unsafe { std::slice::from_raw_parts(prompt.ptr, prompt.len) }
+    };
+    match std::str::from_utf8(bytes) {
+        Ok(s) => sink.prompts.push(s.to_string()),
+        Err(e) => {
+            sink.bad
+                .get_or_insert((index, format!("not valid UTF-8 ({e})")));
+            sink.prompts.push(String::new());
+        }
     }
 }
 
@@ -52,14 +78,31 @@ impl NativeTransition {
             TRANSITION_SYMBOL_NAME,
             std::mem::size_of::<TransitionPluginV1>(),
         )?;
+        let checked = (|| {
+            read_name(table.name)?;
+            Ok::<_, String>((
+                require(table.create, "create")?,
+                require(table.next, "next")?,
+                require(table.destroy, "destroy")?,
+            ))
+        })();
+        let (create, next_fn, destroy_fn) = checked.map_err(|m| fail(PluginFailure::Table, m))?;
         let params_json = params.to_string();
         let mut err = HostErr::new();
         // SAFETY: `params_json` and `err` outlive the call.
-        let state = unsafe { (table.create)(StrRef::new(&params_json), &mut err.raw) };
+        let state = unsafe { create(StrRef::new(&params_json), &mut err.raw) };
+        if err.overrun() {
+            return Err(fail(PluginFailure::Memory, err.message()));
+        }
         if state.is_null() {
             return Err(fail(PluginFailure::Create, err.message()));
         }
-        Ok(Self { path, table, state })
+        Ok(Self {
+            path,
+            next_fn,
+            destroy_fn,
+            state,
+        })
     }
 }
 
@@ -75,19 +118,29 @@ impl TransitionFn for NativeTransition {
             "response_history": input.response_history,
         })
         .to_string();
-        let mut out: Vec<String> = Vec::new();
+        let mut sink = Sink {
+            prompts: Vec::new(),
+            bad: None,
+        };
         let mut err = HostErr::new();
-        // SAFETY: `state` came from this table's `create`; `ctx` and `out` outlive the call;
-        // `push` matches `PushFn` and only touches `out`.
+        // SAFETY: `state` came from this table's `create`; `ctx` and `sink` outlive the call;
+        // `push` matches `PushFn` and only touches `sink`.
         let status = unsafe {
-            (self.table.next)(
+            (self.next_fn)(
                 self.state,
                 StrRef::new(&ctx),
-                (&mut out as *mut Vec<String>).cast::<c_void>(),
+                (&mut sink as *mut Sink).cast::<c_void>(),
                 push,
                 &mut err.raw,
             )
         };
+        if err.overrun() {
+            return Err(RewardError::plugin(
+                &self.path,
+                PluginFailure::Memory,
+                err.message(),
+            ));
+        }
         if status != STATUS_OK {
             let kind = if status == STATUS_PANIC {
                 PluginFailure::Panic
@@ -96,6 +149,14 @@ impl TransitionFn for NativeTransition {
             };
             return Err(RewardError::plugin(&self.path, kind, err.message()));
         }
+        if let Some((i, what)) = sink.bad {
+            return Err(RewardError::plugin(
+                &self.path,
+                PluginFailure::Return,
+                format!("the transition's prompt for agent {i} is {what}"),
+            ));
+        }
+        let out = sink.prompts;
         if out.len() != input.completions.len() {
             return Err(RewardError::plugin(
                 &self.path,
@@ -114,6 +175,6 @@ impl TransitionFn for NativeTransition {
 impl Drop for NativeTransition {
     fn drop(&mut self) {
         // SAFETY: `state` came from `create` and is not used after this.
-        unsafe { (self.table.destroy)(self.state) };
+        unsafe { (self.destroy_fn)(self.state) };
     }
 }

@@ -7,6 +7,7 @@
 //!   `ctx`: `#{prompt, params, fields, agent_count}`.
 //! - `fn reward_batch(samples, ctx)` → an array with one number per sample. `samples`: array
 //!   of `#{prompt, completions, fields, agent_count}`; `ctx`: `#{params, batch_size}`.
+use crate::budget::{is_timeout, Deadline};
 use crate::convert::{json_to_dynamic, object_to_map};
 use crate::error::{Pos, RewardError, ScriptFailure};
 use crate::locate::locate_limit;
@@ -15,6 +16,7 @@ use crate::{JointSample, RewardFn};
 use rayon::prelude::*;
 use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, Position, Scope, AST, INT};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Name of the per-sample entry point.
 pub const ENTRY: &str = "reward";
@@ -113,10 +115,20 @@ impl RhaiReward {
             limits: *limits,
         };
         // Run the top-level statements once now, so their errors surface at load time.
-        reward
-            .engine
-            .run_ast(&reward.ast)
-            .map_err(|e| reward.eval_error(*e, None))?;
+        let deadline = Deadline::start(reward.budget());
+        let outcome = reward.engine.run_ast(&reward.ast);
+        let expired = deadline.expired();
+        drop(deadline);
+        outcome.map_err(|e| reward.eval_error(*e, None))?;
+        if expired {
+            return Err(timeout_error(
+                &reward.path,
+                reward.budget(),
+                None,
+                &[],
+                None,
+            ));
+        }
         Ok(reward)
     }
 
@@ -128,6 +140,14 @@ impl RhaiReward {
     /// The entry point the script defines.
     pub fn entry(&self) -> Entry {
         self.entry
+    }
+
+    /// The wall-clock budget of one call of the entry point.
+    pub fn budget(&self) -> Duration {
+        Duration::from_millis(match self.entry {
+            Entry::PerSample => self.limits.time_budget_ms,
+            Entry::Batch => self.limits.batch_time_budget_ms,
+        })
     }
 
     /// Turn a Rhai evaluation error into a [`RewardError`] with the innermost position.
@@ -151,6 +171,11 @@ impl RhaiReward {
             }
         }
         let pos = to_pos(inner.take_position());
+        if let EvalAltResult::ErrorTerminated(token, _) = &inner {
+            if is_timeout(token) {
+                return timeout_error(&self.path, self.budget(), pos, &chain, sample);
+            }
+        }
         let kind = match inner {
             EvalAltResult::ErrorTooManyOperations(_)
             | EvalAltResult::ErrorStackOverflow(_)
@@ -250,10 +275,16 @@ impl RhaiReward {
         sample: Option<usize>,
     ) -> Result<Dynamic, RewardError> {
         let [a, b] = args();
-        let e = match self
+        let deadline = Deadline::start(self.budget());
+        let outcome = self
             .engine
-            .call_fn::<Dynamic>(&mut Scope::new(), &self.ast, fn_name, (a, b))
-        {
+            .call_fn::<Dynamic>(&mut Scope::new(), &self.ast, fn_name, (a, b));
+        let expired = deadline.expired();
+        drop(deadline);
+        let e = match outcome {
+            Ok(_) if expired => {
+                return Err(timeout_error(&self.path, self.budget(), None, &[], sample))
+            }
             Ok(value) => return Ok(value),
             Err(e) => e,
         };
@@ -300,6 +331,32 @@ impl RhaiReward {
             .map(|(i, v)| self.number(v, &format!("`{BATCH_ENTRY}` (item #{i})")))
             .collect()
     }
+}
+
+/// The error of a call that ran past its budget: "reward script exceeded its time budget (N
+/// ms) at file:line", with the call chain and the sample when known.
+pub(crate) fn timeout_error(
+    path: &Path,
+    budget: Duration,
+    pos: Option<Pos>,
+    chain: &[String],
+    sample: Option<usize>,
+) -> RewardError {
+    let at = match pos {
+        Some(p) => format!(" at {}:{}", path.display(), p.line),
+        None => format!(" in {}", path.display()),
+    };
+    let mut message = format!(
+        "reward script exceeded its time budget ({} ms){at}",
+        budget.as_millis()
+    );
+    if !chain.is_empty() {
+        message.push_str(&format!(" (in {})", chain.join(" -> ")));
+    }
+    if let Some(i) = sample {
+        message.push_str(&format!(", scoring joint sample #{i}"));
+    }
+    RewardError::script(path, pos, ScriptFailure::TimeBudget, message)
 }
 
 /// Find the single entry point and check its arity.

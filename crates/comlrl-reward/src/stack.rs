@@ -1,12 +1,15 @@
 //! `RewardStack`: the scenario's reward terms (scripts and plugins) with their weights and
 //! names, combined as a weighted sum and passed through the processor chain.
 use crate::error::RewardError;
+use crate::isolate::{HostCommand, IsolatedReward};
 use crate::native::NativeReward;
 use crate::processor::{apply_chain, build_chain, Processor};
+use crate::sandbox::SandboxLimits;
 use crate::script::RhaiReward;
-use crate::spec::{ProcessorSpec, RewardSpec};
+use crate::spec::{OnError, ProcessorSpec, RewardSpec, DEFAULT_ISOLATE, ISOLATED_BUDGET_MS};
 use crate::{JointSample, RewardFn};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The reward of one joint sample.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -21,6 +24,7 @@ struct Term {
     name: String,
     weight: f64,
     reward: Box<dyn RewardFn>,
+    on_error: OnError,
 }
 
 /// Weighted reward terms followed by a processor chain.
@@ -64,15 +68,26 @@ impl RewardStack {
         let processors = build_chain(processors)?;
         let mut terms: Vec<Term> = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
+            if spec.time_budget_ms == Some(0) {
+                return Err(RewardError::Config(format!(
+                    "reward term #{} has `time_budget_ms: 0`; give at least 1 (milliseconds) or remove it for the default",
+                    i + 1
+                )));
+            }
             let (reward, file): (Box<dyn RewardFn>, &Path) = match (&spec.rhai, &spec.plugin) {
-                (Some(script), None) => (
-                    Box::new(RhaiReward::load(resolve(base_dir, script), &spec.params)?),
-                    script,
-                ),
-                (None, Some(plugin)) => (
-                    Box::new(NativeReward::load(resolve(base_dir, plugin), &spec.params)?),
-                    plugin,
-                ),
+                (Some(script), None) => {
+                    let mut limits = SandboxLimits::default();
+                    if let Some(ms) = spec.time_budget_ms {
+                        limits.time_budget_ms = ms;
+                        limits.batch_time_budget_ms = ms;
+                    }
+                    let path = resolve(base_dir, script);
+                    (
+                        Box::new(RhaiReward::load_with_limits(path, &spec.params, &limits)?),
+                        script,
+                    )
+                }
+                (None, Some(plugin)) => (load_plugin(&resolve(base_dir, plugin), spec)?, plugin),
                 _ => {
                     return Err(RewardError::Config(format!(
                         "reward term #{} must set exactly one of `rhai:` or `plugin:`",
@@ -102,6 +117,7 @@ impl RewardStack {
                 name,
                 weight: spec.weight,
                 reward,
+                on_error: spec.on_error,
             });
         }
         Ok(RewardStack { terms, processors })
@@ -129,6 +145,7 @@ impl RewardStack {
                 name,
                 weight,
                 reward,
+                on_error: OnError::Fail,
             });
         }
         Ok(RewardStack { terms, processors })
@@ -149,7 +166,13 @@ impl RewardStack {
     pub fn score(&self, batch: &[JointSample]) -> Result<Vec<Scored>, RewardError> {
         let mut columns = Vec::with_capacity(self.terms.len());
         for term in &self.terms {
-            let values = term.reward.score(batch)?;
+            let values = term.reward.score(batch).map_err(|e| match term.on_error {
+                OnError::Fail => e,
+                OnError::SkipStep => RewardError::SkipStep {
+                    term: term.name.clone(),
+                    source: Box::new(e),
+                },
+            })?;
             if values.len() != batch.len() {
                 return Err(RewardError::Config(format!(
                     "reward term `{}` returned {} values for {} joint samples",
@@ -178,6 +201,22 @@ impl RewardStack {
                 Ok(Scored { reward, components })
             })
             .collect()
+    }
+}
+
+/// Load a plugin term: in a child process when the term is isolated (the default, see
+/// [`DEFAULT_ISOLATE`]; the host is [`HostCommand::from_env`]), else in-process.
+fn load_plugin(path: &Path, spec: &RewardSpec) -> Result<Box<dyn RewardFn>, RewardError> {
+    if spec.isolate.unwrap_or(DEFAULT_ISOLATE) {
+        let budget = Duration::from_millis(spec.time_budget_ms.unwrap_or(ISOLATED_BUDGET_MS));
+        Ok(Box::new(IsolatedReward::load(
+            path,
+            &spec.params,
+            HostCommand::from_env()?,
+            budget,
+        )?))
+    } else {
+        Ok(Box::new(NativeReward::load(path, &spec.params)?))
     }
 }
 

@@ -6,11 +6,14 @@
 //! `completions` are the agents' completions of the parent joint action (agent 0 first),
 //! `prompt_history[i]` / `response_history[i]` agent i's prompts and completions along the
 //! branch so far (including the parent turn), `turn` the 1-based turn just completed.
+use crate::budget::{is_timeout, Deadline};
 use crate::convert::{json_to_dynamic, object_to_map};
 use crate::error::{Pos, RewardError, ScriptFailure};
 use crate::sandbox::{sandboxed_engine, SandboxLimits};
+use crate::script::timeout_error;
 use rhai::{Array, Dynamic, Engine, Map, Scope, AST, INT};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Name of the entry point.
 pub const TRANSITION_ENTRY: &str = "transition";
@@ -51,6 +54,7 @@ pub fn load_transition(
 /// A compiled transition script.
 pub struct RhaiTransition {
     path: PathBuf,
+    budget: Duration,
     engine: Engine,
     ast: AST,
     params: Dynamic,
@@ -72,12 +76,22 @@ fn pos(p: rhai::Position) -> Option<Pos> {
 }
 
 impl RhaiTransition {
-    /// Reads, compiles and checks the script (its `fn transition(ctx)` must exist).
+    /// Reads, compiles and checks the script (its `fn transition(ctx)` must exist), under the
+    /// default [`SandboxLimits`] (each call gets `time_budget_ms`).
     pub fn load(path: impl AsRef<Path>, params: &serde_json::Value) -> Result<Self, RewardError> {
+        Self::load_with_limits(path, params, &SandboxLimits::default())
+    }
+
+    /// [`RhaiTransition::load`] with explicit limits.
+    pub fn load_with_limits(
+        path: impl AsRef<Path>,
+        params: &serde_json::Value,
+        limits: &SandboxLimits,
+    ) -> Result<Self, RewardError> {
         let path = path.as_ref();
         let source = std::fs::read_to_string(path)
             .map_err(|e| RewardError::script(path, None, ScriptFailure::Read, e.to_string()))?;
-        let engine = sandboxed_engine(&path.display().to_string(), &SandboxLimits::default());
+        let engine = sandboxed_engine(&path.display().to_string(), limits);
         let mut ast = engine.compile(&source).map_err(|e| {
             RewardError::script(path, pos(e.1), ScriptFailure::Syntax, e.0.to_string())
         })?;
@@ -95,6 +109,7 @@ impl RhaiTransition {
         }
         Ok(Self {
             path: path.to_path_buf(),
+            budget: Duration::from_millis(limits.time_budget_ms),
             engine,
             ast,
             params: json_to_dynamic(params),
@@ -129,24 +144,37 @@ impl TransitionFn for RhaiTransition {
             "response_history".into(),
             Dynamic::from(nested(input.response_history)),
         );
-        let out: Dynamic = self
-            .engine
-            .call_fn(
-                &mut Scope::new(),
-                &self.ast,
-                TRANSITION_ENTRY,
-                (Dynamic::from(ctx),),
-            )
-            .map_err(|e| {
-                let p = pos(e.position());
-                let kind = match *e {
-                    rhai::EvalAltResult::ErrorTooManyOperations(_)
-                    | rhai::EvalAltResult::ErrorStackOverflow(_)
-                    | rhai::EvalAltResult::ErrorDataTooLarge(..) => ScriptFailure::Limit,
-                    _ => ScriptFailure::Runtime,
-                };
-                RewardError::script(&self.path, p, kind, e.to_string())
-            })?;
+        let deadline = Deadline::start(self.budget);
+        let outcome: Result<Dynamic, _> = self.engine.call_fn(
+            &mut Scope::new(),
+            &self.ast,
+            TRANSITION_ENTRY,
+            (Dynamic::from(ctx),),
+        );
+        let expired = deadline.expired();
+        drop(deadline);
+        if expired && outcome.is_ok() {
+            return Err(timeout_error(&self.path, self.budget, None, &[], None));
+        }
+        let out = outcome.map_err(|e| {
+            let mut inner = &*e;
+            while let rhai::EvalAltResult::ErrorInFunctionCall(_, _, next, _) = inner {
+                inner = next;
+            }
+            if let rhai::EvalAltResult::ErrorTerminated(token, at) = inner {
+                if is_timeout(token) {
+                    return timeout_error(&self.path, self.budget, pos(*at), &[], None);
+                }
+            }
+            let p = pos(e.position());
+            let kind = match inner {
+                rhai::EvalAltResult::ErrorTooManyOperations(_)
+                | rhai::EvalAltResult::ErrorStackOverflow(_)
+                | rhai::EvalAltResult::ErrorDataTooLarge(..) => ScriptFailure::Limit,
+                _ => ScriptFailure::Runtime,
+            };
+            RewardError::script(&self.path, p, kind, e.to_string())
+        })?;
         let ret = |m: String| RewardError::script(&self.path, None, ScriptFailure::Return, m);
         let arr = out.into_array().map_err(|t| {
             ret(format!(

@@ -1,7 +1,7 @@
 //! The weighted stack and processors end to end, with exact expected values.
 mod common;
 
-use comlrl_reward::spec::{ExpScaleSpec, ProcessorSpec, RewardSpec};
+use comlrl_reward::spec::{ExpScaleSpec, OnError, ProcessorSpec, RewardSpec};
 use comlrl_reward::{JointSample, RewardError, RewardStack};
 use serde_json::json;
 use std::path::PathBuf;
@@ -13,6 +13,7 @@ fn rhai_term(path: PathBuf, weight: f64, params: serde_json::Value) -> RewardSpe
         name: None,
         weight,
         params,
+        ..RewardSpec::default()
     }
 }
 
@@ -60,6 +61,11 @@ fn two_weighted_terms_then_processors() {
 
 #[test]
 fn seed_scenario_scale_100_with_native_and_script() {
+    // Plugins are isolated by default; the host is this crate's `comlrl-plugin-host`.
+    std::env::set_var(
+        comlrl_reward::isolate::HOST_ENV,
+        env!("CARGO_BIN_EXE_comlrl-plugin-host"),
+    );
     let plugin = common::plugin("comlrl_len_ratio");
     let specs = vec![
         RewardSpec {
@@ -68,6 +74,7 @@ fn seed_scenario_scale_100_with_native_and_script() {
             name: Some("native".into()),
             weight: 1.0,
             params: json!({}),
+            ..RewardSpec::default()
         },
         RewardSpec {
             name: Some("script".into()),
@@ -194,4 +201,73 @@ fn yaml_shape_of_processors() {
             max: 10.0
         }
     );
+}
+
+#[test]
+fn time_budget_from_the_term_and_on_error_skip_step() {
+    let stall = common::script(
+        "stack_stall",
+        "fn reward(c, ctx) {\n    let a = [];\n    a.pad(1000, 0);\n    loop { a.map(|x| { let n = 0; while n < 100_000 { n += 1; } x }); }\n}\n",
+    );
+    let spec = RewardSpec {
+        time_budget_ms: Some(150),
+        ..rhai_term(stall, 1.0, json!({}))
+    };
+    let base = std::path::Path::new("/");
+    let stack = RewardStack::build(std::slice::from_ref(&spec), &[], base).expect("builds");
+    let err = stack.score(&samples()).expect_err("stalls");
+    assert!(
+        matches!(err, RewardError::Script { .. }),
+        "`fail` keeps the error as it is: {err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("exceeded its time budget (150 ms)"),
+        "{err}"
+    );
+    let skip = RewardSpec {
+        on_error: OnError::SkipStep,
+        name: Some("stall".into()),
+        ..spec
+    };
+    let stack = RewardStack::build(&[skip], &[], base).expect("builds");
+    match stack.score(&samples()).expect_err("stalls") {
+        RewardError::SkipStep { term, source } => {
+            assert_eq!(term, "stall");
+            assert!(source.to_string().contains("(150 ms)"), "{source}");
+        }
+        other => panic!("expected SkipStep, got {other:?}"),
+    }
+    let zero = RewardSpec {
+        time_budget_ms: Some(0),
+        ..rhai_term(common::len_ratio_script(), 1.0, json!({}))
+    };
+    let err = RewardStack::build(&[zero], &[], base).expect_err("zero budget");
+    assert!(err.to_string().contains("time_budget_ms: 0"), "{err}");
+}
+
+#[test]
+fn new_term_keys_parse_and_default() {
+    let spec: RewardSpec = serde_json::from_str(
+        r#"{"plugin": "x", "isolate": false, "on_error": "skip_step", "time_budget_ms": 250}"#,
+    )
+    .expect("parse");
+    assert_eq!(spec.isolate, Some(false));
+    assert_eq!(spec.on_error, OnError::SkipStep);
+    assert_eq!(spec.time_budget_ms, Some(250));
+    let spec: RewardSpec = serde_json::from_str(r#"{"rhai": "x.rhai"}"#).expect("parse");
+    assert_eq!(
+        spec,
+        RewardSpec {
+            rhai: Some("x.rhai".into()),
+            ..RewardSpec::default()
+        }
+    );
+    assert_eq!(
+        serde_json::to_string(&spec).expect("emit"),
+        r#"{"rhai":"x.rhai","weight":1.0,"params":{}}"#
+    );
+    let err = serde_json::from_str::<RewardSpec>(r#"{"rhai": "x", "on_error": "ignore"}"#)
+        .expect_err("bad on_error");
+    assert!(err.to_string().contains("skip_step"), "{err}");
 }

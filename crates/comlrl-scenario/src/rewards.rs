@@ -112,12 +112,29 @@ pub(crate) fn resolve(
                 "give one of them a distinct `name:`",
             );
         }
+        if spec.time_budget_ms == Some(0) {
+            d.invalid(
+                &p.key("time_budget_ms"),
+                "time_budget_ms must be at least 1",
+                "remove it for the default (see docs/rewards.md), or give milliseconds, e.g. `time_budget_ms: 2000`",
+            );
+        }
+        if rhai.is_some() && spec.isolate.is_some() {
+            d.invalid(
+                &p.key("isolate"),
+                "`isolate` applies to plugins only; Rhai scripts always run in the sandbox",
+                "remove `isolate` from this term",
+            );
+        }
         terms.push(RewardSpec {
             rhai,
             plugin,
             name: Some(name),
             weight: spec.weight,
             params: spec.params,
+            time_budget_ms: spec.time_budget_ms,
+            isolate: spec.isolate,
+            on_error: spec.on_error,
         });
     }
 

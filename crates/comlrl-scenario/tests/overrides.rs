@@ -130,3 +130,27 @@ fn malformed_override_is_located_at_the_argument() {
         "{msg}"
     );
 }
+
+#[test]
+fn reward_robustness_keys_are_accepted_and_checked() {
+    use comlrl_reward::spec::OnError;
+    let f = Fixture::new();
+    let s = f.ok(
+        BASE,
+        &["reward.time_budget_ms=2500", "reward.on_error=skip_step"],
+    );
+    assert_eq!(s.reward.terms[0].time_budget_ms, Some(2500));
+    assert_eq!(s.reward.terms[0].on_error, OnError::SkipStep);
+    assert_eq!(s.reward.terms[0].isolate, None);
+    let yaml = s.to_yaml();
+    assert!(yaml.contains("time_budget_ms: 2500"), "{yaml}");
+    assert!(yaml.contains("on_error: skip_step"), "{yaml}");
+    let (msg, d) = f.one(BASE, &["reward.time_budget_ms=0"]);
+    assert!(msg.contains("at least 1"), "{msg}");
+    assert_eq!(d.key, "reward.time_budget_ms", "{d:?}");
+    let (msg, d) = f.one(BASE, &["reward.isolate=true"]);
+    assert!(msg.contains("plugins only"), "{msg}");
+    assert_eq!(d.key, "reward.isolate", "{d:?}");
+    let (msg, _) = f.one(BASE, &["reward.on_error=ignore"]);
+    assert!(msg.contains("skip_step"), "{msg}");
+}

@@ -25,9 +25,9 @@ static TABLE: RewardPluginV1 = RewardPluginV1 {
     abi_version: 999,
     size: std::mem::size_of::<RewardPluginV1>() as u32,
     name: StrRef::new("bad_abi"),
-    create,
-    score,
-    destroy,
+    create: Some(create),
+    score: Some(score),
+    destroy: Some(destroy),
 };
 
 /// Entry point with the right name but an incompatible table.

@@ -1,6 +1,14 @@
-//! Test-only plugin that misbehaves on purpose, chosen by `params.mode`: `panic_create`,
-//! `error_create`, `panic_score`, `error_score`, `nan`, or `ok` (scores 1.0).
-use comlrl_plugin_api::{export_reward, Reward, Sample};
+//! Test-only plugin that misbehaves on purpose, chosen by `params.mode`:
+//! - through the safe API: `panic_create`, `error_create`, `panic_score`, `error_score`,
+//!   `nan`, or `ok` (scores 1.0);
+//! - below it, in a hand-written `score` (the safe API cannot express these): `write_past_n`
+//!   (writes 4 scores more than asked), `skip_write` (reports success, writes nothing),
+//!   `bad_utf8_error` (an error message that is not UTF-8), `stdout` (prints to stdout, then
+//!   scores 1.0), and the process killers `abort`, `segv`, `stack_overflow`, `exit0`, `hang`.
+use comlrl_plugin_api::{
+    shim, ErrBuf, Reward, RewardPluginV1, Sample, SampleRef, STATUS_ERROR, STATUS_OK,
+};
+use std::ffi::c_void;
 
 /// The selected misbehaviour.
 pub struct Misbehave {
@@ -34,4 +42,74 @@ impl Reward for Misbehave {
     }
 }
 
-export_reward!(Misbehave);
+/// Recurses without end (the frame buffer keeps the optimiser from making it a loop).
+#[inline(never)]
+fn overflow(depth: u64) -> u64 {
+    let frame = std::hint::black_box([depth; 64]);
+    if frame[0] == u64::MAX {
+        return 0;
+    }
+    overflow(frame[depth as usize % 64] + 1) + frame[3]
+}
+
+/// `score` below the safe API: the raw misbehaviours, else the safe shim.
+unsafe extern "C" fn score(
+    state: *const c_void,
+    samples: *const SampleRef,
+    n: usize,
+    out: *mut f32,
+    err: *mut ErrBuf,
+) -> i32 {
+    // SAFETY: `state` is the Box<Misbehave> made by the shim's `create`.
+    let this = unsafe { &*state.cast::<Misbehave>() };
+    match this.mode.as_str() {
+        "write_past_n" => {
+            for i in 0..n + 4 {
+                // SAFETY: deliberately not safe for i >= n; the host's guard space catches it.
+                unsafe { out.add(i).write(1.0) };
+            }
+            STATUS_OK
+        }
+        "skip_write" => STATUS_OK,
+        "bad_utf8_error" => {
+            let bytes = b"misbehave: \xff\xfe not utf-8";
+            // SAFETY: the host's buffer has `cap` writable bytes; we write at most that.
+            unsafe {
+                let buf = &mut *err;
+                let k = bytes.len().min(buf.cap);
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.ptr, k);
+                buf.len = k;
+            }
+            STATUS_ERROR
+        }
+        "stdout" => {
+            println!("misbehave: chatter on stdout as asked");
+            // SAFETY: forwarded unchanged from the host.
+            unsafe { shim::score::<Misbehave>(state, samples, n, out, err) }
+        }
+        "abort" => std::process::abort(),
+        // SAFETY: deliberately not: a write through a null pointer, as asked.
+        "segv" => unsafe {
+            std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1);
+            STATUS_OK
+        },
+        "stack_overflow" => overflow(0) as i32,
+        "exit0" => std::process::exit(0),
+        "hang" => loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        },
+        // SAFETY: forwarded unchanged from the host.
+        _ => unsafe { shim::score::<Misbehave>(state, samples, n, out, err) },
+    }
+}
+
+static TABLE: RewardPluginV1 = RewardPluginV1 {
+    score: Some(score),
+    ..shim::table::<Misbehave>()
+};
+
+/// Entry point of this comlrl reward plugin (ABI version 1).
+#[unsafe(no_mangle)]
+pub extern "C" fn comlrl_reward_v1() -> *const RewardPluginV1 {
+    &TABLE
+}

@@ -1,9 +1,14 @@
 //! Test-only transition plugin: each agent's next prompt is `Revise (turn N): <its completion>`.
-//! With params `{"panic": true}` it panics, to test that the host reports it.
-use comlrl_plugin_api::transition::Transition;
+//! With params `{"panic": true}` it panics, to test that the host reports it; with
+//! `{"bad_utf8": true}` its raw `next` hands back prompts that are not UTF-8, to test that the
+//! host checks them.
+use comlrl_plugin_api::transition::{shim, PushFn, Transition, TransitionPluginV1};
+use comlrl_plugin_api::{ErrBuf, StrRef, STATUS_OK};
+use std::ffi::c_void;
 
 struct Revise {
     panic: bool,
+    bad_utf8: bool,
 }
 
 impl Transition for Revise {
@@ -13,6 +18,7 @@ impl Transition for Revise {
         let v: serde_json::Value = serde_json::from_str(params_json).map_err(|e| e.to_string())?;
         Ok(Revise {
             panic: v.get("panic").and_then(|p| p.as_bool()).unwrap_or(false),
+            bad_utf8: v.get("bad_utf8").and_then(|p| p.as_bool()).unwrap_or(false),
         })
     }
 
@@ -32,4 +38,43 @@ impl Transition for Revise {
     }
 }
 
-comlrl_plugin_api::export_transition!(Revise);
+/// `next` below the safe API: invalid UTF-8 when asked, else the safe shim.
+unsafe extern "C" fn next(
+    state: *const c_void,
+    ctx_json: StrRef,
+    sink: *mut c_void,
+    push: PushFn,
+    err: *mut ErrBuf,
+) -> i32 {
+    // SAFETY: `state` is the Box<Revise> made by the shim's `create`.
+    let this = unsafe { &*state.cast::<Revise>() };
+    if this.bad_utf8 {
+        static BYTES: [u8; 3] = [b'a', 0xff, b'b'];
+        for _ in 0..2 {
+            // SAFETY: `push` and `sink` come from the host; the bytes are static.
+            unsafe {
+                push(
+                    sink,
+                    StrRef {
+                        ptr: BYTES.as_ptr(),
+                        len: 3,
+                    },
+                )
+            };
+        }
+        return STATUS_OK;
+    }
+    // SAFETY: forwarded unchanged from the host.
+    unsafe { shim::next::<Revise>(state, ctx_json, sink, push, err) }
+}
+
+static TABLE: TransitionPluginV1 = TransitionPluginV1 {
+    next: Some(next),
+    ..shim::table::<Revise>()
+};
+
+/// Entry point of this comlrl transition plugin (ABI version 1).
+#[unsafe(no_mangle)]
+pub extern "C" fn comlrl_transition_v1() -> *const TransitionPluginV1 {
+    &TABLE
+}

@@ -1,0 +1,11 @@
+//! Process isolation for native reward plugins (`isolate: true` on a term): the plugin runs
+//! in a child process, `comlrl plugin-host <path>`, that speaks a small framed protocol over
+//! its stdin/stdout. Crashes, aborts, `exit()`, stack overflows and heap corruption inside the
+//! plugin end the child, not the trainer; they come back as errors naming the plugin, the
+//! signal or exit status and what it was doing. Endless loops end at the time budget.
+pub mod client;
+pub mod protocol;
+pub mod server;
+
+pub use client::{HostCommand, IsolatedReward, HOST_ENV};
+pub use server::serve_plugin_host;

@@ -120,6 +120,7 @@ fn native_scenario_loads_or_asks_for_the_build() {
     // Without the file check it always resolves.
     let opts = LoadOptions {
         require_reward_files: false,
+        ..LoadOptions::default()
     };
     let s = load_with(&path, &[], &opts).unwrap_or_else(|e| panic!("{e}"));
     check_seed(&s, "Qwen/Qwen2.5-0.5B");

@@ -373,6 +373,21 @@ mod tests {
     }
 
     #[test]
+    fn strftime_now_formats_local_time() {
+        let year = chrono::Local::now().format("%Y").to_string();
+        let got = render("{{ strftime_now('%Y') }}");
+        // Around midnight on New Year's Eve the year may just have turned.
+        let next = (year.parse::<i32>().expect("year") + 1).to_string();
+        assert!(got == year || got == next, "{got}");
+        let e = ChatTemplate::new("t", "{{ strftime_now('%Q%') }}")
+            .expect("compiles")
+            .render(None, "p")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("strftime_now: bad format"), "{e}");
+    }
+
+    #[test]
     fn python_methods_and_raise() {
         assert_eq!(
             render("{{ ' a '.strip() }}{{ 'abc'.startswith('a') }}{% for m in messages %}{% if loop.first %}{% continue %}{% endif %}{% endfor %}"),

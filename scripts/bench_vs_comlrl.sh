@@ -5,15 +5,15 @@
 # plus each side's reward per epoch. Writes everything under $RESULTS.
 #
 # Usage: PEER=/path/to/venv scripts/bench_vs_comlrl.sh MODEL_DIR [ROUNDS] [EPOCHS] [MAX_NEW_TOKENS]
-#   PEER         a venv with torch, transformers, datasets and comlrl (see ../shared/bench/peer)
-#   PEER_HARNESS the peer harness directory (default: ../shared/bench/peer)
+#   PEER         a venv with torch, transformers, datasets and comlrl (see bench/peer/README.md)
+#   PEER_HARNESS the peer harness directory (default: bench/peer, the in-repo copy)
 #   RESULTS      output directory (default: bench-results/vs-comlrl/<model name>)
 #   COMLRL       our binary (default: target/release/comlrl)
 #   PROMPTS      use only the first N of the 10 prompts on both sides (default: all; for 0.5B-sized
 #                models, where CoMLRL takes ~5 min per prompt)
 #   OURS_SET     extra `--set key=value` arguments for our side, space-separated
 #                (e.g. "trainer.parallel_updates=false")
-# Example: PEER=$HOME/peer/venv scripts/bench_vs_comlrl.sh ../shared/fixtures/tiny-qwen2 2
+# Example: PEER=$HOME/peer/venv scripts/bench_vs_comlrl.sh tests/fixtures/tiny-qwen2 2
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL=$(cd "${1:?usage: $0 MODEL_DIR [ROUNDS] [EPOCHS] [MAX_NEW_TOKENS]}" && pwd)
@@ -21,7 +21,7 @@ ROUNDS=${2:-2}
 EPOCHS=${3:-3}
 MNT=${4:-128}
 : "${PEER:?set PEER to a venv with torch, transformers, datasets and comlrl}"
-HARNESS=${PEER_HARNESS:-$ROOT/../shared/bench/peer}
+HARNESS=${PEER_HARNESS:-$ROOT/bench/peer}
 NAME=$(basename "$MODEL")
 export RESULTS=${RESULTS:-$ROOT/bench-results/vs-comlrl/$NAME}
 COMLRL=${COMLRL:-$ROOT/target/release/comlrl}
@@ -36,7 +36,7 @@ if [ -n "${PROMPTS:-}" ]; then
   LIST=$(grep -E '^    - "' "$ROOT/scenarios/story_len_ratio_tiny.yaml" | head -n "$PROMPTS" \
     | sed -E 's/^    - //' | paste -sd, -)
   PROMPT_SET=(--set "dataset.prompts=[$LIST]")
-  # The shared harness may be read-only: patch a copy that keeps the first N prompts.
+  # Patch a copy of the harness (never the harness itself) that keeps the first N prompts.
   rm -rf "$RESULTS/harness" && cp -r "$HARNESS" "$RESULTS/harness"
   python3 - "$RESULTS/harness/bench_story.py" "$PROMPTS" <<'PY'
 import sys

@@ -1,6 +1,6 @@
 """Random-weight checkpoint of the Qwen2.5-0.5B shape (hidden 896, 24 layers, 14/2 heads,
 intermediate 4864, vocab 151936, tied embeddings; 494,032,768 parameters, f32) in HF layout,
-with the Qwen2.5 tokenizer files from TOKENIZER_DIR (e.g. ../shared/fixtures/qwen25-tokenizer).
+with the Qwen2.5 tokenizer files from TOKENIZER_DIR (e.g. tests/fixtures/qwen25-tokenizer).
 For side-by-side benchmarks (scripts/bench_vs_comlrl.sh) where the Hub is unreachable.
 
 Usage: python make_qwen05b_shape.py TOKENIZER_DIR OUT_DIR   (needs torch and transformers)

@@ -1,6 +1,7 @@
 //! Process-wide CPU settings applied once at start-up, before any thread exists: candle's
 //! elementwise thread pool size and glibc's allocator policy. Measured by `comlrl bench models`
-//! (see README, Performance): together they cut the training step's backward pass ~3× here.
+//! (see docs/performance.md): together they cut the training step's backward pass ~3× here.
+//! Also the process's memory readings (resident and peak), for logs and benchmark reports.
 
 /// What [`tune`] changed, for benchmark reports.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -66,4 +67,26 @@ fn malloc_keep_memory() -> bool {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn malloc_keep_memory() -> bool {
     false
+}
+
+/// Peak resident set size of this process in bytes (`VmHWM`), if the OS reports it.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Current resident set size of this process in bytes (`VmRSS`), if the OS reports it.
+pub fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// "rss X MB, peak Y MB" for debug logs.
+pub fn memory_line() -> String {
+    let mb = |b: Option<u64>| b.map_or("?".into(), |b| format!("{:.0} MB", b as f64 / 1e6));
+    format!("rss {}, peak {}", mb(rss_bytes()), mb(peak_rss_bytes()))
 }

@@ -81,7 +81,7 @@ fn check_prints_each_agents_first_prompt() {
         "{stderr}"
     );
     assert!(
-        stdout.contains("(not rendered: the model is not in the Hub cache yet)"),
+        stdout.contains("(not rendered: the model's chat template is read when it is loaded)"),
         "{stdout}"
     );
 }

@@ -120,11 +120,12 @@ fn missing_or_corrupt_config_is_reported() {
 fn unsupported_architecture_is_named() {
     let d = scratch_model();
     let mut cfg = json(&d.path().join("config.json"));
-    cfg["architectures"] = serde_json::json!(["LlamaForCausalLM"]);
+    cfg["architectures"] = serde_json::json!(["MistralForCausalLM"]);
     std::fs::write(d.path().join("config.json"), cfg.to_string()).unwrap();
     let e = err_of(d.path());
     assert!(
-        e.contains("LlamaForCausalLM") && e.contains("Qwen2ForCausalLM"),
+        e.contains("MistralForCausalLM")
+            && e.contains("Qwen2ForCausalLM, LlamaForCausalLM, Qwen3ForCausalLM"),
         "{e}"
     );
 }

@@ -1,11 +1,12 @@
 //! The model against transformers' reference values (`tests/fixtures`): logits on left-padded
-//! prompts, completion log-probs, greedy generations, for the tied f32 and untied bf16 models.
+//! prompts, completion log-probs, greedy generations, for the tied f32 and untied bf16 Qwen2
+//! models, the llama3-scaled Llama and the q/k-norm Qwen3.
 mod common;
 use candle_core::{Device, Tensor};
 use comlrl::model::batch::{causal_mask, position_ids};
 use comlrl::model::{
-    completion_logprobs, generate, LoadOptions, Mode, ModelSource, Policy, SamplingParams,
-    ScoreLayout,
+    completion_logprobs, generate, Architecture, LoadOptions, Mode, ModelSource, Policy,
+    SamplingParams, ScoreLayout,
 };
 use common::*;
 
@@ -15,6 +16,11 @@ fn load(name: &str) -> Policy {
 }
 
 fn check_logits(name: &str, mode: Mode) {
+    check_logits_within(name, mode, 1e-4)
+}
+
+/// Logits on valid rows within `tol` × the largest reference logit.
+fn check_logits_within(name: &str, mode: Mode, tol: f32) {
     let policy = load(name);
     let r = load_st(&fixtures().join(name).join("reference.safetensors"));
     let mask = rows_i64(&r["attention_mask"]);
@@ -50,12 +56,17 @@ fn check_logits(name: &str, mode: Mode) {
     }
     let rel = max_diff / max_ref;
     assert!(
-        rel < 1e-4,
+        rel < tol,
         "{name} {mode:?}: logits max-abs diff {max_diff} / max-abs ref {max_ref} = {rel}"
     );
 }
 
 fn check_logprobs(name: &str, mode: Mode) {
+    check_logprobs_within(name, mode, 1e-4)
+}
+
+/// Completion log-probs within `tol` (absolute) where the completion mask is 1.
+fn check_logprobs_within(name: &str, mode: Mode, tol: f32) {
     let policy = load(name);
     let refj = json(&fixtures().join(name).join("reference.json"));
     let r = load_st(&fixtures().join(name).join("reference.safetensors"));
@@ -84,7 +95,7 @@ fn check_logprobs(name: &str, mode: Mode) {
         for (j, w) in row.iter().enumerate() {
             if cmask[bi][j] == 1 {
                 assert!(
-                    (got[bi][j] - w).abs() < 1e-4,
+                    (got[bi][j] - w).abs() < tol,
                     "{name} row {bi} token {j}: {} vs {w}",
                     got[bi][j]
                 );
@@ -165,4 +176,34 @@ fn special_ids_come_from_generation_config() {
     assert_eq!(p.eos_ids, vec![0]);
     assert_eq!(p.pad_id, 0);
     let _ = Tensor::zeros(1, candle_core::DType::F32, &Device::Cpu).unwrap();
+}
+
+/// Llama with llama3 RoPE scaling, untied head, f32 on disk, transformers-4-style config.
+#[test]
+fn llama_scaled_rope_untied_matches_reference() {
+    let p = load("tiny-llama");
+    assert_eq!(p.config.features().unwrap().arch, Architecture::Llama);
+    check_logits("tiny-llama", Mode::Train);
+    check_logits("tiny-llama", Mode::Infer);
+    check_logprobs("tiny-llama", Mode::Train);
+    check_logprobs("tiny-llama", Mode::Infer);
+    check_greedy("tiny-llama");
+}
+
+/// Qwen3 with per-head q/k norms and head_dim 48 ≠ 128 / 4, tied, bf16 on disk loaded as f32,
+/// transformers-5-style config. The fixture's stored logits and log-probs are not what
+/// transformers 5.24 computes from the stored weights (f32, eager: logits differ by 4.3e-4,
+/// 3.1e-4 of the largest; log-probs by 2.7e-4), so they are checked to 1e-3 here; comlrl
+/// matches that transformers run to ~1e-6 (arch_transformers.rs). Greedy ids agree exactly.
+/// Without the q/k norms the logits move by 0.6, with unit norm weights by 0.1.
+#[test]
+fn qwen3_qk_norm_tied_bf16_matches_reference() {
+    let p = load("tiny-qwen3");
+    assert_eq!(p.config.features().unwrap().arch, Architecture::Qwen3);
+    assert_eq!(p.model.dtype(), candle_core::DType::F32);
+    check_logits_within("tiny-qwen3", Mode::Train, 1e-3);
+    check_logits_within("tiny-qwen3", Mode::Infer, 1e-3);
+    check_logprobs_within("tiny-qwen3", Mode::Train, 1e-3);
+    check_logprobs_within("tiny-qwen3", Mode::Infer, 1e-3);
+    check_greedy("tiny-qwen3");
 }

@@ -40,10 +40,14 @@ fn metrics_without_timing(dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The tiny scenario shrunk for tests: the built-in tiny model (random weights, byte
+/// tokenizer; ~10× cheaper than the quick start's story model), 16 new tokens, 2 epochs, K = 4.
 fn small(out: &Path) -> Vec<String> {
     [
         "--set",
         &format!("output_dir={}", out.display()),
+        "--set",
+        "agents.model=builtin:tiny",
         "--set",
         "agents.max_new_tokens=16",
         "--set",
@@ -75,8 +79,9 @@ fn run_small(out: &Path, sets: &[String]) -> (Vec<String>, (bool, String, String
     (args, result)
 }
 
-/// Per-epoch mean rewards of one tiny run at a high learning rate (8 epochs).
-fn learning_run(out: &Path, seed: u64) -> Vec<f64> {
+/// Per-epoch mean rewards of the quick start (`scenarios/story_len_ratio_tiny.yaml` exactly as
+/// shipped, but for the seed and the output directory).
+fn quick_start_run(out: &Path, seed: u64) -> Vec<f64> {
     let o = format!("output_dir={}", out.display());
     let seed = format!("seed={seed}");
     let (ok, _, err) = run_bin(&[
@@ -85,18 +90,6 @@ fn learning_run(out: &Path, seed: u64) -> Vec<f64> {
         "--quiet",
         "--set",
         &o,
-        "--set",
-        "agents.max_new_tokens=64",
-        "--set",
-        "agents.top_k=null",
-        "--set",
-        "agents.top_p=1.0",
-        "--set",
-        "agents.temperature=1.0",
-        "--set",
-        "trainer.agent_learning_rate=1e-2",
-        "--set",
-        "trainer.num_train_epochs=8",
         "--set",
         &seed,
     ]);
@@ -112,24 +105,25 @@ fn learning_run(out: &Path, seed: u64) -> Vec<f64> {
                 .ok()
         })
         .collect();
-    assert_eq!(means.len(), 8, "{err}");
+    assert_eq!(means.len(), 5, "{err}");
     means
 }
 
 #[test]
-fn tiny_scenario_learns() {
-    // RL at this learning rate is chaotic: one seed may plateau for a while (any change in
-    // float summation order moves it), so the claim is about the average over three seeds.
+fn quick_start_learns_in_four_of_five_seeds() {
+    // The README's first command is the project's demo: its last epoch must beat its first.
+    // RL on a tiny model is noisy (float summation order differs between CPUs), so the claim
+    // is "in at least 4 of seeds 0-4", not every seed.
     let tmp = tempfile::tempdir().unwrap();
-    let runs: Vec<Vec<f64>> = (1..=3)
-        .map(|seed| learning_run(&tmp.path().join(format!("run{seed}")), seed))
+    let runs: Vec<Vec<f64>> = (0..5)
+        .map(|seed| quick_start_run(&tmp.path().join(format!("run{seed}")), seed))
         .collect();
-    let gain = runs.iter().map(|m| m[7] - m[0]).sum::<f64>() / runs.len() as f64;
+    let improved = runs.iter().filter(|m| m[4] > m[0]).count();
     assert!(
-        gain > 10.0,
-        "last epoch not clearly above the first, on average over seeds: {runs:?}"
+        improved >= 4,
+        "last epoch above the first in only {improved} of 5 seeds: {runs:?}"
     );
-    let out = tmp.path().join("run1");
+    let out = tmp.path().join("run0");
     for f in [
         "metrics.jsonl",
         "metrics.csv",
@@ -544,16 +538,9 @@ fn ctrl_c_writes_a_checkpoint_and_resume_finishes() {
     assert!(out.join("models/agent_1/model.safetensors").is_file());
 }
 
-fn testkit_plugin(name: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-    target.join("release").join(name)
-}
-
 #[test]
 fn multi_turn_with_a_native_transition_plugin() {
-    let plugin = testkit_plugin("comlrl_testkit_transition");
+    let plugin = comlrl_testutil::plugin("comlrl_testkit_transition");
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let sets = [
@@ -567,10 +554,7 @@ fn multi_turn_with_a_native_transition_plugin() {
         "agents.max_new_tokens=8".to_string(),
     ];
     let (_, (ok, _, err)) = run_small(&out, &sets);
-    assert!(
-        ok,
-        "build the plugins first (cargo build --release --workspace): {err}"
-    );
+    assert!(ok, "{err}");
     let rows = read_jsonl(&out.join("metrics.jsonl")).unwrap();
     assert!(
         rows.iter().all(|r| r["turn_2/reward_mean"].is_number()),

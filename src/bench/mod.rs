@@ -1,5 +1,4 @@
 //! Re-runnable benchmarks that write JSON: model sampling and training throughput.
-pub mod flops;
 pub mod matmul;
 pub mod model;
 pub mod sys;

@@ -1,7 +1,7 @@
 //! Model benchmark: sampling tokens/s (batch × new tokens, KV cache, EOS ignored) and
 //! forward+backward seconds of the policy-gradient loss on a batch of sequences, with GFLOP/s.
-use super::flops::{forward_flops, train_flops};
 use crate::error::Result;
+use crate::model::flops::{forward_flops, train_flops};
 use crate::model::{completion_logprobs, generate, Mode, Policy, SamplingParams, ScoreLayout};
 use candle_core::Tensor;
 use rand::SeedableRng;
@@ -163,6 +163,6 @@ pub fn run(policy: &Policy, o: &ModelBenchOptions) -> Result<ModelBenchReport> {
             total_s: f + b,
             gflops_per_s: tflops / (f + b) / 1e9,
         },
-        peak_rss_bytes: super::sys::peak_rss_bytes(),
+        peak_rss_bytes: crate::runtime::peak_rss_bytes(),
     })
 }

@@ -1,26 +1,5 @@
-//! Process measurements for benchmark reports: peak resident memory and CPU facts.
-
-/// Peak resident set size of this process in bytes (`VmHWM`), if the OS reports it.
-pub fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-/// Current resident set size of this process in bytes (`VmRSS`), if the OS reports it.
-pub fn rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-/// "rss X MB, peak Y MB" for debug logs.
-pub fn memory_line() -> String {
-    let mb = |b: Option<u64>| b.map_or("?".into(), |b| format!("{:.0} MB", b as f64 / 1e6));
-    format!("rss {}, peak {}", mb(rss_bytes()), mb(peak_rss_bytes()))
-}
+//! Machine facts for benchmark reports (CPUs, instruction sets); process memory readings live
+//! in `runtime`.
 
 /// A short description of the machine: logical CPUs and whether AVX-512F is available.
 pub fn machine() -> serde_json::Value {

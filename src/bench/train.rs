@@ -139,7 +139,7 @@ pub fn run(mut scenario: Scenario, steps: Option<usize>) -> Result<TrainReport> 
         },
         train_gflops_per_s_per_worker: if fb > 0.0 { flops / fb } else { 0.0 },
         update_gflops_per_s: if update > 0.0 { flops / update } else { 0.0 },
-        peak_rss_bytes: super::sys::peak_rss_bytes(),
+        peak_rss_bytes: crate::runtime::peak_rss_bytes(),
         reward_per_step: rows.iter().map(|r| get(r, "reward_mean")).collect(),
     })
 }

@@ -3,7 +3,7 @@
 //! print the resolved scenario with each agent's first prompt as the model sees it.
 use super::scenario_args::ScenarioArgs;
 use comlrl::model::ModelSource;
-use comlrl::train::prompt::{cached_model_dir, chat_template, PromptFormatter};
+use comlrl::train::prompt::{cached_model_dir, chat_template, ModelFiles, PromptFormatter};
 use comlrl::train::setup;
 use comlrl_scenario::{ChatTemplateSpec, Scenario};
 
@@ -32,6 +32,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 );
             }
         }
+        if let comlrl::model::ModelSource::Gguf(path) = &src {
+            // Header only: metadata → config and tokenizer, without reading the weights.
+            let (content, _) = comlrl::model::gguf::read::read_header(path)?;
+            comlrl::model::gguf::read::describe(path, &content)
+                .map_err(|e| anyhow::anyhow!("agent {}: {e}", agent.index))?;
+        }
     }
     let first = first_prompts(&s)?;
     if a.print {
@@ -44,7 +50,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                         println!("#   {line}");
                     }
                 }
-                None => println!("#   (not rendered: the model is not in the Hub cache yet)"),
+                None => println!(
+                    "#   (not rendered: the model's chat template is read when it is loaded)"
+                ),
             }
         }
     }
@@ -70,6 +78,14 @@ fn first_prompts(s: &Scenario) -> anyhow::Result<Vec<Option<String>>> {
             let src = setup::model_source(agent, &s.base_dir)?;
             let dir = cached_model_dir(&src);
             if agent.chat_template == ChatTemplateSpec::Auto && dir.is_none() {
+                if let ModelSource::Gguf(path) = &src {
+                    eprintln!(
+                        "agent {}: `chat_template: auto`: the template of {} is read from its metadata when `comlrl run` loads it",
+                        agent.index,
+                        path.display()
+                    );
+                    return Ok(None);
+                }
                 if let ModelSource::Hub { .. } = src {
                     eprintln!(
                         "agent {}: `chat_template: auto`: {} is not in the Hub cache ({}), so its chat template is checked when `comlrl run` downloads it",
@@ -80,7 +96,8 @@ fn first_prompts(s: &Scenario) -> anyhow::Result<Vec<Option<String>>> {
                     return Ok(None);
                 }
             }
-            let chat = chat_template(agent, dir.as_deref(), &src.describe())?;
+            let files = dir.as_deref().map_or(ModelFiles::None, ModelFiles::Dir);
+            let chat = chat_template(agent, files, &src.describe())?;
             Ok(Some(PromptFormatter::new(agent, chat).render(row)?))
         })
         .collect()

@@ -4,7 +4,7 @@ use comlrl::model::{parse_dtype, LoadOptions, ModelSource, Policy};
 
 #[derive(Debug, clap::Args)]
 pub struct ModelArgs {
-    /// A hub id (`Qwen/Qwen2.5-0.5B`), a local directory in HF layout, or `builtin:tiny`.
+    /// A hub id (`Qwen/Qwen2.5-0.5B`), a local directory in HF layout, a `*.gguf` file, or `builtin:tiny`.
     #[arg(long)]
     pub model: String,
     /// Compute dtype: f32 (default), bf16 or f16.

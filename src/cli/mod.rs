@@ -1,6 +1,7 @@
 //! Command-line interface: the clap definitions and dispatch to one module per command.
 mod bench;
 mod check;
+mod export;
 mod generate;
 mod inputs;
 mod reward;
@@ -36,6 +37,8 @@ pub enum Command {
     Score(score::Args),
     /// Measure sampling and training throughput; writes a JSON report.
     Bench(bench::Args),
+    /// Export a model as a llama.cpp GGUF file (`--gguf`).
+    Export(export::Args),
     /// Upload a run to Weights & Biases from its metrics.jsonl (after training offline).
     WandbSync(wandb_sync::Args),
 }
@@ -48,6 +51,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Generate(a) => generate::run(a),
         Command::Score(a) => score::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Export(a) => export::run(a),
         Command::WandbSync(a) => wandb_sync::run(a),
     }
 }

@@ -1,10 +1,13 @@
-//! Grouped-query self-attention with q/k/v biases, RoPE, an additive causal+padding mask and an
-//! optional KV cache. Query heads are grouped per KV head by reshaping, so K and V are never
+//! Grouped-query self-attention with optional projection biases, optional per-head q/k RMSNorm
+//! (Qwen3), RoPE, an additive causal+padding mask and an optional KV cache. Query heads are grouped per KV head by reshaping, so K and V are never
 //! repeated in memory (head j·g … j·g+g−1 read KV head j, as `repeat_interleave` does).
+use super::arch::Features;
+use super::config::ModelConfig;
 use super::kernels::softmax::masked_softmax;
 use super::kv_cache::KvCache;
 use super::linear::Linear;
 use super::mode::{reduce_dtype, Mode};
+use super::norm::RmsNorm;
 use super::rope::Rope;
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
@@ -15,6 +18,9 @@ pub struct Attention {
     pub(super) k_proj: Linear,
     pub(super) v_proj: Linear,
     pub(super) o_proj: Linear,
+    /// RMSNorm over each head of q and of k before RoPE (`q_norm` / `k_norm`, Qwen3).
+    pub(super) q_norm: Option<RmsNorm>,
+    pub(super) k_norm: Option<RmsNorm>,
     pub(super) heads: usize,
     pub(super) kv_heads: usize,
     pub(super) head_dim: usize,
@@ -29,18 +35,26 @@ pub struct AttnInputs<'a> {
 }
 
 impl Attention {
-    pub fn new(
-        hidden: usize,
-        heads: usize,
-        kv_heads: usize,
-        head_dim: usize,
-        vb: VarBuilder,
-    ) -> Result<Self> {
+    pub fn new(cfg: &ModelConfig, f: &Features, vb: VarBuilder) -> Result<Self> {
+        let (hidden, heads, kv_heads, head_dim) = (
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.kv_heads(),
+            cfg.head_dim(),
+        );
+        let (q, kv) = (heads * head_dim, kv_heads * head_dim);
+        let head_norm = |name: &str| -> Result<Option<RmsNorm>> {
+            f.qk_norm
+                .then(|| RmsNorm::new(head_dim, cfg.rms_norm_eps, vb.pp(name)))
+                .transpose()
+        };
         Ok(Self {
-            q_proj: Linear::new(hidden, heads * head_dim, true, vb.pp("q_proj"))?,
-            k_proj: Linear::new(hidden, kv_heads * head_dim, true, vb.pp("k_proj"))?,
-            v_proj: Linear::new(hidden, kv_heads * head_dim, true, vb.pp("v_proj"))?,
-            o_proj: Linear::new(heads * head_dim, hidden, false, vb.pp("o_proj"))?,
+            q_proj: Linear::new(hidden, q, f.qkv_bias, vb.pp("q_proj"))?,
+            k_proj: Linear::new(hidden, kv, f.qkv_bias, vb.pp("k_proj"))?,
+            v_proj: Linear::new(hidden, kv, f.qkv_bias, vb.pp("v_proj"))?,
+            o_proj: Linear::new(q, hidden, f.o_bias, vb.pp("o_proj"))?,
+            q_norm: head_norm("q_norm")?,
+            k_norm: head_norm("k_norm")?,
             heads,
             kv_heads,
             head_dim,
@@ -66,16 +80,17 @@ impl Attention {
         let (b, s, _) = x.dims3()?;
         let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
         let g = nh / nkv;
-        let q = self
-            .q_proj
-            .forward_mode(x, mode)?
-            .reshape((b, s, nh, hd))?
-            .transpose(1, 2)?;
+        let per_head = |t: Tensor, norm: &Option<RmsNorm>| match norm {
+            Some(n) => n.forward(&t),
+            None => Ok(t),
+        };
+        let q = self.q_proj.forward_mode(x, mode)?.reshape((b, s, nh, hd))?;
+        let q = per_head(q, &self.q_norm)?.transpose(1, 2)?;
         let k = self
             .k_proj
             .forward_mode(x, mode)?
-            .reshape((b, s, nkv, hd))?
-            .transpose(1, 2)?;
+            .reshape((b, s, nkv, hd))?;
+        let k = per_head(k, &self.k_norm)?.transpose(1, 2)?;
         let v = self
             .v_proj
             .forward_mode(x, mode)?

@@ -1,17 +1,24 @@
-//! Qwen2 model configuration: `config.json` as transformers writes it (v4 and v5 spellings),
-//! validated, plus the built-in tiny configuration.
+//! Decoder model configuration: `config.json` as transformers writes it (v4 and v5 spellings)
+//! for every supported architecture (see `arch`), validated, plus the built-in presets.
+use super::arch::Architecture;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// Architectures this crate can load (the `architectures` / `model_type` of `config.json`).
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["Qwen2ForCausalLM"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] =
+    &["Qwen2ForCausalLM", "LlamaForCausalLM", "Qwen3ForCausalLM"];
+
+/// The former name, kept so code written against the Qwen2-only crate still compiles.
+pub type Qwen2Config = ModelConfig;
 
 /// The subset of `config.json` the model needs. Unknown keys are kept in `extra` so a saved
 /// model round-trips the original file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Qwen2Config {
-    #[serde(default)]
+pub struct ModelConfig {
+    /// `null` (as `PretrainedConfig.to_dict()` writes for a config built without it) reads as
+    /// empty: the architecture then comes from `model_type`.
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub architectures: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_type: Option<String>,
@@ -31,6 +38,16 @@ pub struct Qwen2Config {
     pub rope_theta: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_parameters: Option<serde_json::Value>,
+    /// v4 spelling of the RoPE scaling (`rope_type`/`type`, `factor`, …); v5 puts the same
+    /// fields into `rope_parameters`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<serde_json::Value>,
+    /// Llama / Qwen3: biases on q/k/v/o_proj (Qwen2 always has q/k/v biases and reads no key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_bias: Option<bool>,
+    /// Llama: biases on the MLP projections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlp_bias: Option<bool>,
     #[serde(default = "default_eps")]
     pub rms_norm_eps: f64,
     /// transformers' Qwen2Config default is `false`; Qwen2.5-0.5B sets `true`.
@@ -51,6 +68,12 @@ pub struct Qwen2Config {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<String>, D::Error> {
+    Ok(Option::<Vec<String>>::deserialize(d)?.unwrap_or_default())
+}
+
 fn default_max_pos() -> usize {
     32768
 }
@@ -61,11 +84,11 @@ fn default_act() -> String {
     "silu".into()
 }
 
-impl Qwen2Config {
+impl ModelConfig {
     /// Reads and validates `config.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let cfg: Qwen2Config = serde_json::from_str(&text).map_err(|e| {
+        let cfg: ModelConfig = serde_json::from_str(&text).map_err(|e| {
             Error::model(
                 path,
                 format!(
@@ -79,37 +102,14 @@ impl Qwen2Config {
         Ok(cfg)
     }
 
-    /// Checks the architecture and the shape relations the model relies on.
+    /// Checks the architecture, its settings and the shape relations the model relies on.
     pub fn validate(&self) -> std::result::Result<(), String> {
-        let arch_ok = if self.architectures.is_empty() {
-            self.model_type.as_deref() == Some("qwen2")
-        } else {
-            self.architectures
-                .iter()
-                .any(|a| SUPPORTED_ARCHITECTURES.contains(&a.as_str()))
-        };
-        if !arch_ok {
-            let found = if self.architectures.is_empty() {
-                format!(
-                    "model_type {:?}",
-                    self.model_type.as_deref().unwrap_or("<missing>")
-                )
-            } else {
-                format!("architectures {:?}", self.architectures)
-            };
-            return Err(format!(
-                "unsupported architecture ({found}); supported: {}",
-                SUPPORTED_ARCHITECTURES.join(", ")
-            ));
-        }
+        self.features()?;
         if self.hidden_act != "silu" {
             return Err(format!(
                 "unsupported hidden_act {:?}: only \"silu\" is implemented",
                 self.hidden_act
             ));
-        }
-        if self.use_sliding_window == Some(true) {
-            return Err("use_sliding_window = true is not supported; set it to false".into());
         }
         let nums = [
             ("vocab_size", self.vocab_size),
@@ -155,30 +155,28 @@ impl Qwen2Config {
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
-    /// RoPE base: `rope_parameters.rope_theta` (transformers 5), else `rope_theta`, else 10000.
-    pub fn rope_theta(&self) -> f64 {
-        self.rope_parameters
-            .as_ref()
-            .and_then(|p| p.get("rope_theta"))
-            .and_then(|v| v.as_f64())
-            .or(self.rope_theta)
-            .unwrap_or(10_000.0)
-    }
-
-    /// Number of parameters (tied embeddings counted once).
+    /// Number of parameters (tied embeddings counted once); 0 for an unsupported config.
     pub fn num_parameters(&self) -> usize {
+        let Ok(f) = self.features() else { return 0 };
         let (h, i, v) = (self.hidden_size, self.intermediate_size, self.vocab_size);
-        let (q, kv) = (
+        let (d, q, kv) = (
+            self.head_dim(),
             self.num_attention_heads * self.head_dim(),
             self.kv_heads() * self.head_dim(),
         );
-        let attn = h * q + q + 2 * (h * kv + kv) + q * h;
-        let layer = attn + 3 * h * i + 2 * h;
+        let flag = |on: bool, n: usize| if on { n } else { 0 };
+        let attn = h * q
+            + 2 * h * kv
+            + q * h
+            + flag(f.qkv_bias, q + 2 * kv)
+            + flag(f.o_bias, h)
+            + flag(f.qk_norm, 2 * d);
+        let layer = attn + 3 * h * i + flag(f.mlp_bias, 2 * i + h) + 2 * h;
         let head = if self.tie_word_embeddings { 0 } else { v * h };
         v * h + self.num_hidden_layers * layer + h + head
     }
 
-    /// A config with the given shape and defaults for everything else.
+    /// A Qwen2 config with the given shape and defaults for everything else.
     #[allow(clippy::too_many_arguments)]
     pub fn with_shape(
         vocab_size: usize,
@@ -189,7 +187,7 @@ impl Qwen2Config {
         num_key_value_heads: usize,
         tie_word_embeddings: bool,
     ) -> Self {
-        Qwen2Config {
+        ModelConfig {
             architectures: vec!["Qwen2ForCausalLM".into()],
             model_type: Some("qwen2".into()),
             vocab_size,
@@ -202,6 +200,9 @@ impl Qwen2Config {
             max_position_embeddings: 2048,
             rope_theta: Some(1_000_000.0),
             rope_parameters: None,
+            rope_scaling: None,
+            attention_bias: None,
+            mlp_bias: None,
             rms_norm_eps: 1e-6,
             tie_word_embeddings,
             hidden_act: "silu".into(),
@@ -213,11 +214,25 @@ impl Qwen2Config {
         }
     }
 
+    /// This config as `arch` (class name and model_type; Llama configs have no sliding-window key).
+    pub fn with_arch(mut self, arch: Architecture) -> Self {
+        self.architectures = vec![arch.class_name().into()];
+        self.model_type = Some(arch.model_type().into());
+        if arch == Architecture::Llama {
+            self.use_sliding_window = None;
+        }
+        self
+    }
+
     /// Named shapes usable as `builtin:<name>` models and in benchmarks.
     /// `tiny`: byte-level vocab, 2 layers, ~0.1M parameters (tests, offline quick start).
     /// `small`: ~32M parameters (hidden 512, intermediate 2048, 8 layers, 8/2 heads, vocab 3000: the peer benchmark's small-qwen2).
     /// `mid`: ~40M parameters (vocab 32000, hidden 512, 8 layers; the design findings' shape).
     /// `qwen2.5-0.5b`: Qwen2.5-0.5B's shape (494M parameters, tied embeddings).
+    /// `llama-small`: `small`'s shape as a Llama 3.2-style model (no biases, llama3 RoPE scaling).
+    /// `qwen3-small`: `small`'s shape as a Qwen3 model (q/k norms, no biases).
+    /// `smollm2-135m`: SmolLM2-135M's shape (Llama, 30 layers, 9/3 heads, vocab 49152).
+    /// `qwen3-0.6b`: Qwen3-0.6B's shape (head_dim 128 with hidden 1024 / 16 heads).
     pub fn preset(name: &str) -> Option<Self> {
         let vocab_tiny = super::tokenizer::BYTE_VOCAB_SIZE;
         let c = match name {
@@ -229,10 +244,51 @@ impl Qwen2Config {
                 c.max_position_embeddings = 32768;
                 c
             }
+            "llama-small" => {
+                let mut c =
+                    Self::with_shape(3000, 512, 2048, 8, 8, 2, true).with_arch(Architecture::Llama);
+                c.rope_theta = Some(500_000.0);
+                c.rope_scaling = Some(serde_json::json!({
+                    "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192
+                }));
+                c.rms_norm_eps = 1e-5;
+                c
+            }
+            "qwen3-small" => {
+                let mut c =
+                    Self::with_shape(3000, 512, 2048, 8, 8, 2, true).with_arch(Architecture::Qwen3);
+                c.head_dim = Some(64);
+                c
+            }
+            "smollm2-135m" => {
+                let mut c = Self::with_shape(49152, 576, 1536, 30, 9, 3, true)
+                    .with_arch(Architecture::Llama);
+                c.rope_theta = Some(100_000.0);
+                c.rms_norm_eps = 1e-5;
+                c.max_position_embeddings = 8192;
+                c
+            }
+            "qwen3-0.6b" => {
+                let mut c = Self::with_shape(151936, 1024, 3072, 28, 16, 8, true)
+                    .with_arch(Architecture::Qwen3);
+                c.head_dim = Some(128);
+                c.max_position_embeddings = 40960;
+                c
+            }
             _ => return None,
         };
         Some(c)
     }
 
-    pub const PRESETS: &'static [&'static str] = &["tiny", "small", "mid", "qwen2.5-0.5b"];
+    pub const PRESETS: &'static [&'static str] = &[
+        "tiny",
+        "small",
+        "mid",
+        "qwen2.5-0.5b",
+        "llama-small",
+        "qwen3-small",
+        "smollm2-135m",
+        "qwen3-0.6b",
+    ];
 }

@@ -4,8 +4,11 @@
 //! Through candle's autograd the same layer cost a zero tensor and an add per op input (views
 //! and reshapes included), a fresh buffer for every gradient and a graph per pass; here the
 //! only passes are the products, the fused kernels' backwards and the head-layout copies.
+//! Covers every architecture's switches: biases on any projection, Qwen3's per-head q/k
+//! RMSNorm (the fused norm over rows of head_dim) and scaled RoPE (only the tables differ).
 use super::accumulate::add_into;
 use super::attention::{Attention, AttnInputs};
+use super::causal_lm::DecoderLayer;
 use super::gemm_acc::add_matmul_tn;
 use super::kernels::fusable;
 use super::kernels::rms_norm::{rms_norm, rms_norm_backward};
@@ -14,7 +17,6 @@ use super::kernels::softmax::{masked_softmax, masked_softmax_backward};
 use super::kernels::swiglu::{swiglu, swiglu_backward};
 use super::linear::Linear;
 use super::norm::RmsNorm;
-use super::qwen2::DecoderLayer;
 use candle_core::{Result, Tensor, TensorId, Var};
 use std::collections::HashMap;
 
@@ -47,22 +49,28 @@ impl GradSlots {
 pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
     let a = &layer.self_attn;
     let m = &layer.mlp;
-    let ws = [
-        x,
-        &a.q_proj.weight,
-        &a.k_proj.weight,
-        &a.v_proj.weight,
-        &a.o_proj.weight,
-        &m.gate_proj.weight,
-        &m.up_proj.weight,
-        &m.down_proj.weight,
-        &layer.input_layernorm.weight,
-        &layer.post_attention_layernorm.weight,
+    let linears = [
+        &a.q_proj,
+        &a.k_proj,
+        &a.v_proj,
+        &a.o_proj,
+        &m.gate_proj,
+        &m.up_proj,
+        &m.down_proj,
     ];
+    let norms = [
+        Some(&layer.input_layernorm),
+        Some(&layer.post_attention_layernorm),
+        a.q_norm.as_ref(),
+        a.k_norm.as_ref(),
+    ];
+    let mut ws = vec![x];
+    for l in linears {
+        ws.push(&l.weight);
+        ws.extend(l.bias.as_ref());
+    }
+    ws.extend(norms.into_iter().flatten().map(|n| &n.weight));
     fusable(&ws)
-        && [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj]
-            .iter()
-            .all(|l| l.bias.as_ref().is_none_or(|b| fusable(&[b])))
 }
 
 /// y = x · Wᵀ (+ b) for x (rows, in), without a graph.
@@ -111,6 +119,40 @@ fn norm_back(
     Ok(dx)
 }
 
+/// RMSNorm over each d-wide head of `t` (rows, heads·d), when the layer has one.
+fn head_norm(t: Tensor, n: Option<&RmsNorm>, d: usize) -> Result<Tensor> {
+    match n {
+        Some(n) => norm(&t.reshape((t.elem_count() / d, d))?, n)?.reshape(t.shape()),
+        None => Ok(t),
+    }
+}
+
+/// Backward of [`head_norm`] for the pre-norm input `x` (kept only when there is a norm).
+fn head_norm_back(
+    dy: Tensor,
+    x: Option<&Tensor>,
+    n: Option<&RmsNorm>,
+    d: usize,
+    slots: &GradSlots,
+    acc: &mut [Option<Tensor>],
+) -> Result<Tensor> {
+    match (n, x) {
+        (Some(n), Some(x)) => {
+            let rows = x.elem_count() / d;
+            norm_back(
+                &dy.reshape((rows, d))?,
+                &x.reshape((rows, d))?,
+                n,
+                slots,
+                acc,
+            )?
+            .reshape(x.shape())
+        }
+        (Some(_), None) => candle_core::bail!("q/k norm backward without its input"),
+        (None, _) => Ok(dy),
+    }
+}
+
 /// The layer's activations that its backward reads; rows = b·s.
 struct Saved {
     /// Layer input and the residual stream after attention, (rows, h).
@@ -119,6 +161,10 @@ struct Saved {
     /// Normed inputs of the attention and of the MLP, (rows, h).
     h1: Tensor,
     h2: Tensor,
+    /// Projected queries and keys before the per-head norms (rows, heads·d), when there are
+    /// such norms.
+    q_pre: Option<Tensor>,
+    k_pre: Option<Tensor>,
     /// Rotated queries (b, nkv, g·s, d), keys and values (b, nkv, s, d).
     q: Tensor,
     k: Tensor,
@@ -160,8 +206,11 @@ fn forward(
     let g = nh / nkv;
     let x = x.reshape((b * s, hd))?;
     let h1 = norm(&x, &layer.input_layernorm)?;
-    let q = split_heads(&lin(&h1, &a.q_proj)?, b, s, nh, d)?;
-    let k = split_heads(&lin(&h1, &a.k_proj)?, b, s, nkv, d)?;
+    let (qp, kp) = (lin(&h1, &a.q_proj)?, lin(&h1, &a.k_proj)?);
+    let keep_pre = |t: &Tensor, n: &Option<RmsNorm>| (keep && n.is_some()).then(|| t.clone());
+    let (q_pre, k_pre) = (keep_pre(&qp, &a.q_norm), keep_pre(&kp, &a.k_norm));
+    let q = split_heads(&head_norm(qp, a.q_norm.as_ref(), d)?, b, s, nh, d)?;
+    let k = split_heads(&head_norm(kp, a.k_norm.as_ref(), d)?, b, s, nkv, d)?;
     let v = split_heads(&lin(&h1, &a.v_proj)?, b, s, nkv, d)?;
     let rotate = |t: &Tensor| -> Result<Tensor> {
         rope(t, inp.cos, inp.sin)?
@@ -183,6 +232,8 @@ fn forward(
         x2,
         h1,
         h2,
+        q_pre,
+        k_pre,
         q,
         k,
         v,
@@ -244,6 +295,8 @@ pub fn layer_backward(
     drop(datt);
     let dq = merge_heads(&rope_inverse(&dq, inp.cos, inp.sin)?)?;
     let dk = merge_heads(&rope_inverse(&dk, inp.cos, inp.sin)?)?;
+    let dq = head_norm_back(dq, sv.q_pre.as_ref(), a.q_norm.as_ref(), d, slots, acc)?;
+    let dk = head_norm_back(dk, sv.k_pre.as_ref(), a.k_norm.as_ref(), d, slots, acc)?;
     let dv = merge_heads(&dv)?;
     let dh1 = (lin_back(&dq, &sv.h1, &a.q_proj, slots, acc)?
         + lin_back(&dk, &sv.h1, &a.k_proj, slots, acc)?)?;
@@ -255,61 +308,48 @@ pub fn layer_backward(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::arch::Architecture;
     use crate::model::batch::causal_mask;
-    use crate::model::config::Qwen2Config;
+    use crate::model::config::ModelConfig;
     use crate::model::kernels::max_diff;
     use crate::model::mode::Mode;
     use crate::model::rope::Rope;
+    use crate::model::weights::expected_tensors;
     use candle_core::{DType, Device};
     use candle_nn::VarBuilder;
 
-    /// The layer's weights as f32 variables and f64 copies, from one seed's random values.
-    fn weights(cfg: &Qwen2Config, dev: &Device) -> Result<Vec<(String, Var, Var)>> {
-        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
-        let (q, kv) = (h, cfg.kv_heads() * cfg.head_dim());
-        let shapes: Vec<(&str, Vec<usize>)> = vec![
-            ("self_attn.q_proj.weight", vec![q, h]),
-            ("self_attn.q_proj.bias", vec![q]),
-            ("self_attn.k_proj.weight", vec![kv, h]),
-            ("self_attn.k_proj.bias", vec![kv]),
-            ("self_attn.v_proj.weight", vec![kv, h]),
-            ("self_attn.v_proj.bias", vec![kv]),
-            ("self_attn.o_proj.weight", vec![h, q]),
-            ("mlp.gate_proj.weight", vec![i, h]),
-            ("mlp.up_proj.weight", vec![i, h]),
-            ("mlp.down_proj.weight", vec![h, i]),
-            ("input_layernorm.weight", vec![h]),
-            ("post_attention_layernorm.weight", vec![h]),
-        ];
-        shapes
-            .into_iter()
+    /// Layer 0's weights as f32 variables and f64 copies, from one seed's random values.
+    fn weights(cfg: &ModelConfig, dev: &Device) -> Result<Vec<(String, Var, Var)>> {
+        let all = expected_tensors(cfg).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        all.into_iter()
+            .filter_map(|(n, s, _)| Some((n.strip_prefix("model.layers.0.")?.to_string(), s)))
             .map(|(n, s)| {
                 let mean = if n.contains("norm") { 1.0 } else { 0.0 };
                 let t = Tensor::randn(mean, 0.2f32, s, dev)?;
                 let v32 = Var::from_tensor(&t)?;
                 let v64 = Var::from_tensor(&t.to_dtype(DType::F64)?)?;
-                Ok((n.to_string(), v32, v64))
+                Ok((n, v32, v64))
             })
             .collect()
     }
 
-    fn layer(cfg: &Qwen2Config, ws: &[(String, Var, Var)], f64s: bool) -> Result<DecoderLayer> {
+    fn layer(cfg: &ModelConfig, ws: &[(String, Var, Var)], f64s: bool) -> Result<DecoderLayer> {
         let map = ws
             .iter()
             .map(|(n, a, b)| (n.clone(), if f64s { b } else { a }.as_tensor().clone()))
             .collect();
         let dtype = if f64s { DType::F64 } else { DType::F32 };
-        DecoderLayer::new(cfg, VarBuilder::from_tensors(map, dtype, &Device::Cpu))
+        let f = cfg.features().map_err(candle_core::Error::Msg)?;
+        DecoderLayer::new(cfg, &f, VarBuilder::from_tensors(map, dtype, &Device::Cpu))
     }
 
     /// Every weight's gradient and d x, by hand in f32, against candle's autograd in f64, on a
     /// left-padded batch with grouped-query heads.
-    #[test]
-    fn hand_written_backward_matches_autograd() -> Result<()> {
+    fn hand_written_backward_matches_autograd(cfg: &ModelConfig) -> Result<()> {
         let dev = Device::Cpu;
-        let cfg = Qwen2Config::with_shape(50, 32, 48, 1, 4, 2, true);
-        let ws = weights(&cfg, &dev)?;
-        let (l32, l64) = (layer(&cfg, &ws, false)?, layer(&cfg, &ws, true)?);
+        let f = cfg.features().map_err(candle_core::Error::Msg)?;
+        let ws = weights(cfg, &dev)?;
+        let (l32, l64) = (layer(cfg, &ws, false)?, layer(cfg, &ws, true)?);
         let (b, s) = (2, 6);
         let valid = vec![vec![true; s], [vec![false; 2], vec![true; s - 2]].concat()];
         let mask = causal_mask(&valid, s, &dev)?;
@@ -323,7 +363,7 @@ mod tests {
         let dy = Tensor::randn(0f32, 1.0, (b, s, cfg.hidden_size), &dev)?.broadcast_mul(&real)?;
 
         // Reference: autograd through the op-by-op f64 layer.
-        let rope64 = Rope::new(cfg.head_dim(), cfg.rope_theta(), 64, DType::F64, &dev)?;
+        let rope64 = Rope::from_spec(&f.rope, cfg.head_dim(), 64, DType::F64, &dev)?;
         let (c64, s64) = rope64.tables(&pos)?;
         let m64 = mask.to_dtype(DType::F64)?;
         let inp64 = AttnInputs {
@@ -336,7 +376,7 @@ mod tests {
         let grads = (y64 * dy.to_dtype(DType::F64)?)?.sum_all()?.backward()?;
 
         // Hand-written f32, accumulated onto ones (so "added into" is checked too).
-        let rope32 = Rope::new(cfg.head_dim(), cfg.rope_theta(), 64, DType::F32, &dev)?;
+        let rope32 = Rope::from_spec(&f.rope, cfg.head_dim(), 64, DType::F32, &dev)?;
         let (c32, s32) = rope32.tables(&pos)?;
         let m32 = mask.to_dtype(DType::F32)?;
         let inp32 = AttnInputs {
@@ -344,7 +384,11 @@ mod tests {
             sin: &s32,
             mask: &m32,
         };
-        assert!(supported(&l32, &x));
+        assert!(
+            supported(&l32, &x),
+            "{:?} must take the hand-written path",
+            f.arch
+        );
         let y = layer_forward(&l32, &x, &inp32)?;
         let want_y = l64.forward(&x.to_dtype(DType::F64)?, &rope64, &inp64, None, Mode::Train)?;
         let real64 = real.to_dtype(DType::F64)?;
@@ -366,8 +410,44 @@ mod tests {
         for ((name, _, v64), a) in ws.iter().zip(&acc) {
             let want = (grads.get(v64.as_tensor()).expect("a gradient") + 1.0)?;
             let err = max_diff(a.as_ref().expect("accumulated"), &want)?;
-            assert!(err < 1e-4, "{name}: differs by {err}");
+            assert!(err < 1e-4, "{:?} {name}: differs by {err}", f.arch);
         }
         Ok(())
+    }
+
+    fn shape() -> ModelConfig {
+        ModelConfig::with_shape(50, 32, 48, 1, 4, 2, true)
+    }
+
+    #[test]
+    fn qwen2_layer_backward_matches_autograd() -> Result<()> {
+        hand_written_backward_matches_autograd(&shape())
+    }
+
+    /// Per-head q/k norms, and a head_dim (12) that is not hidden / heads (8).
+    #[test]
+    fn qwen3_layer_backward_matches_autograd() -> Result<()> {
+        let mut cfg = shape().with_arch(Architecture::Qwen3);
+        cfg.head_dim = Some(12);
+        let ws = weights(&cfg, &Device::Cpu)?;
+        assert!(ws.iter().any(|(n, _, _)| n == "self_attn.q_norm.weight"));
+        assert!(!ws.iter().any(|(n, _, _)| n.ends_with("bias")));
+        hand_written_backward_matches_autograd(&cfg)
+    }
+
+    /// Every bias switched on (attention_bias, mlp_bias) and llama3 RoPE scaling whose three
+    /// bands all occur at head_dim 8, θ 1e4 (wavelengths 6.3, 63, 628, 6283 against 256…1024).
+    #[test]
+    fn llama_layer_backward_with_biases_and_scaled_rope_matches_autograd() -> Result<()> {
+        let mut cfg = shape().with_arch(Architecture::Llama);
+        cfg.attention_bias = Some(true);
+        cfg.mlp_bias = Some(true);
+        cfg.rope_theta = Some(10_000.0);
+        cfg.rope_scaling = Some(serde_json::json!({"rope_type": "llama3", "factor": 4.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 1024}));
+        let ws = weights(&cfg, &Device::Cpu)?;
+        assert_eq!(ws.iter().filter(|(n, _, _)| n.ends_with("bias")).count(), 7);
+        hand_written_backward_matches_autograd(&cfg)
     }
 }

@@ -2,8 +2,8 @@
 //! left-padded prompt ⊕ right-padded completion; differentiable w.r.t. every weight in
 //! `Mode::Train`. Logits are computed only at the positions that predict completion tokens.
 use super::batch::{causal_mask, position_ids};
+use super::causal_lm::CausalLm;
 use super::mode::Mode;
-use super::qwen2::Qwen2;
 use candle_core::{Result, Tensor};
 
 /// A prompt/completion batch laid out for scoring.
@@ -22,7 +22,7 @@ pub struct ScoreLayout {
 
 impl ScoreLayout {
     pub fn new(
-        model: &Qwen2,
+        model: &CausalLm,
         prompts: &[&[u32]],
         completions: &[&[u32]],
         pad_id: u32,
@@ -83,7 +83,7 @@ impl ScoreLayout {
 }
 
 /// (b, C) log π(y_t | prompt, y_<t), exactly 0 where the completion is padding.
-pub fn completion_logprobs(model: &Qwen2, layout: &ScoreLayout, mode: Mode) -> Result<Tensor> {
+pub fn completion_logprobs(model: &CausalLm, layout: &ScoreLayout, mode: Mode) -> Result<Tensor> {
     let hidden = model.hidden(&layout.ids, &layout.pos, &layout.mask, None, mode)?;
     // Position T-1+j predicts completion token j.
     let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;

@@ -1,4 +1,5 @@
-//! The SwiGLU feed-forward block: down(silu(gate(x)) · up(x)), no biases.
+//! The SwiGLU feed-forward block: down(silu(gate(x)) · up(x)), biases only where the config
+//! asks for them (Llama's `mlp_bias`).
 use super::linear::Linear;
 use super::mode::Mode;
 use candle_core::{Module, Result, Tensor};
@@ -12,11 +13,11 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn new(hidden: usize, intermediate: usize, vb: VarBuilder) -> Result<Self> {
+    pub fn new(hidden: usize, intermediate: usize, bias: bool, vb: VarBuilder) -> Result<Self> {
         Ok(Self {
-            gate_proj: Linear::new(hidden, intermediate, false, vb.pp("gate_proj"))?,
-            up_proj: Linear::new(hidden, intermediate, false, vb.pp("up_proj"))?,
-            down_proj: Linear::new(intermediate, hidden, false, vb.pp("down_proj"))?,
+            gate_proj: Linear::new(hidden, intermediate, bias, vb.pp("gate_proj"))?,
+            up_proj: Linear::new(hidden, intermediate, bias, vb.pp("up_proj"))?,
+            down_proj: Linear::new(intermediate, hidden, bias, vb.pp("down_proj"))?,
         })
     }
 }

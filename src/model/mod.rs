@@ -1,10 +1,15 @@
-//! The policy model: a differentiable Qwen2 on candle, its loading, sampling, scoring and saving.
+//! The policy model: a differentiable decoder LM on candle (Qwen2, Llama, Qwen3), its loading,
+//! sampling, scoring and saving.
 pub mod accumulate;
+pub mod arch;
 pub mod attention;
 pub mod batch;
+pub mod causal_lm;
 pub mod config;
+pub mod flops;
 pub mod fused_logprob;
 mod gemm_acc;
+pub mod gguf;
 mod head_grad;
 pub mod kernels;
 pub mod kv_cache;
@@ -15,20 +20,28 @@ pub mod mlp;
 pub mod mode;
 pub mod norm;
 pub mod policy;
-pub mod qwen2;
 pub mod recompute;
 pub mod rope;
+pub mod rope_scaling;
 pub mod sample;
 pub mod source;
 pub(crate) mod storage;
 pub mod tokenizer;
 pub mod weights;
 
-pub use config::Qwen2Config;
+pub use arch::{Architecture, Features};
+pub use causal_lm::CausalLm;
+/// The model's former name (it was Qwen2-only), kept for existing callers.
+pub use causal_lm::CausalLm as Qwen2;
+pub use config::{ModelConfig, Qwen2Config};
 pub use logprob::{completion_logprobs, ScoreLayout};
 pub use mode::Mode;
 pub use policy::{parse_dtype, LoadOptions, Policy};
-pub use qwen2::Qwen2;
 pub use sample::{generate, SamplingParams};
 pub use source::ModelSource;
 pub use tokenizer::Tokenizer;
+
+/// The former module of [`CausalLm`], kept so `model::qwen2::Qwen2` paths still resolve.
+pub mod qwen2 {
+    pub use super::causal_lm::CausalLm as Qwen2;
+}

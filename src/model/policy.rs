@@ -73,10 +73,19 @@ pub struct Policy {
     /// dtype fields changed, so every key the source had survives and none is added.
     source_config: Option<serde_json::Value>,
     rollout_copies: bool,
+    /// The chat template (tokenizer_config.json / chat_template.jinja, or a GGUF's
+    /// `tokenizer.chat_template`).
+    chat_template: Option<String>,
+    /// `tokenizer_config.json` to write on save when there is no source directory to copy it
+    /// from (GGUF sources).
+    tokenizer_config: Option<serde_json::Value>,
 }
 
 impl Policy {
     pub fn load(source: &ModelSource, opts: &LoadOptions) -> Result<Self> {
+        if let ModelSource::Gguf(path) = source {
+            return Self::load_gguf(source.clone(), path, opts);
+        }
         match source.resolve_dir()? {
             None => {
                 let ModelSource::Builtin(name) = source else {
@@ -135,7 +144,60 @@ impl Policy {
             opts,
         )?;
         policy.source_config = source_config;
+        policy.chat_template = dir_chat_template(dir)?;
         Ok(policy)
+    }
+
+    /// A llama.cpp GGUF file: config from its metadata, tokenizer rebuilt from
+    /// `tokenizer.ggml.*`, weights dequantized to `opts.dtype`.
+    fn load_gguf(source: ModelSource, path: &Path, opts: &LoadOptions) -> Result<Self> {
+        let g = super::gguf::load(path, opts.dtype, &opts.device)?;
+        let cfg: Qwen2Config = serde_json::from_value(g.config.clone())
+            .map_err(|e| Error::model(path, format!("config built from the GGUF metadata: {e}")))?;
+        cfg.validate()
+            .map_err(|m| Error::model(path, format!("config built from the GGUF metadata: {m}")))?;
+        let tokenizer = Tokenizer::from_json(&g.tokenizer)
+            .map_err(|e| Error::model(path, format!("tokenizer from GGUF metadata: {e}")))?;
+        let tensors = super::gguf::read::take_expected(&cfg, g.tensors, path)?;
+        let eos_ids = ids_of(cfg.eos_token_id.as_ref());
+        if eos_ids.is_empty() {
+            return Err(Error::model(
+                path,
+                "no `tokenizer.ggml.eos_token_id` in the GGUF metadata: generation would never stop",
+            ));
+        }
+        let pad_id = ids_of(cfg.pad_token_id.as_ref())
+            .first()
+            .copied()
+            .unwrap_or(eos_ids[0]);
+        let mut tc = serde_json::json!({
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "clean_up_tokenization_spaces": false,
+            "model_max_length": cfg.max_position_embeddings,
+        });
+        for (k, v) in &g.special_tokens {
+            tc[k] = v.clone();
+        }
+        if let Some(t) = &g.chat_template {
+            tc["chat_template"] = t.clone().into();
+        }
+        let mut policy =
+            Self::assemble(source, cfg, tensors, tokenizer, eos_ids, pad_id, None, opts)?;
+        policy.source_config = Some(g.config);
+        policy.chat_template = g.chat_template;
+        policy.tokenizer_config = Some(tc);
+        Ok(policy)
+    }
+
+    /// The `tokenizer_config.json` built from GGUF metadata (special tokens, chat template);
+    /// `None` for sources with tokenizer files of their own.
+    pub fn built_tokenizer_config(&self) -> Option<&serde_json::Value> {
+        self.tokenizer_config.as_ref()
+    }
+
+    /// The model's chat template, if its tokenizer files (or GGUF metadata) carry one.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -150,7 +212,7 @@ impl Policy {
         opts: &LoadOptions,
     ) -> Result<Self> {
         let varmap = VarMap::new();
-        let names: Vec<String> = weights::expected_tensors(&config)
+        let names: Vec<String> = weights::expected_tensors(&config)?
             .into_iter()
             .map(|(n, _, _)| n)
             .collect();
@@ -181,6 +243,8 @@ impl Policy {
             dir,
             source_config: None,
             rollout_copies: opts.rollout_copies,
+            chat_template: None,
+            tokenizer_config: None,
         })
     }
 
@@ -278,6 +342,7 @@ impl Policy {
                     "special_tokens_map.json",
                     "vocab.json",
                     "merges.txt",
+                    "chat_template.jinja",
                 ] {
                     if d.join(f).is_file() {
                         copy(&d.join(f), &out.join(f))?;
@@ -286,6 +351,9 @@ impl Policy {
             }
             None => {
                 self.tokenizer.save(&out.join("tokenizer.json"))?;
+                if let Some(tc) = &self.tokenizer_config {
+                    return write_json(&out.join("tokenizer_config.json"), tc);
+                }
                 let tc = serde_json::json!({
                     "tokenizer_class": "PreTrainedTokenizerFast",
                     "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
@@ -325,6 +393,26 @@ fn read_json(path: &Path) -> Result<Option<serde_json::Value>> {
             ),
         )
     })
+}
+
+/// `chat_template` of tokenizer_config.json (a string), else the `chat_template.jinja` file
+/// transformers 5 writes.
+fn dir_chat_template(dir: &Path) -> Result<Option<String>> {
+    let tc = read_json(&dir.join("tokenizer_config.json"))?;
+    if let Some(t) = tc
+        .as_ref()
+        .and_then(|c| c.get("chat_template"))
+        .and_then(|t| t.as_str())
+    {
+        return Ok(Some(t.to_string()));
+    }
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.is_file() {
+        return std::fs::read_to_string(&jinja)
+            .map(Some)
+            .map_err(|e| Error::io(&jinja, e));
+    }
+    Ok(None)
 }
 
 fn ids_of(v: Option<&serde_json::Value>) -> Vec<u32> {

@@ -7,11 +7,11 @@
 //! twice (the plain path holds a whole backward pass's gradients next to the accumulators).
 use super::accumulate::{scatter_rows_add, take_grads};
 use super::attention::AttnInputs;
+use super::causal_lm::CausalLm;
 use super::head_grad::head_backward;
 use super::layer_grad;
 use super::logprob::ScoreLayout;
 use super::mode::Mode;
-use super::qwen2::Qwen2;
 use candle_core::{Module, Result, Tensor, Var};
 
 /// What one recomputed pass reports.
@@ -30,7 +30,7 @@ pub struct PassStats {
 /// The gradient of every tensor in `vars` is added into `acc`. `coef` has one entry per row
 /// of the layout.
 pub fn weighted_logprob_grads(
-    model: &Qwen2,
+    model: &CausalLm,
     layout: &ScoreLayout,
     coef: &[f32],
     vars: &[Var],

@@ -1,6 +1,8 @@
-//! Rotary position embeddings, non-interleaved ("rotate_half") as in transformers' Qwen2, with
-//! per-row absolute positions so left-padded batches get HF's positions.
+//! Rotary position embeddings, non-interleaved ("rotate_half") as in transformers' Qwen2, Llama
+//! and Qwen3, with per-row absolute positions so left-padded batches get HF's positions. The
+//! inverse frequencies come from a [`RopeSpec`] (base and scaling).
 use super::mode::Mode;
+use super::rope_scaling::{RopeScaling, RopeSpec};
 use candle_core::{DType, Device, Result, Tensor, D};
 
 #[derive(Debug, Clone)]
@@ -11,7 +13,7 @@ pub struct Rope {
 }
 
 impl Rope {
-    /// Tables for positions 0..max_positions, angles computed in f32 as transformers does.
+    /// Unscaled tables with base `theta` for positions 0..max_positions.
     pub fn new(
         head_dim: usize,
         theta: f64,
@@ -19,10 +21,22 @@ impl Rope {
         dtype: DType,
         dev: &Device,
     ) -> Result<Self> {
-        let inv: Vec<f32> = (0..head_dim)
-            .step_by(2)
-            .map(|i| 1f32 / (theta.powf(i as f64 / head_dim as f64) as f32))
-            .collect();
+        let spec = RopeSpec {
+            theta,
+            scaling: RopeScaling::None,
+        };
+        Self::from_spec(&spec, head_dim, max_positions, dtype, dev)
+    }
+
+    /// Tables for positions 0..max_positions, angles computed in f32 as transformers does.
+    pub fn from_spec(
+        spec: &RopeSpec,
+        head_dim: usize,
+        max_positions: usize,
+        dtype: DType,
+        dev: &Device,
+    ) -> Result<Self> {
+        let inv = spec.inv_freq(head_dim);
         let half = inv.len();
         let inv = Tensor::from_vec(inv, (1, half), dev)?;
         let pos = Tensor::arange(0u32, max_positions as u32, dev)?

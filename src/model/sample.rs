@@ -2,8 +2,8 @@
 //! generations, then all rows decode together; rows that hit EOS or `max_new_tokens` leave the
 //! batch. Temperature → top-k → top-p as transformers applies them, from a seeded RNG.
 use super::batch::{causal_mask, position_ids};
+use super::causal_lm::CausalLm;
 use super::mode::Mode;
-use super::qwen2::Qwen2;
 use candle_core::{Result, Tensor};
 use rand::Rng;
 
@@ -38,7 +38,7 @@ impl Default for SamplingParams {
 /// Generates `k` completions for each prompt. Returns `[prompt][k]` token ids, each ending with
 /// its EOS token when it stopped there.
 pub fn generate(
-    model: &Qwen2,
+    model: &CausalLm,
     prompts: &[&[u32]],
     k: usize,
     params: &SamplingParams,

@@ -13,6 +13,8 @@ pub enum ModelSource {
     Local(PathBuf),
     /// `owner/name` (optionally `owner/name@revision`) on the Hugging Face hub.
     Hub { repo: String, revision: String },
+    /// A llama.cpp GGUF file (`*.gguf`): config, tokenizer and weights from the one file.
+    Gguf(PathBuf),
 }
 
 impl ModelSource {
@@ -42,6 +44,12 @@ impl ModelSource {
             || spec == "."
             || spec == "..";
         let local = base_dir.join(spec);
+        if super::gguf::is_gguf_path(&local) {
+            if local.is_file() {
+                return Ok(ModelSource::Gguf(local));
+            }
+            return Err(err(format!("GGUF file {} does not exist", local.display())));
+        }
         if local.is_dir() {
             return Ok(ModelSource::Local(local));
         }
@@ -70,11 +78,20 @@ impl ModelSource {
         }
     }
 
+    /// A local path: a `*.gguf` file becomes [`ModelSource::Gguf`], anything else `Local`.
+    pub fn local(path: PathBuf) -> Self {
+        if super::gguf::is_gguf_path(&path) && !path.is_dir() {
+            ModelSource::Gguf(path)
+        } else {
+            ModelSource::Local(path)
+        }
+    }
+
     /// The directory holding the model's files (downloading hub files when needed).
-    /// `None` for built-in models.
+    /// `None` for built-in models and GGUF files (which have no HF directory).
     pub fn resolve_dir(&self) -> Result<Option<PathBuf>> {
         match self {
-            ModelSource::Builtin(_) => Ok(None),
+            ModelSource::Builtin(_) | ModelSource::Gguf(_) => Ok(None),
             ModelSource::Local(dir) => Ok(Some(dir.clone())),
             ModelSource::Hub { repo, revision } => hub_dir(repo, revision).map(Some),
         }
@@ -83,7 +100,7 @@ impl ModelSource {
     pub fn describe(&self) -> String {
         match self {
             ModelSource::Builtin(n) => format!("builtin:{n}"),
-            ModelSource::Local(d) => d.display().to_string(),
+            ModelSource::Local(d) | ModelSource::Gguf(d) => d.display().to_string(),
             ModelSource::Hub { repo, revision } if revision == "main" => repo.clone(),
             ModelSource::Hub { repo, revision } => format!("{repo}@{revision}"),
         }

@@ -26,6 +26,24 @@ impl Tokenizer {
         Ok(Self { inner })
     }
 
+    /// A tokenizer from a `tokenizer.json` value (e.g. one rebuilt from GGUF metadata).
+    pub fn from_json(spec: &serde_json::Value) -> Result<Self> {
+        let inner: tokenizers::Tokenizer = spec
+            .to_string()
+            .parse()
+            .map_err(|e| Error::Tokenizer(format!("cannot build tokenizer: {e}")))?;
+        Ok(Self { inner })
+    }
+
+    /// The `tokenizer.json` value of this tokenizer.
+    pub fn to_json(&self) -> Result<serde_json::Value> {
+        let text = self
+            .inner
+            .to_string(false)
+            .map_err(|e| Error::Tokenizer(format!("serialising: {e}")))?;
+        serde_json::from_str(&text).map_err(|e| Error::Tokenizer(format!("serialising: {e}")))
+    }
+
     /// The built-in byte-level tokenizer (GPT-2 byte-to-unicode alphabet, every byte one token).
     pub fn byte_level() -> Result<Self> {
         let chars = byte_alphabet();

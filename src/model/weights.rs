@@ -1,7 +1,7 @@
 //! Checkpoint tensors: the names and shapes a config implies, loading them from one or several
 //! safetensors files (any float dtype, converted to the training dtype) with errors that name the
 //! tensor and file, and seeded random initialisation for built-in models.
-use super::config::Qwen2Config;
+use super::config::ModelConfig;
 use crate::error::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
@@ -16,11 +16,19 @@ pub enum Init {
     Ones,
 }
 
-/// Every tensor the model reads, with its shape and initialisation (HF names, HF init).
-pub fn expected_tensors(cfg: &Qwen2Config) -> Vec<(String, Vec<usize>, Init)> {
-    let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
-    let q = cfg.num_attention_heads * cfg.head_dim();
-    let kv = cfg.kv_heads() * cfg.head_dim();
+/// Every tensor the model reads, with its shape and initialisation (HF names, HF init): the
+/// one list of checkpoint names, derived from the config's architecture and switches. Fails,
+/// naming the key, for a config that `validate` refuses.
+pub fn expected_tensors(cfg: &ModelConfig) -> Result<Vec<(String, Vec<usize>, Init)>> {
+    let f = cfg.features().map_err(Error::Invalid)?;
+    let (h, i, v, d) = (
+        cfg.hidden_size,
+        cfg.intermediate_size,
+        cfg.vocab_size,
+        cfg.head_dim(),
+    );
+    let q = cfg.num_attention_heads * d;
+    let kv = cfg.kv_heads() * d;
     let std = Init::Normal(0.02);
     let mut out = vec![("model.embed_tokens.weight".to_string(), vec![v, h], std)];
     for l in 0..cfg.num_hidden_layers {
@@ -28,16 +36,23 @@ pub fn expected_tensors(cfg: &Qwen2Config) -> Vec<(String, Vec<usize>, Init)> {
         let mut push = |name: &str, shape: Vec<usize>, init| {
             out.push((format!("{p}.{name}"), shape, init));
         };
-        push("self_attn.q_proj.weight", vec![q, h], std);
-        push("self_attn.q_proj.bias", vec![q], Init::Zeros);
-        push("self_attn.k_proj.weight", vec![kv, h], std);
-        push("self_attn.k_proj.bias", vec![kv], Init::Zeros);
-        push("self_attn.v_proj.weight", vec![kv, h], std);
-        push("self_attn.v_proj.bias", vec![kv], Init::Zeros);
-        push("self_attn.o_proj.weight", vec![h, q], std);
-        push("mlp.gate_proj.weight", vec![i, h], std);
-        push("mlp.up_proj.weight", vec![i, h], std);
-        push("mlp.down_proj.weight", vec![h, i], std);
+        let mut linear = |name: &str, out_dim: usize, in_dim: usize, bias: bool| {
+            push(&format!("{name}.weight"), vec![out_dim, in_dim], std);
+            if bias {
+                push(&format!("{name}.bias"), vec![out_dim], Init::Zeros);
+            }
+        };
+        linear("self_attn.q_proj", q, h, f.qkv_bias);
+        linear("self_attn.k_proj", kv, h, f.qkv_bias);
+        linear("self_attn.v_proj", kv, h, f.qkv_bias);
+        linear("self_attn.o_proj", h, q, f.o_bias);
+        linear("mlp.gate_proj", i, h, f.mlp_bias);
+        linear("mlp.up_proj", i, h, f.mlp_bias);
+        linear("mlp.down_proj", h, i, f.mlp_bias);
+        if f.qk_norm {
+            push("self_attn.q_norm.weight", vec![d], Init::Ones);
+            push("self_attn.k_norm.weight", vec![d], Init::Ones);
+        }
         push("input_layernorm.weight", vec![h], Init::Ones);
         push("post_attention_layernorm.weight", vec![h], Init::Ones);
     }
@@ -45,7 +60,7 @@ pub fn expected_tensors(cfg: &Qwen2Config) -> Vec<(String, Vec<usize>, Init)> {
     if !cfg.tie_word_embeddings {
         out.push(("lm_head.weight".to_string(), vec![v, h], std));
     }
-    out
+    Ok(out)
 }
 
 /// The safetensors files of a model directory: `model.safetensors`, or the shards listed by
@@ -83,7 +98,7 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
 /// Loads every expected tensor from `files`, checks its shape and converts it to `dtype`.
 /// Extra tensors (e.g. rotary `inv_freq` buffers) are ignored.
 pub fn load_tensors(
-    cfg: &Qwen2Config,
+    cfg: &ModelConfig,
     files: &[PathBuf],
     dtype: DType,
     dev: &Device,
@@ -105,7 +120,7 @@ pub fn load_tensors(
         .collect::<Vec<_>>()
         .join(", ");
     let mut out = HashMap::new();
-    for (name, shape, _) in expected_tensors(cfg) {
+    for (name, shape, _) in expected_tensors(cfg)? {
         let (t, file) = found.remove(&name).ok_or_else(|| {
             Error::model(
                 files.first().cloned().unwrap_or_default(),
@@ -141,14 +156,14 @@ pub fn load_tensors(
 
 /// Seeded random weights with transformers' initialisation (N(0, 0.02²), zero biases, unit norms).
 pub fn random_tensors(
-    cfg: &Qwen2Config,
+    cfg: &ModelConfig,
     seed: u64,
     dtype: DType,
     dev: &Device,
 ) -> Result<HashMap<String, Tensor>> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut out = HashMap::new();
-    for (name, shape, init) in expected_tensors(cfg) {
+    for (name, shape, init) in expected_tensors(cfg)? {
         let n: usize = shape.iter().product();
         let data: Vec<f32> = match init {
             Init::Zeros => vec![0.0; n],

@@ -55,7 +55,7 @@ pub fn loss_and_grads(
             let adv: Vec<f32> = part.iter().map(|&j| s.advantages[j]).collect();
             let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
             let (rows, width) = layout.ids.dims2()?;
-            flops += crate::bench::flops::train_flops(
+            flops += crate::model::flops::train_flops(
                 &policy.config,
                 rows,
                 width,

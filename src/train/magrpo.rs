@@ -223,7 +223,7 @@ impl Trainer {
             passthrough: t.external_prompt_passthrough,
             parallel: t.parallel_sampling,
         };
-        log::debug!("models loaded; {}", crate::bench::sys::memory_line());
+        log::debug!("models loaded; {}", crate::runtime::memory_line());
         obs.start(total, state.step);
         let mut interrupted = false;
         let limit = self.stop_after.map_or(total, |n| n.min(total));
@@ -259,7 +259,7 @@ impl Trainer {
             log::debug!(
                 "step {}: sampled; {}",
                 step + 1,
-                crate::bench::sys::memory_line()
+                crate::runtime::memory_line()
             );
             for node in nodes {
                 record_rollout(&mut state, &node, epoch);
@@ -463,7 +463,7 @@ impl Trainer {
             state.window.train_flops += u.flops;
         }
         state.window.phases.update += since(start);
-        log::debug!("update done; {}", crate::bench::sys::memory_line());
+        log::debug!("update done; {}", crate::runtime::memory_line());
         Ok(())
     }
 }

@@ -60,7 +60,12 @@ impl Prompts {
             .zip(policies)
             .map(|(a, p)| {
                 let dir = p.source.resolve_dir()?;
-                let chat = chat_template(a, dir.as_deref(), &p.source.describe())?;
+                let files = match (dir.as_deref(), p.built_tokenizer_config()) {
+                    (Some(d), _) => ModelFiles::Dir(d),
+                    (None, Some(tc)) => ModelFiles::Config(tc),
+                    (None, None) => ModelFiles::None,
+                };
+                let chat = chat_template(a, files, &p.source.describe())?;
                 Ok(PromptFormatter::new(a, chat))
             })
             .collect::<Result<Vec<_>>>()
@@ -73,12 +78,22 @@ impl Prompts {
     }
 }
 
-/// The chat template an agent's `chat_template` selects. `model_dir`: the model's files (`None`
-/// for built-in models); `model`: its name in errors. `auto` without a template in the model
-/// directory is an error.
+/// Where a model's own chat template is read from.
+#[derive(Debug, Clone, Copy)]
+pub enum ModelFiles<'a> {
+    /// A Hugging Face model directory (`chat_template.jinja`, `tokenizer_config.json`).
+    Dir(&'a Path),
+    /// A `tokenizer_config.json` value built from GGUF metadata.
+    Config(&'a serde_json::Value),
+    /// No tokenizer files (built-in models).
+    None,
+}
+
+/// The chat template an agent's `chat_template` selects; `model` names the model in errors.
+/// `auto` without a template in the model's files is an error.
 pub fn chat_template(
     agent: &AgentPlan,
-    model_dir: Option<&Path>,
+    files: ModelFiles<'_>,
     model: &str,
 ) -> Result<Option<ChatTemplate>> {
     let fail = |msg: String| Error::Train(format!("agent {}: {msg}", agent.index));
@@ -90,10 +105,21 @@ pub fn chat_template(
                 .map_err(|e| fail(e.to_string()))
         }
         ChatTemplateSpec::Auto => {
-            let Some(dir) = model_dir else {
-                return Err(fail(format!(
-                    "`chat_template: auto`, but {model} has no tokenizer files with a chat template; use `chat_template: none` or a `.jinja` file"
-                )));
+            let dir = match files {
+                ModelFiles::Dir(d) => d,
+                ModelFiles::Config(tc) => {
+                    let name = format!("{model} (GGUF tokenizer.chat_template)");
+                    return match ChatTemplate::from_tokenizer_config(&name, tc) {
+                        Ok(Some(t)) => Ok(Some(t)),
+                        Ok(None) => Err(fail(format!("`chat_template: auto`, but {model} has no `tokenizer.chat_template` in its metadata; use `chat_template: none` or a `.jinja` file"))),
+                        Err(e) => Err(fail(e.to_string())),
+                    };
+                }
+                ModelFiles::None => {
+                    return Err(fail(format!(
+                        "`chat_template: auto`, but {model} has no tokenizer files with a chat template; use `chat_template: none` or a `.jinja` file"
+                    )))
+                }
             };
             match ChatTemplate::from_model_dir(dir) {
                 Ok(Some(t)) => Ok(Some(t)),
@@ -109,10 +135,11 @@ pub fn chat_template(
 
 /// The files of `source` as far as they are on this machine, without downloading: a local
 /// directory, or a Hub model's snapshot in the Hub cache holding its `tokenizer_config.json` or
-/// `chat_template.jinja`. `None` for built-in models and uncached Hub models.
+/// `chat_template.jinja`. `None` for built-in models, GGUF files (their template is in the
+/// file's metadata, read when the model is loaded) and uncached Hub models.
 pub fn cached_model_dir(source: &ModelSource) -> Option<PathBuf> {
     match source {
-        ModelSource::Builtin(_) => None,
+        ModelSource::Builtin(_) | ModelSource::Gguf(_) => None,
         ModelSource::Local(dir) => Some(dir.clone()),
         ModelSource::Hub { repo, revision } => {
             let cache = hf_hub::Cache::new(crate::model::source::hub_cache_dir());
@@ -159,7 +186,10 @@ mod tests {
             "  template: \"Q: {prompt}\"\n  chat_template: c.jinja\n  system_prompt: Be brief.\n",
         );
         let a = &s.agents[0];
-        let f = PromptFormatter::new(a, chat_template(a, None, "builtin:tiny").expect("ok"));
+        let f = PromptFormatter::new(
+            a,
+            chat_template(a, ModelFiles::None, "builtin:tiny").expect("ok"),
+        );
         assert_eq!(
             f.render(&s.dataset.train.rows[0]).expect("renders"),
             "<system>Be brief.<user>Q: Tell a joke<assistant>"
@@ -171,7 +201,10 @@ mod tests {
         // Without a chat template the text is the model input.
         let s = scenario(dir.path(), "  template: \"Q: {prompt}\"\n");
         let a = &s.agents[0];
-        let f = PromptFormatter::new(a, chat_template(a, None, "builtin:tiny").expect("ok"));
+        let f = PromptFormatter::new(
+            a,
+            chat_template(a, ModelFiles::None, "builtin:tiny").expect("ok"),
+        );
         assert!(f.chat_template().is_none());
         assert_eq!(
             f.render(&s.dataset.train.rows[1]).expect("renders"),
@@ -186,7 +219,7 @@ mod tests {
         let a = &mut s.agents[0];
         a.chat_template = ChatTemplateSpec::Auto;
         let qwen = fixtures().join("qwen25-tokenizer");
-        let t = chat_template(a, Some(&qwen), "qwen")
+        let t = chat_template(a, ModelFiles::Dir(&qwen), "qwen")
             .expect("ok")
             .expect("a template");
         let f = PromptFormatter::new(a, Some(t));
@@ -194,14 +227,14 @@ mod tests {
             f.wrap("Tell a joke about dinosaurs:").expect("renders"),
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nTell a joke about dinosaurs:<|im_end|>\n<|im_start|>assistant\n"
         );
-        let e = chat_template(a, Some(&fixtures().join("tiny-llama")), "tiny")
+        let e = chat_template(a, ModelFiles::Dir(&fixtures().join("tiny-llama")), "tiny")
             .unwrap_err()
             .to_string();
         assert!(
             e.contains("agent 0") && e.contains("tiny-llama/tokenizer_config.json"),
             "{e}"
         );
-        let e = chat_template(a, None, "builtin:tiny")
+        let e = chat_template(a, ModelFiles::None, "builtin:tiny")
             .unwrap_err()
             .to_string();
         assert!(e.contains("builtin:tiny has no tokenizer files"), "{e}");
@@ -210,5 +243,34 @@ mod tests {
             Some(qwen)
         );
         assert_eq!(cached_model_dir(&ModelSource::Builtin("tiny".into())), None);
+    }
+
+    #[test]
+    fn auto_reads_a_gguf_files_metadata() {
+        let gguf = fixtures().join("gguf/tiny-qwen2.q8_0.gguf");
+        let policy = Policy::load(
+            &ModelSource::Gguf(gguf.clone()),
+            &crate::model::LoadOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let text = policy
+            .chat_template()
+            .expect("the fixture has a template")
+            .to_string();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = scenario(dir.path(), "  system_prompt: S\n");
+        s.agents.truncate(1);
+        s.agents[0].chat_template = ChatTemplateSpec::Auto;
+        let prompts = Prompts::for_policies(&s, std::slice::from_ref(&policy)).expect("formatters");
+        let chat = prompts.0[0].chat_template().expect("a chat template");
+        assert!(chat.name().contains("GGUF"), "{}", chat.name());
+        let want = ChatTemplate::new("t", text)
+            .expect("compiles")
+            .render(Some("S"), "Tell a joke")
+            .expect("renders");
+        assert_eq!(
+            prompts.render(&s.dataset.train.rows[0]).expect("renders"),
+            vec![want]
+        );
     }
 }

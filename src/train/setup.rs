@@ -12,7 +12,7 @@ pub fn model_source(agent: &AgentPlan, base_dir: &Path) -> Result<ModelSource> {
         comlrl_scenario::ModelSource::Builtin(name) => {
             ModelSource::parse(&format!("builtin:{name}"), base_dir)?
         }
-        comlrl_scenario::ModelSource::Local(p) => ModelSource::Local(p.clone()),
+        comlrl_scenario::ModelSource::Local(p) => ModelSource::local(p.clone()),
         comlrl_scenario::ModelSource::Hub(id) => ModelSource::parse(id, base_dir)?,
     })
 }

@@ -166,6 +166,20 @@ fn model_ref(d: &mut Diags, p: &KeyPath, spec: &str, base: &Path) -> ModelRef {
             );
         }
         ModelSource::Builtin(name.trim().to_string())
+    } else if is_gguf(spec_t) {
+        let abs = paths::resolve(base, Path::new(spec_t));
+        if !abs.is_file() {
+            d.error(
+                ErrorKind::MissingFile,
+                p,
+                format!("GGUF file {} does not exist", abs.display()),
+                Some(format!(
+                    "a `*.gguf` model path is relative to {}",
+                    base.display()
+                )),
+            );
+        }
+        ModelSource::Local(abs)
     } else if paths::is_local_model(spec_t) || paths::resolve(base, Path::new(spec_t)).is_dir() {
         let abs = paths::resolve(base, Path::new(spec_t));
         if !abs.is_dir() {
@@ -194,6 +208,13 @@ fn model_ref(d: &mut Diags, p: &KeyPath, spec: &str, base: &Path) -> ModelRef {
         spec: spec.to_string(),
         source,
     }
+}
+
+/// A llama.cpp GGUF file path (`*.gguf`, any case).
+fn is_gguf(spec: &str) -> bool {
+    Path::new(spec)
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
 }
 
 /// `owner/name` or `owner/name@revision`, as the model loader accepts.

@@ -150,6 +150,20 @@ impl ChatTemplate {
         ))
     }
 
+    /// The template of a `tokenizer_config.json` value (`chat_template` and the special tokens),
+    /// e.g. one built from GGUF metadata; `name` names it in errors. `Ok(None)`: no template.
+    pub fn from_tokenizer_config(
+        name: &str,
+        cfg: &Json,
+    ) -> Result<Option<Self>, ChatTemplateError> {
+        match template_in_config(cfg, Path::new(name))? {
+            Some(t) => Ok(Some(
+                Self::new(name, t)?.with_special_tokens(special_tokens(cfg)),
+            )),
+            None => Ok(None),
+        }
+    }
+
     /// The name used in errors.
     pub fn name(&self) -> &str {
         &self.name

@@ -41,7 +41,7 @@ pub(crate) fn resolve_code(
                 d.error(
                     ErrorKind::MissingFile,
                     &path.key("rhai"),
-                    format!("Rhai script {} does not exist", abs.display()),
+                    paths::not_a_file("Rhai script", &abs),
                     Some(format!(
                         "paths are relative to the scenario file's directory ({})",
                         base.display()

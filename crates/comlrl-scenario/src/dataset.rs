@@ -181,7 +181,7 @@ fn file(
         d.error(
             ErrorKind::MissingFile,
             &p.key("path"),
-            format!("data file {} does not exist", abs.display()),
+            paths::not_a_file("data file", &abs),
             Some(format!(
                 "paths are relative to the scenario file's directory ({})",
                 base.display()

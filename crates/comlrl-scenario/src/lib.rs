@@ -123,7 +123,18 @@ pub fn load_str_with(
     let mut yaml: serde_norway::Value = match serde_norway::from_str(text) {
         Ok(v) => v,
         Err(e) => {
-            syntax_error(&mut d, &e);
+            // serde_norway places a duplicate key at its mapping's first key; the event index
+            // knows where the second one is written.
+            match d.index.first_duplicate().cloned() {
+                Some((path, at)) => d.errors.push(Diagnostic {
+                    kind: ErrorKind::Syntax,
+                    key: path.to_string(),
+                    location: at,
+                    message: format!("duplicate key `{path}`: it is already set above"),
+                    hint: Some("write each key once; remove or merge the repeated entry".into()),
+                }),
+                None => syntax_error(&mut d, &e),
+            }
             return Err(invalid(d));
         }
     };

@@ -192,9 +192,12 @@ pub(crate) fn apply(root: &mut Json, ov: &Override, d: &mut Diags) -> bool {
                     Seg::Key(_) if other.is_array() => {
                         format!("`{walked}` is a list: address an item, e.g. `{walked}[0]`")
                     }
-                    Seg::Index(_) if other.is_object() => {
-                        format!("`{walked}` is a mapping, not a list: address its keys, e.g. `{walked}.model`")
-                    }
+                    Seg::Index(_) => match other.as_object().and_then(|m| m.keys().next()) {
+                        Some(k) => format!(
+                            "`{walked}` is a mapping, not a list: address its keys, e.g. `{walked}.{k}`"
+                        ),
+                        None => format!("`{walked}` is an empty mapping, not a list"),
+                    },
                     _ => format!("`{walked}` holds a single value; set `{walked}` itself"),
                 };
                 d.override_error(

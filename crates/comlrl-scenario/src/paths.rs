@@ -42,6 +42,16 @@ pub(crate) fn clean(p: &Path) -> PathBuf {
     out.iter().collect()
 }
 
+/// Why `abs` cannot be read as the file `what` names (`Rhai script`, `data file`): it is a
+/// directory, or it does not exist.
+pub(crate) fn not_a_file(what: &str, abs: &Path) -> String {
+    if abs.is_dir() {
+        format!("{what} {} is a directory, not a file", abs.display())
+    } else {
+        format!("{what} {} does not exist", abs.display())
+    }
+}
+
 /// Whether a model string names a local directory (as opposed to a hub id or `builtin:`).
 /// Mirrors the model loader: `/`, `./`, `../`, `~`, `.` and `..` always mean a directory.
 pub(crate) fn is_local_model(spec: &str) -> bool {
@@ -56,6 +66,14 @@ pub(crate) fn is_local_model(spec: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_is_not_a_file() {
+        let dir = std::env::temp_dir();
+        assert!(not_a_file("data file", &dir).ends_with("is a directory, not a file"));
+        let missing = dir.join("comlrl-no-such-file");
+        assert!(not_a_file("data file", &missing).ends_with("does not exist"));
+    }
 
     #[test]
     fn cleans_and_resolves() {

@@ -63,7 +63,7 @@ pub enum Dtype {
 pub enum ModelSource {
     /// `builtin:<name>`, e.g. `builtin:tiny`: a model shipped with comlrl (name without prefix).
     Builtin(String),
-    /// A local directory (written starting with `./`, `../` or `/`), made absolute.
+    /// A local directory (written starting with `./`, `../` or `/`) or a `*.gguf` file, made absolute.
     Local(PathBuf),
     /// A Hugging Face Hub id such as `Qwen/Qwen2.5-0.5B`.
     Hub(String),

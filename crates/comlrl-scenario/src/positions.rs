@@ -127,6 +127,8 @@ impl fmt::Display for KeyPath {
 #[derive(Debug, Clone, Default)]
 pub struct PositionIndex {
     map: HashMap<KeyPath, Location>,
+    /// Keys written twice in one mapping: the path and where the second one is.
+    duplicates: Vec<(KeyPath, Location)>,
 }
 
 impl PositionIndex {
@@ -137,7 +139,15 @@ impl PositionIndex {
         let mut parser = Parser::new_from_str(text);
         // Errors are reported by serde_norway with their own location; keep what we have.
         let _ = parser.load(&mut rx, false);
-        PositionIndex { map: rx.map }
+        PositionIndex {
+            map: rx.map,
+            duplicates: rx.duplicates,
+        }
+    }
+
+    /// The first key written twice in one mapping, and where its second occurrence is.
+    pub fn first_duplicate(&self) -> Option<&(KeyPath, Location)> {
+        self.duplicates.first()
     }
 
     /// Where `path` is written: the exact key, else its nearest indexed ancestor, else 1:1.
@@ -152,9 +162,19 @@ impl PositionIndex {
         Location::File { line: 1, column: 1 }
     }
 
-    /// Records that `path` (and everything under it) now comes from a `--set` argument.
+    /// Records that `path` (and everything under it) now comes from a `--set` argument, and
+    /// so do the mappings the override created on the way (`--set a.b.c=1` makes `a`).
     pub fn set_override(&mut self, path: &KeyPath, arg: &str) {
         self.map.retain(|k, _| !k.starts_with(path));
+        let mut cur = path.parent();
+        while let Some(p) = cur {
+            if p.0.is_empty() || self.map.contains_key(&p) {
+                break;
+            }
+            self.map
+                .insert(p.clone(), Location::Override(arg.to_string()));
+            cur = p.parent();
+        }
         self.map
             .insert(path.clone(), Location::Override(arg.to_string()));
     }
@@ -179,6 +199,7 @@ enum Frame {
 struct Builder {
     stack: Vec<Frame>,
     map: HashMap<KeyPath, Location>,
+    duplicates: Vec<(KeyPath, Location)>,
 }
 
 fn loc(m: Marker) -> Location {
@@ -214,7 +235,11 @@ impl Builder {
                         *locate_first_key = false;
                         self.map.insert(path.clone(), loc(mark));
                     }
-                    self.map.insert(path.key(&k), loc(mark));
+                    let key_path = path.key(&k);
+                    if self.map.contains_key(&key_path) && k != "<alias>" && scalar_key.is_some() {
+                        self.duplicates.push((key_path.clone(), loc(mark)));
+                    }
+                    self.map.insert(key_path, loc(mark));
                     *key = Some(k);
                     None
                 }
@@ -291,6 +316,24 @@ mod tests {
         assert_eq!(at(&idx, "list[0].m"), (6, 5));
         assert_eq!(at(&idx, "list[1]"), (7, 5));
         assert_eq!(at(&idx, "a.nope"), (1, 1));
+    }
+
+    #[test]
+    fn finds_the_second_of_a_duplicate_key() {
+        let idx = PositionIndex::build("a:\n  x: 1\n  y: 2\n  x: 3\nb: 1\n");
+        let (path, at) = idx.first_duplicate().expect("a duplicate");
+        assert_eq!(path.to_string(), "a.x");
+        assert_eq!(at, &Location::File { line: 4, column: 3 });
+    }
+
+    #[test]
+    fn override_creates_its_parents() {
+        let mut idx = PositionIndex::build("a:\n  b: 1\n");
+        idx.set_override(&KeyPath::parse("x.y.z").expect("path"), "x.y.z=1");
+        let want = Location::Override("x.y.z=1".into());
+        assert_eq!(idx.lookup(&KeyPath::parse("x").expect("path")), want);
+        assert_eq!(idx.lookup(&KeyPath::parse("x.y").expect("path")), want);
+        assert_eq!(at(&idx, "a.b"), (2, 3));
     }
 
     #[test]

@@ -325,6 +325,22 @@ fn missing_files() {
         3,
         &["local model directory"],
     );
+    // A `*.gguf` file (no `./` needed) must exist as a file; an existing one resolves to it.
+    let (_, d) = f.one(&with("model: builtin:tiny", "model: models/x.gguf"), &[]);
+    check(
+        &d,
+        MissingFile,
+        "agents.model",
+        5,
+        3,
+        &["GGUF file", "x.gguf does not exist"],
+    );
+    let gguf = f.write("m.Q8_0.gguf", "");
+    let s = f.ok(&with("model: builtin:tiny", "model: m.Q8_0.gguf"), &[]);
+    assert_eq!(
+        s.agents[0].model.source,
+        comlrl_scenario::ModelSource::Local(gguf)
+    );
 }
 
 #[test]
@@ -446,4 +462,59 @@ fn duplicate_keys_are_syntax_errors() {
     let (msg, d) = f.one(&format!("{BASE}  num_generations: 4\n"), &[]);
     assert_eq!(d.kind, Syntax, "{msg}");
     assert!(msg.contains("duplicate"), "{msg}");
+}
+
+#[test]
+fn duplicate_key_points_at_the_second_one() {
+    let f = Fixture::new();
+    let (_, d) = f.one(
+        &with(
+            "  model: builtin:tiny\n",
+            "  model: builtin:tiny\n  count: 3\n",
+        ),
+        &[],
+    );
+    check(
+        &d,
+        Syntax,
+        "agents.count",
+        6,
+        3,
+        &["duplicate key `agents.count`"],
+    );
+}
+
+#[test]
+fn override_of_an_unknown_nested_key_points_at_the_override() {
+    let f = Fixture::new();
+    let (msg, d) = f.one(BASE, &["a.b.c=1"]);
+    assert_eq!(d.kind, UnknownKey, "{d:?}");
+    assert_eq!(
+        d.location,
+        comlrl_scenario::Location::Override("a.b.c=1".into())
+    );
+    assert!(msg.contains("(from --set a.b.c=1)"), "{msg}");
+}
+
+#[test]
+fn indexing_a_mapping_suggests_one_of_its_keys() {
+    let f = Fixture::new();
+    let (_, d) = f.one(BASE, &["reward.0.weight=2"]);
+    let hint = d.hint.unwrap_or_default();
+    assert!(hint.contains("e.g. `reward.rhai`"), "{hint}");
+}
+
+#[test]
+fn a_directory_given_as_a_script_is_named_as_such() {
+    let f = Fixture::new();
+    std::fs::create_dir(f.dir.path().join("dir.rhai")).unwrap();
+    let (_, d) = f.one(&with("rhai: r.rhai", "rhai: dir.rhai"), &[]);
+    check(
+        &d,
+        MissingFile,
+        "reward.rhai",
+        7,
+        3,
+        &["is a directory, not a file"],
+    );
 }

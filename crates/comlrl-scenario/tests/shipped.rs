@@ -21,7 +21,12 @@ const PROMPTS: [&str; 10] = [
     "Design a playground on Mars:",
 ];
 
+/// The seed's settings; the tiny quick start differs in its model, learning rate and epochs.
 fn check_seed(s: &Scenario, model: &str) {
+    check_seed_with(s, model, 5e-5, 3);
+}
+
+fn check_seed_with(s: &Scenario, model: &str, lr: f64, epochs: usize) {
     assert_eq!(s.dataset.train.source, DataSource::Inline);
     let prompts: Vec<&str> = s
         .dataset
@@ -41,12 +46,12 @@ fn check_seed(s: &Scenario, model: &str) {
         assert_eq!(a.sampling.temperature, 0.6);
         assert_eq!(a.sampling.top_p, 0.6);
         assert_eq!(a.sampling.top_k, Some(50));
-        assert_eq!(a.learning_rate, 5e-5);
+        assert_eq!(a.learning_rate, lr);
         assert_eq!(a.template.as_str(), "{prompt}");
     }
     let t = &s.trainer;
-    assert_eq!(t.num_train_epochs, 3);
-    assert_eq!(t.agent_learning_rate, 5e-5);
+    assert_eq!(t.num_train_epochs, epochs);
+    assert_eq!(t.agent_learning_rate, lr);
     assert_eq!(t.num_generations, 8);
     assert_eq!(t.num_turns, 1);
     assert_eq!(t.joint_mode, JointMode::Aligned);
@@ -92,10 +97,11 @@ fn seed_scenario() {
 fn tiny_scenario() {
     let s = load(&scenarios_dir().join("story_len_ratio_tiny.yaml"), &[])
         .unwrap_or_else(|e| panic!("{e}"));
-    check_seed(&s, "builtin:tiny");
+    check_seed_with(&s, "../models/tiny-story", 1e-4, 5);
+    let root = s.base_dir.parent().expect("scenarios/ has a parent");
     assert_eq!(
         s.agents[1].model.source,
-        ModelSource::Builtin("tiny".into())
+        ModelSource::Local(root.join("models/tiny-story"))
     );
 }
 

@@ -1,6 +1,5 @@
 //! Shared helpers of the integration tests: locating built plugins and writing scripts.
 #![allow(dead_code)]
-use std::env::consts::{DLL_PREFIX, DLL_SUFFIX};
 use std::path::{Path, PathBuf};
 
 /// The workspace root (two levels above this crate).
@@ -8,40 +7,10 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Directories where built plugins may be: next to this test binary's profile directory,
-/// `$CARGO_TARGET_DIR/release`, `<workspace>/target/release`.
-pub fn plugin_dirs() -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Some(profile) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().and_then(Path::parent).map(Path::to_path_buf))
-    {
-        dirs.push(profile.clone());
-        if let Some(target) = profile.parent() {
-            dirs.push(target.join("release"));
-        }
-    }
-    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
-        dirs.push(PathBuf::from(t).join("release"));
-    }
-    dirs.push(workspace_root().join("target/release"));
-    dirs
-}
-
-/// The built library of the plugin whose lib name is `lib` (e.g. `comlrl_len_ratio`).
-/// Panics with the build command when it is missing.
+/// The built library of the plugin whose lib name is `lib` (e.g. `comlrl_len_ratio`), built
+/// first when missing (see `comlrl_testutil`).
 pub fn plugin(lib: &str) -> PathBuf {
-    let file = format!("{DLL_PREFIX}{lib}{DLL_SUFFIX}");
-    let dirs = plugin_dirs();
-    for dir in &dirs {
-        let candidate = dir.join(&file);
-        if candidate.is_file() {
-            return candidate;
-        }
-    }
-    panic!(
-        "plugin {file} is not built (looked in {dirs:?}); run `cargo build --release --workspace` first"
-    );
+    comlrl_testutil::plugin(lib)
 }
 
 /// Write `source` to a fresh script file named `<name>.rhai` and return its path.

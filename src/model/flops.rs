@@ -1,4 +1,4 @@
-//! Matmul FLOP counts of a Qwen2 forward, used to report achieved GFLOP/s.
+//! Matmul FLOP counts of a decoder forward (any supported architecture), used to report achieved GFLOP/s.
 use crate::model::Qwen2Config;
 
 /// Matmul FLOPs of one forward over `b` rows of `s` tokens, with the LM head applied to

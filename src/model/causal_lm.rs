@@ -1,8 +1,10 @@
-//! The Qwen2 causal LM: embeddings, decoder layers, final norm and (tied or untied) LM head.
-//! Built from a `VarBuilder` whose paths are the HF checkpoint's tensor names, so the same
-//! weights train (through `Mode::Train`) and sample (through `Mode::Infer`).
+//! The decoder-only causal LM of every supported architecture (Qwen2, Llama, Qwen3; see `arch`):
+//! embeddings, decoder layers, final norm and (tied or untied) LM head, switched by the config's
+//! [`Features`]. Built from a `VarBuilder` whose paths are the HF checkpoint's tensor names, so
+//! the same weights train (through `Mode::Train`) and sample (through `Mode::Infer`).
+use super::arch::Features;
 use super::attention::{Attention, AttnInputs};
-use super::config::Qwen2Config;
+use super::config::ModelConfig;
 use super::kv_cache::KvCache;
 use super::mlp::Mlp;
 use super::mode::Mode;
@@ -20,17 +22,11 @@ pub(super) struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    pub(super) fn new(cfg: &Qwen2Config, vb: VarBuilder) -> Result<Self> {
+    pub(super) fn new(cfg: &ModelConfig, f: &Features, vb: VarBuilder) -> Result<Self> {
         let h = cfg.hidden_size;
         Ok(Self {
-            self_attn: Attention::new(
-                h,
-                cfg.num_attention_heads,
-                cfg.kv_heads(),
-                cfg.head_dim(),
-                vb.pp("self_attn"),
-            )?,
-            mlp: Mlp::new(h, cfg.intermediate_size, vb.pp("mlp"))?,
+            self_attn: Attention::new(cfg, f, vb.pp("self_attn"))?,
+            mlp: Mlp::new(h, cfg.intermediate_size, f.mlp_bias, vb.pp("mlp"))?,
             input_layernorm: RmsNorm::new(h, cfg.rms_norm_eps, vb.pp("input_layernorm"))?,
             post_attention_layernorm: RmsNorm::new(
                 h,
@@ -56,7 +52,7 @@ impl DecoderLayer {
 }
 
 #[derive(Debug, Clone)]
-pub struct Qwen2 {
+pub struct CausalLm {
     pub(super) embed_tokens: Tensor,
     pub(super) layers: Vec<DecoderLayer>,
     pub(super) norm: RmsNorm,
@@ -65,17 +61,19 @@ pub struct Qwen2 {
     /// Contiguous (hidden, vocab) copy of the head for sampling (see `Linear`).
     lm_head_rollout: std::sync::Arc<std::sync::RwLock<Option<Tensor>>>,
     pub(super) rope: Rope,
-    pub(super) cfg: Qwen2Config,
+    pub(super) cfg: ModelConfig,
 }
 
-impl Qwen2 {
-    pub fn new(cfg: &Qwen2Config, vb: VarBuilder) -> Result<Self> {
+impl CausalLm {
+    /// The model `cfg` describes; fails (naming the key) for a config `validate` refuses.
+    pub fn new(cfg: &ModelConfig, vb: VarBuilder) -> Result<Self> {
+        let f = cfg.features().map_err(candle_core::Error::Msg)?;
         let vbm = vb.pp("model");
         let embed_tokens = vbm
             .pp("embed_tokens")
             .get((cfg.vocab_size, cfg.hidden_size), "weight")?;
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| DecoderLayer::new(cfg, vbm.pp("layers").pp(i)))
+            .map(|i| DecoderLayer::new(cfg, &f, vbm.pp("layers").pp(i)))
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, vbm.pp("norm"))?;
         let lm_head = if cfg.tie_word_embeddings {
@@ -84,9 +82,9 @@ impl Qwen2 {
             vb.pp("lm_head")
                 .get((cfg.vocab_size, cfg.hidden_size), "weight")?
         };
-        let rope = Rope::new(
+        let rope = Rope::from_spec(
+            &f.rope,
             cfg.head_dim(),
-            cfg.rope_theta(),
             cfg.max_position_embeddings,
             vb.dtype(),
             vb.device(),
@@ -102,7 +100,7 @@ impl Qwen2 {
         })
     }
 
-    pub fn config(&self) -> &Qwen2Config {
+    pub fn config(&self) -> &ModelConfig {
         &self.cfg
     }
 
@@ -182,7 +180,7 @@ impl Qwen2 {
         self.logits_mode(hidden, Mode::Train)
     }
 
-    /// [`Qwen2::logits`], using the sampling copy of the head in `Mode::Infer` when present.
+    /// [`CausalLm::logits`], using the sampling copy of the head in `Mode::Infer` when present.
     pub fn logits_mode(&self, hidden: &Tensor, mode: Mode) -> Result<Tensor> {
         let dims = hidden.dims().to_vec();
         let h = self.cfg.hidden_size;

@@ -1,0 +1,146 @@
+//! Writing a policy as a llama.cpp GGUF: `<arch>.*` and `tokenizer.ggml.*` metadata, tensors
+//! under llama.cpp names (Llama q/k rows re-permuted), matrices as f32, f16 or q8_0 and
+//! vectors (norms, biases) as f32, as convert_hf_to_gguf.py writes them.
+use super::{config, names, tokenizer};
+use crate::error::{Error, Result};
+use crate::model::Policy;
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device};
+use std::path::Path;
+
+/// The storage type of exported matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quant {
+    F32,
+    F16,
+    Q8_0,
+}
+
+impl Quant {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "f32" => Ok(Quant::F32),
+            "f16" => Ok(Quant::F16),
+            "q8_0" => Ok(Quant::Q8_0),
+            other => Err(Error::Invalid(format!(
+                "unknown GGUF quantization `{other}`: use f16 (default), q8_0 or f32"
+            ))),
+        }
+    }
+
+    /// llama.cpp's `general.file_type` (`LLAMA_FTYPE_ALL_F32`, `MOSTLY_F16`, `MOSTLY_Q8_0`).
+    fn file_type(self) -> u32 {
+        match self {
+            Quant::F32 => 0,
+            Quant::F16 => 1,
+            Quant::Q8_0 => 7,
+        }
+    }
+
+    /// The type a tensor of this shape is stored as: vectors stay f32; a matrix whose rows do
+    /// not split into q8_0 blocks of 32 falls back to f16 (as llama.cpp's quantizer does).
+    fn ggml_type(self, dims: &[usize]) -> GgmlDType {
+        if dims.len() < 2 {
+            return GgmlDType::F32;
+        }
+        match self {
+            Quant::F32 => GgmlDType::F32,
+            Quant::F16 => GgmlDType::F16,
+            Quant::Q8_0 if dims[dims.len() - 1].is_multiple_of(32) => GgmlDType::Q8_0,
+            Quant::Q8_0 => GgmlDType::F16,
+        }
+    }
+}
+
+/// Writes `policy` to `out` (via a temporary sibling file renamed into place).
+pub fn export(policy: &Policy, quant: Quant, out: &Path) -> Result<()> {
+    let cfg = policy.saved_config()?;
+    let bad_cfg = |e: String| Error::Invalid(format!("{}: {e}", policy.source.describe()));
+    let arch = config::gguf_arch(&cfg).map_err(bad_cfg)?;
+    let mut meta: Vec<(String, Value)> = config::gguf_metadata(&cfg).map_err(bad_cfg)?;
+    meta.push(("general.name".into(), Value::String(name_of(policy))));
+    meta.push(("general.file_type".into(), Value::U32(quant.file_type())));
+    meta.push(("general.quantization_version".into(), Value::U32(2)));
+    let tok = policy.tokenizer.to_json()?;
+    let tok_meta = tokenizer::tokenizer_metadata(&tok, policy.config.vocab_size)
+        .map_err(|e| Error::Tokenizer(format!("{}: {e}", policy.source.describe())))?;
+    meta.extend(tok_meta);
+    if let Some(bos) = cfg.get("bos_token_id").and_then(|v| v.as_u64()) {
+        meta.push(("tokenizer.ggml.bos_token_id".into(), Value::U32(bos as u32)));
+    }
+    let eos = *policy.eos_ids.first().unwrap_or(&policy.pad_id);
+    meta.push(("tokenizer.ggml.eos_token_id".into(), Value::U32(eos)));
+    meta.push((
+        "tokenizer.ggml.padding_token_id".into(),
+        Value::U32(policy.pad_id),
+    ));
+    meta.push(("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)));
+    if let Some(t) = policy.chat_template() {
+        meta.push((
+            "tokenizer.chat_template".into(),
+            Value::String(t.to_string()),
+        ));
+    }
+
+    let heads = policy.config.num_attention_heads;
+    let kv_heads = policy.config.kv_heads();
+    let mut tensors = Vec::new();
+    for (hf, var) in policy.vars() {
+        let g = names::gguf_name(&hf).ok_or_else(|| {
+            Error::Invalid(format!(
+                "tensor `{hf}` has no llama.cpp name; cannot export it"
+            ))
+        })?;
+        let mut t = var
+            .as_tensor()
+            .detach()
+            .to_device(&Device::Cpu)?
+            .to_dtype(DType::F32)?;
+        if arch == "llama" {
+            if let Some(n) = names::permuted_heads(&hf, heads, kv_heads) {
+                t = names::permute(&t, n)?;
+            }
+        }
+        let q = QTensor::quantize(&t.contiguous()?, quant.ggml_type(t.dims()))
+            .map_err(|e| Error::Invalid(format!("tensor `{hf}`: cannot quantize: {e}")))?;
+        tensors.push((g, q));
+    }
+
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    let tmp = parent.join(format!(
+        ".{}.tmp-{}",
+        out.file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let write = || -> Result<()> {
+        let f = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        let mut w = std::io::BufWriter::new(f);
+        let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        gguf_file::write(&mut w, &meta_refs, &t_refs)
+            .map_err(|e| Error::model(out, format!("cannot write GGUF: {e}")))?;
+        use std::io::Write;
+        w.flush().map_err(|e| Error::io(&tmp, e))?;
+        std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))
+    };
+    let r = write();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
+fn name_of(policy: &Policy) -> String {
+    let d = policy.source.describe();
+    Path::new(&d)
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or(d)
+}

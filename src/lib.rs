@@ -1,6 +1,7 @@
 //! comlrl: multi-agent reinforcement learning (MAGRPO) for cooperating LLM agents on candle.
 pub mod bench;
 pub mod error;
+pub mod hub_dataset;
 pub mod model;
 pub mod runtime;
 pub mod track;

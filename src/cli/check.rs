@@ -1,13 +1,18 @@
 //! `comlrl check`: validate a scenario (syntax, values, files, reward scripts and plugins, model
-//! references) without training, and print the resolved scenario.
+//! references, chat templates of models on this machine) without training or downloading, and
+//! print the resolved scenario with each agent's first prompt as the model sees it.
 use super::scenario_args::ScenarioArgs;
+use comlrl::model::ModelSource;
+use comlrl::train::prompt::{cached_model_dir, chat_template, ModelFiles, PromptFormatter};
 use comlrl::train::setup;
+use comlrl_scenario::{ChatTemplateSpec, Scenario};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
-    /// Print the resolved scenario (every default filled in) as YAML.
+    /// Print the resolved scenario (every default filled in) as YAML, then each agent's first
+    /// training prompt as the model sees it (template and chat template applied) as comments.
     #[arg(long)]
     pub print: bool,
 }
@@ -34,8 +39,22 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("agent {}: {e}", agent.index))?;
         }
     }
+    let first = first_prompts(&s)?;
     if a.print {
         print!("{}", s.to_yaml());
+        for (i, p) in first.iter().enumerate() {
+            println!("# agent {i}: first training prompt as the model sees it:");
+            match p {
+                Some(p) => {
+                    for line in format!("{p:?}").lines() {
+                        println!("#   {line}");
+                    }
+                }
+                None => println!(
+                    "#   (not rendered: the model's chat template is read when it is loaded)"
+                ),
+            }
+        }
     }
     eprintln!(
         "{}: ok — {} agents, {} training prompts, {} epochs, K = {}, rewards: {}",
@@ -47,4 +66,39 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         stack.component_names().join(", ")
     );
     Ok(())
+}
+
+/// Each agent's first training prompt, formatted; `None` where `chat_template: auto` needs a Hub
+/// model that is not cached (`comlrl run` downloads it, then checks its template).
+fn first_prompts(s: &Scenario) -> anyhow::Result<Vec<Option<String>>> {
+    let row = &s.dataset.train.rows[0];
+    s.agents
+        .iter()
+        .map(|agent| {
+            let src = setup::model_source(agent, &s.base_dir)?;
+            let dir = cached_model_dir(&src);
+            if agent.chat_template == ChatTemplateSpec::Auto && dir.is_none() {
+                if let ModelSource::Gguf(path) = &src {
+                    eprintln!(
+                        "agent {}: `chat_template: auto`: the template of {} is read from its metadata when `comlrl run` loads it",
+                        agent.index,
+                        path.display()
+                    );
+                    return Ok(None);
+                }
+                if let ModelSource::Hub { .. } = src {
+                    eprintln!(
+                        "agent {}: `chat_template: auto`: {} is not in the Hub cache ({}), so its chat template is checked when `comlrl run` downloads it",
+                        agent.index,
+                        src.describe(),
+                        comlrl::model::source::hub_cache_dir().display()
+                    );
+                    return Ok(None);
+                }
+            }
+            let files = dir.as_deref().map_or(ModelFiles::None, ModelFiles::Dir);
+            let chat = chat_template(agent, files, &src.describe())?;
+            Ok(Some(PromptFormatter::new(agent, chat).render(row)?))
+        })
+        .collect()
 }

@@ -80,7 +80,7 @@ fn track_plan(a: &Args, s: &comlrl_scenario::Scenario) -> TrackPlan {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let scenario = a.scenario.load()?;
+    let scenario = a.scenario.load_downloading()?;
     let name = scenario.name.clone();
     let plan = track_plan(&a, &scenario);
     let mut trainer = Trainer::new(scenario)?;

@@ -93,6 +93,7 @@ fn scenario_name(yaml: &str, output_dir: &Path) -> String {
 fn saved_run(yaml: &str, origin: &Path, output_dir: &Path) -> SavedRun {
     let opts = LoadOptions {
         require_reward_files: false,
+        ..LoadOptions::default()
     };
     let name = scenario_name(yaml, output_dir);
     match comlrl_scenario::load_str_with(yaml, origin, &[], &opts) {

@@ -189,6 +189,12 @@ impl Policy {
         Ok(policy)
     }
 
+    /// The `tokenizer_config.json` built from GGUF metadata (special tokens, chat template);
+    /// `None` for sources with tokenizer files of their own.
+    pub fn built_tokenizer_config(&self) -> Option<&serde_json::Value> {
+        self.tokenizer_config.as_ref()
+    }
+
     /// The model's chat template, if its tokenizer files (or GGUF metadata) carry one.
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()

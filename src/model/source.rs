@@ -121,7 +121,7 @@ pub fn hub_cache_dir() -> PathBuf {
     home.join(".cache").join("huggingface").join("hub")
 }
 
-fn offline() -> bool {
+pub(crate) fn offline() -> bool {
     ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"].iter().any(|k| {
         std::env::var(k)
             .map(|v| matches!(v.as_str(), "1" | "true" | "TRUE" | "yes" | "ON" | "on"))
@@ -131,7 +131,11 @@ fn offline() -> bool {
 
 /// Files a hub model must provide, then optional ones.
 const REQUIRED: &[&str] = &["config.json", "tokenizer.json"];
-const OPTIONAL: &[&str] = &["generation_config.json", "tokenizer_config.json"];
+const OPTIONAL: &[&str] = &[
+    "generation_config.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+];
 
 fn hub_dir(repo: &str, revision: &str) -> Result<PathBuf> {
     let cache_root = hub_cache_dir();

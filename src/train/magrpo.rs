@@ -59,6 +59,8 @@ pub struct Trainer {
     interrupt: Arc<AtomicBool>,
     /// Stop after this many steps without writing checkpoints or final models (benchmarks).
     stop_after: Option<usize>,
+    /// Each agent's template + chat template.
+    prompts: Arc<super::prompt::Prompts>,
 }
 
 impl Trainer {
@@ -95,6 +97,7 @@ impl Trainer {
             .map(|s| s.to_string())
             .collect();
         let yaml = scenario.to_yaml();
+        let prompts = Arc::new(super::prompt::Prompts::for_policies(&scenario, &policies)?);
         Ok(Self {
             scenario,
             policies,
@@ -107,6 +110,7 @@ impl Trainer {
             yaml,
             interrupt: Arc::new(AtomicBool::new(false)),
             stop_after: None,
+            prompts,
         })
     }
 
@@ -198,12 +202,7 @@ impl Trainer {
         // Moved out for the loop (the loop borrows `self` mutably); put back at the end.
         let references = self.references.take();
         let transition = self.transition.take();
-        let templates: Vec<comlrl_scenario::Template> = self
-            .scenario
-            .agents
-            .iter()
-            .map(|a| a.template.clone())
-            .collect();
+        let prompts = self.prompts.clone();
         let spec = RolloutSpec {
             k: t.num_generations,
             cross: t.joint_mode == JointMode::Cross,
@@ -220,7 +219,8 @@ impl Trainer {
             discount: t.discount,
             early_termination: t.early_termination_threshold,
             transition: transition.as_deref(),
-            templates: (!t.external_prompt_passthrough).then_some(templates.as_slice()),
+            prompts: &prompts.0,
+            passthrough: t.external_prompt_passthrough,
             parallel: t.parallel_sampling,
         };
         log::debug!("models loaded; {}", crate::runtime::memory_line());
@@ -231,12 +231,7 @@ impl Trainer {
             let step = state.step;
             let (epoch, r) = (step / rows, step % rows);
             let row = &self.scenario.dataset.train.rows[r];
-            let prompts: Vec<String> = self
-                .scenario
-                .agents
-                .iter()
-                .map(|a| a.template.render(row))
-                .collect();
+            let prompts = self.prompts.render(row)?;
             let t0 = Instant::now();
             let input = RowInput {
                 prompt: &row.prompt,
@@ -371,12 +366,7 @@ impl Trainer {
             .iter()
             .take(self.scenario.trainer.eval_num_samples)
         {
-            let prompts: Vec<String> = self
-                .scenario
-                .agents
-                .iter()
-                .map(|a| a.template.render(row))
-                .collect();
+            let prompts = self.prompts.render(row)?;
             let input = RowInput {
                 prompt: &row.prompt,
                 fields: &row.fields,

@@ -8,6 +8,7 @@ pub mod magrpo;
 pub mod metrics;
 pub mod optim;
 pub mod plot;
+pub mod prompt;
 pub mod rollout;
 pub mod schedule;
 pub mod setup;

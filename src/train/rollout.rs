@@ -56,9 +56,12 @@ pub struct RolloutSpec<'a> {
     /// Stop expanding a node whose mean reward exceeds this.
     pub early_termination: Option<f64>,
     pub transition: Option<&'a dyn TransitionFn>,
-    /// Agent templates applied to the transition's prompts (`None`: used verbatim, i.e.
-    /// `external_prompt_passthrough`).
-    pub templates: Option<&'a [comlrl_scenario::Template]>,
+    /// Each agent's prompt formatting (template, then chat template), applied to the
+    /// transition's prompts.
+    pub prompts: &'a [super::prompt::PromptFormatter],
+    /// `external_prompt_passthrough`: the transition's prompts skip the agents' `template`
+    /// (a chat template still wraps them).
+    pub passthrough: bool,
     /// Sample the agents at the same time (one task each on the thread pool).
     pub parallel: bool,
 }
@@ -240,19 +243,17 @@ fn build(
                 response_history: &rh,
             })?;
             phases.transition += since(t);
-            let next: Vec<String> = match spec.templates {
-                Some(tpl) => next
-                    .into_iter()
-                    .zip(tpl)
-                    .map(|(p, t)| {
-                        t.render(&comlrl_scenario::Row {
-                            prompt: p,
-                            fields: row.fields.clone(),
-                        })
-                    })
-                    .collect(),
-                None => next,
-            };
+            let next: Vec<String> = next
+                .into_iter()
+                .zip(spec.prompts)
+                .map(|(p, f)| match spec.passthrough {
+                    true => f.wrap(&p),
+                    false => f.render(&comlrl_scenario::Row {
+                        prompt: p,
+                        fields: row.fields.clone(),
+                    }),
+                })
+                .collect::<Result<_>>()?;
             children.push(build(ctx, &next, rng, phases, turn + 1, &ph, &rh)?);
         }
     }

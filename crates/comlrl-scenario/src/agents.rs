@@ -129,6 +129,15 @@ pub(crate) fn resolve(
         None => default_lr,
     };
     let template = template(d, &p.key("template"), raw.template.as_deref(), dataset);
+    let chat_template = crate::chat_spec::resolve(
+        d,
+        p,
+        raw.chat_template.as_deref(),
+        raw.system_prompt.as_deref(),
+        &model.source,
+        base,
+        dataset,
+    );
     AgentPlan {
         index,
         model,
@@ -141,6 +150,8 @@ pub(crate) fn resolve(
         },
         learning_rate,
         template,
+        chat_template,
+        system_prompt: raw.system_prompt,
     }
 }
 
@@ -207,7 +218,7 @@ fn is_gguf(spec: &str) -> bool {
 }
 
 /// `owner/name` or `owner/name@revision`, as the model loader accepts.
-fn is_hub_id(spec: &str) -> bool {
+pub(crate) fn is_hub_id(spec: &str) -> bool {
     let repo = spec.split_once('@').map_or(spec, |(r, _)| r);
     let valid = |s: &str| {
         !s.is_empty()
@@ -249,7 +260,7 @@ fn template(
 /// Every placeholder must be a field of every row.
 fn check_fields(d: &mut Diags, p: &KeyPath, t: &Template, set: &Dataset) {
     for field in t.fields() {
-        let missing = set.rows.iter().position(|r| !r.fields.contains_key(field));
+        let missing = set.rows.iter().position(|r| r.field(field).is_none());
         let Some(row) = missing else { continue };
         if field == set.prompt_field {
             d.error(
@@ -264,7 +275,7 @@ fn check_fields(d: &mut Diags, p: &KeyPath, t: &Template, set: &Dataset) {
         }
         let mut known: Vec<&str> = vec!["prompt"];
         known.extend(set.rows[row].fields.keys().map(String::as_str));
-        let everywhere = set.rows.iter().all(|r| !r.fields.contains_key(field));
+        let everywhere = set.rows.iter().all(|r| r.field(field).is_none());
         let message = if everywhere {
             format!("unknown placeholder `{{{field}}}`: the dataset rows have no `{field}` field")
         } else {

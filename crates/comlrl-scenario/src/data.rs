@@ -1,5 +1,6 @@
-//! Dataset rows: inline prompts, or JSONL / JSON / CSV files with a prompt-field mapping. Every
-//! other column of a row is kept (as JSON) and handed to rewards and templates.
+//! Dataset rows: inline prompts, JSONL / JSON / CSV / parquet files or a Hugging Face Hub dataset,
+//! with a prompt-field mapping (a column name, or a dotted path into nested fields). Every other
+//! column of a row is kept (as JSON) and handed to rewards and templates.
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
 use std::path::{Path, PathBuf};
@@ -13,6 +14,26 @@ pub struct Row {
     pub fields: Map<String, Json>,
 }
 
+impl Row {
+    /// The field `name`: a column of that name, else a dotted path into nested objects
+    /// (`meta.question`).
+    pub fn field(&self, name: &str) -> Option<&Json> {
+        lookup(&self.fields, name)
+    }
+}
+
+/// `name` in `fields`: the key itself, else the dotted path `a.b.c` through nested objects.
+pub(crate) fn lookup<'a>(fields: &'a Map<String, Json>, name: &str) -> Option<&'a Json> {
+    if let Some(v) = fields.get(name) {
+        return Some(v);
+    }
+    let (head, rest) = name.split_once('.')?;
+    match fields.get(head)? {
+        Json::Object(inner) => lookup(inner, rest),
+        _ => None,
+    }
+}
+
 /// File format of a dataset file; by default taken from the extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -23,6 +44,8 @@ pub enum DataFormat {
     Json,
     /// Comma-separated values with a header row (`.csv`).
     Csv,
+    /// Apache Parquet (`.parquet`), the format of Hugging Face datasets.
+    Parquet,
 }
 
 impl DataFormat {
@@ -33,6 +56,7 @@ impl DataFormat {
             "jsonl" | "ndjson" => Some(DataFormat::Jsonl),
             "json" => Some(DataFormat::Json),
             "csv" => Some(DataFormat::Csv),
+            "parquet" => Some(DataFormat::Parquet),
             _ => None,
         }
     }
@@ -45,6 +69,17 @@ pub enum DataSource {
     Inline,
     /// A file (absolute path) in the given format.
     File { path: PathBuf, format: DataFormat },
+    /// A Hugging Face Hub dataset, read from the parquet `files` of the local Hub cache.
+    Hub {
+        /// `org/name`.
+        repo: String,
+        /// The dataset config (`default` unless set).
+        config: String,
+        /// The split as written, slice included (`train[:1100]`).
+        split: String,
+        /// The cached parquet files the rows were read from, in order (before slicing).
+        files: Vec<PathBuf>,
+    },
 }
 
 /// A loaded dataset.
@@ -74,9 +109,11 @@ pub(crate) fn load_file(
     prompt_field: &str,
 ) -> Result<Vec<Row>, String> {
     let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let read = || std::fs::read_to_string(path).map_err(|e| format!("cannot read {shown}: {e}"));
     match format {
+        DataFormat::Parquet => crate::parquet_rows::load(path, prompt_field),
         DataFormat::Jsonl => {
+            let text = read()?;
             let mut rows = Vec::new();
             for (i, line) in text.lines().enumerate() {
                 if line.trim().is_empty() {
@@ -90,6 +127,7 @@ pub(crate) fn load_file(
             Ok(rows)
         }
         DataFormat::Json => {
+            let text = read()?;
             let v: Json =
                 serde_json::from_str(&text).map_err(|e| format!("{shown}: invalid JSON: {e}"))?;
             let Json::Array(items) = v else {
@@ -101,15 +139,21 @@ pub(crate) fn load_file(
                 .map(|(i, v)| row_from_json(v, prompt_field, &format!("{shown}: item {i}")))
                 .collect()
         }
-        DataFormat::Csv => csv_rows(&text, prompt_field, &shown.to_string()),
+        DataFormat::Csv => csv_rows(&read()?, prompt_field, &shown.to_string()),
     }
 }
 
-fn row_from_json(v: Json, prompt_field: &str, where_: &str) -> Result<Row, String> {
+/// A row from a JSON object; a dotted `prompt_field` that is not a key is a path into nested
+/// objects (which stay in `fields` whole).
+pub(crate) fn row_from_json(v: Json, prompt_field: &str, where_: &str) -> Result<Row, String> {
     let Json::Object(mut fields) = v else {
         return Err(format!("{where_}: expected a JSON object"));
     };
-    let prompt = match fields.remove(prompt_field) {
+    let value = match fields.remove(prompt_field) {
+        Some(v) => Some(v),
+        None => lookup(&fields, prompt_field).cloned(),
+    };
+    let prompt = match value {
         Some(Json::String(s)) => s,
         Some(other) => {
             return Err(format!(

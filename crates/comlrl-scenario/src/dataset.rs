@@ -1,18 +1,27 @@
-//! The `dataset` section: inline `prompts` or a `path` (with `format` and `prompt_field`),
-//! an optional `eval` set of the same shape; rows are loaded here and must not be empty.
+//! The `dataset` section: inline `prompts`, a `path` (with `format` and `prompt_field`) or a
+//! Hugging Face `hub` dataset (with `config` and `split`), an optional `eval` set of the same
+//! shape; rows are loaded here and must not be empty.
 use crate::collect::Diags;
-use crate::data::{self, DataFormat, DataSource, Dataset};
+use crate::data::{self, DataFormat, DataSource, Dataset, Row};
 use crate::defaults as def;
 use crate::deser::section;
 use crate::error::ErrorKind;
+use crate::hub::{self, HubRequest};
 use crate::paths;
 use crate::plan::DatasetPlan;
 use crate::positions::KeyPath;
 use crate::raw::{RawDataSource, RawDataset};
+use crate::split::SplitSpec;
+use crate::LoadOptions;
 use serde_json::Value as Json;
 use std::path::Path;
 
-pub(crate) fn resolve(d: &mut Diags, value: Option<Json>, base: &Path) -> Option<DatasetPlan> {
+pub(crate) fn resolve(
+    d: &mut Diags,
+    value: Option<Json>,
+    base: &Path,
+    opts: &LoadOptions,
+) -> Option<DatasetPlan> {
     let p = KeyPath::root().key("dataset");
     let Some(value) = value else {
         d.error(
@@ -20,7 +29,7 @@ pub(crate) fn resolve(d: &mut Diags, value: Option<Json>, base: &Path) -> Option
             &p,
             "the scenario has no `dataset` section",
             Some(
-                "add `dataset: {prompts: [\"...\", \"...\"]}` or `dataset: {path: data.jsonl}`"
+                "add `dataset: {prompts: [\"...\", \"...\"]}`, `dataset: {path: data.jsonl}` or `dataset: {hub: org/name}`"
                     .into(),
             ),
         );
@@ -28,9 +37,9 @@ pub(crate) fn resolve(d: &mut Diags, value: Option<Json>, base: &Path) -> Option
     };
     let raw: RawDataset = section(d, &p, value)?;
     let (train, eval) = raw.split();
-    let train = source(d, &p, train, base);
+    let train = source(d, &p, train, base, opts, false);
     let eval = match eval {
-        Some(e) => Some(source(d, &p.key("eval"), e, base)?),
+        Some(e) => Some(source(d, &p.key("eval"), e, base, opts, true)?),
         None => None,
     };
     Some(DatasetPlan {
@@ -39,99 +48,105 @@ pub(crate) fn resolve(d: &mut Diags, value: Option<Json>, base: &Path) -> Option
     })
 }
 
-fn source(d: &mut Diags, p: &KeyPath, raw: RawDataSource, base: &Path) -> Option<Dataset> {
+fn source(
+    d: &mut Diags,
+    p: &KeyPath,
+    raw: RawDataSource,
+    base: &Path,
+    opts: &LoadOptions,
+    is_eval: bool,
+) -> Option<Dataset> {
     let prompt_field = raw
         .prompt_field
         .clone()
         .unwrap_or_else(|| def::PROMPT_FIELD.to_string());
-    let (source, rows) =
-        match (raw.prompts, raw.path) {
-            (Some(_), Some(_)) => {
-                d.invalid(
-                    &p.key("path"),
-                    "both `prompts` and `path` are set",
-                    "keep one: inline `prompts:` or a data file `path:`",
-                );
-                return None;
+    let set: Vec<&str> = [
+        ("prompts", raw.prompts.is_some()),
+        ("path", raw.path.is_some()),
+        ("hub", raw.hub.is_some()),
+    ]
+    .iter()
+    .filter(|(_, on)| *on)
+    .map(|(k, _)| *k)
+    .collect();
+    if set.len() > 1 {
+        d.invalid(
+            &p.key(set[1]),
+            format!("both `{}` and `{}` are set", set[0], set[1]),
+            "keep one: inline `prompts:`, a data file `path:` or a Hub dataset `hub:`",
+        );
+        return None;
+    }
+    let unused = |d: &mut Diags, keys: &[(&str, bool)], what: &str| {
+        for (key, on) in keys {
+            if *on {
+                d.warn(&p.key(key), format!("only applies to {what}"));
             }
-            (None, None) => {
+        }
+    };
+    let (source, rows) = if let Some(prompts) = raw.prompts {
+        unused(
+            d,
+            &[
+                ("format", raw.format.is_some()),
+                ("prompt_field", raw.prompt_field.is_some()),
+                ("config", raw.config.is_some()),
+                ("split", raw.split.is_some()),
+            ],
+            "a data file (`path`) or a Hub dataset (`hub`), not to inline prompts",
+        );
+        (DataSource::Inline, data::inline_rows(&prompts))
+    } else if let Some(path) = raw.path {
+        unused(
+            d,
+            &[
+                ("config", raw.config.is_some()),
+                ("split", raw.split.is_some()),
+            ],
+            "a Hub dataset (`hub`), not to a data file",
+        );
+        file(d, p, &path, raw.format, &prompt_field, base)?
+    } else if let Some(repo) = raw.hub {
+        unused(
+            d,
+            &[("format", raw.format.is_some())],
+            "a data file (`path`); Hub datasets are read as parquet",
+        );
+        let config = raw.config.unwrap_or_else(|| def::HUB_CONFIG.to_string());
+        let split = match (raw.split, is_eval) {
+            (Some(s), _) => s,
+            (None, false) => def::HUB_SPLIT.to_string(),
+            (None, true) => {
                 d.error(
                     ErrorKind::MissingKey,
-                    p,
-                    "no rows: set `prompts` or `path`",
-                    Some("e.g. `prompts: [\"Tell a joke:\"]` or `path: data/train.jsonl`".into()),
+                    &p.key("hub"),
+                    "an eval set from the Hub needs a `split`",
+                    Some("e.g. `split: test` or `split: \"train[-100:]\"`".into()),
                 );
                 return None;
             }
-            (Some(prompts), None) => {
-                for key in ["format", "prompt_field"] {
-                    let set = if key == "format" {
-                        raw.format.is_some()
-                    } else {
-                        raw.prompt_field.is_some()
-                    };
-                    if set {
-                        d.warn(
-                            &p.key(key),
-                            "only applies to a data file (`path`), not to inline prompts",
-                        );
-                    }
-                }
-                (DataSource::Inline, data::inline_rows(&prompts))
-            }
-            (None, Some(path)) => {
-                let abs = paths::resolve(base, &path);
-                let format =
-                    match raw.format.or_else(|| DataFormat::from_extension(&abs)) {
-                        Some(f) => f,
-                        None => {
-                            d.invalid(
-                        &p.key("path"),
-                        format!("cannot tell the format of {} from its extension", abs.display()),
-                        "name it .jsonl, .json or .csv, or add `format: jsonl | json | csv`",
-                    );
-                            return None;
-                        }
-                    };
-                if !abs.is_file() {
-                    d.error(
-                        ErrorKind::MissingFile,
-                        &p.key("path"),
-                        paths::not_a_file("data file", &abs),
-                        Some(format!(
-                            "paths are relative to the scenario file's directory ({})",
-                            base.display()
-                        )),
-                    );
-                    return None;
-                }
-                match data::load_file(&abs, format, &prompt_field) {
-                    Ok(rows) => (DataSource::File { path: abs, format }, rows),
-                    Err(msg) => {
-                        d.error(
-                            ErrorKind::Dataset,
-                            &p.key("path"),
-                            msg,
-                            Some(
-                                "fix the data file, or point `prompt_field` at the prompt column"
-                                    .into(),
-                            ),
-                        );
-                        return None;
-                    }
-                }
-            }
         };
+        from_hub(d, p, repo, config, split, &prompt_field, opts)?
+    } else {
+        d.error(
+            ErrorKind::MissingKey,
+            p,
+            "no rows: set `prompts`, `path` or `hub`",
+            Some("e.g. `prompts: [\"Tell a joke:\"]`, `path: data/train.jsonl` or `hub: openai/gsm8k`".into()),
+        );
+        return None;
+    };
     if rows.is_empty() {
         let key = match source {
             DataSource::Inline => p.key("prompts"),
             DataSource::File { .. } => p.key("path"),
+            DataSource::Hub { .. } => p.key("split"),
         };
         d.error(
             ErrorKind::Dataset,
             &key,
             "the dataset is empty",
-            Some("add at least one prompt (row)".into()),
+            Some("add at least one prompt (row), or widen the split's slice".into()),
         );
         return None;
     }
@@ -140,4 +155,146 @@ fn source(d: &mut Diags, p: &KeyPath, raw: RawDataSource, base: &Path) -> Option
         prompt_field,
         rows,
     })
+}
+
+fn file(
+    d: &mut Diags,
+    p: &KeyPath,
+    path: &Path,
+    format: Option<DataFormat>,
+    prompt_field: &str,
+    base: &Path,
+) -> Option<(DataSource, Vec<Row>)> {
+    let abs = paths::resolve(base, path);
+    let Some(format) = format.or_else(|| DataFormat::from_extension(&abs)) else {
+        d.invalid(
+            &p.key("path"),
+            format!(
+                "cannot tell the format of {} from its extension",
+                abs.display()
+            ),
+            "name it .jsonl, .json, .csv or .parquet, or add `format: jsonl | json | csv | parquet`",
+        );
+        return None;
+    };
+    if !abs.is_file() {
+        d.error(
+            ErrorKind::MissingFile,
+            &p.key("path"),
+            paths::not_a_file("data file", &abs),
+            Some(format!(
+                "paths are relative to the scenario file's directory ({})",
+                base.display()
+            )),
+        );
+        return None;
+    }
+    match data::load_file(&abs, format, prompt_field) {
+        Ok(rows) => Some((DataSource::File { path: abs, format }, rows)),
+        Err(msg) => {
+            d.error(
+                ErrorKind::Dataset,
+                &p.key("path"),
+                msg,
+                Some("fix the data file, or point `prompt_field` at the prompt column".into()),
+            );
+            None
+        }
+    }
+}
+
+fn from_hub(
+    d: &mut Diags,
+    p: &KeyPath,
+    repo: String,
+    config: String,
+    split: String,
+    prompt_field: &str,
+    opts: &LoadOptions,
+) -> Option<(DataSource, Vec<Row>)> {
+    if !crate::agents::is_hub_id(&repo) || repo.contains('@') {
+        d.invalid(
+            &p.key("hub"),
+            format!("`{repo}` is not a Hub dataset id of the form `org/name`"),
+            "e.g. `hub: openai/gsm8k`",
+        );
+        return None;
+    }
+    let spec = match SplitSpec::parse(&split) {
+        Ok(s) => s,
+        Err(msg) => {
+            d.invalid(&p.key("split"), msg, "see docs/data.md, \"Hub datasets\"");
+            return None;
+        }
+    };
+    let req = HubRequest {
+        repo,
+        config,
+        split: spec.name.clone(),
+    };
+    let root = opts.hub_cache.clone().unwrap_or_else(hub::cache_root);
+    let files = match hub::find_cached(&root, &req) {
+        Ok(f) => Ok(f),
+        Err(first) => match &opts.hub_download {
+            Some(download) => match download(&req, &root) {
+                Ok(()) => hub::find_cached(&root, &req),
+                Err(e) => Err(format!("{first}; downloading failed: {e}")),
+            },
+            None => Err(format!(
+                "{first}; this command reads the cache only (`comlrl run` downloads when online)"
+            )),
+        },
+    };
+    let files = match files {
+        Ok(f) => f,
+        Err(msg) => {
+            d.error(
+                ErrorKind::MissingFile,
+                &p.key("hub"),
+                format!(
+                    "dataset `{}` (config `{}`, split `{}`) is not in the Hugging Face cache: {msg}",
+                    req.repo, req.config, req.split
+                ),
+                Some(format!(
+                    "download it where you have network (`huggingface-cli download --repo-type dataset {}`) and copy the cache, or set HF_HOME / HF_HUB_CACHE to the cache that has it; files are looked for as <config>/<split>/*.parquet, <config>/<split>-*.parquet or data/<split>-*.parquet",
+                    req.repo
+                )),
+            );
+            return None;
+        }
+    };
+    let mut rows = Vec::new();
+    for f in &files {
+        match data::load_file(f, DataFormat::Parquet, prompt_field) {
+            Ok(r) => rows.extend(r),
+            Err(msg) => {
+                d.error(
+                    ErrorKind::Dataset,
+                    &p.key("hub"),
+                    msg,
+                    Some("point `prompt_field` at the prompt column (a dotted path such as `meta.question` reaches nested fields)".into()),
+                );
+                return None;
+            }
+        }
+    }
+    let range = match spec.range(rows.len()) {
+        Ok(r) => r,
+        Err(msg) => {
+            d.invalid(
+                &p.key("split"),
+                msg,
+                "use a smaller slice, or a percentage (`train[:10%]`)",
+            );
+            return None;
+        }
+    };
+    let rows: Vec<Row> = rows.drain(range).collect();
+    let source = DataSource::Hub {
+        repo: req.repo,
+        config: req.config,
+        split,
+        files,
+    };
+    Some((source, rows))
 }

@@ -19,6 +19,12 @@ pub const MAX_NEW_TOKENS: usize = 256;
 pub const TEMPLATE: &str = "{prompt}";
 /// Column holding the prompt (CoMLRL reads `item["prompt"]`).
 pub const PROMPT_FIELD: &str = "prompt";
+/// Config of a `dataset.hub` dataset (the name `datasets` gives a dataset without configs).
+pub const HUB_CONFIG: &str = "default";
+/// Split of the training set of a `dataset.hub` dataset (the eval set must name its split).
+pub const HUB_SPLIT: &str = "train";
+/// Chat template: none (the prompt is fed to the model as is, as the seed example does).
+pub const CHAT_TEMPLATE: &str = "none";
 
 /// Passes over the training set (CoMLRL 20).
 pub const NUM_TRAIN_EPOCHS: usize = 20;

@@ -45,6 +45,18 @@ fn source(ds: &Dataset) -> RawDataSource {
             prompt_field: Some(ds.prompt_field.clone()),
             ..Default::default()
         },
+        DataSource::Hub {
+            repo,
+            config,
+            split,
+            ..
+        } => RawDataSource {
+            hub: Some(repo.clone()),
+            config: Some(config.clone()),
+            split: Some(split.clone()),
+            prompt_field: Some(ds.prompt_field.clone()),
+            ..Default::default()
+        },
     }
 }
 
@@ -55,6 +67,9 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
         path: train.path,
         format: train.format,
         prompt_field: train.prompt_field,
+        hub: train.hub,
+        config: train.config,
+        split: train.split,
         eval: s.dataset.eval.as_ref().map(source),
     };
     let agents = s
@@ -72,6 +87,8 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
             max_new_tokens: Some(a.sampling.max_new_tokens),
             learning_rate: Some(a.learning_rate),
             template: Some(a.template.as_str().to_string()),
+            chat_template: Some(a.chat_template.as_setting()),
+            system_prompt: a.system_prompt.clone(),
         })
         .collect();
     let t = &s.trainer;

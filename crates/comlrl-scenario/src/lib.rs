@@ -12,6 +12,8 @@
 //! # Ok::<(), comlrl_scenario::ScenarioError>(())
 //! ```
 mod agents;
+pub mod chat;
+mod chat_spec;
 mod code;
 mod collect;
 pub mod data;
@@ -20,19 +22,24 @@ pub mod defaults;
 mod deser;
 mod emit;
 pub mod error;
+pub mod hub;
 mod overrides;
+mod parquet_rows;
 mod paths;
 pub mod plan;
 pub mod positions;
 pub mod raw;
 mod resolve;
 mod rewards;
+pub mod split;
 mod suggest;
 pub mod template;
 mod trainer;
 
+pub use chat::{ChatTemplate, ChatTemplateError};
 pub use data::{DataFormat, DataSource, Dataset, Row};
 pub use error::{Diagnostic, ErrorKind, Location, ScenarioError};
+pub use hub::{HubDownload, HubRequest};
 pub use plan::*;
 pub use template::Template;
 
@@ -41,18 +48,35 @@ use positions::{KeyPath, PositionIndex};
 use std::path::Path;
 
 /// Loader switches.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LoadOptions {
     /// Require reward scripts, reward plugins and the external transition to exist (default
     /// true). Turn off to inspect a scenario whose plugins are not built yet.
     pub require_reward_files: bool,
+    /// The Hugging Face Hub cache that `dataset.hub` is read from; `None` (default): from the
+    /// environment (`HF_HUB_CACHE`, `HF_HOME/hub`, `~/.cache/huggingface/hub`).
+    pub hub_cache: Option<std::path::PathBuf>,
+    /// Downloads a Hub dataset missing from the cache; `None` (default): the cache only.
+    pub hub_download: Option<HubDownload>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             require_reward_files: true,
+            hub_cache: None,
+            hub_download: None,
         }
+    }
+}
+
+impl std::fmt::Debug for LoadOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadOptions")
+            .field("require_reward_files", &self.require_reward_files)
+            .field("hub_cache", &self.hub_cache)
+            .field("hub_download", &self.hub_download.is_some())
+            .finish()
     }
 }
 

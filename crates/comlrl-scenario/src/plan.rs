@@ -97,6 +97,32 @@ pub struct AgentPlan {
     pub learning_rate: f64,
     /// First-turn prompt of this agent, rendered from a dataset row.
     pub template: Template,
+    /// How the rendered prompt is wrapped for the model (`agents.chat_template`).
+    pub chat_template: ChatTemplateSpec,
+    /// The system message given to the chat template (`agents.system_prompt`).
+    pub system_prompt: Option<String>,
+}
+
+/// `agents.chat_template`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChatTemplateSpec {
+    /// `none`: the prompt is fed to the model as it is.
+    None,
+    /// `auto`: the model's own template (its tokenizer files, or GGUF metadata).
+    Auto,
+    /// A `.jinja` file (absolute path) and its text, compiled when the scenario was loaded.
+    File { path: PathBuf, source: String },
+}
+
+impl ChatTemplateSpec {
+    /// As written in a scenario: `none`, `auto` or the file's path.
+    pub fn as_setting(&self) -> String {
+        match self {
+            ChatTemplateSpec::None => "none".into(),
+            ChatTemplateSpec::Auto => "auto".into(),
+            ChatTemplateSpec::File { path, .. } => path.display().to_string(),
+        }
+    }
 }
 
 /// The joint reward: weighted terms (paths absolute, names filled in) and the processor chain.

@@ -24,7 +24,8 @@ pub(crate) struct RawTop {
     pub checkpoint_every: Option<Json>,
 }
 
-/// `dataset:` — training rows (inline `prompts` or a `path`) and an optional `eval` set.
+/// `dataset:` — training rows (inline `prompts`, a `path` or a `hub` dataset) and an optional
+/// `eval` set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawDataset {
@@ -36,6 +37,12 @@ pub struct RawDataset {
     pub format: Option<DataFormat>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_field: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval: Option<RawDataSource>,
 }
@@ -52,6 +59,12 @@ pub struct RawDataSource {
     pub format: Option<DataFormat>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_field: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<String>,
 }
 
 impl RawDataset {
@@ -62,6 +75,9 @@ impl RawDataset {
             path: self.path,
             format: self.format,
             prompt_field: self.prompt_field,
+            hub: self.hub,
+            config: self.config,
+            split: self.split,
         };
         (train, self.eval)
     }
@@ -81,6 +97,8 @@ pub struct RawAgentGroup {
     pub max_new_tokens: Option<usize>,
     pub learning_rate: Option<f64>,
     pub template: Option<String>,
+    pub chat_template: Option<String>,
+    pub system_prompt: Option<String>,
 }
 
 impl RawAgentGroup {
@@ -95,6 +113,8 @@ impl RawAgentGroup {
             max_new_tokens: self.max_new_tokens,
             learning_rate: self.learning_rate,
             template: self.template.clone(),
+            chat_template: self.chat_template.clone(),
+            system_prompt: self.system_prompt.clone(),
         }
     }
 }
@@ -122,6 +142,11 @@ pub struct RawAgent {
     pub learning_rate: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
+    /// `none` | `auto` | a path to a `.jinja` file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_template: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
 }
 
 /// `trainer.external_transition:` — exactly one of `rhai` / `plugin`, plus free-form `params`.

@@ -64,7 +64,7 @@ pub(crate) fn resolve(
         None => base.join(def::OUTPUT_ROOT).join(&name),
     };
 
-    let dataset = dataset::resolve(d, top.dataset, &base);
+    let dataset = dataset::resolve(d, top.dataset, &base, opts);
     let raw_agents = agents::parse(d, top.agents);
     let raw_trainer: RawTrainer = optional(d, "trainer", top.trainer).unwrap_or_default();
     let num_agents = raw_agents.as_ref().map_or(def::AGENT_COUNT, Vec::len);

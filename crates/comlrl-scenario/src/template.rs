@@ -1,5 +1,6 @@
 //! Prompt templates: `"Summarize: {prompt}\nAudience: {audience}"` with `{field}` filled from a
-//! dataset row (`{prompt}` is the prompt; `{{` and `}}` are literal braces).
+//! dataset row (`{prompt}` is the prompt, `{meta.topic}` a nested field; `{{` and `}}` are
+//! literal braces).
 use crate::data::Row;
 use serde_json::Value as Json;
 
@@ -109,7 +110,7 @@ impl Template {
             match p {
                 Part::Lit(s) => out.push_str(s),
                 Part::Prompt => out.push_str(&row.prompt),
-                Part::Field(f) => match row.fields.get(f) {
+                Part::Field(f) => match row.field(f) {
                     Some(Json::String(s)) => out.push_str(s),
                     Some(Json::Null) | None => {}
                     Some(other) => out.push_str(&other.to_string()),

@@ -159,8 +159,8 @@ fn bad_rows_name_file_and_line() {
     f.write("empty.jsonl", "\n\n");
     let (_, d) = f.one(&with_data("  path: empty.jsonl\n"), &[]);
     check(&d, ErrorKind::Dataset, "dataset.path", 2, 3, &["empty"]);
-    f.write("data.parquet", "");
-    let (_, d) = f.one(&with_data("  path: data.parquet\n"), &[]);
+    f.write("data.xlsx", "");
+    let (_, d) = f.one(&with_data("  path: data.xlsx\n"), &[]);
     check(
         &d,
         ErrorKind::InvalidValue,

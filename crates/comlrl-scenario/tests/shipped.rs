@@ -126,6 +126,7 @@ fn native_scenario_loads_or_asks_for_the_build() {
     // Without the file check it always resolves.
     let opts = LoadOptions {
         require_reward_files: false,
+        ..LoadOptions::default()
     };
     let s = load_with(&path, &[], &opts).unwrap_or_else(|e| panic!("{e}"));
     check_seed(&s, "Qwen/Qwen2.5-0.5B");
@@ -180,4 +181,26 @@ fn yaml_anchors_and_merge_keys_share_agent_settings() {
     assert_eq!(s.agents[0].sampling.temperature, 0.9);
     assert_eq!(s.agents[1].sampling.temperature, 0.3);
     assert_eq!(s.agents[1].sampling.max_new_tokens, 64);
+}
+
+#[test]
+fn smollm2_chat_scenario() {
+    let s = load(&scenarios_dir().join("smollm2_len_ratio.yaml"), &[])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert_eq!(s.agents.len(), 2);
+    for a in &s.agents {
+        assert_eq!(
+            a.model.source,
+            ModelSource::Hub("HuggingFaceTB/SmolLM2-135M-Instruct".into())
+        );
+        assert_eq!(a.chat_template, comlrl_scenario::ChatTemplateSpec::Auto);
+        assert_eq!(
+            a.system_prompt.as_deref(),
+            Some("You are a creative writer. Answer in plain prose.")
+        );
+    }
+    assert_eq!(s.dataset.train.rows.len(), 10);
+    let yaml = s.to_yaml();
+    assert!(yaml.contains("chat_template: auto"), "{yaml}");
 }

@@ -1,0 +1,276 @@
+//! What each agent's model is fed: the scenario `template` filled from a dataset row, then — with
+//! `agents.chat_template` — wrapped by a chat template (`auto`: the model's own, from its
+//! `chat_template.jinja` / `tokenizer_config.json`; or a `.jinja` file) as a user message after the
+//! optional `system_prompt`, ending in the assistant header (`add_generation_prompt=True`).
+use crate::error::{Error, Result};
+use crate::model::{ModelSource, Policy};
+use comlrl_scenario::{AgentPlan, ChatTemplate, ChatTemplateSpec, Row, Scenario, Template};
+use std::path::{Path, PathBuf};
+
+/// One agent's prompt formatting.
+#[derive(Debug)]
+pub struct PromptFormatter {
+    agent: usize,
+    template: Template,
+    chat: Option<ChatTemplate>,
+    system: Option<String>,
+}
+
+impl PromptFormatter {
+    /// `chat`: the template selected by the agent's `chat_template` (see [`chat_template`]).
+    pub fn new(agent: &AgentPlan, chat: Option<ChatTemplate>) -> Self {
+        PromptFormatter {
+            agent: agent.index,
+            template: agent.template.clone(),
+            chat,
+            system: agent.system_prompt.clone(),
+        }
+    }
+
+    /// The model input for `row`.
+    pub fn render(&self, row: &Row) -> Result<String> {
+        self.wrap(&self.template.render(row))
+    }
+
+    /// `text` wrapped by the chat template (unchanged without one).
+    pub fn wrap(&self, text: &str) -> Result<String> {
+        match &self.chat {
+            None => Ok(text.to_string()),
+            Some(t) => t
+                .render(self.system.as_deref(), text)
+                .map_err(|e| Error::Train(format!("agent {}: {e}", self.agent))),
+        }
+    }
+
+    /// The chat template in use, if any.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat.as_ref()
+    }
+}
+
+/// Every agent's formatter, in agent order.
+#[derive(Debug)]
+pub struct Prompts(pub Vec<PromptFormatter>);
+
+impl Prompts {
+    /// Built for loaded policies (their model directories hold the `auto` templates).
+    pub fn for_policies(s: &Scenario, policies: &[Policy]) -> Result<Self> {
+        s.agents
+            .iter()
+            .zip(policies)
+            .map(|(a, p)| {
+                let dir = p.source.resolve_dir()?;
+                let files = match (dir.as_deref(), p.built_tokenizer_config()) {
+                    (Some(d), _) => ModelFiles::Dir(d),
+                    (None, Some(tc)) => ModelFiles::Config(tc),
+                    (None, None) => ModelFiles::None,
+                };
+                let chat = chat_template(a, files, &p.source.describe())?;
+                Ok(PromptFormatter::new(a, chat))
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Prompts)
+    }
+
+    /// Each agent's model input for `row`.
+    pub fn render(&self, row: &Row) -> Result<Vec<String>> {
+        self.0.iter().map(|f| f.render(row)).collect()
+    }
+}
+
+/// Where a model's own chat template is read from.
+#[derive(Debug, Clone, Copy)]
+pub enum ModelFiles<'a> {
+    /// A Hugging Face model directory (`chat_template.jinja`, `tokenizer_config.json`).
+    Dir(&'a Path),
+    /// A `tokenizer_config.json` value built from GGUF metadata.
+    Config(&'a serde_json::Value),
+    /// No tokenizer files (built-in models).
+    None,
+}
+
+/// The chat template an agent's `chat_template` selects; `model` names the model in errors.
+/// `auto` without a template in the model's files is an error.
+pub fn chat_template(
+    agent: &AgentPlan,
+    files: ModelFiles<'_>,
+    model: &str,
+) -> Result<Option<ChatTemplate>> {
+    let fail = |msg: String| Error::Train(format!("agent {}: {msg}", agent.index));
+    match &agent.chat_template {
+        ChatTemplateSpec::None => Ok(None),
+        ChatTemplateSpec::File { path, source } => {
+            ChatTemplate::new(path.display().to_string(), source.clone())
+                .map(Some)
+                .map_err(|e| fail(e.to_string()))
+        }
+        ChatTemplateSpec::Auto => {
+            let dir = match files {
+                ModelFiles::Dir(d) => d,
+                ModelFiles::Config(tc) => {
+                    let name = format!("{model} (GGUF tokenizer.chat_template)");
+                    return match ChatTemplate::from_tokenizer_config(&name, tc) {
+                        Ok(Some(t)) => Ok(Some(t)),
+                        Ok(None) => Err(fail(format!("`chat_template: auto`, but {model} has no `tokenizer.chat_template` in its metadata; use `chat_template: none` or a `.jinja` file"))),
+                        Err(e) => Err(fail(e.to_string())),
+                    };
+                }
+                ModelFiles::None => {
+                    return Err(fail(format!(
+                        "`chat_template: auto`, but {model} has no tokenizer files with a chat template; use `chat_template: none` or a `.jinja` file"
+                    )))
+                }
+            };
+            match ChatTemplate::from_model_dir(dir) {
+                Ok(Some(t)) => Ok(Some(t)),
+                Ok(None) => Err(fail(format!(
+                    "`chat_template: auto`, but {model} has no chat template (no chat_template.jinja, and no `chat_template` in {}); use `chat_template: none` or a `.jinja` file",
+                    dir.join("tokenizer_config.json").display()
+                ))),
+                Err(e) => Err(fail(e.to_string())),
+            }
+        }
+    }
+}
+
+/// The files of `source` as far as they are on this machine, without downloading: a local
+/// directory, or a Hub model's snapshot in the Hub cache holding its `tokenizer_config.json` or
+/// `chat_template.jinja`. `None` for built-in models, GGUF files (their template is in the
+/// file's metadata, read when the model is loaded) and uncached Hub models.
+pub fn cached_model_dir(source: &ModelSource) -> Option<PathBuf> {
+    match source {
+        ModelSource::Builtin(_) | ModelSource::Gguf(_) => None,
+        ModelSource::Local(dir) => Some(dir.clone()),
+        ModelSource::Hub { repo, revision } => {
+            let cache = hf_hub::Cache::new(crate::model::source::hub_cache_dir());
+            let r = cache.repo(hf_hub::Repo::with_revision(
+                repo.clone(),
+                hf_hub::RepoType::Model,
+                revision.clone(),
+            ));
+            ["tokenizer_config.json", "chat_template.jinja"]
+                .iter()
+                .find_map(|f| r.get(f))
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use comlrl_scenario::load_str;
+
+    fn fixtures() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    }
+
+    fn scenario(dir: &Path, agent_lines: &str) -> Scenario {
+        std::fs::write(dir.join("r.rhai"), "fn reward(c, ctx) { 1.0 }").expect("write");
+        let text = format!(
+            "dataset: {{prompts: [\"Tell a joke\", \"Hi\"]}}\nagents:\n  count: 2\n  model: builtin:tiny\n{agent_lines}reward: {{rhai: r.rhai}}\n"
+        );
+        load_str(&text, &dir.join("s.yaml"), &[]).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn template_then_chat_template_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("c.jinja"),
+            "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>",
+        )
+        .expect("write");
+        let s = scenario(
+            dir.path(),
+            "  template: \"Q: {prompt}\"\n  chat_template: c.jinja\n  system_prompt: Be brief.\n",
+        );
+        let a = &s.agents[0];
+        let f = PromptFormatter::new(
+            a,
+            chat_template(a, ModelFiles::None, "builtin:tiny").expect("ok"),
+        );
+        assert_eq!(
+            f.render(&s.dataset.train.rows[0]).expect("renders"),
+            "<system>Be brief.<user>Q: Tell a joke<assistant>"
+        );
+        assert_eq!(
+            f.wrap("x").expect("wraps"),
+            "<system>Be brief.<user>x<assistant>"
+        );
+        // Without a chat template the text is the model input.
+        let s = scenario(dir.path(), "  template: \"Q: {prompt}\"\n");
+        let a = &s.agents[0];
+        let f = PromptFormatter::new(
+            a,
+            chat_template(a, ModelFiles::None, "builtin:tiny").expect("ok"),
+        );
+        assert!(f.chat_template().is_none());
+        assert_eq!(
+            f.render(&s.dataset.train.rows[1]).expect("renders"),
+            "Q: Hi"
+        );
+    }
+
+    #[test]
+    fn auto_reads_the_model_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = scenario(dir.path(), "");
+        let a = &mut s.agents[0];
+        a.chat_template = ChatTemplateSpec::Auto;
+        let qwen = fixtures().join("qwen25-tokenizer");
+        let t = chat_template(a, ModelFiles::Dir(&qwen), "qwen")
+            .expect("ok")
+            .expect("a template");
+        let f = PromptFormatter::new(a, Some(t));
+        assert_eq!(
+            f.wrap("Tell a joke about dinosaurs:").expect("renders"),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nTell a joke about dinosaurs:<|im_end|>\n<|im_start|>assistant\n"
+        );
+        let e = chat_template(a, ModelFiles::Dir(&fixtures().join("tiny-llama")), "tiny")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("agent 0") && e.contains("tiny-llama/tokenizer_config.json"),
+            "{e}"
+        );
+        let e = chat_template(a, ModelFiles::None, "builtin:tiny")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("builtin:tiny has no tokenizer files"), "{e}");
+        assert_eq!(
+            cached_model_dir(&ModelSource::Local(qwen.clone())),
+            Some(qwen)
+        );
+        assert_eq!(cached_model_dir(&ModelSource::Builtin("tiny".into())), None);
+    }
+
+    #[test]
+    fn auto_reads_a_gguf_files_metadata() {
+        let gguf = fixtures().join("gguf/tiny-qwen2.q8_0.gguf");
+        let policy = Policy::load(
+            &ModelSource::Gguf(gguf.clone()),
+            &crate::model::LoadOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let text = policy
+            .chat_template()
+            .expect("the fixture has a template")
+            .to_string();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = scenario(dir.path(), "  system_prompt: S\n");
+        s.agents.truncate(1);
+        s.agents[0].chat_template = ChatTemplateSpec::Auto;
+        let prompts = Prompts::for_policies(&s, std::slice::from_ref(&policy)).expect("formatters");
+        let chat = prompts.0[0].chat_template().expect("a chat template");
+        assert!(chat.name().contains("GGUF"), "{}", chat.name());
+        let want = ChatTemplate::new("t", text)
+            .expect("compiles")
+            .render(Some("S"), "Tell a joke")
+            .expect("renders");
+        assert_eq!(
+            prompts.render(&s.dataset.train.rows[0]).expect("renders"),
+            vec![want]
+        );
+    }
+}

@@ -7,6 +7,7 @@ mod reward;
 mod run;
 mod scenario_args;
 mod score;
+mod signals;
 mod wandb_sync;
 
 use clap::{Parser, Subcommand};
@@ -40,14 +41,16 @@ pub enum Command {
     WandbSync(wandb_sync::Args),
 }
 
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs the command; its exit status on success (a stopped `run` is not a success).
+pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    let ok = |r: anyhow::Result<()>| r.map(|()| std::process::ExitCode::SUCCESS);
     match cli.command {
         Command::Run(a) => run::run(a),
-        Command::Check(a) => check::run(a),
-        Command::Reward(a) => reward::run(a),
-        Command::Generate(a) => generate::run(a),
-        Command::Score(a) => score::run(a),
-        Command::Bench(a) => bench::run(a),
-        Command::WandbSync(a) => wandb_sync::run(a),
+        Command::Check(a) => ok(check::run(a)),
+        Command::Reward(a) => ok(reward::run(a)),
+        Command::Generate(a) => ok(generate::run(a)),
+        Command::Score(a) => ok(score::run(a)),
+        Command::Bench(a) => ok(bench::run(a)),
+        Command::WandbSync(a) => ok(wandb_sync::run(a)),
     }
 }

@@ -176,5 +176,9 @@ pub fn save_tensors(tensors: &BTreeMap<String, Tensor>, path: &Path) -> Result<(
         .map(|(k, t)| Ok((k.clone(), t.contiguous()?)))
         .collect::<Result<_>>()?;
     safetensors::serialize_to_file(views.iter().map(|(k, t)| (k.as_str(), t)), Some(meta), path)
-        .map_err(|e| Error::model(path, format!("cannot write safetensors: {e}")))
+        .map_err(|e| Error::model(path, format!("cannot write safetensors: {e}")))?;
+    // safetensors creates the file private (0600); weights are as readable as the other files.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| Error::io(path, e))
 }

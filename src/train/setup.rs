@@ -77,6 +77,24 @@ pub fn check_output_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Fails when a rollout node would score more joint actions than `trainer.max_joint_actions`
+/// (the scenario loader checks this too; a hand-built plan is checked here).
+pub fn check_joint_actions(s: &Scenario) -> Result<()> {
+    let t = &s.trainer;
+    let cross = t.joint_mode == comlrl_scenario::JointMode::Cross;
+    match super::joint::joint_count(s.agents.len(), t.num_generations, cross) {
+        Some(n) if n <= t.max_joint_actions => Ok(()),
+        n => Err(Error::Train(format!(
+            "trainer.joint_mode: {} joint actions per prompt ({} generations, {} agents) exceed \
+             trainer.max_joint_actions ({})",
+            n.map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string()),
+            t.num_generations,
+            s.agents.len(),
+            t.max_joint_actions
+        ))),
+    }
+}
+
 /// The loaded multi-turn transition (Rhai script or native plugin), when the scenario has one.
 pub fn transition(s: &Scenario) -> Result<Option<Box<dyn comlrl_reward::TransitionFn>>> {
     match &s.trainer.external_transition {

@@ -505,3 +505,85 @@ fn kill_9_at_random_points_then_resume_matches_an_uninterrupted_run() {
         "no run was killed: the kill points missed every run"
     );
 }
+
+/// `comlrl check <tiny> --quiet`-style call with `--set` overrides (and a scenario path).
+fn check(scen: &Path, sets: &[String]) -> (Option<i32>, String) {
+    let mut a = vec!["check".to_string(), scen.display().to_string()];
+    for s in sets {
+        a.extend(["--set".to_string(), s.clone()]);
+    }
+    let o = Command::new(bin()).args(&a).output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_rejects_what_run_would_reject() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, err) = check(&scenario(), &["agents.max_new_tokens=100000000".into()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("max_new_tokens (100000000)"), "{err}");
+    // A 1 MB prompt.
+    let yaml = std::fs::read_to_string(scenario())
+        .unwrap()
+        .replace("Describe a city in the clouds:", &"cloud ".repeat(170_000))
+        .replace(
+            "../rewards/",
+            &format!("{}/rewards/", env!("CARGO_MANIFEST_DIR")),
+        );
+    let big = tmp.path().join("big.yaml");
+    std::fs::write(&big, yaml).unwrap();
+    let (code, err) = check(&big, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("training prompt 1 encodes to"), "{err}");
+    let (code, err) = run(&tmp.path().join("run"), &[], &[]);
+    assert_eq!(code, Some(0), "the tiny scenario itself passes: {err}");
+    let (code, err) = check(&scenario(), &[]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// A copy of the tiny-qwen2 fixture with `edit` applied to its config.json.
+fn model_copy(tmp: &Path, name: &str, edit: impl Fn(&mut serde_json::Value)) -> PathBuf {
+    let src = fixtures().join("tiny-qwen2");
+    let dst = tmp.join(name);
+    std::fs::create_dir_all(&dst).unwrap();
+    for f in std::fs::read_dir(&src).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), dst.join(f.file_name())).unwrap();
+    }
+    let p = dst.join("config.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&p, v.to_string()).unwrap();
+    dst
+}
+
+#[test]
+fn checkpoints_that_do_not_match_their_config_are_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ok = model_copy(tmp.path(), "ok", |_| {});
+    let (code, err) = check(&scenario(), &[format!("agents.model={}", ok.display())]);
+    assert_eq!(code, Some(0), "the fixture itself loads: {err}");
+    let one = model_copy(tmp.path(), "one-layer", |v| {
+        v["num_hidden_layers"] = 1.into()
+    });
+    let (code, err) = check(&scenario(), &[format!("agents.model={}", one.display())]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("does not use")
+            && err.contains("model.layers.1.")
+            && err.contains("num_hidden_layers 1"),
+        "{err}"
+    );
+    let eos = model_copy(tmp.path(), "eos", |v| v["eos_token_id"] = 5000.into());
+    std::fs::remove_file(eos.join("generation_config.json")).unwrap();
+    let (code, err) = check(&scenario(), &[format!("agents.model={}", eos.display())]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("eos_token_id 5000 is outside the vocabulary"),
+        "{err}"
+    );
+}

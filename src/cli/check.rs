@@ -1,5 +1,6 @@
 //! `comlrl check`: validate a scenario (syntax, values, files, reward scripts and plugins, model
-//! references) without training, and print the resolved scenario.
+//! references, prompt lengths against the loaded models) without training, and print the
+//! resolved scenario.
 use super::scenario_args::ScenarioArgs;
 use comlrl::train::setup;
 
@@ -28,6 +29,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         }
     }
+    // The models are loaded for the checks `run` makes before training (prompt lengths,
+    // joint actions): a scenario that passes `check` does not fail them.
+    setup::check_joint_actions(&s)?;
+    let policies = setup::load_policies(&s)?;
+    setup::check_prompt_lengths(&s, &policies)?;
     if a.print {
         print!("{}", s.to_yaml());
     }

@@ -73,6 +73,7 @@ impl Trainer {
         let stack = setup::reward_stack(&scenario)?;
         let transition = setup::transition(&scenario)?;
         let policies = setup::load_policies(&scenario)?;
+        setup::check_prompt_lengths(&scenario, &policies)?;
         let references = if scenario.trainer.kl_coef != 0.0 {
             Some(setup::load_policies(&scenario)?)
         } else {

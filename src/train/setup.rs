@@ -77,6 +77,42 @@ pub fn check_output_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Fails when a first-turn prompt (train or eval set, rendered with the agent's template)
+/// encodes to no tokens, or its tokens plus `max_new_tokens` exceed the agent's model positions:
+/// the check sampling would make at that step, made before training (and by `comlrl check`).
+pub fn check_prompt_lengths(s: &Scenario, policies: &[Policy]) -> Result<()> {
+    let sets = [
+        ("training", Some(&s.dataset.train)),
+        ("eval", s.dataset.eval.as_ref()),
+    ];
+    for (agent, p) in s.agents.iter().zip(policies) {
+        let max = p.model.max_positions();
+        let new = agent.sampling.max_new_tokens;
+        if new >= max {
+            return Err(Error::Train(format!(
+                "agent {}: max_new_tokens ({new}) leaves no room for a prompt in the model's {max} positions; \
+                 lower `agents.max_new_tokens`",
+                agent.index
+            )));
+        }
+        for (what, set) in sets.iter().filter_map(|(w, d)| d.map(|d| (w, d))) {
+            for (r, row) in set.rows.iter().enumerate() {
+                let ids = p.tokenizer.encode(&agent.template.render(row))?;
+                if ids.is_empty() || ids.len() + new > max {
+                    return Err(Error::Train(format!(
+                        "agent {}: {what} prompt {} encodes to {} tokens; with max_new_tokens ({new}) it must fit \
+                         between 1 and the model's {max} positions; shorten the prompt or lower `agents.max_new_tokens`",
+                        agent.index,
+                        r + 1,
+                        ids.len()
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Fails when a rollout node would score more joint actions than `trainer.max_joint_actions`
 /// (the scenario loader checks this too; a hand-built plan is checked here).
 pub fn check_joint_actions(s: &Scenario) -> Result<()> {

@@ -400,6 +400,11 @@ fn damaged_or_edited_checkpoints_are_errors_not_panics() {
     });
     resume_fails(&out, &[], &["`window.agents`"]);
     save(true);
+    edit_state(&ck, |v| {
+        v["buffer"][0]["agents"][1]["completions"][0][0] = 999_999.into()
+    });
+    resume_fails(&out, &[], &["`buffer[0].agents[1]`", "token id 999999"]);
+    save(true);
     edit_state(&ck, |v| v["step"] = 0.into());
     resume_fails(&out, &[], &["metrics.jsonl", "`step` is 7", "step 0"]);
     save(true);

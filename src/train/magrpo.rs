@@ -189,6 +189,7 @@ impl Trainer {
             turns: t.num_turns,
             total_steps: self.total_steps(),
             epochs: t.num_train_epochs,
+            vocab: self.policies.iter().map(|p| p.config.vocab_size).collect(),
         }
     }
 

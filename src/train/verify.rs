@@ -16,6 +16,8 @@ pub struct Expect {
     pub turns: usize,
     pub total_steps: usize,
     pub epochs: usize,
+    /// Each agent's vocabulary size (buffered token ids must be below it).
+    pub vocab: Vec<usize>,
 }
 
 pub fn check_state(s: &TrainState, e: &Expect, path: &Path) -> Result<()> {
@@ -128,6 +130,14 @@ pub fn check_state(s: &TrainState, e: &Expect, path: &Path) -> Result<()> {
                         format!("has {n} entries for {} generations", e.k),
                     );
                 }
+            }
+            let vocab = e.vocab.get(i).copied().unwrap_or(0);
+            let ids = a.prompt_ids.iter().chain(a.completions.iter().flatten());
+            if let Some(id) = ids.copied().find(|&id| id as usize >= vocab) {
+                return bad(
+                    at(&format!("agents[{i}]")),
+                    format!("holds token id {id}, outside the model's vocabulary of {vocab}"),
+                );
             }
             if !a.kl.is_empty() && a.kl.len() != e.k {
                 return bad(

@@ -118,6 +118,9 @@ pub fn check_prompt_lengths(s: &Scenario, policies: &[Policy]) -> Result<()> {
 pub fn check_joint_actions(s: &Scenario) -> Result<()> {
     let t = &s.trainer;
     let cross = t.joint_mode == comlrl_scenario::JointMode::Cross;
+    if !cross || s.agents.len() < 2 {
+        return Ok(());
+    }
     match super::joint::joint_count(s.agents.len(), t.num_generations, cross) {
         Some(n) if n <= t.max_joint_actions => Ok(()),
         n => Err(Error::Train(format!(

@@ -1,18 +1,23 @@
 //! The `comlrl` binary: parses the command line, runs the command, prints the error chain and
-//! maps failures to exit codes (1 = the command failed, 2 = bad usage, reported by clap).
+//! maps failures to exit codes (1 = the command failed, 2 = bad usage, reported by clap;
+//! 128 + signal for a run stopped by SIGINT, SIGTERM or SIGHUP).
 mod cli;
 
 use clap::Parser;
+use std::process::ExitCode;
 
-fn main() {
+fn main() -> ExitCode {
     comlrl::runtime::tune();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = cli::Cli::parse();
-    if let Err(err) = cli::run(args) {
-        eprintln!("error: {err}");
-        for cause in err.chain().skip(1) {
-            eprintln!("  caused by: {cause}");
+    match cli::run(args) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err}");
+            for cause in err.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
         }
-        std::process::exit(1);
     }
 }

@@ -458,7 +458,12 @@ fn multi_turn_with_a_rhai_transition() {
 
     // A transition returning the wrong number of prompts is a clear error naming the script.
     std::fs::write(&script, "fn transition(ctx) { [\"only one\"] }\n").unwrap();
-    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    // The same output_dir holds the first run: start over in it.
+    let args: Vec<&str> = args
+        .iter()
+        .map(|s| s.as_str())
+        .chain(["--overwrite"])
+        .collect();
     let (ok, _, err) = run_bin(&args);
     assert!(
         !ok && err.contains("revise.rhai") && err.contains("1 prompts for 2 agents"),

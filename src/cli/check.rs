@@ -1,6 +1,7 @@
 //! `comlrl check`: validate a scenario (syntax, values, files, reward scripts and plugins, model
-//! references, chat templates of models on this machine) without training or downloading, and
-//! print the resolved scenario with each agent's first prompt as the model sees it.
+//! references, chat templates of models on this machine, prompt lengths against the loaded
+//! models) without training or downloading, and print the resolved scenario with each agent's
+//! first prompt as the model sees it.
 use super::scenario_args::ScenarioArgs;
 use comlrl::model::ModelSource;
 use comlrl::train::prompt::{cached_model_dir, chat_template, ModelFiles, PromptFormatter};
@@ -39,6 +40,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("agent {}: {e}", agent.index))?;
         }
     }
+    // The models are loaded for the checks `run` makes before training (prompt lengths,
+    // joint actions): a scenario that passes `check` does not fail them.
+    setup::check_joint_actions(&s)?;
+    let policies = setup::load_policies(&s)?;
+    setup::check_prompt_lengths(&s, &policies)?;
     let first = first_prompts(&s)?;
     if a.print {
         print!("{}", s.to_yaml());

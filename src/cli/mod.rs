@@ -8,6 +8,7 @@ mod reward;
 mod run;
 mod scenario_args;
 mod score;
+mod signals;
 mod wandb_sync;
 
 use clap::{Parser, Subcommand};
@@ -50,16 +51,20 @@ pub enum Command {
     },
 }
 
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs the command; its exit status on success (a stopped `run` is not a success).
+pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    let ok = |r: anyhow::Result<()>| r.map(|()| std::process::ExitCode::SUCCESS);
     match cli.command {
         Command::Run(a) => run::run(a),
-        Command::Check(a) => check::run(a),
-        Command::Reward(a) => reward::run(a),
-        Command::Generate(a) => generate::run(a),
-        Command::Score(a) => score::run(a),
-        Command::Bench(a) => bench::run(a),
-        Command::Export(a) => export::run(a),
-        Command::WandbSync(a) => wandb_sync::run(a),
-        Command::PluginHost { path } => std::process::exit(comlrl_reward::serve_plugin_host(&path)),
+        Command::Check(a) => ok(check::run(a)),
+        Command::Reward(a) => ok(reward::run(a)),
+        Command::Generate(a) => ok(generate::run(a)),
+        Command::Score(a) => ok(score::run(a)),
+        Command::Bench(a) => ok(bench::run(a)),
+        Command::WandbSync(a) => ok(wandb_sync::run(a)),
+        Command::Export(a) => ok(export::run(a)),
+        Command::PluginHost { path } => Ok(std::process::ExitCode::from(
+            u8::try_from(comlrl_reward::serve_plugin_host(&path)).unwrap_or(1),
+        )),
     }
 }

@@ -1,12 +1,14 @@
-//! `comlrl run`: train the agents of a scenario, with a progress bar, Ctrl-C checkpointing and
-//! the experiment trackers (W&B, TensorBoard) fed from the metrics rows.
+//! `comlrl run`: train the agents of a scenario, with a progress bar, checkpointing on Ctrl-C,
+//! SIGTERM and SIGHUP, and the experiment trackers (W&B, TensorBoard) fed from the metrics rows.
 use super::scenario_args::ScenarioArgs;
+use super::signals;
 use super::wandb_sync::WandbArgs;
 use comlrl::track::{TrackPlan, Tracking, Warn};
 use comlrl::train::metrics::Row;
+use comlrl::train::rundir::{self, StartMode};
 use comlrl::train::{Observer, Trainer};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::sync::atomic::Ordering;
+use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(Debug, clap::Args)]
@@ -16,6 +18,10 @@ pub struct Args {
     /// Continue from the last checkpoint in the output directory.
     #[arg(long)]
     pub resume: bool,
+    /// Start a new run in an output directory that holds a previous one, deleting its
+    /// checkpoints, metrics, models and tracker state first.
+    #[arg(long, conflicts_with = "resume")]
+    pub overwrite: bool,
     /// No progress bar (log lines only).
     #[arg(long)]
     pub quiet: bool,
@@ -79,20 +85,20 @@ fn track_plan(a: &Args, s: &comlrl_scenario::Scenario) -> TrackPlan {
     }
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let scenario = a.scenario.load_downloading()?;
     let name = scenario.name.clone();
     let plan = track_plan(&a, &scenario);
+    let mode = match (a.resume, a.overwrite) {
+        (true, _) => StartMode::Resume,
+        (false, true) => StartMode::Overwrite,
+        (false, false) => StartMode::Fresh,
+    };
+    // Claimed before the models load: a busy or reused directory is refused at once.
+    let lock = rundir::claim(&scenario.output_dir, mode)?;
     let mut trainer = Trainer::new(scenario)?;
-    let flag = trainer.interrupt_flag();
-    let first = flag.clone();
-    // First Ctrl-C: checkpoint after the current step; a second one exits at once.
-    let _ = ctrlc::set_handler(move || {
-        if first.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-        eprintln!("\nCtrl-C: writing a checkpoint after this step (press again to abort)");
-    });
+    trainer.hold(lock)?;
+    let stop = signals::install(trainer.interrupt_flag())?;
     let bar = (!a.quiet).then(|| {
         let b = ProgressBar::new(0);
         b.set_style(
@@ -120,7 +126,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut obs = Bar { bar, tracking };
     let result = trainer.run(a.resume, &mut obs);
     let exit_code = match &result {
-        Ok(s) if s.interrupted => 130,
+        Ok(s) if s.interrupted => i32::from(stop.exit_code()),
         Ok(_) => 0,
         Err(_) => 1,
     };
@@ -140,8 +146,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "stopped at step {}/{}; resume with --resume. Outputs in {out}",
             summary.steps_done, summary.total_steps
         );
-        std::process::exit(130);
+        return Ok(ExitCode::from(stop.exit_code()));
     }
     eprintln!("done: {} steps. Models in {out}/models, metrics in {out}/metrics.jsonl, plot {out}/training.svg", summary.steps_done);
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }

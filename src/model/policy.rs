@@ -228,8 +228,37 @@ impl Policy {
                 data.insert(name.clone(), Var::from_tensor(&t)?);
             }
         }
+        for (what, id) in eos_ids
+            .iter()
+            .map(|&i| ("eos_token_id", i))
+            .chain([("pad_token_id", pad_id)])
+        {
+            if id as usize >= config.vocab_size {
+                let at = dir.clone().unwrap_or_default();
+                return Err(Error::model(
+                    at,
+                    format!(
+                        "{what} {id} is outside the vocabulary (vocab_size {})",
+                        config.vocab_size
+                    ),
+                ));
+            }
+        }
         let vb = VarBuilder::from_varmap(&varmap, opts.dtype, &opts.device);
         let model = Qwen2::new(&config, vb)?;
+        // A VarBuilder over a VarMap creates (randomly initialised) any variable it is asked
+        // for that is not there: the model must read exactly the expected tensors.
+        {
+            let data = varmap
+                .data()
+                .lock()
+                .map_err(|_| Error::Invalid("var map lock poisoned".into()))?;
+            if let Some(extra) = data.keys().find(|k| !names.contains(k)) {
+                return Err(Error::Invalid(format!(
+                    "internal: the model reads tensor `{extra}`, which weights::expected_tensors does not list"
+                )));
+            }
+        }
         model.refresh_rollout_weights(opts.rollout_copies)?;
         Ok(Self {
             source,

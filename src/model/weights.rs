@@ -96,7 +96,8 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Loads every expected tensor from `files`, checks its shape and converts it to `dtype`.
-/// Extra tensors (e.g. rotary `inv_freq` buffers) are ignored.
+/// Rotary `inv_freq` buffers and a tied model's `lm_head.weight` are ignored; any other tensor
+/// the config does not use (e.g. a layer beyond `num_hidden_layers`) is an error.
 pub fn load_tensors(
     cfg: &ModelConfig,
     files: &[PathBuf],
@@ -151,6 +152,33 @@ pub fn load_tensors(
         }
         out.insert(name, t.to_dtype(dtype)?);
     }
+    let mut unused: Vec<String> = found
+        .into_keys()
+        .filter(|n| {
+            !(n.ends_with(".rotary_emb.inv_freq")
+                || (cfg.tie_word_embeddings && n == "lm_head.weight"))
+        })
+        .collect();
+    if !unused.is_empty() {
+        unused.sort();
+        let n = unused.len();
+        let shown = unused
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(Error::model(
+            files.first().cloned().unwrap_or_default(),
+            format!(
+                "{n} tensor(s) that config.json does not use ({shown}{}); the checkpoint does not \
+                 match its config.json (num_hidden_layers {}, tie_word_embeddings {})",
+                if n > 5 { ", …" } else { "" },
+                cfg.num_hidden_layers,
+                cfg.tie_word_embeddings
+            ),
+        ));
+    }
     Ok(out)
 }
 
@@ -191,5 +219,9 @@ pub fn save_tensors(tensors: &BTreeMap<String, Tensor>, path: &Path) -> Result<(
         .map(|(k, t)| Ok((k.clone(), t.contiguous()?)))
         .collect::<Result<_>>()?;
     safetensors::serialize_to_file(views.iter().map(|(k, t)| (k.as_str(), t)), Some(meta), path)
-        .map_err(|e| Error::model(path, format!("cannot write safetensors: {e}")))
+        .map_err(|e| Error::model(path, format!("cannot write safetensors: {e}")))?;
+    // safetensors creates the file private (0600); weights are as readable as the other files.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| Error::io(path, e))
 }

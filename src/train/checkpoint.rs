@@ -1,9 +1,12 @@
 //! Checkpoints: weights, AdamW moments, progress, RNG state, buffered rollouts and the resolved
-//! scenario, written to a temporary directory and renamed into place (then `latest` is swapped
-//! atomically), so an interrupted or failed run always leaves its last checkpoint intact.
+//! scenario, written to a temporary directory with a `manifest.json` of hashes and renamed into
+//! place (then `latest` is swapped atomically), so an interrupted or failed run always leaves its
+//! last checkpoint intact; loading verifies the manifest and the state before using anything.
+use super::manifest;
 use super::metrics::Window;
 use super::optim::AdamW;
 use super::rollout::NodeSample;
+use super::verify::{check_state, Expect};
 use crate::error::{Error, Result};
 use crate::model::weights::save_tensors;
 use crate::model::Policy;
@@ -16,6 +19,9 @@ use std::path::{Path, PathBuf};
 /// Everything besides tensors that a resumed run needs to continue exactly.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrainState {
+    /// The run that wrote this state (see `rundir`); a resume must match it.
+    #[serde(default)]
+    pub run_id: String,
     /// Training prompts processed so far (the next step's index).
     pub step: usize,
     /// Optimizer steps taken by each agent.
@@ -30,13 +36,12 @@ pub struct TrainState {
     pub epoch_rewards: Vec<(f64, usize)>,
 }
 
-const KEEP: usize = 2;
-
 pub fn checkpoints_dir(output_dir: &Path) -> PathBuf {
     output_dir.join("checkpoints")
 }
 
-/// Writes a checkpoint and makes it the latest; older ones beyond the last two are removed.
+/// Writes a checkpoint and makes it the latest; of the older ones only the previous latest is
+/// kept (by recency, not by step number: a step number says nothing about which run wrote it).
 pub fn save(
     output_dir: &Path,
     state: &TrainState,
@@ -80,6 +85,9 @@ pub fn save(
         safetensors::serialize_to_file(moments, None, &path)
             .map_err(|e| Error::model(&path, format!("cannot write safetensors: {e}")))?;
     }
+    // Written last: a checkpoint without its manifest is never used.
+    manifest::write(&tmp, &state.run_id, state.step)?;
+    let previous = latest_name(&root);
     let dir = root.join(&name);
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
@@ -89,21 +97,30 @@ pub fn save(
     write(&latest_tmp, &name)?;
     std::fs::rename(&latest_tmp, root.join("latest"))
         .map_err(|e| Error::io(root.join("latest"), e))?;
-    // Prune: keep the newest KEEP checkpoints.
-    let mut all: Vec<PathBuf> = std::fs::read_dir(&root)
-        .map_err(|e| Error::io(&root, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.is_dir()
-                && p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("step-"))
-        })
-        .collect();
-    all.sort();
-    for old in all.iter().rev().skip(KEEP) {
-        let _ = std::fs::remove_dir_all(old);
+    // Prune: keep the new checkpoint and the one it replaces as `latest`.
+    let keep: Vec<String> = std::iter::once(name).chain(previous).collect();
+    for entry in std::fs::read_dir(&root).map_err(|e| Error::io(&root, e))? {
+        let Ok(entry) = entry else { continue };
+        let n = entry.file_name().to_string_lossy().into_owned();
+        let stale = (n.starts_with("step-") && !keep.contains(&n)) || n.starts_with(".tmp-");
+        if stale && entry.path().is_dir() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
     Ok(dir)
+}
+
+/// The name `latest` holds when it is a valid checkpoint name (a `step-N` child).
+fn latest_name(root: &Path) -> Option<String> {
+    let name = std::fs::read_to_string(root.join("latest")).ok()?;
+    let name = name.trim();
+    valid_name(name).then(|| name.to_string())
+}
+
+/// `step-` followed by digits only: a plain child of the checkpoints directory.
+fn valid_name(name: &str) -> bool {
+    name.strip_prefix("step-")
+        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn lock(m: &std::sync::Mutex<Vec<f32>>) -> Result<std::sync::MutexGuard<'_, Vec<f32>>> {
@@ -158,8 +175,16 @@ pub fn latest(output_dir: &Path) -> Result<Option<PathBuf>> {
         return Ok(None);
     }
     let name = std::fs::read_to_string(&ptr).map_err(|e| Error::io(&ptr, e))?;
-    let dir = root.join(name.trim());
-    if !dir.is_dir() {
+    let name = name.trim();
+    if !valid_name(name) {
+        return Err(Error::model(
+            &ptr,
+            format!("holds `{name}`, not a checkpoint name of this run (`step-N`); refusing to follow it"),
+        ));
+    }
+    let dir = root.join(name);
+    let is_dir = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+    if !is_dir {
         return Err(Error::model(
             &ptr,
             format!("points to {}, which is missing", dir.display()),
@@ -168,12 +193,46 @@ pub fn latest(output_dir: &Path) -> Result<Option<PathBuf>> {
     Ok(Some(dir))
 }
 
-/// Restores weights and optimizer moments in place and returns the saved state and scenario.
-pub fn load(dir: &Path, policies: &[Policy], optims: &mut [AdamW]) -> Result<(TrainState, String)> {
+/// Verifies the checkpoint in `dir` (manifest hashes, run id, state against `expect`), then
+/// restores weights and optimizer moments in place and returns the saved state and scenario.
+pub fn load(
+    dir: &Path,
+    policies: &[Policy],
+    optims: &mut [AdamW],
+    expect: &Expect,
+    run_id: &str,
+) -> Result<(TrainState, String)> {
+    let mut required = vec!["state.json".to_string(), "scenario.yaml".to_string()];
+    for i in 0..policies.len() {
+        required.push(format!("agent_{i}.safetensors"));
+        required.push(format!("optimizer_{i}.safetensors"));
+    }
+    let m = manifest::verify(dir, &required)?;
+    let mpath = dir.join(manifest::MANIFEST);
+    if m.run_id != run_id {
+        return Err(Error::model(
+            &mpath,
+            format!(
+                "field `run_id` is `{}`, but this output_dir's run.json names run `{run_id}`: \
+                 the checkpoint belongs to another run; start over with --overwrite",
+                m.run_id
+            ),
+        ));
+    }
     let state_path = dir.join("state.json");
     let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
     let state: TrainState = serde_json::from_str(&text)
         .map_err(|e| Error::model(&state_path, format!("unreadable checkpoint state: {e}")))?;
+    if state.run_id != m.run_id || state.step != m.step {
+        return Err(Error::model(
+            &state_path,
+            format!(
+                "fields `run_id`/`step` ({}, {}) differ from manifest.json ({}, {})",
+                state.run_id, state.step, m.run_id, m.step
+            ),
+        ));
+    }
+    check_state(&state, expect, &state_path)?;
     let scen_path = dir.join("scenario.yaml");
     let scenario = std::fs::read_to_string(&scen_path).map_err(|e| Error::io(&scen_path, e))?;
     for (i, (p, opt)) in policies.iter().zip(optims.iter_mut()).enumerate() {
@@ -206,13 +265,25 @@ pub fn load(dir: &Path, policies: &[Policy], optims: &mut [AdamW]) -> Result<(Tr
                 let t = moments
                     .get(&format!("{key}.{}", ps.name))
                     .ok_or_else(|| Error::model(&opath, format!("`{key}.{}` missing", ps.name)))?;
+                let want = ps.var.as_tensor().dims();
+                if t.dims() != want || t.dtype() != candle_core::DType::F32 {
+                    return Err(Error::model(
+                        &opath,
+                        format!(
+                            "`{key}.{}` is {:?} {:?}, the parameter is F32 {want:?}",
+                            ps.name,
+                            t.dtype(),
+                            t.dims()
+                        ),
+                    ));
+                }
                 let data: Vec<f32> = t.flatten_all()?.to_vec1()?;
                 *slot
                     .lock()
                     .map_err(|_| Error::Train("optimizer state lock poisoned".into()))? = data;
             }
         }
-        opt.step = state.opt_steps.get(i).copied().unwrap_or(0);
+        opt.step = state.opt_steps[i];
     }
     Ok((state, scenario))
 }

@@ -3,12 +3,22 @@
 //! `cross`: every combination (K^N); a completion's return sums the rewards of the combinations
 //! it takes part in (CoMLRL's semantics).
 
+/// Joint actions per prompt: `k` aligned, `k^agents` crossed; `None` when that overflows.
+pub fn joint_count(agents: usize, k: usize, cross: bool) -> Option<usize> {
+    if cross {
+        k.checked_pow(u32::try_from(agents).ok()?)
+    } else {
+        Some(k)
+    }
+}
+
 /// Indices (one completion index per agent) of every joint action, in a fixed order.
 pub fn joint_actions(agents: usize, k: usize, cross: bool) -> Vec<Vec<usize>> {
     if !cross {
         return (0..k).map(|j| vec![j; agents]).collect();
     }
-    let total = k.pow(agents as u32);
+    // The scenario bounds `k^agents` (trainer.max_joint_actions) before any rollout.
+    let total = joint_count(agents, k, true).expect("joint actions bounded at scenario load");
     (0..total)
         .map(|mut idx| {
             let mut combo = vec![0; agents];

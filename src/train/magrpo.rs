@@ -7,9 +7,11 @@ use super::loss::loss_and_grads;
 use super::metrics::{read_jsonl, MetricsSink, Window};
 use super::optim::{AdamW, AdamWConfig};
 use super::rollout::{rollout, NodeSample, RolloutSpec, RowInput};
+use super::rundir::{self, RunLock, StartMode};
 use super::schedule::lr_at;
 use super::setup;
 use super::timing::{since, Phases};
+use super::verify::Expect;
 use crate::error::{Error, Result};
 use crate::model::{Policy, SamplingParams};
 use comlrl_reward::RewardStack;
@@ -61,15 +63,19 @@ pub struct Trainer {
     stop_after: Option<usize>,
     /// Each agent's template + chat template.
     prompts: Arc<super::prompt::Prompts>,
+    /// The claim on the output directory (taken by `run` when the caller has not given one).
+    lock: Option<RunLock>,
 }
 
 impl Trainer {
     /// Checks the output directory, loads models and rewards.
     pub fn new(scenario: Scenario) -> Result<Self> {
         setup::check_output_dir(&scenario.output_dir)?;
+        setup::check_joint_actions(&scenario)?;
         let stack = setup::reward_stack(&scenario)?;
         let transition = setup::transition(&scenario)?;
         let policies = setup::load_policies(&scenario)?;
+        setup::check_prompt_lengths(&scenario, &policies)?;
         let references = if scenario.trainer.kl_coef != 0.0 {
             Some(setup::load_policies(&scenario)?)
         } else {
@@ -111,6 +117,7 @@ impl Trainer {
             interrupt: Arc::new(AtomicBool::new(false)),
             stop_after: None,
             prompts,
+            lock: None,
         })
     }
 
@@ -118,6 +125,20 @@ impl Trainer {
     /// current step.
     pub fn interrupt_flag(&self) -> Arc<AtomicBool> {
         self.interrupt.clone()
+    }
+
+    /// Runs under a claim on the output directory taken beforehand (the CLI claims it before
+    /// loading models and starting trackers); without one, `run` claims it itself.
+    pub fn hold(&mut self, lock: RunLock) -> Result<()> {
+        if lock.dir() != self.scenario.output_dir {
+            return Err(Error::Train(format!(
+                "the run lock is for {}, the scenario writes to {}",
+                lock.dir().display(),
+                self.scenario.output_dir.display()
+            )));
+        }
+        self.lock = Some(lock);
+        Ok(())
     }
 
     /// Makes `run` stop after `steps` steps and write no checkpoint or final model: for
@@ -135,17 +156,45 @@ impl Trainer {
     /// `rollout_buffer_size` nodes with a flush at each epoch's end, and mini-batches per update.
     fn total_opt_steps(&self) -> usize {
         let t = &self.scenario.trainer;
-        let joint = if t.joint_mode == JointMode::Cross {
-            t.num_generations.pow(self.policies.len() as u32)
-        } else {
-            t.num_generations
-        };
-        let nodes_per_prompt: usize = (0..t.num_turns).map(|turn| joint.pow(turn as u32)).sum();
+        // Saturating: the scenario bounds the joint actions per node, but a deep multi-turn
+        // tree may still count more nodes than fit (the schedule is then flat at the start).
+        let joint = self.joint_per_node();
+        let nodes_per_prompt = (0..t.num_turns).fold(0usize, |acc, turn| {
+            acc.saturating_add(joint.saturating_pow(turn as u32))
+        });
         let rows = self.scenario.dataset.train.rows.len();
         let size = t.rollout_buffer_size.max(1);
-        let updates_per_epoch = (rows * nodes_per_prompt).div_ceil(size);
+        let updates_per_epoch = rows.saturating_mul(nodes_per_prompt).div_ceil(size);
         let per_update = size.div_ceil(t.train_batch_size.max(1));
-        t.num_train_epochs * updates_per_epoch * per_update
+        t.num_train_epochs
+            .saturating_mul(updates_per_epoch)
+            .saturating_mul(per_update)
+    }
+
+    /// Joint actions scored per rollout node (bounded by the scenario's `max_joint_actions`).
+    fn joint_per_node(&self) -> usize {
+        let t = &self.scenario.trainer;
+        super::joint::joint_count(
+            self.policies.len(),
+            t.num_generations,
+            t.joint_mode == JointMode::Cross,
+        )
+        .unwrap_or(usize::MAX)
+    }
+
+    /// What a checkpoint's state must fit to be resumed with this scenario.
+    fn expect(&self) -> Expect {
+        let t = &self.scenario.trainer;
+        Expect {
+            agents: self.policies.len(),
+            k: t.num_generations,
+            joint: self.joint_per_node(),
+            terms: self.component_names.len(),
+            turns: t.num_turns,
+            total_steps: self.total_steps(),
+            epochs: t.num_train_epochs,
+            vocab: self.policies.iter().map(|p| p.config.vocab_size).collect(),
+        }
     }
 
     pub fn run(&mut self, resume: bool, obs: &mut dyn Observer) -> Result<RunSummary> {
@@ -157,9 +206,24 @@ impl Trainer {
     fn run_inner(&mut self, resume: bool, obs: &mut dyn Observer) -> Result<RunSummary> {
         let out = self.scenario.output_dir.clone();
         let n_agents = self.policies.len();
+        // Held until this run ends (dropping it releases the output directory).
+        let lock = match self.lock.take() {
+            Some(l) => l,
+            None => {
+                let mode = if resume {
+                    StartMode::Resume
+                } else {
+                    StartMode::Fresh
+                };
+                rundir::claim(&out, mode)?
+            }
+        };
+        let run_id = lock.run_id().to_string();
+        let expect = self.expect();
         let mut state = match (resume, checkpoint::latest(&out)?) {
             (true, Some(dir)) => {
-                let (st, yaml) = checkpoint::load(&dir, &self.policies, &mut self.optims)?;
+                let (st, yaml) =
+                    checkpoint::load(&dir, &self.policies, &mut self.optims, &expect, &run_id)?;
                 if yaml != self.yaml {
                     obs.message(&format!(
                         "warning: the scenario differs from the one saved in {}; continuing with the current one",
@@ -175,11 +239,12 @@ impl Trainer {
             }
             (true, None) => {
                 return Err(Error::Train(format!(
-                    "--resume: no checkpoint in {}; run without --resume to start fresh",
+                    "--resume: no checkpoint in {}; start a new run with --overwrite",
                     checkpoint::checkpoints_dir(&out).display()
                 )))
             }
             (false, _) => TrainState {
+                run_id,
                 step: 0,
                 opt_steps: vec![0; n_agents],
                 rng: rand_chacha::ChaCha8Rng::seed_from_u64(self.scenario.seed),
@@ -194,7 +259,10 @@ impl Trainer {
                 epoch_rewards: vec![],
             },
         };
-        let mut sink = MetricsSink::open(&out, state.metrics_rows)?;
+        let (mut sink, note) = MetricsSink::open(&out, state.metrics_rows, state.step)?;
+        if let Some(note) = note {
+            obs.message(&note);
+        }
         let total = self.total_steps();
         let rows = self.scenario.dataset.train.rows.len();
         let t = self.scenario.trainer.clone();
@@ -319,10 +387,7 @@ impl Trainer {
             }
         }
         if !interrupted && self.stop_after.is_none() {
-            let models = self.scenario.models_dir();
-            for (i, p) in self.policies.iter().enumerate() {
-                p.save(&models.join(format!("agent_{i}")))?;
-            }
+            save_models(&self.policies, &self.scenario.models_dir())?;
         }
         let rows_json = read_jsonl(&out.join("metrics.jsonl")).unwrap_or_default();
         if !rows_json.is_empty() {
@@ -457,7 +522,7 @@ impl Trainer {
             w.grad_norm += u.grad_norm;
             w.updates += u.updates;
             if i == 0 && u.updates > 0 {
-                state.window.lr = u.lr;
+                state.window.lr = Some(u.lr);
             }
             state.window.phases.add(&u.phases);
             state.window.train_flops += u.flops;
@@ -466,6 +531,23 @@ impl Trainer {
         log::debug!("update done; {}", crate::runtime::memory_line());
         Ok(())
     }
+}
+
+/// Saves every agent into one temporary `models` directory, then renames it into place: the
+/// final models are all there or none is.
+fn save_models(policies: &[Policy], models: &std::path::Path) -> Result<()> {
+    let parent = models.parent().unwrap_or(std::path::Path::new("."));
+    let tmp = parent.join(".models.tmp");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    }
+    for (i, p) in policies.iter().enumerate() {
+        p.save(&tmp.join(format!("agent_{i}")))?;
+    }
+    if models.exists() {
+        std::fs::remove_dir_all(models).map_err(|e| Error::io(models, e))?;
+    }
+    std::fs::rename(&tmp, models).map_err(|e| Error::io(models, e))
 }
 
 /// What one agent's part of an update round reports.

@@ -1,10 +1,8 @@
-//! Training metrics: a window that aggregates steps between log lines, and the sinks
-//! `metrics.jsonl` (the source of truth) and its `metrics.csv` twin, both append-only and
-//! truncated back to a checkpoint's row count on resume.
+//! Training metrics: a window that aggregates steps between log lines into one row (the sinks
+//! are in `metrics_sink`).
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Sums since the last logged row.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -23,7 +21,10 @@ pub struct Window {
     /// Model FLOPs of the loss's forward and backward passes (all agents).
     #[serde(default)]
     pub train_flops: f64,
-    pub lr: f64,
+    /// The learning rate of the window's last optimizer step; `None` (logged as null) when the
+    /// window had none.
+    #[serde(default)]
+    pub lr: Option<f64>,
     /// Whether evaluation is on (its columns are then always present, null when not run).
     pub eval_enabled: bool,
     /// Whether the reference-KL penalty is on (adds `agent_<i>/kl`).
@@ -102,7 +103,7 @@ impl Window {
                 row.push((format!("agent_{i}/kl"), a.kl_sum / c));
             }
         }
-        row.push(("lr".into(), self.lr));
+        row.push(("lr".into(), self.lr.unwrap_or(f64::NAN)));
         row.push(("step_seconds".into(), self.seconds / self.steps as f64));
         let tps = if self.phases.sampling > 0.0 {
             self.generated_tokens as f64 / self.phases.sampling
@@ -130,100 +131,7 @@ impl Window {
     }
 }
 
-/// Appends rows to `metrics.jsonl` and `metrics.csv`.
-pub struct MetricsSink {
-    jsonl: PathBuf,
-    csv: PathBuf,
-    columns: Option<Vec<String>>,
-    pub rows: usize,
-}
-
-impl MetricsSink {
-    /// Opens the sinks in `dir`, keeping the first `keep_rows` rows (0 for a fresh run).
-    pub fn open(dir: &Path, keep_rows: usize) -> Result<Self> {
-        let jsonl = dir.join("metrics.jsonl");
-        let csv = dir.join("metrics.csv");
-        truncate_lines(&jsonl, keep_rows)?;
-        let columns = if keep_rows > 0 && csv.is_file() {
-            truncate_lines(&csv, keep_rows + 1)?;
-            let text = std::fs::read_to_string(&csv).map_err(|e| Error::io(&csv, e))?;
-            text.lines()
-                .next()
-                .map(|h| h.split(',').map(String::from).collect())
-        } else {
-            truncate_lines(&csv, 0)?;
-            None
-        };
-        Ok(Self {
-            jsonl,
-            csv,
-            columns,
-            rows: keep_rows,
-        })
-    }
-
-    pub fn write(&mut self, row: &Row) -> Result<()> {
-        let mut obj = String::from("{");
-        for (i, (k, v)) in row.iter().enumerate() {
-            if i > 0 {
-                obj.push_str(", ");
-            }
-            let val = if !v.is_finite() {
-                serde_json::Value::Null
-            } else if v.fract() == 0.0 && v.abs() < 1e15 {
-                serde_json::json!(*v as i64)
-            } else {
-                serde_json::json!(v)
-            };
-            obj.push_str(&format!("{}: {}", serde_json::json!(k), val));
-        }
-        obj.push('}');
-        append(&self.jsonl, &(obj + "\n"))?;
-        let cols = self
-            .columns
-            .get_or_insert_with(|| row.iter().map(|(k, _)| k.clone()).collect())
-            .clone();
-        if self.rows == 0
-            || !self.csv.is_file()
-            || std::fs::metadata(&self.csv)
-                .map(|m| m.len() == 0)
-                .unwrap_or(true)
-        {
-            append(&self.csv, &(cols.join(",") + "\n"))?;
-        }
-        let line: Vec<String> = cols
-            .iter()
-            .map(|c| {
-                row.iter()
-                    .find(|(k, _)| k == c)
-                    .map(|(_, v)| format!("{v}"))
-                    .unwrap_or_default()
-            })
-            .collect();
-        append(&self.csv, &(line.join(",") + "\n"))?;
-        self.rows += 1;
-        Ok(())
-    }
-}
-
-fn append(path: &Path, text: &str) -> Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| Error::io(path, e))?;
-    f.write_all(text.as_bytes()).map_err(|e| Error::io(path, e))
-}
-
-/// Keeps the first `n` lines of `path` (creating or emptying it when `n` is 0).
-fn truncate_lines(path: &Path, n: usize) -> Result<()> {
-    if n == 0 {
-        return std::fs::write(path, "").map_err(|e| Error::io(path, e));
-    }
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let kept: String = text.lines().take(n).map(|l| format!("{l}\n")).collect();
-    std::fs::write(path, kept).map_err(|e| Error::io(path, e))
-}
+pub use super::metrics_sink::MetricsSink;
 
 /// Reads `metrics.jsonl` back as JSON objects.
 pub fn read_jsonl(path: &Path) -> Result<Vec<serde_json::Value>> {

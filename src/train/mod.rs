@@ -5,13 +5,17 @@ pub mod checkpoint;
 pub mod joint;
 pub mod loss;
 pub mod magrpo;
+pub mod manifest;
 pub mod metrics;
+pub mod metrics_sink;
 pub mod optim;
 pub mod plot;
 pub mod prompt;
 pub mod rollout;
+pub mod rundir;
 pub mod schedule;
 pub mod setup;
 pub mod timing;
+pub mod verify;
 
 pub use magrpo::{Observer, RunSummary, Trainer};

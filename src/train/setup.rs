@@ -77,6 +77,63 @@ pub fn check_output_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Fails when a first-turn prompt (train or eval set, rendered with the agent's template)
+/// encodes to no tokens, or its tokens plus `max_new_tokens` exceed the agent's model positions:
+/// the check sampling would make at that step, made before training (and by `comlrl check`).
+pub fn check_prompt_lengths(s: &Scenario, policies: &[Policy]) -> Result<()> {
+    let sets = [
+        ("training", Some(&s.dataset.train)),
+        ("eval", s.dataset.eval.as_ref()),
+    ];
+    for (agent, p) in s.agents.iter().zip(policies) {
+        let max = p.model.max_positions();
+        let new = agent.sampling.max_new_tokens;
+        if new >= max {
+            return Err(Error::Train(format!(
+                "agent {}: max_new_tokens ({new}) leaves no room for a prompt in the model's {max} positions; \
+                 lower `agents.max_new_tokens`",
+                agent.index
+            )));
+        }
+        for (what, set) in sets.iter().filter_map(|(w, d)| d.map(|d| (w, d))) {
+            for (r, row) in set.rows.iter().enumerate() {
+                let ids = p.tokenizer.encode(&agent.template.render(row))?;
+                if ids.is_empty() || ids.len() + new > max {
+                    return Err(Error::Train(format!(
+                        "agent {}: {what} prompt {} encodes to {} tokens; with max_new_tokens ({new}) it must fit \
+                         between 1 and the model's {max} positions; shorten the prompt or lower `agents.max_new_tokens`",
+                        agent.index,
+                        r + 1,
+                        ids.len()
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fails when a rollout node would score more joint actions than `trainer.max_joint_actions`
+/// (the scenario loader checks this too; a hand-built plan is checked here).
+pub fn check_joint_actions(s: &Scenario) -> Result<()> {
+    let t = &s.trainer;
+    let cross = t.joint_mode == comlrl_scenario::JointMode::Cross;
+    if !cross || s.agents.len() < 2 {
+        return Ok(());
+    }
+    match super::joint::joint_count(s.agents.len(), t.num_generations, cross) {
+        Some(n) if n <= t.max_joint_actions => Ok(()),
+        n => Err(Error::Train(format!(
+            "trainer.joint_mode: {} joint actions per prompt ({} generations, {} agents) exceed \
+             trainer.max_joint_actions ({})",
+            n.map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string()),
+            t.num_generations,
+            s.agents.len(),
+            t.max_joint_actions
+        ))),
+    }
+}
+
 /// The loaded multi-turn transition (Rhai script or native plugin), when the scenario has one.
 pub fn transition(s: &Scenario) -> Result<Option<Box<dyn comlrl_reward::TransitionFn>>> {
     match &s.trainer.external_transition {

@@ -4,6 +4,8 @@ use candle_core::{Device, Tensor};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+pub mod tiny_run;
+
 /// `tests/fixtures` (the project's own reference data; see its README).
 pub fn fixtures() -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");

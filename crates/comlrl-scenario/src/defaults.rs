@@ -34,6 +34,12 @@ pub const AGENT_LEARNING_RATE: f64 = 5.0e-6;
 pub const NUM_GENERATIONS: usize = 4;
 /// How generations form joint actions (CoMLRL `aligned`).
 pub const JOINT_MODE: JointMode = JointMode::Aligned;
+/// Most joint actions per rollout node. Each is one reward call over N completions, and the
+/// node keeps its reward, per-term values and its share of every agent's return: cheap each,
+/// but `cross` grows as num_generations^agents (8 generations, 4 agents: 4096). 4096 keeps a
+/// node's scoring to seconds and its memory to a few MB with a wide margin for multi-turn trees
+/// (joint^turns nodes); raise it knowingly.
+pub const MAX_JOINT_ACTIONS: usize = 4096;
 /// Group baseline (CoMLRL `mean`, i.e. MAGRPO).
 pub const ADVANTAGE_MODE: AdvantageMode = AdvantageMode::Mean;
 /// Divide group advantages by their standard deviation (CoMLRL true).

@@ -2,7 +2,7 @@
 //! absolute, agents in list form. Stored with checkpoints and as the W&B config; loading it again
 //! gives the same plan (rows of a data file are re-read from its path, not embedded).
 use crate::data::{DataSource, Dataset};
-use crate::plan::{CodeSource, ModelSource, Scenario};
+use crate::plan::{CodeSource, JointMode, ModelSource, Scenario};
 use crate::raw::{
     RawAgent, RawDataSource, RawDataset, RawLogging, RawTrainer, RawTransition, RawWandb,
 };
@@ -135,6 +135,7 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
         parallel_updates: Some(t.parallel_updates),
         micro_batch_size: Some(t.micro_batch_size),
         gradient_checkpointing: Some(t.gradient_checkpointing),
+        max_joint_actions: (t.joint_mode == JointMode::Cross).then_some(t.max_joint_actions),
     };
     let logging = RawLogging {
         steps: Some(s.logging.steps),

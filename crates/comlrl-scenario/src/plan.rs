@@ -222,6 +222,8 @@ pub struct TrainerPlan {
     pub micro_batch_size: usize,
     /// Recompute layer activations in the backward instead of keeping them.
     pub gradient_checkpointing: bool,
+    /// Most joint actions a rollout node may score (`cross`: num_generations^agents).
+    pub max_joint_actions: usize,
 }
 
 /// Logging cadence and the (reserved) tracking back-ends.

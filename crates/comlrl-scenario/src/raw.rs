@@ -225,6 +225,8 @@ pub struct RawTrainer {
     pub micro_batch_size: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gradient_checkpointing: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_joint_actions: Option<usize>,
 }
 
 /// `logging:` — cadence and tracking back-ends.

@@ -195,10 +195,22 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
             "`cross` is the same as `aligned` with a single agent",
         );
     }
+    let max_joint_actions = raw.max_joint_actions.unwrap_or(def::MAX_JOINT_ACTIONS);
     if joint_mode == JointMode::Cross && cx.num_agents > 1 {
-        let joint = (num_generations as f64).powi(cx.num_agents as i32);
-        if joint > 1024.0 {
-            d.warn(&at("joint_mode"), format!("`cross` with {num_generations} generations and {} agents scores {joint} joint actions per prompt (and turn)", cx.num_agents));
+        // Checked: num_generations^agents overflows usize long before it stops being absurd.
+        let joint = u32::try_from(cx.num_agents)
+            .ok()
+            .and_then(|n| num_generations.checked_pow(n));
+        let shown = joint.map_or_else(|| format!("more than {}", usize::MAX), |j| j.to_string());
+        if joint.is_none_or(|j| j > max_joint_actions) {
+            d.invalid(
+                &at("joint_mode"),
+                format!(
+                    "`cross` with {num_generations} generations and {} agents scores {num_generations}^{} = {shown} joint actions per prompt (and turn), above trainer.max_joint_actions ({max_joint_actions})",
+                    cx.num_agents, cx.num_agents
+                ),
+                "use `joint_mode: aligned`, fewer num_generations or agents, or raise `trainer.max_joint_actions` knowingly",
+            );
         }
     }
 
@@ -232,6 +244,7 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
         parallel_sampling: raw.parallel_sampling.unwrap_or(def::PARALLEL_SAMPLING),
         parallel_updates: raw.parallel_updates.unwrap_or(def::PARALLEL_UPDATES),
         micro_batch_size: raw.micro_batch_size.unwrap_or(def::MICRO_BATCH_SIZE),
+        max_joint_actions,
         gradient_checkpointing: raw
             .gradient_checkpointing
             .unwrap_or(def::GRADIENT_CHECKPOINTING),

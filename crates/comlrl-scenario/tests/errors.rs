@@ -518,3 +518,34 @@ fn a_directory_given_as_a_script_is_named_as_such() {
         &["is a directory, not a file"],
     );
 }
+
+#[test]
+fn cross_joint_actions_are_counted_without_overflow_and_bounded() {
+    let f = Fixture::new();
+    for (sets, shown) in [
+        (vec!["agents.count=22"], "8^22 = more than"),
+        (vec!["agents.count=21"], "8^21 = 9223372036854775808"),
+        (vec!["agents.count=5"], "8^5 = 32768"),
+        (
+            vec!["agents.count=2", "trainer.max_joint_actions=63"],
+            "8^2 = 64",
+        ),
+    ] {
+        let mut all = vec!["trainer.joint_mode=cross"];
+        all.extend(sets);
+        let (msg, d) = f.one(BASE, &all);
+        assert_eq!(d.kind, InvalidValue, "{msg}");
+        assert!(
+            msg.contains(shown) && msg.contains("trainer.max_joint_actions"),
+            "{msg}"
+        );
+    }
+    // 8^4 = 4096: at the default limit, allowed.
+    let p = f.write("ok.yaml", BASE);
+    let s = comlrl_scenario::load(
+        &p,
+        &["trainer.joint_mode=cross".into(), "agents.count=4".into()],
+    )
+    .unwrap();
+    assert_eq!(s.trainer.max_joint_actions, 4096);
+}

@@ -1,0 +1,142 @@
+//! A checkpoint's `manifest.json`: the run id, the step and the size and SHA-256 of every file
+//! of the checkpoint, written last; a checkpoint is only used when its files match it.
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+pub const MANIFEST: &str = "manifest.json";
+const FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    pub run_id: String,
+    pub step: usize,
+    pub files: BTreeMap<String, FileSum>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSum {
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// Size and SHA-256 of a file, read in 1 MiB blocks.
+pub fn sum(path: &Path) -> Result<FileSum> {
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    let sha256 = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok(FileSum { bytes, sha256 })
+}
+
+/// Hashes every regular file of `dir` and writes `dir/manifest.json`.
+pub fn write(dir: &Path, run_id: &str, step: usize) -> Result<()> {
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == MANIFEST || !entry.path().is_file() {
+            continue;
+        }
+        files.insert(name, sum(&entry.path())?);
+    }
+    let m = Manifest {
+        format: FORMAT,
+        run_id: run_id.to_string(),
+        step,
+        files,
+    };
+    let path = dir.join(MANIFEST);
+    let text = serde_json::to_string_pretty(&m)
+        .map_err(|e| Error::Train(format!("serialising the manifest: {e}")))?;
+    std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
+}
+
+/// Reads `dir/manifest.json` and checks that every file in `required` is listed and that every
+/// listed file has its recorded size and hash.
+pub fn verify(dir: &Path, required: &[String]) -> Result<Manifest> {
+    let path = dir.join(MANIFEST);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        Error::model(
+            &path,
+            format!("cannot be read ({e}): the checkpoint is incomplete or from an older comlrl, and cannot be verified"),
+        )
+    })?;
+    let m: Manifest = serde_json::from_str(&text)
+        .map_err(|e| Error::model(&path, format!("not a checkpoint manifest: {e}")))?;
+    if m.format != FORMAT {
+        return Err(Error::model(
+            &path,
+            format!("field `format` is {}, expected {FORMAT}", m.format),
+        ));
+    }
+    for name in required {
+        if !m.files.contains_key(name) {
+            return Err(Error::model(
+                &path,
+                format!("field `files` does not list `{name}`"),
+            ));
+        }
+    }
+    for (name, want) in &m.files {
+        if name.contains('/') || name.contains('\\') || name.starts_with('.') {
+            return Err(Error::model(
+                &path,
+                format!("field `files` lists `{name}`, which is not a file of the checkpoint"),
+            ));
+        }
+        let file = dir.join(name);
+        let got = sum(&file)?;
+        if got.bytes != want.bytes {
+            return Err(Error::model(
+                &file,
+                format!(
+                    "{} bytes, the manifest records {}: the checkpoint is damaged",
+                    got.bytes, want.bytes
+                ),
+            ));
+        }
+        if got.sha256 != want.sha256 {
+            return Err(Error::model(
+                &file,
+                "its SHA-256 differs from the one in manifest.json: the checkpoint is damaged or was edited",
+            ));
+        }
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flipped_byte_is_caught() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("a.bin"), [1u8, 2, 3, 4]).unwrap();
+        write(tmp.path(), "id", 3).unwrap();
+        let req = vec!["a.bin".to_string()];
+        let m = verify(tmp.path(), &req).unwrap();
+        assert_eq!((m.run_id.as_str(), m.step), ("id", 3));
+        std::fs::write(tmp.path().join("a.bin"), [1u8, 2, 7, 4]).unwrap();
+        let err = verify(tmp.path(), &req).unwrap_err().to_string();
+        assert!(err.contains("a.bin") && err.contains("SHA-256"), "{err}");
+        let err = verify(tmp.path(), &["b.bin".to_string()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("b.bin"), "{err}");
+    }
+}

@@ -2,6 +2,7 @@
 pub mod bench;
 pub mod error;
 pub mod hub_dataset;
+pub mod metrics;
 pub mod model;
 pub mod runtime;
 pub mod track;

@@ -114,7 +114,7 @@ fn run_trains_the_tiny_scenario_on_each_architecture() {
         let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         let (ok, _, err) = run(&refs);
         assert!(ok, "{name}: {err}");
-        let rows = comlrl::train::metrics::read_jsonl(&out.join("metrics.jsonl")).unwrap();
+        let rows = comlrl::metrics::read_jsonl(&out.join("metrics.jsonl")).unwrap();
         assert_eq!(rows.len(), 3, "{name}: one row per prompt");
         assert!(
             rows.iter()

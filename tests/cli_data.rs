@@ -32,7 +32,12 @@ fn check_prints_each_agents_first_prompt() {
     // A Llama model directory whose tokenizer_config.json carries Llama 3.1's chat template.
     let model = dir.path().join("model");
     std::fs::create_dir(&model).expect("mkdir");
-    for f in ["config.json", "tokenizer.json", "generation_config.json"] {
+    for f in [
+        "config.json",
+        "tokenizer.json",
+        "generation_config.json",
+        "model.safetensors",
+    ] {
         std::fs::copy(fixtures().join("tiny-llama").join(f), model.join(f)).expect("copy");
     }
     std::fs::copy(

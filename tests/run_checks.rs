@@ -201,6 +201,10 @@ fn check_rejects_what_run_would_reject() {
         .replace(
             "../rewards/",
             &format!("{}/rewards/", env!("CARGO_MANIFEST_DIR")),
+        )
+        .replace(
+            "../models/",
+            &format!("{}/models/", env!("CARGO_MANIFEST_DIR")),
         );
     let big = tmp.path().join("big.yaml");
     std::fs::write(&big, yaml).unwrap();

@@ -2,7 +2,7 @@
 //! `--overwrite`), pruning by recency, SIGTERM/SIGHUP checkpointing, a CSV with every column,
 //! and kill -9 at random points.
 mod common;
-use comlrl::train::metrics::read_jsonl;
+use comlrl::metrics::read_jsonl;
 use common::tiny_run::*;
 use std::time::{Duration, Instant};
 

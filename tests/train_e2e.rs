@@ -1,7 +1,7 @@
 //! End-to-end training on the tiny scenario: learning, reproducibility, resume after an
 //! interruption, and failures that must leave the last checkpoint intact.
 mod common;
-use comlrl::train::metrics::read_jsonl;
+use comlrl::metrics::read_jsonl;
 use comlrl::train::{Observer, Trainer};
 use common::*;
 use std::path::{Path, PathBuf};
@@ -265,6 +265,39 @@ fn reward_error_mid_run_stops_cleanly_with_checkpoint_intact() {
         .file_name()
         .to_string_lossy()
         .starts_with(".tmp")));
+}
+
+#[test]
+fn reward_error_with_skip_step_skips_that_step_and_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("flaky.rhai");
+    std::fs::write(
+        &script,
+        "fn reward(completions, ctx) {\n    if ctx.prompt.contains(\"bedtime\") {\n        throw \"cannot score bedtime stories\";\n    }\n    1.0\n}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("run");
+    let sets = [
+        format!("reward={{rhai: {}, on_error: skip_step}}", script.display()),
+        "logging.steps=1".to_string(),
+    ];
+    let (_, (ok, _, err)) = run_small(&out, &sets);
+    assert!(ok, "the run goes on: {err}");
+    // The third prompt (a bedtime story) fails in each of the 2 epochs.
+    assert_eq!(err.matches("skipped").count(), 2, "{err}");
+    assert!(err.contains("step 3 (epoch 1, prompt 3) skipped"), "{err}");
+    assert!(err.contains("cannot score bedtime stories"), "{err}");
+    let rows = read_jsonl(&out.join("metrics.jsonl")).unwrap();
+    assert_eq!(rows.len(), 20, "every step logged");
+    let skipped: Vec<i64> = rows
+        .iter()
+        .filter(|r| r["skipped_steps"] == 1)
+        .map(|r| r["step"].as_i64().unwrap())
+        .collect();
+    assert_eq!(skipped, vec![3, 13]);
+    assert!(rows[2]["reward_mean"].is_null(), "{}", rows[2]);
+    assert_eq!(rows[3]["reward_mean"], 100.0, "1.0 × the scale processor");
+    assert!(out.join("models/agent_1/model.safetensors").is_file());
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! per step split by phase (sampling, reward, scoring forward, backward, optimizer), sampling
 //! tokens/s, the loss's GFLOP/s and the process's peak memory.
 use crate::error::{Error, Result};
-use crate::train::metrics::Row;
+use crate::metrics::Row;
 use crate::train::{Observer, Trainer};
 use comlrl_scenario::Scenario;
 use serde::Serialize;

@@ -40,11 +40,26 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("agent {}: {e}", agent.index))?;
         }
     }
-    // The models are loaded for the checks `run` makes before training (prompt lengths,
-    // joint actions): a scenario that passes `check` does not fail them.
+    // The models on this machine are loaded for the checks `run` makes before training
+    // (prompt lengths): a scenario that passes `check` does not fail them. `check` never
+    // downloads: with a Hub model that is not cached, `run` makes these checks.
     setup::check_joint_actions(&s)?;
-    let policies = setup::load_policies(&s)?;
-    setup::check_prompt_lengths(&s, &policies)?;
+    let on_this_machine = |a: &comlrl_scenario::AgentPlan| -> anyhow::Result<bool> {
+        let src = setup::model_source(a, &s.base_dir)?;
+        Ok(!matches!(src, ModelSource::Hub { .. }) || cached_model_dir(&src).is_some())
+    };
+    let mut local = true;
+    for a in &s.agents {
+        local &= on_this_machine(a)?;
+    }
+    if local {
+        let policies = setup::load_policies(&s)?;
+        setup::check_prompt_lengths(&s, &policies)?;
+    } else {
+        eprintln!(
+            "note: a model is not in the Hugging Face cache; prompt lengths are checked by `comlrl run` once it is downloaded"
+        );
+    }
     let first = first_prompts(&s)?;
     if a.print {
         print!("{}", s.to_yaml());

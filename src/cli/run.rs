@@ -3,8 +3,8 @@
 use super::scenario_args::ScenarioArgs;
 use super::signals;
 use super::wandb_sync::WandbArgs;
+use comlrl::metrics::Row;
 use comlrl::track::{TrackPlan, Tracking, Warn};
-use comlrl::train::metrics::Row;
 use comlrl::train::rundir::{self, StartMode};
 use comlrl::train::{Observer, Trainer};
 use indicatif::{ProgressBar, ProgressStyle};

@@ -2,9 +2,10 @@
 //! its `metrics.jsonl` and the resolved scenario of its latest checkpoint — for runs that trained
 //! offline or while W&B was unreachable. Also home of the `--wandb-*` flags `run` shares.
 use anyhow::{anyhow, Context};
+use comlrl::metrics::read_jsonl;
 use comlrl::track::wandb::{self, Connection, RunRef, RunSpec};
 use comlrl::track::{end_time, records_from_json, WandbSettings};
-use comlrl::train::{checkpoint, metrics::read_jsonl};
+use comlrl::train::checkpoint;
 use comlrl_scenario::{LoadOptions, WandbPlan};
 use std::path::{Path, PathBuf};
 

@@ -12,7 +12,7 @@ mod wandb_auth;
 mod worker;
 
 use crate::error::{Error, Result};
-use crate::train::metrics::Row;
+use crate::metrics::Row;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -150,7 +150,7 @@ impl Tracking {
     pub fn begin(&mut self) {
         let path = self.output_dir.join("metrics.jsonl");
         let prior = match std::fs::read_to_string(&path) {
-            Ok(text) if !text.trim().is_empty() => match crate::train::metrics::read_jsonl(&path) {
+            Ok(text) if !text.trim().is_empty() => match crate::metrics::read_jsonl(&path) {
                 Ok(rows) => records_from_json(&rows, self.num_turns, end_time(&path)),
                 Err(e) => {
                     (self.warn)(&format!("warning: tracking: {e}; earlier rows not sent"));

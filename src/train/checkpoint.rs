@@ -3,10 +3,10 @@
 //! place (then `latest` is swapped atomically), so an interrupted or failed run always leaves its
 //! last checkpoint intact; loading verifies the manifest and the state before using anything.
 use super::manifest;
-use super::metrics::Window;
 use super::optim::AdamW;
 use super::rollout::NodeSample;
 use super::verify::{check_state, Expect};
+use super::window::Window;
 use crate::error::{Error, Result};
 use crate::model::weights::save_tensors;
 use crate::model::Policy;

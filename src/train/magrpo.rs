@@ -4,7 +4,6 @@
 use super::advantage::Baseline;
 use super::checkpoint::{self, TrainState};
 use super::loss::loss_and_grads;
-use super::metrics::{read_jsonl, MetricsSink, Window};
 use super::optim::{AdamW, AdamWConfig};
 use super::rollout::{rollout, NodeSample, RolloutSpec, RowInput};
 use super::rundir::{self, RunLock, StartMode};
@@ -12,7 +11,9 @@ use super::schedule::lr_at;
 use super::setup;
 use super::timing::{since, Phases};
 use super::verify::Expect;
+use super::window::Window;
 use crate::error::{Error, Result};
+use crate::metrics::{read_jsonl, MetricsSink};
 use crate::model::{Policy, SamplingParams};
 use comlrl_reward::RewardStack;
 use comlrl_scenario::{AdvantageMode, JointMode, Scenario};
@@ -29,7 +30,7 @@ pub trait Observer {
     fn step(&mut self, _step: usize, _reward_mean: f64, _step_seconds: f64) {}
     fn message(&mut self, _msg: &str) {}
     /// A metrics row was written to metrics.jsonl (trackers forward it).
-    fn metrics(&mut self, _row: &super::metrics::Row) {}
+    fn metrics(&mut self, _row: &crate::metrics::Row) {}
     /// The run ended: `ok` is false when it failed.
     fn finished(&mut self, _ok: bool) {}
 }
@@ -306,7 +307,8 @@ impl Trainer {
                 fields: &row.fields,
             };
             let mut phases = Phases::default();
-            let nodes = rollout(
+            let where_ = format!("step {} (epoch {}, prompt {})", step + 1, epoch + 1, r + 1);
+            let nodes = match rollout(
                 &self.policies,
                 &prompts,
                 &input,
@@ -314,15 +316,16 @@ impl Trainer {
                 &spec,
                 &mut state.rng,
                 &mut phases,
-            )
-            .map_err(|e| {
-                Error::Train(format!(
-                    "step {} (epoch {}, prompt {}): {e}",
-                    step + 1,
-                    epoch + 1,
-                    r + 1
-                ))
-            })?;
+            ) {
+                Ok(nodes) => nodes,
+                // A term with `on_error: skip_step` failed: this prompt trains nothing.
+                Err(Error::Reward(e @ comlrl_reward::RewardError::SkipStep { .. })) => {
+                    obs.message(&format!("warning: {where_} skipped: {e}"));
+                    state.window.skipped_steps += 1;
+                    Vec::new()
+                }
+                Err(e) => return Err(Error::Train(format!("{where_}: {e}"))),
+            };
             state.window.phases.add(&phases);
             log::debug!(
                 "step {}: sampled; {}",

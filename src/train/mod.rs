@@ -6,8 +6,6 @@ pub mod joint;
 pub mod loss;
 pub mod magrpo;
 pub mod manifest;
-pub mod metrics;
-pub mod metrics_sink;
 pub mod optim;
 pub mod plot;
 pub mod prompt;
@@ -17,5 +15,6 @@ pub mod schedule;
 pub mod setup;
 pub mod timing;
 pub mod verify;
+pub mod window;
 
 pub use magrpo::{Observer, RunSummary, Trainer};

@@ -25,16 +25,18 @@ pub enum StartMode {
 
 /// What a previous run leaves behind; a fresh run refuses a directory that holds any of it.
 const RUN_OUTPUTS: [&str; 3] = ["checkpoints", "metrics.jsonl", "models"];
-/// Everything `--overwrite` removes (the run's outputs and the trackers' state).
-const CLEARED: [&str; 10] = [
+/// Everything `--overwrite` removes (the run's outputs and the trackers' state: TensorBoard's
+/// `tb/` and W&B's `wandb-run.json`, named here as literals so that training does not import
+/// the trackers; `tests/layers.rs` checks they match the trackers' constants).
+pub const CLEARED: [&str; 10] = [
     "checkpoints",
     "metrics.jsonl",
     "metrics.csv",
     "models",
     ".models.tmp",
     "training.svg",
-    crate::track::tensorboard::DIR,
-    crate::track::wandb::RUN_FILE,
+    "tb",
+    "wandb-run.json",
     RUN_FILE,
     "run.json.tmp",
 ];

@@ -1,7 +1,7 @@
 //! Running the `comlrl` binary on the tiny scenario: arguments, spawning, signals, and reading
 //! back metrics and checkpoints (shared by the run-directory tests).
 use super::bin;
-use comlrl::train::metrics::read_jsonl;
+use comlrl::metrics::read_jsonl;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -20,6 +20,7 @@
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+pub mod library_files;
 pub mod transition;
 
 /// Version of the table layout and calling convention described in this crate.

@@ -25,7 +25,8 @@ pub mod processor;
 pub mod reference;
 pub mod sandbox;
 pub mod script;
-pub mod spec;
+/// The reward section's plain data, declared by the scenario crate.
+pub use comlrl_scenario::spec;
 pub mod stack;
 pub mod transition;
 

@@ -53,7 +53,7 @@ pub(crate) fn resolve_code(
         (None, Some(lib)) => {
             let abs = paths::resolve(base, lib);
             // Same lookup as the plugin loader: a bare name maps to `lib<name>.so` etc.
-            let candidates = comlrl_reward::plugin_path::candidates(&abs);
+            let candidates = comlrl_plugin_api::library_files::candidates(&abs);
             if opts.require_reward_files && !candidates.iter().any(|c| c.is_file()) {
                 let looked = candidates
                     .iter()

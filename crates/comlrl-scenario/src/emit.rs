@@ -6,7 +6,7 @@ use crate::plan::{CodeSource, JointMode, ModelSource, Scenario};
 use crate::raw::{
     RawAgent, RawDataSource, RawDataset, RawLogging, RawTrainer, RawTransition, RawWandb,
 };
-use comlrl_reward::spec::{ProcessorSpec, RewardSpec};
+use crate::spec::{ProcessorSpec, RewardSpec};
 use serde::{Serialize, Serializer};
 use std::path::PathBuf;
 

@@ -31,6 +31,7 @@ pub mod positions;
 pub mod raw;
 mod resolve;
 mod rewards;
+pub mod spec;
 pub mod split;
 mod suggest;
 pub mod template;

@@ -1,8 +1,8 @@
 //! The validated, resolved scenario (the "plan") that the trainer reads: every default applied,
 //! every relative path made absolute, the dataset rows loaded, the templates compiled.
 use crate::data::Dataset;
+use crate::spec::{ProcessorSpec, RewardSpec};
 use crate::template::Template;
-use comlrl_reward::spec::{ProcessorSpec, RewardSpec};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 

@@ -6,8 +6,8 @@ use crate::deser::section;
 use crate::error::ErrorKind;
 use crate::plan::{CodeSource, RewardPlan};
 use crate::positions::KeyPath;
+use crate::spec::{ProcessorSpec, RewardSpec};
 use crate::LoadOptions;
-use comlrl_reward::spec::{ProcessorSpec, RewardSpec};
 use serde_json::Value as Json;
 use std::path::Path;
 

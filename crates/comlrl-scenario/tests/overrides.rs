@@ -133,7 +133,7 @@ fn malformed_override_is_located_at_the_argument() {
 
 #[test]
 fn reward_robustness_keys_are_accepted_and_checked() {
-    use comlrl_reward::spec::OnError;
+    use comlrl_scenario::spec::OnError;
     let f = Fixture::new();
     let s = f.ok(
         BASE,

@@ -1,7 +1,7 @@
 //! The scenario files shipped in `scenarios/` load and resolve to the seed example's values.
 mod common;
 
-use comlrl_reward::spec::ProcessorSpec;
+use comlrl_scenario::spec::ProcessorSpec;
 use comlrl_scenario::{
     load, load_str, load_with, CodeSource, DataSource, Dtype, ErrorKind, JointMode, LoadOptions,
     ModelSource, Scenario,

@@ -1,6 +1,6 @@
 //! The reward section of a scenario as written in YAML: reward sources with weights and params,
-//! and the processor chain. Raw, serde-facing types; `comlrl-scenario` embeds them and resolves
-//! relative paths against the scenario file before the stack is built.
+//! and the processor chain. Plain, serde-facing data: the scenario resolves relative paths in
+//! them, and `comlrl-reward` builds the reward stack from them (this crate never links it).
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -36,7 +36,7 @@ pub struct RewardSpec {
     pub params: serde_json::Value,
     /// Wall-clock budget of one call, in milliseconds: one `reward` call (one joint sample)
     /// or one `reward_batch` call for scripts, one batch for isolated plugins. Default: the
-    /// [`crate::SandboxLimits`] defaults for scripts, [`ISOLATED_BUDGET_MS`] for isolated
+    /// `comlrl_reward::SandboxLimits` defaults for scripts, [`ISOLATED_BUDGET_MS`] for isolated
     /// plugins. Must be at least 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_budget_ms: Option<u64>,
@@ -82,7 +82,7 @@ pub enum OnError {
     /// Stop training with the error (default).
     #[default]
     Fail,
-    /// The stack returns [`crate::RewardError::SkipStep`]: the trainer logs it, drops the
+    /// The stack returns `comlrl_reward::RewardError::SkipStep`: the trainer logs it, drops the
     /// step's rollouts (no update, no reward metrics) and goes on with the next step.
     SkipStep,
 }

@@ -1,8 +1,7 @@
-//! Training metrics: a window that aggregates steps between log lines into one row (the sinks
-//! are in `metrics_sink`).
-use crate::error::{Error, Result};
+//! The logging window: sums of everything a training step measures, aggregated between two
+//! log lines into one metrics row (written by `crate::metrics`).
+use crate::metrics::Row;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 
 /// Sums since the last logged row.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -35,6 +34,10 @@ pub struct Window {
     /// Sum and count of joint rewards of turns 2, 3, ... (multi-turn runs).
     #[serde(default)]
     pub turn_rewards: Vec<(f64, usize)>,
+    /// Steps skipped because a reward term with `on_error: skip_step` failed (logged as
+    /// `skipped_steps` when not 0).
+    #[serde(default)]
+    pub skipped_steps: usize,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -47,9 +50,6 @@ pub struct AgentWindow {
     pub completions: usize,
     pub kl_sum: f64,
 }
-
-/// One logged row: ordered (name, value) pairs.
-pub type Row = Vec<(String, f64)>;
 
 impl Window {
     pub fn new(agents: usize, components: usize, eval_enabled: bool, kl_enabled: bool) -> Self {
@@ -67,7 +67,8 @@ impl Window {
         if self.steps == 0 {
             return None;
         }
-        let n = self.rewards.len().max(1) as f64;
+        // No rewards (every step skipped): null, not a made-up 0.
+        let n = self.rewards.len() as f64;
         let mean = self.rewards.iter().map(|&r| r as f64).sum::<f64>() / n;
         let var = self
             .rewards
@@ -81,6 +82,9 @@ impl Window {
             ("reward_mean".into(), mean),
             ("reward_std".into(), var.sqrt()),
         ];
+        if self.skipped_steps > 0 {
+            row.push(("skipped_steps".into(), self.skipped_steps as f64));
+        }
         for (t, (sum, count)) in self.turn_rewards.iter().enumerate() {
             row.push((
                 format!("turn_{}/reward_mean", t + 2),
@@ -129,19 +133,4 @@ impl Window {
         }
         Some(row)
     }
-}
-
-pub use super::metrics_sink::MetricsSink;
-
-/// Reads `metrics.jsonl` back as JSON objects.
-pub fn read_jsonl(path: &Path) -> Result<Vec<serde_json::Value>> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .enumerate()
-        .map(|(i, l)| {
-            serde_json::from_str(l)
-                .map_err(|e| Error::model(path, format!("line {}: not JSON: {e}", i + 1)))
-        })
-        .collect()
 }

@@ -2,7 +2,7 @@
 //! and its `metrics.csv` twin, whose header is every column seen so far (rewritten from the
 //! JSONL when a row brings a new one). On resume both are cut back to the checkpoint's rows,
 //! checked against its step; rows written after it (a torn last line included) are dropped.
-use super::metrics::Row;
+use super::Row;
 use crate::error::{Error, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};

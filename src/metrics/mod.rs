@@ -1,0 +1,25 @@
+//! Metrics rows and where they go: the row type, the `metrics.jsonl` / `metrics.csv` sinks
+//! (written by the trainer) and the reader (used by trackers, the plot and `wandb-sync`).
+//! Sits between training and tracking: it imports neither.
+mod sink;
+
+use crate::error::{Error, Result};
+use std::path::Path;
+
+pub use sink::MetricsSink;
+
+/// One logged row: ordered (name, value) pairs.
+pub type Row = Vec<(String, f64)>;
+
+/// Reads `metrics.jsonl` back as JSON objects.
+pub fn read_jsonl(path: &Path) -> Result<Vec<serde_json::Value>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .map_err(|e| Error::model(path, format!("line {}: not JSON: {e}", i + 1)))
+        })
+        .collect()
+}

@@ -4,18 +4,31 @@ use std::path::PathBuf;
 /// Result alias used throughout the library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Everything the library can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A model directory or checkpoint file is unusable.
     #[error("{}: {msg}", path.display())]
-    Model { path: PathBuf, msg: String },
+    Model {
+        /// The directory or file.
+        path: PathBuf,
+        /// What is wrong with it.
+        msg: String,
+    },
     /// A model reference could not be resolved to files.
     #[error("cannot resolve model `{model}`: {msg}")]
-    Resolve { model: String, msg: String },
+    Resolve {
+        /// The model as written.
+        model: String,
+        /// Why it could not be resolved.
+        msg: String,
+    },
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
@@ -40,6 +53,7 @@ pub enum Error {
 }
 
 impl Error {
+    /// [`Error::Model`] for `path`.
     pub fn model(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
         Error::Model {
             path: path.into(),
@@ -47,6 +61,7 @@ impl Error {
         }
     }
 
+    /// [`Error::Io`] for `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),

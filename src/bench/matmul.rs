@@ -5,12 +5,16 @@ use candle_core::{DType, Device, Tensor};
 use serde::Serialize;
 use std::time::Instant;
 
+/// The JSON report of the matmul benchmark.
 #[derive(Debug, Clone, Serialize)]
 pub struct MatmulReport {
+    /// Side of the square matrices.
     pub size: usize,
+    /// Timed products.
     pub repeats: usize,
     /// Median seconds of one `size`³ product.
     pub seconds: f64,
+    /// GFLOP/s at the median time.
     pub gflops_per_s: f64,
     /// The best of the repeats (the closest to the hardware's peak).
     pub best_gflops_per_s: f64,

@@ -8,12 +8,18 @@ use rand::SeedableRng;
 use serde::Serialize;
 use std::time::Instant;
 
+/// Shapes and repetitions of the model benchmark.
 #[derive(Debug, Clone)]
 pub struct ModelBenchOptions {
+    /// Prompts sampled at once.
     pub sample_batch: usize,
+    /// Tokens per prompt.
     pub prompt_tokens: usize,
+    /// Tokens generated per prompt (EOS ignored).
     pub new_tokens: usize,
+    /// Sequences in the loss batch.
     pub train_batch: usize,
+    /// Tokens per loss sequence.
     pub train_seq: usize,
     /// Timed repetitions after one warm-up; the median is reported.
     pub repeats: usize,
@@ -35,33 +41,54 @@ impl Default for ModelBenchOptions {
     }
 }
 
+/// The JSON report of the model benchmark.
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelBenchReport {
+    /// The model, as its source describes itself.
     pub model: String,
+    /// Parameter count.
     pub parameters: usize,
+    /// Sampling speed.
     pub sampling: SamplingReport,
+    /// Loss forward+backward speed.
     pub train_step: TrainReport,
+    /// Peak resident memory of the process, where the platform reports it.
     pub peak_rss_bytes: Option<u64>,
 }
 
+/// Sampling speed: a batch of prompts, each extended by `new_tokens` tokens.
 #[derive(Debug, Clone, Serialize)]
 pub struct SamplingReport {
+    /// Prompts sampled at once.
     pub batch: usize,
+    /// Tokens per prompt.
     pub prompt_tokens: usize,
+    /// Tokens generated per prompt.
     pub new_tokens: usize,
+    /// Sampled with contiguous transposed weight copies.
     pub rollout_copies: bool,
+    /// Median seconds of one batch.
     pub seconds: f64,
+    /// Generated tokens per second.
     pub tokens_per_s: f64,
+    /// Model GFLOP/s while sampling.
     pub gflops_per_s: f64,
 }
 
+/// Forward and backward time of the policy-gradient loss on one batch.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrainReport {
+    /// Sequences in the batch.
     pub batch: usize,
+    /// Tokens per sequence.
     pub seq: usize,
+    /// Median forward seconds.
     pub forward_s: f64,
+    /// Median backward seconds.
     pub backward_s: f64,
+    /// Forward plus backward seconds.
     pub total_s: f64,
+    /// Model GFLOP/s over forward plus backward.
     pub gflops_per_s: f64,
 }
 
@@ -70,6 +97,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
+/// Benchmarks sampling and one loss forward+backward of `policy` with the shapes in `o`.
 pub fn run(policy: &Policy, o: &ModelBenchOptions) -> Result<ModelBenchReport> {
     let cfg = &policy.config;
     let vocab = cfg.vocab_size as u32;

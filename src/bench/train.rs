@@ -12,35 +12,49 @@ use std::time::Instant;
 /// The JSON report of one benchmarked scenario.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrainReport {
+    /// The scenario file.
     pub scenario: PathBuf,
+    /// Each agent's model, as written.
     pub models: Vec<String>,
+    /// Number of agents.
     pub agents: usize,
     /// Steps timed (one step = one training prompt: sampling, rewards, and every
     /// `rollout_buffer_size` prompts an update of every agent).
     pub steps: usize,
     /// Wall seconds from the trainer's construction (model loading) to the end.
     pub total_seconds: f64,
+    /// Seconds spent building the trainer (model loading).
     pub load_seconds: f64,
+    /// Wall seconds per step.
     pub seconds_per_step: Stats,
     /// Mean seconds per step of each phase (`forward`/`backward`/`optimizer` are summed over
     /// agents, so with parallel agents they exceed `update`, which is wall clock).
     pub phases_per_step: serde_json::Map<String, serde_json::Value>,
+    /// Tokens sampled over all steps.
     pub generated_tokens: f64,
+    /// Sampled tokens per second of sampling time.
     pub sampling_tokens_per_s: f64,
     /// Model FLOPs of the loss (3 × forward matmuls) per second of forward + backward time
     /// summed over agents (per worker), and per second of update wall time (whole machine).
     pub train_gflops_per_s_per_worker: f64,
+    /// See `train_gflops_per_s_per_worker`.
     pub update_gflops_per_s: f64,
+    /// Peak resident memory of the process, where the platform reports it.
     pub peak_rss_bytes: Option<u64>,
     /// Mean joint reward of each step, for checking that a change did not alter learning.
     pub reward_per_step: Vec<f64>,
 }
 
+/// Summary statistics of a series.
 #[derive(Debug, Clone, Serialize)]
 pub struct Stats {
+    /// Arithmetic mean.
     pub mean: f64,
+    /// Median (the upper middle for an even count).
     pub median: f64,
+    /// Smallest value.
     pub min: f64,
+    /// Largest value.
     pub max: f64,
 }
 

@@ -12,6 +12,7 @@ pub struct MetricsSink {
     jsonl: PathBuf,
     csv: PathBuf,
     columns: Vec<String>,
+    /// Rows in the sinks so far (kept and written).
     pub rows: usize,
 }
 
@@ -82,6 +83,7 @@ impl MetricsSink {
         Ok((sink, note))
     }
 
+    /// Appends `row` to both files.
     pub fn write(&mut self, row: &Row) -> Result<()> {
         let mut obj = String::from("{");
         for (i, (k, v)) in row.iter().enumerate() {

@@ -68,6 +68,7 @@ impl Architecture {
 /// The switches of the decoder for one config.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Features {
+    /// The decoder family.
     pub arch: Architecture,
     /// Biases on q_proj, k_proj and v_proj.
     pub qkv_bias: bool,
@@ -77,6 +78,7 @@ pub struct Features {
     pub mlp_bias: bool,
     /// RMSNorm over each head of q and k (`self_attn.q_norm` / `k_norm`, weights [head_dim]).
     pub qk_norm: bool,
+    /// RoPE frequencies and scaling.
     pub rope: RopeSpec,
 }
 

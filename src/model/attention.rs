@@ -12,6 +12,7 @@ use super::rope::Rope;
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
 
+/// Grouped-query self-attention of one decoder layer.
 #[derive(Debug, Clone)]
 pub struct Attention {
     pub(super) q_proj: Linear,
@@ -28,13 +29,16 @@ pub struct Attention {
 
 /// Per-forward inputs shared by every layer.
 pub struct AttnInputs<'a> {
+    /// RoPE cosines of the positions in this forward.
     pub cos: &'a Tensor,
+    /// RoPE sines of the positions in this forward.
     pub sin: &'a Tensor,
     /// Additive mask (b, 1, s, past + s): 0 where visible, a large negative value elsewhere.
     pub mask: &'a Tensor,
 }
 
 impl Attention {
+    /// Builds the projections (and q/k norms) from `vb`, shaped by `cfg` and `f`.
     pub fn new(cfg: &ModelConfig, f: &Features, vb: VarBuilder) -> Result<Self> {
         let (hidden, heads, kv_heads, head_dim) = (
             cfg.hidden_size,
@@ -69,6 +73,7 @@ impl Attention {
         Ok(())
     }
 
+    /// Attends `x` (b, s, hidden) over the cache's past and itself; appends k/v to `cache`.
     pub fn forward(
         &self,
         x: &Tensor,

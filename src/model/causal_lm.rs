@@ -51,6 +51,7 @@ impl DecoderLayer {
     }
 }
 
+/// A decoder-only language model: embeddings, decoder layers, final norm and LM head.
 #[derive(Debug, Clone)]
 pub struct CausalLm {
     pub(super) embed_tokens: Tensor,
@@ -100,14 +101,17 @@ impl CausalLm {
         })
     }
 
+    /// The model's config.
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
     }
 
+    /// The device holding the weights.
     pub fn device(&self) -> &Device {
         self.embed_tokens.device()
     }
 
+    /// The weights' numeric type.
     pub fn dtype(&self) -> DType {
         self.embed_tokens.dtype()
     }

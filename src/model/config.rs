@@ -20,22 +20,32 @@ pub struct ModelConfig {
     /// empty: the architecture then comes from `model_type`.
     #[serde(default, deserialize_with = "null_as_empty")]
     pub architectures: Vec<String>,
+    /// transformers `model_type` (`qwen2`, `llama`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_type: Option<String>,
+    /// Vocabulary size (rows of the embedding).
     pub vocab_size: usize,
+    /// Width of the residual stream.
     pub hidden_size: usize,
+    /// Width of the MLP.
     pub intermediate_size: usize,
+    /// Decoder layers.
     pub num_hidden_layers: usize,
+    /// Query heads.
     pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention); `None` = one per query head.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_key_value_heads: Option<usize>,
+    /// Width of one head; `None` = `hidden_size / num_attention_heads`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_dim: Option<usize>,
+    /// Longest sequence the RoPE tables cover.
     #[serde(default = "default_max_pos")]
     pub max_position_embeddings: usize,
     /// v4 spelling; v5 writes `rope_parameters.rope_theta` (both are read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_theta: Option<f64>,
+    /// v5 spelling of the RoPE settings (`rope_theta`, scaling fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_parameters: Option<serde_json::Value>,
     /// v4 spelling of the RoPE scaling (`rope_type`/`type`, `factor`, …); v5 puts the same
@@ -48,19 +58,25 @@ pub struct ModelConfig {
     /// Llama: biases on the MLP projections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mlp_bias: Option<bool>,
+    /// ε of every RMSNorm.
     #[serde(default = "default_eps")]
     pub rms_norm_eps: f64,
     /// transformers' Qwen2Config default is `false`; Qwen2.5-0.5B sets `true`.
     #[serde(default)]
     pub tie_word_embeddings: bool,
+    /// MLP activation (`silu`).
     #[serde(default = "default_act")]
     pub hidden_act: String,
+    /// Beginning-of-sequence token id(s), as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bos_token_id: Option<serde_json::Value>,
+    /// End-of-sequence token id(s), as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eos_token_id: Option<serde_json::Value>,
+    /// Padding token id, as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pad_token_id: Option<serde_json::Value>,
+    /// Sliding-window attention switch, as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_sliding_window: Option<bool>,
     /// Everything else in the file, written back unchanged on save.
@@ -146,10 +162,12 @@ impl ModelConfig {
         Ok(())
     }
 
+    /// Key/value heads (`num_key_value_heads`, else one per query head).
     pub fn kv_heads(&self) -> usize {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }
 
+    /// Width of one head (`head_dim`, else `hidden_size / num_attention_heads`).
     pub fn head_dim(&self) -> usize {
         self.head_dim
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
@@ -281,6 +299,7 @@ impl ModelConfig {
         Some(c)
     }
 
+    /// Names of the built-in configs.
     pub const PRESETS: &'static [&'static str] = &[
         "tiny",
         "small",

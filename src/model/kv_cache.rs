@@ -3,12 +3,14 @@
 //! token instead of re-concatenating the whole history.
 use candle_core::{DType, Device, Result, Tensor};
 
+/// The key and value buffers of one layer.
 #[derive(Debug, Clone)]
 pub struct LayerKv {
     k: Tensor,
     v: Tensor,
 }
 
+/// The key/value buffers of every layer and how many positions they hold.
 #[derive(Debug, Clone)]
 pub struct KvCache {
     layers: Vec<LayerKv>,
@@ -17,6 +19,7 @@ pub struct KvCache {
 }
 
 impl KvCache {
+    /// An empty cache of `capacity` positions per row, zero-filled.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         layers: usize,
@@ -47,10 +50,12 @@ impl KvCache {
         self.len
     }
 
+    /// Whether no position is stored yet.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Most positions the cache can hold.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -77,6 +82,7 @@ impl KvCache {
         ))
     }
 
+    /// Marks the `s` positions appended by this forward as stored.
     pub fn advance(&mut self, s: usize) {
         self.len += s;
     }

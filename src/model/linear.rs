@@ -4,6 +4,7 @@ use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 use std::sync::{Arc, RwLock};
 
+/// A dense layer y = x · Wᵀ (+ b), with W in the checkpoint's (out, in) layout.
 #[derive(Debug, Clone)]
 pub struct Linear {
     pub(super) weight: Tensor,
@@ -14,6 +15,7 @@ pub struct Linear {
 }
 
 impl Linear {
+    /// Reads `weight` (and `bias` when asked) from `vb`.
     pub fn new(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Self> {
         let weight = vb.get((out_dim, in_dim), "weight")?;
         let bias = if bias {

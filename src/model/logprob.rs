@@ -11,16 +11,22 @@ use candle_core::{Result, Tensor};
 pub struct ScoreLayout {
     /// (b, T + C) u32: left-padded prompts then right-padded completions.
     pub ids: Tensor,
+    /// (b, T + C) position ids (counting real tokens only).
     pub pos: Tensor,
+    /// Additive causal mask that also hides the padding.
     pub mask: Tensor,
     /// (b, C) u32 completion ids (pads = 0) and (b, C) f32 mask (1 = real token).
     pub targets: Tensor,
+    /// See `targets`.
     pub target_mask: Tensor,
+    /// T: the longest prompt.
     pub prompt_width: usize,
+    /// C: the longest completion (at least 1).
     pub completion_width: usize,
 }
 
 impl ScoreLayout {
+    /// Lays out `prompts` (none empty) and their `completions`, padded with `pad_id`.
     pub fn new(
         model: &CausalLm,
         prompts: &[&[u32]],

@@ -5,6 +5,7 @@ use super::mode::Mode;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
+/// The gate, up and down projections of one layer's feed-forward block.
 #[derive(Debug, Clone)]
 pub struct Mlp {
     pub(super) gate_proj: Linear,
@@ -13,6 +14,7 @@ pub struct Mlp {
 }
 
 impl Mlp {
+    /// Reads `gate_proj`, `up_proj` and `down_proj` from `vb`.
     pub fn new(hidden: usize, intermediate: usize, bias: bool, vb: VarBuilder) -> Result<Self> {
         Ok(Self {
             gate_proj: Linear::new(hidden, intermediate, bias, vb.pp("gate_proj"))?,
@@ -23,6 +25,7 @@ impl Mlp {
 }
 
 impl Mlp {
+    /// down(silu(gate(x)) · up(x)) in `mode`.
     pub fn forward_mode(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
         let gate = self.gate_proj.forward_mode(x, mode)?;
         let up = self.up_proj.forward_mode(x, mode)?;
@@ -30,6 +33,7 @@ impl Mlp {
         self.down_proj.forward_mode(&h, mode)
     }
 
+    /// Rebuilds (or drops) the projections' sampling copies.
     pub fn refresh_rollout(&self, enabled: bool) -> Result<()> {
         for l in [&self.gate_proj, &self.up_proj, &self.down_proj] {
             l.refresh_rollout(enabled)?;

@@ -3,6 +3,7 @@ use super::mode::reduce_dtype;
 use candle_core::{Result, Tensor, D};
 use candle_nn::VarBuilder;
 
+/// An RMSNorm's weight and ε.
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
     pub(super) weight: Tensor,
@@ -10,6 +11,7 @@ pub struct RmsNorm {
 }
 
 impl RmsNorm {
+    /// Reads `weight` ([size]) from `vb`.
     pub fn new(size: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
         Ok(Self {
             weight: vb.get(size, "weight")?,

@@ -37,6 +37,7 @@ fn dtype_name(d: DType) -> &'static str {
 pub struct LoadOptions {
     /// Training/compute dtype; checkpoints of any float dtype are converted to it.
     pub dtype: DType,
+    /// Where the weights live.
     pub device: Device,
     /// Seed of built-in models' random weights.
     pub seed: u64,
@@ -58,13 +59,19 @@ impl Default for LoadOptions {
     }
 }
 
+/// One agent's model: weights, config and tokenizer, with the trainable variables.
 pub struct Policy {
+    /// Where it was loaded from.
     pub source: ModelSource,
+    /// Its `config.json`.
     pub config: Qwen2Config,
+    /// The network.
     pub model: Qwen2,
+    /// Its tokenizer.
     pub tokenizer: Tokenizer,
     /// Generation stops at any of these.
     pub eos_ids: Vec<u32>,
+    /// Token id used to pad batches.
     pub pad_id: u32,
     varmap: VarMap,
     names: Vec<String>,
@@ -82,6 +89,7 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Loads the model, config and tokenizer at `source` as `opts` say.
     pub fn load(source: &ModelSource, opts: &LoadOptions) -> Result<Self> {
         if let ModelSource::Gguf(path) = source {
             return Self::load_gguf(source.clone(), path, opts);
@@ -295,6 +303,7 @@ impl Policy {
             .collect()
     }
 
+    /// Number of trainable parameters.
     pub fn num_parameters(&self) -> usize {
         self.vars().iter().map(|(_, v)| v.elem_count()).sum()
     }

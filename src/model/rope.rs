@@ -5,6 +5,7 @@ use super::mode::Mode;
 use super::rope_scaling::{RopeScaling, RopeSpec};
 use candle_core::{DType, Device, Result, Tensor, D};
 
+/// Precomputed RoPE cosine and sine tables.
 #[derive(Debug, Clone)]
 pub struct Rope {
     /// (max_positions, head_dim / 2), model dtype.
@@ -49,6 +50,7 @@ impl Rope {
         })
     }
 
+    /// Positions the tables cover.
     pub fn max_positions(&self) -> usize {
         self.cos.dims()[0]
     }

@@ -14,12 +14,19 @@ pub enum RopeScaling {
     /// `default`: inv_freq_i = θ^(−2i/d).
     None,
     /// `linear`: every inverse frequency divided by `factor` (positions divided by it).
-    Linear { factor: f64 },
+    Linear {
+        /// Context-length multiplier.
+        factor: f64,
+    },
     /// `llama3`: long wavelengths divided by `factor`, short ones kept, a smooth blend between.
     Llama3 {
+        /// Divisor of the long wavelengths.
         factor: f64,
+        /// Wavelengths above `original_max_position_embeddings / low_freq_factor` are divided.
         low_freq_factor: f64,
+        /// Wavelengths below `original_max_position_embeddings / high_freq_factor` are kept.
         high_freq_factor: f64,
+        /// Context length the model was pre-trained with.
         original_max_position_embeddings: f64,
     },
 }
@@ -27,7 +34,9 @@ pub enum RopeScaling {
 /// The base and the scaling: everything RoPE reads from the config.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RopeSpec {
+    /// The base θ (`rope_theta`).
     pub theta: f64,
+    /// The frequency rescaling.
     pub scaling: RopeScaling,
 }
 

@@ -10,7 +10,9 @@ use rand::Rng;
 /// Sampling settings (CoMLRL's defaults: temperature 0.6, top_p 0.6, top_k 50).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
+    /// Most tokens generated per completion.
     pub max_new_tokens: usize,
+    /// Logits are divided by this before sampling; 0 or less samples greedily.
     pub temperature: f64,
     /// 1.0 disables nucleus filtering.
     pub top_p: f64,

@@ -12,7 +12,12 @@ pub enum ModelSource {
     /// A directory with config.json, *.safetensors, tokenizer.json.
     Local(PathBuf),
     /// `owner/name` (optionally `owner/name@revision`) on the Hugging Face hub.
-    Hub { repo: String, revision: String },
+    Hub {
+        /// `owner/name`.
+        repo: String,
+        /// Branch, tag or commit (`main` unless given).
+        revision: String,
+    },
     /// A llama.cpp GGUF file (`*.gguf`): config, tokenizer and weights from the one file.
     Gguf(PathBuf),
 }
@@ -97,6 +102,7 @@ impl ModelSource {
         }
     }
 
+    /// As a user would write it: `builtin:<name>`, the path, or `owner/name[@revision]`.
     pub fn describe(&self) -> String {
         match self {
             ModelSource::Builtin(n) => format!("builtin:{n}"),

@@ -8,6 +8,7 @@ pub const BYTE_VOCAB_SIZE: usize = 259;
 /// Id of `<|endoftext|>` in the built-in tokenizer (eos and pad).
 pub const BYTE_EOS_ID: u32 = 256;
 
+/// A Hugging Face `tokenizers` tokenizer.
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
@@ -20,6 +21,7 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
+    /// Loads a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let inner = tokenizers::Tokenizer::from_file(path)
             .map_err(|e| Error::model(path, format!("cannot load tokenizer: {e}")))?;
@@ -95,6 +97,7 @@ impl Tokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// Text of `ids`, without special tokens when `skip_special`.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         self.inner
             .decode(ids, skip_special)
@@ -106,6 +109,7 @@ impl Tokenizer {
         self.inner.token_to_id(token)
     }
 
+    /// Vocabulary size, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }

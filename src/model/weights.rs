@@ -11,8 +11,11 @@ use std::path::{Path, PathBuf};
 /// How a freshly initialised tensor is filled.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Init {
+    /// Normal with mean 0 and this standard deviation.
     Normal(f64),
+    /// All zeros.
     Zeros,
+    /// All ones.
     Ones,
 }
 

@@ -68,27 +68,35 @@ pub type Warn = Arc<dyn Fn(&str) + Send + Sync>;
 /// W&B run settings after the scenario's `logging.wandb` and the `--wandb*` flags are merged.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WandbSettings {
+    /// W&B project.
     pub project: String,
+    /// W&B entity (user or team); the account's default when `None`.
     pub entity: Option<String>,
     /// Display name of the run.
     pub name: String,
+    /// Tags attached to the run.
     pub tags: Vec<String>,
 }
 
 /// What to track for one run.
 #[derive(Debug, Clone)]
 pub struct TrackPlan {
+    /// The run directory (metrics files, tracker state).
     pub output_dir: PathBuf,
     /// The resolved scenario (W&B run config).
     pub scenario_yaml: String,
+    /// Turns per episode (names the per-turn metric aliases).
     pub num_turns: usize,
+    /// W&B settings; `None` = W&B off.
     pub wandb: Option<WandbSettings>,
+    /// Write TensorBoard event files.
     pub tensorboard: bool,
     /// Continuing a run (`--resume`): keep the W&B run and the TensorBoard files.
     pub resume: bool,
 }
 
 impl TrackPlan {
+    /// Whether any tracker is on.
     pub fn any(&self) -> bool {
         self.wandb.is_some() || self.tensorboard
     }

@@ -107,6 +107,7 @@ impl EventWriter {
         Ok(w)
     }
 
+    /// The event file being written.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -174,6 +175,7 @@ pub struct TensorBoardTracker {
 }
 
 impl TensorBoardTracker {
+    /// A tracker writing under `dir`; `resume` keeps the event files already there.
     pub fn new(dir: &Path, resume: bool) -> Self {
         Self {
             dir: dir.to_path_buf(),
@@ -248,9 +250,13 @@ impl Tracker for TensorBoardTracker {
 /// One scalar read back from an event file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scalar {
+    /// Global step.
     pub step: u64,
+    /// Seconds since the Unix epoch.
     pub wall_time: f64,
+    /// Metric name.
     pub tag: String,
+    /// The value.
     pub value: f32,
 }
 

@@ -32,6 +32,7 @@ bucket { id name displayName project { name entity { name } } } } }";
 
 /// The W&B server and the key to talk to it with.
 pub struct Connection {
+    /// Server URL (`https://api.wandb.ai` unless set).
     pub base_url: String,
     api_key: Option<String>,
     agent: ureq::Agent,
@@ -50,6 +51,7 @@ impl Connection {
         Self::new(base, key)
     }
 
+    /// A connection to `base_url`, authenticated with `api_key` when given.
     pub fn new(base_url: String, api_key: Option<String>) -> Self {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_connect(Some(Duration::from_secs(10)))
@@ -182,17 +184,24 @@ impl Connection {
 /// What to create on W&B.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
+    /// Run id.
     pub id: String,
+    /// Project, entity, name and tags.
     pub settings: WandbSettings,
+    /// The resolved scenario, sent as the run config.
     pub scenario_yaml: String,
 }
 
 /// A run on W&B (the contents of `wandb-run.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRef {
+    /// Run id.
     pub id: String,
+    /// Entity that owns the run.
     pub entity: String,
+    /// Project of the run.
     pub project: String,
+    /// The run's web page.
     pub url: String,
 }
 
@@ -205,6 +214,7 @@ impl RunRef {
         (r.project == settings.project && same_entity).then_some(r)
     }
 
+    /// Remembers this run in `output_dir` (for `--resume`).
     pub fn save(&self, output_dir: &Path) -> Result<()> {
         let path = output_dir.join(RUN_FILE);
         let text =
@@ -296,6 +306,7 @@ pub struct WandbTracker {
 }
 
 impl WandbTracker {
+    /// A tracker for `settings`; nothing is sent until the run starts.
     pub fn new(
         conn: Connection,
         settings: WandbSettings,

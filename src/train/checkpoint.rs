@@ -26,9 +26,11 @@ pub struct TrainState {
     pub step: usize,
     /// Optimizer steps taken by each agent.
     pub opt_steps: Vec<u64>,
+    /// The trainer's random number generator.
     pub rng: ChaCha8Rng,
     /// Rollouts waiting for the next update.
     pub buffer: Vec<NodeSample>,
+    /// The logging window not yet written.
     pub window: Window,
     /// Rows in metrics.jsonl when the checkpoint was written.
     pub metrics_rows: usize,
@@ -36,6 +38,7 @@ pub struct TrainState {
     pub epoch_rewards: Vec<(f64, usize)>,
 }
 
+/// `<output_dir>/checkpoints`.
 pub fn checkpoints_dir(output_dir: &Path) -> PathBuf {
     output_dir.join("checkpoints")
 }

@@ -14,10 +14,13 @@ use std::time::Instant;
 
 /// Loss value and accumulated gradients (in `vars` order) of one mini-batch.
 pub struct LossGrads {
+    /// The loss value.
     pub loss: f64,
+    /// Gradient of each variable; `None` where it got none.
     pub grads: Vec<Option<Tensor>>,
     /// Seconds in the scoring forward (log-probs and loss) and in backward + accumulation.
     pub forward_s: f64,
+    /// See `forward_s`.
     pub backward_s: f64,
     /// Model FLOPs of the forward and backward (3 × the forward's matmul FLOPs, padding
     /// included, recomputation not counted).

@@ -26,8 +26,11 @@ use std::time::Instant;
 
 /// Callbacks for progress display (the CLI draws a progress bar; tests pass `()`).
 pub trait Observer {
+    /// Training starts: `total_steps` in all, `done` of them already (resumed runs).
     fn start(&mut self, _total_steps: usize, _done: usize) {}
+    /// Step `step` finished with this mean joint reward, in this many seconds.
     fn step(&mut self, _step: usize, _reward_mean: f64, _step_seconds: f64) {}
+    /// A note or warning for the user.
     fn message(&mut self, _msg: &str) {}
     /// A metrics row was written to metrics.jsonl (trackers forward it).
     fn metrics(&mut self, _row: &crate::metrics::Row) {}
@@ -40,14 +43,19 @@ impl Observer for () {}
 /// What a finished (or interrupted) run reports.
 #[derive(Debug, Clone)]
 pub struct RunSummary {
+    /// Training steps completed, resumed ones included.
     pub steps_done: usize,
+    /// Training steps of the whole run.
     pub total_steps: usize,
+    /// Stopped by a signal before the end (a checkpoint was written).
     pub interrupted: bool,
     /// Mean joint reward (after processors) of each completed epoch.
     pub epoch_reward_means: Vec<f64>,
+    /// The run directory.
     pub output_dir: PathBuf,
 }
 
+/// A MAGRPO run: the agents' policies and optimizers, the reward and the scenario.
 pub struct Trainer {
     scenario: Scenario,
     policies: Vec<Policy>,
@@ -198,6 +206,8 @@ impl Trainer {
         }
     }
 
+    /// Trains to the end (or until interrupted), continuing from the latest checkpoint when
+    /// `resume`.
     pub fn run(&mut self, resume: bool, obs: &mut dyn Observer) -> Result<RunSummary> {
         let result = self.run_inner(resume, obs);
         obs.finished(result.is_ok());

@@ -7,20 +7,29 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
+/// File name of the manifest inside a checkpoint directory.
 pub const MANIFEST: &str = "manifest.json";
 const FORMAT: u32 = 1;
 
+/// The contents of `manifest.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
+    /// Manifest format version.
     pub format: u32,
+    /// The run that wrote the checkpoint.
     pub run_id: String,
+    /// Training step of the checkpoint.
     pub step: usize,
+    /// Every other file of the checkpoint, by name.
     pub files: BTreeMap<String, FileSum>,
 }
 
+/// Size and SHA-256 of one file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileSum {
+    /// Size in bytes.
     pub bytes: u64,
+    /// SHA-256, lowercase hex.
     pub sha256: String,
 }
 

@@ -11,10 +11,15 @@ use std::sync::Mutex;
 /// AdamW hyper-parameters (torch defaults except the learning rate).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamWConfig {
+    /// Learning rate.
     pub lr: f64,
+    /// Decay of the first-moment estimate.
     pub beta1: f64,
+    /// Decay of the second-moment estimate.
     pub beta2: f64,
+    /// Added to the denominator.
     pub eps: f64,
+    /// Decoupled weight decay.
     pub weight_decay: f64,
 }
 
@@ -32,16 +37,23 @@ impl Default for AdamWConfig {
 
 /// One parameter's optimizer state.
 pub struct ParamState {
+    /// The variable's checkpoint name.
     pub name: String,
+    /// The variable.
     pub var: Var,
+    /// First-moment estimate, one entry per element.
     pub m: Mutex<Vec<f32>>,
+    /// Second-moment estimate, one entry per element.
     pub v: Mutex<Vec<f32>>,
 }
 
+/// AdamW over a set of variables, with its state in f32.
 pub struct AdamW {
+    /// Each variable's state.
     pub params: Vec<ParamState>,
     /// Number of updates taken.
     pub step: u64,
+    /// Hyper-parameters.
     pub cfg: AdamWConfig,
 }
 
@@ -115,6 +127,7 @@ fn zeroed(n: usize) -> Vec<f32> {
 }
 
 impl AdamW {
+    /// Fresh (zero) state for `vars`.
     pub fn new(vars: Vec<(String, Var)>, cfg: AdamWConfig) -> Self {
         let params = vars
             .into_iter()

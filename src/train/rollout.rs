@@ -17,11 +17,15 @@ use serde::{Deserialize, Serialize};
 /// One agent's part of a node sample.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AgentRollout {
+    /// The agent's prompt, tokenized.
     pub prompt_ids: Vec<u32>,
     /// K completions (token ids, ending with EOS when they stopped there).
     pub completions: Vec<Vec<u32>>,
+    /// The completions, decoded.
     pub texts: Vec<String>,
+    /// Return of each completion.
     pub returns: Vec<f32>,
+    /// Advantage of each completion.
     pub advantages: Vec<f32>,
     /// Per completion: Σ_t k3(π_ref ‖ π) over its tokens (0 when the KL penalty is off).
     #[serde(default)]
@@ -34,6 +38,7 @@ pub struct NodeSample {
     /// 0-based turn of this node.
     #[serde(default)]
     pub turn: usize,
+    /// Each agent, in order.
     pub agents: Vec<AgentRollout>,
     /// Final reward of every joint action.
     pub rewards: Vec<f32>,
@@ -43,18 +48,25 @@ pub struct NodeSample {
 
 /// How rollouts are produced.
 pub struct RolloutSpec<'a> {
+    /// Generations per agent per node.
     pub k: usize,
+    /// Joint actions are the Cartesian product (else aligned).
     pub cross: bool,
+    /// Group baseline of the advantages.
     pub baseline: Baseline,
+    /// Divide the group's advantages by their standard deviation.
     pub normalize: bool,
+    /// Each agent's sampling settings.
     pub sampling: &'a [SamplingParams],
     /// Frozen reference policies and the penalty coefficient, when the KL penalty is on.
     pub reference: Option<(&'a [Policy], f64)>,
     /// Turns per episode; > 1 needs `transition`.
     pub turns: usize,
+    /// γ for returns across turns.
     pub discount: f64,
     /// Stop expanding a node whose mean reward exceeds this.
     pub early_termination: Option<f64>,
+    /// Writes the agents' next-turn prompts (multi-turn).
     pub transition: Option<&'a dyn TransitionFn>,
     /// Each agent's prompt formatting (template, then chat template), applied to the
     /// transition's prompts.
@@ -68,7 +80,9 @@ pub struct RolloutSpec<'a> {
 
 /// The dataset row a rollout answers.
 pub struct RowInput<'a> {
+    /// The row's prompt.
     pub prompt: &'a str,
+    /// The row's fields.
     pub fields: &'a serde_json::Map<String, serde_json::Value>,
 }
 

@@ -51,6 +51,7 @@ pub struct RunLock {
 }
 
 impl RunLock {
+    /// The locked run directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

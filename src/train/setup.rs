@@ -39,6 +39,7 @@ pub fn load_policies(s: &Scenario) -> Result<Vec<Policy>> {
         .collect()
 }
 
+/// The sampling settings of agent `a`'s rollouts.
 pub fn sampling(a: &AgentPlan) -> SamplingParams {
     SamplingParams {
         max_new_tokens: a.sampling.max_new_tokens,
@@ -50,6 +51,7 @@ pub fn sampling(a: &AgentPlan) -> SamplingParams {
     }
 }
 
+/// The scenario's joint reward, built from its terms and processors.
 pub fn reward_stack(s: &Scenario) -> Result<RewardStack> {
     Ok(RewardStack::build(
         &s.reward.terms,

@@ -43,6 +43,7 @@ impl Phases {
         ]
     }
 
+    /// Adds `o`'s seconds phase by phase.
     pub fn add(&mut self, o: &Phases) {
         self.sampling += o.sampling;
         self.reward += o.reward;

@@ -7,19 +7,25 @@ use std::path::Path;
 
 /// What the scenario being resumed expects of the state.
 pub struct Expect {
+    /// Number of agents.
     pub agents: usize,
     /// Completions per agent and node (`num_generations`).
     pub k: usize,
     /// Joint actions per node.
     pub joint: usize,
+    /// Reward terms.
     pub terms: usize,
+    /// Turns per episode.
     pub turns: usize,
+    /// Training steps of the whole run.
     pub total_steps: usize,
+    /// Training epochs.
     pub epochs: usize,
     /// Each agent's vocabulary size (buffered token ids must be below it).
     pub vocab: Vec<usize>,
 }
 
+/// Checks `s`, read from `path`, against `e`; the error names the field that does not fit.
 pub fn check_state(s: &TrainState, e: &Expect, path: &Path) -> Result<()> {
     let bad = |field: String, msg: String| {
         Err(Error::model(

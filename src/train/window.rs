@@ -6,13 +6,17 @@ use serde::{Deserialize, Serialize};
 /// Sums since the last logged row.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Window {
+    /// Training steps in the window.
     pub steps: usize,
+    /// Joint rewards of the first-turn joint actions.
     pub rewards: Vec<f32>,
     /// Sum and count of each reward term's raw value.
     pub components: Vec<(f64, usize)>,
     /// Per agent: (loss sum, grad-norm sum, updates), (completion-length sum, count), return sum.
     pub agents: Vec<AgentWindow>,
+    /// Wall seconds of the steps.
     pub seconds: f64,
+    /// Tokens sampled.
     pub generated_tokens: usize,
     /// Seconds per phase (sampling, reward, update, …).
     #[serde(default)]
@@ -40,18 +44,27 @@ pub struct Window {
     pub skipped_steps: usize,
 }
 
+/// One agent's sums in a [`Window`].
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct AgentWindow {
+    /// Sum of mini-batch losses.
     pub loss: f64,
+    /// Sum of mini-batch gradient norms.
     pub grad_norm: f64,
+    /// Mini-batches (summands of `loss` and `grad_norm`).
     pub updates: usize,
+    /// Sum of completion lengths, in tokens.
     pub len_sum: f64,
+    /// Sum of completion returns.
     pub returns_sum: f64,
+    /// Completions (summands of `len_sum` and `returns_sum`).
     pub completions: usize,
+    /// Sum of per-completion reference KL.
     pub kl_sum: f64,
 }
 
 impl Window {
+    /// An empty window for `agents` agents and `components` reward terms.
     pub fn new(agents: usize, components: usize, eval_enabled: bool, kl_enabled: bool) -> Self {
         Self {
             agents: vec![AgentWindow::default(); agents],

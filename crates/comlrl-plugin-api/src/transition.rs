@@ -36,12 +36,17 @@ pub type TransitionEntryFn = unsafe extern "C" fn() -> *const TransitionPluginV1
 #[repr(C)]
 #[derive(Debug)]
 pub struct TransitionPluginV1 {
+    /// [`TableHeader::abi_version`](crate::TableHeader::abi_version).
     pub abi_version: u32,
     /// `size_of::<TransitionPluginV1>()` as built by the plugin.
     pub size: u32,
+    /// The plugin's name (static UTF-8), for logs.
     pub name: StrRef,
+    /// Create the state from the params JSON; `None` (null) is refused by the host.
     pub create: Option<CreateFn>,
+    /// Write the next-turn prompts for one context, through the host's `push` callback.
     pub next: Option<NextFn>,
+    /// Free the state.
     pub destroy: Option<DestroyFn>,
 }
 
@@ -51,6 +56,7 @@ unsafe impl Sync for TransitionPluginV1 {}
 
 /// What a transition plugin author implements; [`export_transition!`] does the rest.
 pub trait Transition: Send + Sync + Sized + 'static {
+    /// Name shown in logs and errors.
     const NAME: &'static str;
     /// Build from the scenario's `params` (JSON text; `{}` when none).
     fn create(params_json: &str) -> Result<Self, String>;

@@ -13,6 +13,7 @@ use comlrl_plugin_api::{DestroyFn, StrRef, STATUS_OK, STATUS_PANIC};
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 
+/// A loaded native transition plugin and the state it created.
 pub struct NativeTransition {
     path: PathBuf,
     next_fn: NextFn,
@@ -69,6 +70,8 @@ unsafe extern "C" fn push(sink: *mut c_void, prompt: StrRef) {
 }
 
 impl NativeTransition {
+    /// Load the transition plugin at `path` (platform names are tried, as for rewards), check
+    /// its ABI and create its state from `params`.
     pub fn load(path: impl AsRef<Path>, params: &serde_json::Value) -> Result<Self, RewardError> {
         let path = plugin_path::resolve(path.as_ref())?;
         let fail = |kind, msg: String| RewardError::plugin(&path, kind, msg);

@@ -21,12 +21,17 @@ pub const TRANSITION_ENTRY: &str = "transition";
 /// What a transition sees about the branch it extends.
 #[derive(Debug, Clone)]
 pub struct TransitionInput<'a> {
+    /// The dataset row's prompt.
     pub prompt: &'a str,
+    /// The dataset row's fields.
     pub fields: &'a serde_json::Map<String, serde_json::Value>,
     /// 1-based index of the turn that just ended.
     pub turn: usize,
+    /// The agents' completions of the parent joint action, agent 0 first.
     pub completions: &'a [String],
+    /// `prompt_history[i]`: agent i's prompts along the branch, including the parent turn.
     pub prompt_history: &'a [Vec<String>],
+    /// `response_history[i]`: agent i's completions along the branch, including the parent turn.
     pub response_history: &'a [Vec<String>],
 }
 

@@ -24,27 +24,43 @@ pub const SPECIAL_TOKENS: [&str; 7] = [
 /// Why a chat template could not be loaded or rendered.
 #[derive(Debug, thiserror::Error)]
 pub enum ChatTemplateError {
+    /// The template file could not be read.
     #[error("cannot read {}: {source}", path.display())]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// A tokenizer config is not valid JSON or has no usable `chat_template`.
     #[error("{}: {msg}", path.display())]
-    Config { path: PathBuf, msg: String },
+    Config {
+        /// The config file.
+        path: PathBuf,
+        /// What is wrong with it.
+        msg: String,
+    },
+    /// The template does not compile.
     #[error("chat template {name} does not compile: {}", detail(source))]
     Syntax {
+        /// The template's name (its file or origin).
         name: String,
+        /// The compiler's error.
         #[source]
         source: JinjaError,
     },
+    /// The template failed to render a prompt.
     #[error(
         "chat template {name} failed to render the prompt {prompt:?}: {}",
         detail(source)
     )]
     Render {
+        /// The template's name (its file or origin).
         name: String,
+        /// The prompt being wrapped.
         prompt: String,
+        /// The renderer's error.
         #[source]
         source: JinjaError,
     },

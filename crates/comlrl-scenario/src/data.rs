@@ -68,7 +68,12 @@ pub enum DataSource {
     /// `prompts:` written in the scenario.
     Inline,
     /// A file (absolute path) in the given format.
-    File { path: PathBuf, format: DataFormat },
+    File {
+        /// Absolute path of the file.
+        path: PathBuf,
+        /// Its format.
+        format: DataFormat,
+    },
     /// A Hugging Face Hub dataset, read from the parquet `files` of the local Hub cache.
     Hub {
         /// `org/name`.
@@ -85,9 +90,11 @@ pub enum DataSource {
 /// A loaded dataset.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dataset {
+    /// Where the rows came from.
     pub source: DataSource,
     /// Column that holds the prompt (`prompt` unless `prompt_field` says otherwise).
     pub prompt_field: String,
+    /// The rows, in source order.
     pub rows: Vec<Row>,
 }
 

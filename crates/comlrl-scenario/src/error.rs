@@ -30,7 +30,12 @@ pub enum ErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
     /// 1-based line and column in the scenario file (of the offending key, or of the list item).
-    File { line: usize, column: usize },
+    File {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+    },
     /// The value came from this `--set` argument, not from the file.
     Override(String),
 }
@@ -38,9 +43,11 @@ pub enum Location {
 /// One problem found in a scenario.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Diagnostic {
+    /// What sort of problem.
     pub kind: ErrorKind,
     /// Key path of the offending setting, e.g. `trainer.num_generations` or `agents[1].model`.
     pub key: String,
+    /// Where it is written.
     pub location: Location,
     /// What is wrong.
     pub message: String,
@@ -70,14 +77,18 @@ pub enum ScenarioError {
     /// The scenario file itself could not be read.
     #[error("cannot read scenario file {}: {source}", path.display())]
     Read {
+        /// The scenario file.
         path: PathBuf,
+        /// Why it could not be read.
         #[source]
         source: std::io::Error,
     },
     /// The scenario was read but has one or more problems (all that could be found).
     #[error("{}", Rendered(file, diagnostics))]
     Invalid {
+        /// The scenario file.
         file: PathBuf,
+        /// Every problem found, in file order.
         diagnostics: Vec<Diagnostic>,
     },
 }

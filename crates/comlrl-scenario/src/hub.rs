@@ -9,8 +9,11 @@ use std::sync::Arc;
 /// (without its slice).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HubRequest {
+    /// Dataset id, `org/name`.
     pub repo: String,
+    /// The dataset config.
     pub config: String,
+    /// The split name, without its slice.
     pub split: String,
 }
 

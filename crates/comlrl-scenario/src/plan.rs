@@ -23,11 +23,15 @@ pub struct Scenario {
     pub output_dir: PathBuf,
     /// Save a checkpoint every this many optimizer steps; 0 = only at the end.
     pub checkpoint_every: u64,
+    /// Training and evaluation rows.
     pub dataset: DatasetPlan,
     /// One entry per agent, in order; `agents.len()` is the number of agents.
     pub agents: Vec<AgentPlan>,
+    /// The joint reward.
     pub reward: RewardPlan,
+    /// MAGRPO and optimizer settings.
     pub trainer: TrainerPlan,
+    /// Logging cadence and tracking back-ends.
     pub logging: LoggingPlan,
     /// Settings that are valid but have no effect or look like a mistake; show them to the user.
     pub warnings: Vec<String>,
@@ -43,7 +47,9 @@ impl Scenario {
 /// Training rows and the optional evaluation rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DatasetPlan {
+    /// Training rows.
     pub train: Dataset,
+    /// Evaluation rows, if `dataset.eval` is set.
     pub eval: Option<Dataset>,
 }
 
@@ -53,8 +59,11 @@ pub struct DatasetPlan {
 pub enum Dtype {
     /// The model loader chooses: f32 on CPU (bf16 on an accelerator, at the loader's discretion).
     Auto,
+    /// 32-bit float.
     F32,
+    /// bfloat16.
     Bf16,
+    /// 16-bit IEEE float.
     F16,
 }
 
@@ -72,26 +81,35 @@ pub enum ModelSource {
 /// A model as written (`spec`) and what it resolved to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelRef {
+    /// The model as written in the scenario.
     pub spec: String,
+    /// Where it resolved to.
     pub source: ModelSource,
 }
 
 /// Sampling settings of one agent's rollouts (CoMLRL: `MAGRPOConfig.temperature`, ...).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sampling {
+    /// Sampling temperature.
     pub temperature: f64,
+    /// Nucleus-sampling probability mass.
     pub top_p: f64,
     /// `None`: no top-k filtering.
     pub top_k: Option<usize>,
+    /// Most tokens generated per completion.
     pub max_new_tokens: usize,
 }
 
 /// One agent: model, dtype, sampling, learning rate and prompt template.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentPlan {
+    /// The agent's position in `agents`, from 0.
     pub index: usize,
+    /// The agent's model.
     pub model: ModelRef,
+    /// Numeric type of the weights during training.
     pub dtype: Dtype,
+    /// Sampling settings of its rollouts.
     pub sampling: Sampling,
     /// This agent's AdamW learning rate (`agents.learning_rate`, else `trainer.agent_learning_rate`).
     pub learning_rate: f64,
@@ -111,7 +129,12 @@ pub enum ChatTemplateSpec {
     /// `auto`: the model's own template (its tokenizer files, or GGUF metadata).
     Auto,
     /// A `.jinja` file (absolute path) and its text, compiled when the scenario was loaded.
-    File { path: PathBuf, source: String },
+    File {
+        /// Absolute path of the `.jinja` file.
+        path: PathBuf,
+        /// The template text.
+        source: String,
+    },
 }
 
 impl ChatTemplateSpec {
@@ -128,7 +151,9 @@ impl ChatTemplateSpec {
 /// The joint reward: weighted terms (paths absolute, names filled in) and the processor chain.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RewardPlan {
+    /// Weighted reward terms, summed.
     pub terms: Vec<RewardSpec>,
+    /// Processors applied to the summed reward, in order.
     pub processors: Vec<ProcessorSpec>,
 }
 
@@ -160,14 +185,18 @@ pub enum AdvantageMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LrScheduler {
+    /// Keep the learning rate.
     Constant,
+    /// Decay linearly to 0 over training.
     Linear,
+    /// Decay along a half cosine to 0 over training.
     Cosine,
 }
 
 /// A Rhai script or a native plugin, as an absolute path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CodeSource {
+    /// A Rhai script.
     Rhai(PathBuf),
     /// As written (resolved against the scenario dir); a bare name is mapped to the platform's
     /// `lib<name>.so` / `<name>.dll` / `lib<name>.dylib` by the plugin loader.
@@ -177,42 +206,62 @@ pub enum CodeSource {
 /// The multi-turn external transition: code that writes each agent's next-turn prompt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TransitionPlan {
+    /// The script or plugin.
     pub source: CodeSource,
+    /// Free-form JSON handed to it (`{}` when none).
     pub params: serde_json::Value,
 }
 
 /// Every `MAGRPOConfig` setting (CoMLRL 1.4 names) plus comlrl's optimizer extras.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainerPlan {
+    /// Passes over the training prompts.
     pub num_train_epochs: usize,
+    /// AdamW learning rate of every agent that does not set its own.
     pub agent_learning_rate: f64,
+    /// G: completions per agent per prompt (at least 2).
     pub num_generations: usize,
+    /// How the agents' generations form joint actions.
     pub joint_mode: JointMode,
+    /// Group baseline subtracted from each return.
     pub advantage_mode: AdvantageMode,
+    /// Divide the group's advantages by their standard deviation.
     pub advantage_normalization: bool,
+    /// Node samples buffered per agent before an update.
     pub rollout_buffer_size: usize,
     /// Always set: defaults to `rollout_buffer_size`.
     pub train_batch_size: usize,
+    /// Turns per episode; more than 1 needs an external transition.
     pub num_turns: usize,
+    /// γ for returns across turns (multi-turn only).
     pub discount: f64,
     /// `None`: never stop a branch early.
     pub early_termination_threshold: Option<f64>,
     /// Set iff `num_turns > 1`.
     pub external_transition: Option<TransitionPlan>,
+    /// Use the transition's prompt verbatim instead of passing it through the agent's template.
     pub external_prompt_passthrough: bool,
     /// Evaluate every this many training prompts; 0 = never.
     pub eval_interval: usize,
+    /// Eval prompts per evaluation.
     pub eval_num_samples: usize,
+    /// Eval batch size.
     pub eval_batch_size: usize,
     /// `None`: no gradient clipping.
     pub max_grad_norm: Option<f64>,
+    /// Linear learning-rate warmup from 0 over this many optimizer steps.
     pub warmup_steps: usize,
+    /// Learning-rate schedule after the warmup.
     pub lr_scheduler: LrScheduler,
     /// Reference-KL penalty coefficient; 0 = off (no reference model is kept).
     pub kl_coef: f64,
+    /// AdamW β1.
     pub adam_beta1: f64,
+    /// AdamW β2.
     pub adam_beta2: f64,
+    /// AdamW ε.
     pub adam_epsilon: f64,
+    /// AdamW decoupled weight decay.
     pub weight_decay: f64,
     /// Agents sample at the same time.
     pub parallel_sampling: bool,
@@ -237,11 +286,15 @@ pub struct LoggingPlan {
     pub tensorboard: bool,
 }
 
+/// Weights & Biases run settings, defaults applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WandbPlan {
+    /// W&B project.
     pub project: String,
+    /// W&B entity (user or team); the account default when absent.
     pub entity: Option<String>,
     /// Run name; defaults to the scenario name.
     pub name: String,
+    /// Tags attached to the run.
     pub tags: Vec<String>,
 }

@@ -10,7 +10,9 @@ use yaml_rust2::scanner::Marker;
 /// One step of a key path: a mapping key or a list index.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Seg {
+    /// A mapping key.
     Key(String),
+    /// A 0-based list index.
     Index(usize),
 }
 
@@ -19,28 +21,33 @@ pub enum Seg {
 pub struct KeyPath(pub Vec<Seg>);
 
 impl KeyPath {
+    /// The document root (empty path).
     pub fn root() -> Self {
         KeyPath(Vec::new())
     }
 
+    /// This path extended by mapping key `k`.
     pub fn key(&self, k: &str) -> Self {
         let mut v = self.0.clone();
         v.push(Seg::Key(k.to_string()));
         KeyPath(v)
     }
 
+    /// This path extended by list index `i`.
     pub fn index(&self, i: usize) -> Self {
         let mut v = self.0.clone();
         v.push(Seg::Index(i));
         KeyPath(v)
     }
 
+    /// This path extended by `rest`.
     pub fn join(&self, rest: &[Seg]) -> Self {
         let mut v = self.0.clone();
         v.extend(rest.iter().cloned());
         KeyPath(v)
     }
 
+    /// The path one step up; `None` at the root.
     pub fn parent(&self) -> Option<Self> {
         if self.0.is_empty() {
             None
@@ -49,6 +56,7 @@ impl KeyPath {
         }
     }
 
+    /// The last segment if it is a mapping key.
     pub fn last_key(&self) -> Option<&str> {
         match self.0.last() {
             Some(Seg::Key(k)) => Some(k),
@@ -68,6 +76,7 @@ impl KeyPath {
             .unwrap_or("")
     }
 
+    /// Whether `prefix` is a (not necessarily proper) prefix of this path.
     pub fn starts_with(&self, prefix: &KeyPath) -> bool {
         self.0.len() >= prefix.0.len() && self.0[..prefix.0.len()] == prefix.0[..]
     }

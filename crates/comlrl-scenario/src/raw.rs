@@ -29,20 +29,28 @@ pub(crate) struct RawTop {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawDataset {
+    /// Inline prompts, one row each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompts: Option<Vec<String>>,
+    /// A JSONL, JSON, CSV or parquet file of rows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+    /// File format, when the extension does not tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<DataFormat>,
+    /// The column with the prompt (`prompt` unless set); a dotted path reaches nested fields.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_field: Option<String>,
+    /// A Hugging Face Hub dataset, `org/name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hub: Option<String>,
+    /// With `hub`: the dataset config (`default` unless set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<String>,
+    /// With `hub`: the split and an optional slice (`train[:1100]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<String>,
+    /// The evaluation rows, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval: Option<RawDataSource>,
 }
@@ -51,18 +59,25 @@ pub struct RawDataset {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawDataSource {
+    /// Inline prompts, one row each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompts: Option<Vec<String>>,
+    /// A JSONL, JSON, CSV or parquet file of rows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+    /// File format, when the extension does not tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<DataFormat>,
+    /// The column with the prompt (`prompt` unless set); a dotted path reaches nested fields.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_field: Option<String>,
+    /// A Hugging Face Hub dataset, `org/name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hub: Option<String>,
+    /// With `hub`: the dataset config (`default` unless set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<String>,
+    /// With `hub`: the split and an optional slice (`train[:1100]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<String>,
 }
@@ -87,17 +102,28 @@ impl RawDataset {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAgentGroup {
+    /// Number of agents (2 unless set).
     pub count: Option<usize>,
+    /// A Hub id, a local directory or `.gguf` file, or `builtin:<name>`.
     pub model: String,
+    /// Numeric type of the weights during training.
     pub dtype: Option<Dtype>,
+    /// Sampling temperature.
     pub temperature: Option<f64>,
+    /// Nucleus-sampling probability mass.
     pub top_p: Option<f64>,
+    /// Top-k filtering; `null` turns it off.
     #[serde(default, deserialize_with = "nullable")]
     pub top_k: Option<Option<usize>>,
+    /// Most tokens generated per completion.
     pub max_new_tokens: Option<usize>,
+    /// This agent's AdamW learning rate (else `trainer.agent_learning_rate`).
     pub learning_rate: Option<f64>,
+    /// The agent's first-turn prompt, built from the dataset row.
     pub template: Option<String>,
+    /// `none` | `auto` | a path to a `.jinja` file.
     pub chat_template: Option<String>,
+    /// The system message given to the chat template.
     pub system_prompt: Option<String>,
 }
 
@@ -123,28 +149,37 @@ impl RawAgentGroup {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAgent {
+    /// A Hub id, a local directory or `.gguf` file, or `builtin:<name>`.
     pub model: String,
+    /// Numeric type of the weights during training.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Dtype>,
+    /// Sampling temperature.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// Nucleus-sampling probability mass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
+    /// Top-k filtering; `null` turns it off.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub top_k: Option<Option<usize>>,
+    /// Most tokens generated per completion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_new_tokens: Option<usize>,
+    /// This agent's AdamW learning rate (else `trainer.agent_learning_rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learning_rate: Option<f64>,
+    /// The agent's first-turn prompt, built from the dataset row.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
     /// `none` | `auto` | a path to a `.jinja` file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat_template: Option<String>,
+    /// The system message given to the chat template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
 }
@@ -153,10 +188,13 @@ pub struct RawAgent {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTransition {
+    /// A Rhai script that writes the next-turn prompts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rhai: Option<PathBuf>,
+    /// A native transition plugin (a bare name gets the platform prefix and suffix).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<PathBuf>,
+    /// Free-form JSON handed to the script or plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<Json>,
 }
@@ -165,66 +203,95 @@ pub struct RawTransition {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTrainer {
+    /// Passes over the training prompts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_train_epochs: Option<usize>,
+    /// AdamW learning rate of every agent that does not set its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_learning_rate: Option<f64>,
+    /// G: completions per agent per prompt (at least 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_generations: Option<usize>,
+    /// How the agents' generations form joint actions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joint_mode: Option<JointMode>,
+    /// Group baseline subtracted from each return.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub advantage_mode: Option<AdvantageMode>,
+    /// Divide the group's advantages by their standard deviation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub advantage_normalization: Option<bool>,
+    /// Node samples buffered per agent before an update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_buffer_size: Option<usize>,
+    /// Mini-batch size within an update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub train_batch_size: Option<usize>,
+    /// Turns per episode; more than 1 needs an external transition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_turns: Option<usize>,
+    /// γ for returns across turns (multi-turn only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discount: Option<f64>,
+    /// Stop expanding a branch whose mean reward exceeds this (multi-turn only).
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub early_termination_threshold: Option<Option<f64>>,
+    /// Code that writes each agent's next-turn prompt (multi-turn only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_transition: Option<RawTransition>,
+    /// Use the transition's prompt verbatim instead of passing it through the agent's template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_prompt_passthrough: Option<bool>,
+    /// Evaluate every this many training prompts; 0 = never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_interval: Option<usize>,
+    /// Eval prompts per evaluation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_num_samples: Option<usize>,
+    /// Eval batch size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_batch_size: Option<usize>,
+    /// Gradient-norm clipping threshold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_grad_norm: Option<f64>,
+    /// Linear learning-rate warmup from 0 over this many optimizer steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_steps: Option<usize>,
+    /// Learning-rate schedule after the warmup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lr_scheduler: Option<LrScheduler>,
+    /// Reference-KL penalty coefficient; 0 = off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kl_coef: Option<f64>,
+    /// AdamW β1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adam_beta1: Option<f64>,
+    /// AdamW β2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adam_beta2: Option<f64>,
+    /// AdamW ε.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adam_epsilon: Option<f64>,
+    /// AdamW decoupled weight decay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight_decay: Option<f64>,
+    /// Agents sample at the same time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_sampling: Option<bool>,
+    /// Agents compute their updates at the same time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_updates: Option<bool>,
+    /// Completions per forward/backward pass in the loss; 0 = all at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub micro_batch_size: Option<usize>,
+    /// Recompute layer activations in the backward instead of keeping them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gradient_checkpointing: Option<bool>,
+    /// Most joint actions a rollout node may score.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_joint_actions: Option<usize>,
 }
@@ -233,10 +300,13 @@ pub struct RawTrainer {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLogging {
+    /// Write a metrics row every this many training steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps: Option<usize>,
+    /// Weights & Biases run settings; absent = W&B off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wandb: Option<RawWandb>,
+    /// Write TensorBoard event files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensorboard: Option<bool>,
 }
@@ -245,12 +315,16 @@ pub struct RawLogging {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWandb {
+    /// W&B project.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<String>,
+    /// W&B entity (user or team); the account default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entity: Option<String>,
+    /// Run name; defaults to the scenario name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Tags attached to the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<Vec<String>>,
 }

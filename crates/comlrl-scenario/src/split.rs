@@ -15,8 +15,11 @@ pub struct SplitSpec {
 /// `[from:to]`, both optional, in rows or in percent of the split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slice {
+    /// First row (or percent), negative from the end; `None` = the start.
     pub from: Option<i64>,
+    /// End row (or percent), exclusive, negative from the end; `None` = the end.
     pub to: Option<i64>,
+    /// The bounds are percentages of the split.
     pub percent: bool,
 }
 

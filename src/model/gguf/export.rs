@@ -12,12 +12,16 @@ use std::path::Path;
 /// The storage type of exported matrices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Quant {
+    /// 32-bit float.
     F32,
+    /// 16-bit IEEE float.
     F16,
+    /// llama.cpp's 8-bit blocks of 32 with one f16 scale.
     Q8_0,
 }
 
 impl Quant {
+    /// `f32`, `f16` or `q8_0`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "f32" => Ok(Quant::F32),

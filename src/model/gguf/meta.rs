@@ -3,6 +3,7 @@
 use candle_core::quantized::gguf_file::Value;
 use std::collections::HashMap;
 
+/// A GGUF file's metadata, by key.
 pub type Meta = HashMap<String, Value>;
 type R<T> = std::result::Result<T, String>;
 
@@ -30,6 +31,7 @@ pub fn as_f64(v: &Value) -> Option<f64> {
     }
 }
 
+/// The non-negative integer at `key`, if present.
 pub fn opt_u64(m: &Meta, key: &str) -> R<Option<u64>> {
     match m.get(key) {
         None => Ok(None),
@@ -39,10 +41,12 @@ pub fn opt_u64(m: &Meta, key: &str) -> R<Option<u64>> {
     }
 }
 
+/// The non-negative integer at `key`; an error when missing.
 pub fn req_u64(m: &Meta, key: &str) -> R<u64> {
     opt_u64(m, key)?.ok_or_else(|| format!("metadata `{key}` is missing"))
 }
 
+/// The number at `key`, if present.
 pub fn opt_f64(m: &Meta, key: &str) -> R<Option<f64>> {
     match m.get(key) {
         None => Ok(None),
@@ -52,6 +56,7 @@ pub fn opt_f64(m: &Meta, key: &str) -> R<Option<f64>> {
     }
 }
 
+/// The string at `key`, if present.
 pub fn opt_str<'a>(m: &'a Meta, key: &str) -> R<Option<&'a str>> {
     match m.get(key) {
         None => Ok(None),
@@ -63,10 +68,12 @@ pub fn opt_str<'a>(m: &'a Meta, key: &str) -> R<Option<&'a str>> {
     }
 }
 
+/// The string at `key`; an error when missing.
 pub fn req_str<'a>(m: &'a Meta, key: &str) -> R<&'a str> {
     opt_str(m, key)?.ok_or_else(|| format!("metadata `{key}` is missing"))
 }
 
+/// The array at `key`, if present.
 pub fn opt_array<'a>(m: &'a Meta, key: &str) -> R<Option<&'a [Value]>> {
     match m.get(key) {
         None => Ok(None),

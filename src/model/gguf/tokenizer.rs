@@ -26,8 +26,11 @@ const DIGIT_PRES: &[&str] = &["smollm"];
 
 /// llama.cpp token types.
 pub const NORMAL: i32 = 1;
+/// A control token (added as a special token).
 pub const CONTROL: i32 = 3;
+/// A user-defined token (added as a non-special token).
 pub const USER_DEFINED: i32 = 4;
+/// A reserved, unused token.
 pub const UNUSED: i32 = 5;
 
 fn byte_level(use_regex: bool, trim_offsets: bool) -> Json {

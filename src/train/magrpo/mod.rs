@@ -1,15 +1,13 @@
 //! The MAGRPO training loop: per training prompt, rollouts of every agent, joint rewards and
-//! advantages; every `rollout_buffer_size` prompts one update per agent (mini-batches of
-//! `train_batch_size`); metrics, checkpoints, Ctrl-C, the final models and the plot.
+//! advantages; every `rollout_buffer_size` prompts one update round (`update`); evaluation
+//! (`eval`); metrics, checkpoints, signals, the final models and the plot.
 use super::advantage::Baseline;
 use super::checkpoint::{self, TrainState};
-use super::loss::loss_and_grads;
 use super::optim::{AdamW, AdamWConfig};
 use super::rollout::{rollout, NodeSample, RolloutSpec, RowInput};
 use super::rundir::{self, RunLock, StartMode};
-use super::schedule::lr_at;
 use super::setup;
-use super::timing::{since, Phases};
+use super::timing::Phases;
 use super::verify::Expect;
 use super::window::Window;
 use crate::error::{Error, Result};
@@ -18,11 +16,13 @@ use crate::model::{Policy, SamplingParams};
 use comlrl_reward::RewardStack;
 use comlrl_scenario::{AdvantageMode, JointMode, Scenario};
 use rand::SeedableRng;
-use rayon::prelude::*;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+
+mod eval;
+mod update;
 
 /// Callbacks for progress display (the CLI draws a progress bar; tests pass `()`).
 pub trait Observer {
@@ -421,129 +421,6 @@ impl Trainer {
             output_dir: out,
         })
     }
-
-    fn eval_enabled(&self) -> bool {
-        self.scenario.dataset.eval.is_some()
-            && self.scenario.trainer.eval_interval > 0
-            && self.scenario.trainer.eval_num_samples > 0
-    }
-
-    /// Mean joint reward and mean completion return over the first `eval_num_samples` eval
-    /// prompts, sampled with the training settings from an RNG of its own (seeded by the run
-    /// seed and the step), so evaluating never changes the training stream.
-    fn evaluate(&self, spec: &RolloutSpec, step: usize) -> Result<(f64, f64)> {
-        let Some(eval) = &self.scenario.dataset.eval else {
-            return Ok((f64::NAN, f64::NAN));
-        };
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
-            self.scenario.seed ^ (0x9e37_79b9_7f4a_7c15 ^ step as u64),
-        );
-        let (mut rs, mut rets) = (vec![], vec![]);
-        for row in eval
-            .rows
-            .iter()
-            .take(self.scenario.trainer.eval_num_samples)
-        {
-            let prompts = self.prompts.render(row)?;
-            let input = RowInput {
-                prompt: &row.prompt,
-                fields: &row.fields,
-            };
-            let nodes = rollout(
-                &self.policies,
-                &prompts,
-                &input,
-                &self.stack,
-                spec,
-                &mut rng,
-                &mut Phases::default(),
-            )
-            .map_err(|e| Error::Train(format!("evaluation at step {step}: {e}")))?;
-            if let Some(root) = nodes.first() {
-                rs.extend(root.rewards.iter().map(|&r| r as f64));
-                rets.extend(
-                    root.agents
-                        .iter()
-                        .flat_map(|a| a.returns.iter().map(|&r| r as f64)),
-                );
-            }
-        }
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-        Ok((mean(&rs), mean(&rets)))
-    }
-
-    /// One update round: each agent trains on the buffered samples, in mini-batches (the agents
-    /// at the same time when `parallel_updates` is on).
-    fn update(&mut self, state: &mut TrainState, buffer: Vec<NodeSample>) -> Result<()> {
-        let t = &self.scenario.trainer;
-        let total_opt = self.total_opt_steps();
-        let start = Instant::now();
-        let opt_steps = state.opt_steps.clone();
-        let work = |(i, (policy, opt)): (usize, (&Policy, &mut AdamW))| -> Result<AgentUpdate> {
-            let vars: Vec<candle_core::Var> = opt.params.iter().map(|p| p.var.clone()).collect();
-            let mut u = AgentUpdate {
-                opt_steps: opt_steps[i],
-                ..Default::default()
-            };
-            for chunk in buffer.chunks(t.train_batch_size.max(1)) {
-                let samples: Vec<&super::rollout::AgentRollout> =
-                    chunk.iter().map(|s| &s.agents[i]).collect();
-                let lg = loss_and_grads(
-                    policy,
-                    &vars,
-                    &samples,
-                    t.micro_batch_size,
-                    t.gradient_checkpointing,
-                )?;
-                let tick = Instant::now();
-                let lr = lr_at(
-                    opt.cfg.lr,
-                    u.opt_steps as usize,
-                    total_opt,
-                    t.warmup_steps,
-                    t.lr_scheduler,
-                );
-                let norm = opt.step_grads(&lg.grads, lr, t.max_grad_norm)?;
-                drop(lg.grads);
-                policy.weights_changed()?;
-                u.phases.optimizer += since(tick);
-                u.phases.forward += lg.forward_s;
-                u.phases.backward += lg.backward_s;
-                u.flops += lg.flops;
-                u.opt_steps = opt.step;
-                u.loss += lg.loss;
-                u.grad_norm += norm;
-                u.updates += 1;
-                u.lr = lr;
-            }
-            Ok(u)
-        };
-        let pairs = self.policies.iter().zip(self.optims.iter_mut()).enumerate();
-        let results: Vec<AgentUpdate> = if t.parallel_updates && self.policies.len() > 1 {
-            pairs
-                .collect::<Vec<_>>()
-                .into_par_iter()
-                .map(work)
-                .collect::<Result<_>>()?
-        } else {
-            pairs.map(work).collect::<Result<_>>()?
-        };
-        for (i, u) in results.into_iter().enumerate() {
-            state.opt_steps[i] = u.opt_steps;
-            let w = &mut state.window.agents[i];
-            w.loss += u.loss;
-            w.grad_norm += u.grad_norm;
-            w.updates += u.updates;
-            if i == 0 && u.updates > 0 {
-                state.window.lr = Some(u.lr);
-            }
-            state.window.phases.add(&u.phases);
-            state.window.train_flops += u.flops;
-        }
-        state.window.phases.update += since(start);
-        log::debug!("update done; {}", crate::runtime::memory_line());
-        Ok(())
-    }
 }
 
 /// Saves every agent into one temporary `models` directory, then renames it into place: the
@@ -561,18 +438,6 @@ fn save_models(policies: &[Policy], models: &std::path::Path) -> Result<()> {
         std::fs::remove_dir_all(models).map_err(|e| Error::io(models, e))?;
     }
     std::fs::rename(&tmp, models).map_err(|e| Error::io(models, e))
-}
-
-/// What one agent's part of an update round reports.
-#[derive(Default)]
-struct AgentUpdate {
-    opt_steps: u64,
-    loss: f64,
-    grad_norm: f64,
-    updates: usize,
-    lr: f64,
-    phases: Phases,
-    flops: f64,
 }
 
 fn record_rollout(state: &mut TrainState, s: &NodeSample, epoch: usize) {

@@ -1,0 +1,100 @@
+//! One update round: every agent's policy-gradient loss over the buffered rollouts, in
+//! mini-batches, with an AdamW step and the LR schedule per mini-batch.
+use super::Trainer;
+use crate::error::Result;
+use crate::model::Policy;
+use crate::train::checkpoint::TrainState;
+use crate::train::loss::loss_and_grads;
+use crate::train::optim::AdamW;
+use crate::train::rollout::NodeSample;
+use crate::train::schedule::lr_at;
+use crate::train::timing::{since, Phases};
+use rayon::prelude::*;
+use std::time::Instant;
+
+impl Trainer {
+    /// One update round: each agent trains on the buffered samples, in mini-batches (the agents
+    /// at the same time when `parallel_updates` is on).
+    pub(super) fn update(&mut self, state: &mut TrainState, buffer: Vec<NodeSample>) -> Result<()> {
+        let t = &self.scenario.trainer;
+        let total_opt = self.total_opt_steps();
+        let start = Instant::now();
+        let opt_steps = state.opt_steps.clone();
+        let work = |(i, (policy, opt)): (usize, (&Policy, &mut AdamW))| -> Result<AgentUpdate> {
+            let vars: Vec<candle_core::Var> = opt.params.iter().map(|p| p.var.clone()).collect();
+            let mut u = AgentUpdate {
+                opt_steps: opt_steps[i],
+                ..Default::default()
+            };
+            for chunk in buffer.chunks(t.train_batch_size.max(1)) {
+                let samples: Vec<&crate::train::rollout::AgentRollout> =
+                    chunk.iter().map(|s| &s.agents[i]).collect();
+                let lg = loss_and_grads(
+                    policy,
+                    &vars,
+                    &samples,
+                    t.micro_batch_size,
+                    t.gradient_checkpointing,
+                )?;
+                let tick = Instant::now();
+                let lr = lr_at(
+                    opt.cfg.lr,
+                    u.opt_steps as usize,
+                    total_opt,
+                    t.warmup_steps,
+                    t.lr_scheduler,
+                );
+                let norm = opt.step_grads(&lg.grads, lr, t.max_grad_norm)?;
+                drop(lg.grads);
+                policy.weights_changed()?;
+                u.phases.optimizer += since(tick);
+                u.phases.forward += lg.forward_s;
+                u.phases.backward += lg.backward_s;
+                u.flops += lg.flops;
+                u.opt_steps = opt.step;
+                u.loss += lg.loss;
+                u.grad_norm += norm;
+                u.updates += 1;
+                u.lr = lr;
+            }
+            Ok(u)
+        };
+        let pairs = self.policies.iter().zip(self.optims.iter_mut()).enumerate();
+        let results: Vec<AgentUpdate> = if t.parallel_updates && self.policies.len() > 1 {
+            pairs
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .map(work)
+                .collect::<Result<_>>()?
+        } else {
+            pairs.map(work).collect::<Result<_>>()?
+        };
+        for (i, u) in results.into_iter().enumerate() {
+            state.opt_steps[i] = u.opt_steps;
+            let w = &mut state.window.agents[i];
+            w.loss += u.loss;
+            w.grad_norm += u.grad_norm;
+            w.updates += u.updates;
+            if i == 0 && u.updates > 0 {
+                state.window.lr = Some(u.lr);
+            }
+            state.window.phases.add(&u.phases);
+            state.window.train_flops += u.flops;
+        }
+        state.window.phases.update += since(start);
+        log::debug!("update done; {}", crate::runtime::memory_line());
+        Ok(())
+    }
+}
+
+/// What one agent's part of an update round reports.
+#[derive(Default)]
+struct AgentUpdate {
+    opt_steps: u64,
+    loss: f64,
+    grad_norm: f64,
+    updates: usize,
+    lr: f64,
+    phases: Phases,
+    flops: f64,
+}

@@ -301,6 +301,47 @@ fn reward_error_with_skip_step_skips_that_step_and_goes_on() {
 }
 
 #[test]
+fn crashing_isolated_plugin_names_itself_and_leaves_the_checkpoint_intact() {
+    let plugin = comlrl_testutil::plugin("comlrl_testkit_misbehave");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let sets = [
+        format!(
+            "reward={{plugin: {}, params: {{mode: segv_bedtime}}}}",
+            plugin.display()
+        ),
+        "checkpoint_every=1".to_string(),
+    ];
+    let (_, (ok, _, err)) = run_small(&out, &sets);
+    assert!(!ok, "the run must fail: {err}");
+    assert!(
+        err.contains("comlrl_testkit_misbehave")
+            && err.contains("crashed")
+            && err.contains("SIGSEGV")
+            && err.contains("step 3"),
+        "{err}"
+    );
+    let latest = std::fs::read_to_string(out.join("checkpoints/latest")).unwrap();
+    assert_eq!(latest.trim(), "step-00000002");
+    // The checkpoint verifies: the run resumes from it (and crashes again at the same prompt).
+    let ck = out.join("checkpoints/step-00000002");
+    assert!(ck.join("manifest.json").is_file() && ck.join("agent_1.safetensors").is_file());
+    let mut args = small(&out);
+    for s in &sets {
+        args.extend(["--set".to_string(), s.clone()]);
+    }
+    let mut full = vec!["run".to_string(), scenario().display().to_string()];
+    full.extend(args);
+    full.push("--resume".into());
+    let refs: Vec<&str> = full.iter().map(|s| s.as_str()).collect();
+    let (ok, _, err) = run_bin(&refs);
+    assert!(
+        !ok && err.contains("crashed") && err.contains("step 3"),
+        "the resume passed the checkpoint's checks and reached the same prompt: {err}"
+    );
+}
+
+#[test]
 fn unwritable_output_dir_is_reported_before_training() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("a-file");

@@ -4,7 +4,8 @@
 //! - below it, in a hand-written `score` (the safe API cannot express these): `write_past_n`
 //!   (writes 4 scores more than asked), `skip_write` (reports success, writes nothing),
 //!   `bad_utf8_error` (an error message that is not UTF-8), `stdout` (prints to stdout, then
-//!   scores 1.0), and the process killers `abort`, `segv`, `stack_overflow`, `exit0`, `hang`.
+//!   scores 1.0), and the process killers `abort`, `segv`, `stack_overflow`, `exit0`, `hang`,
+//!   and `segv_bedtime` (crashes on a prompt containing "bedtime", else scores 1.0).
 use comlrl_plugin_api::{
     shim, ErrBuf, Reward, RewardPluginV1, Sample, SampleRef, STATUS_ERROR, STATUS_OK,
 };
@@ -93,6 +94,21 @@ unsafe extern "C" fn score(
             std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1);
             STATUS_OK
         },
+        "segv_bedtime" => {
+            // SAFETY: the host passes `n` samples whose strings stay valid during this call.
+            let bedtime = (0..n).any(|i| unsafe {
+                let p = &(*samples.add(i)).prompt;
+                std::slice::from_raw_parts(p.ptr, p.len)
+                    .windows(7)
+                    .any(|w| w == b"bedtime")
+            });
+            if bedtime {
+                // SAFETY: deliberately not: a write through a null pointer, as asked.
+                unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) };
+            }
+            // SAFETY: forwarded unchanged from the host.
+            unsafe { shim::score::<Misbehave>(state, samples, n, out, err) }
+        }
         "stack_overflow" => overflow(0) as i32,
         "exit0" => std::process::exit(0),
         "hang" => loop {

@@ -207,6 +207,19 @@ fn llama_gguf_unpermutes_q_and_k_and_maps_names_and_config() {
     ] {
         assert_eq!(c[k], want[k], "tiny-llama config `{k}`");
     }
+    // llama3 scaling, recovered from the `rope_freqs.weight` factors.
+    for k in [
+        "rope_type",
+        "factor",
+        "low_freq_factor",
+        "high_freq_factor",
+        "original_max_position_embeddings",
+    ] {
+        assert_eq!(
+            c["rope_scaling"][k], want["rope_scaling"][k],
+            "tiny-llama rope_scaling `{k}`"
+        );
+    }
 }
 
 #[test]

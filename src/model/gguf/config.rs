@@ -226,6 +226,8 @@ pub fn gguf_metadata(cfg: &serde_json::Value) -> R<Vec<(String, Value)>> {
             .and_then(|t| t.as_str())
             .unwrap_or("default");
         match t {
+            // llama.cpp stores Llama 3 scaling as the `rope_freqs.weight` tensor (see rope_freqs.rs).
+            "default" | "llama3" if arch == "llama" => {}
             "default" => {}
             "linear" | "yarn" => {
                 let f = s

@@ -109,7 +109,7 @@ pub fn export(policy: &Policy, quant: Quant, out: &Path) -> Result<()> {
 
     if let Some(p) = rope_freqs::llama3_params(&cfg) {
         // llama.cpp keeps Llama 3 scaling as per-frequency factors, not metadata.
-        let f = rope_freqs::factors(policy.config.rope_theta(), policy.config.head_dim(), p);
+        let f = rope_freqs::factors(config::rope_theta(&cfg), policy.config.head_dim(), p);
         let n = f.len();
         let t = candle_core::Tensor::from_vec(f, n, &Device::Cpu)?;
         tensors.push((

@@ -99,6 +99,9 @@ pub fn load(path: &Path, dtype: DType, dev: &Device) -> Result<GgufModel> {
     let mut gguf_names: Vec<&String> = content.tensor_infos.keys().collect();
     gguf_names.sort();
     for g in gguf_names {
+        if g == "rope_freqs.weight" {
+            continue; // read by `describe` into the config's rope scaling
+        }
         let Some(hf) = names::hf_name(g) else {
             log::warn!(
                 "{}: ignoring tensor `{g}` (not part of the decoder)",

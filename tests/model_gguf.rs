@@ -120,7 +120,7 @@ fn python_written_qwen2_gguf_matches_the_reference() {
     let p = gguf(&path);
     assert_eq!(p.config.architectures, vec!["Qwen2ForCausalLM".to_string()]);
     assert!(p.config.tie_word_embeddings);
-    assert_eq!(p.config.features().unwrap().rope.theta, 1e6);
+    assert_eq!(g::config::rope_theta(&p.saved_config().unwrap()), 1e6);
     assert_eq!(p.config.rms_norm_eps, 1e-6);
     assert_eq!(
         p.chat_template().map(|t| t.contains("<|im_start|>")),
@@ -206,6 +206,19 @@ fn llama_gguf_unpermutes_q_and_k_and_maps_names_and_config() {
         "mlp_bias",
     ] {
         assert_eq!(c[k], want[k], "tiny-llama config `{k}`");
+    }
+    // llama3 scaling, recovered from the `rope_freqs.weight` factors.
+    for k in [
+        "rope_type",
+        "factor",
+        "low_freq_factor",
+        "high_freq_factor",
+        "original_max_position_embeddings",
+    ] {
+        assert_eq!(
+            c["rope_scaling"][k], want["rope_scaling"][k],
+            "tiny-llama rope_scaling `{k}`"
+        );
     }
 }
 
@@ -429,75 +442,31 @@ fn cli_exports_and_generates_from_the_gguf() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--gguf"));
 }
 
-/// Texts for checking a real GGUF's tokenizer against transformers' (see docs/models.md).
-const REAL_TEXTS: &[&str] = &[
-    "Hello, world!",
-    "The year 2024 had 366 days; 3.14159 is pi.",
-    "I'm sure you'll see they've done it; it's John's.",
-    "<|im_start|>user\nWrite a haiku.<|im_end|>\n<|im_start|>assistant\n",
-    "def f(x):\n    return x**2  # square\n\n\n",
-    "naïve café, Ünïcödé — “quotes” 🚀 日本語のテキスト",
-    "   leading and trailing spaces   ",
-    "tabs\tand\r\nCRLF lines",
-];
-
-/// A real GGUF named by `COMLRL_TEST_GGUF` (skipped when unset): metadata → config, tokenizer,
-/// every tensor dequantized under an HF name. With `COMLRL_TEST_GGUF_IDS` (a JSON list of id
-/// lists, one per `REAL_TEXTS` entry, e.g. from transformers' GGUF tokenizer) the encodings must
-/// match; `COMLRL_TEST_GGUF_DUMP=out.safetensors` writes layer 0's tensors.
+/// Llama and Qwen3 through GGUF end to end. Until the model supports those architectures the
+/// HF load itself fails with "unsupported architecture" and this test says so and stops.
 #[test]
-fn real_gguf_from_env() {
-    let Some(path) = std::env::var_os("COMLRL_TEST_GGUF") else {
-        println!("skipped: set COMLRL_TEST_GGUF=/path/model.gguf to check a real file");
-        return;
-    };
-    let path = std::path::PathBuf::from(path);
-    let m = g::load(&path, DType::F32, &Device::Cpu).expect("load real gguf");
-    println!("config: {}", m.config);
-    println!("special tokens: {:?}", m.special_tokens);
-    println!(
-        "chat template: {} chars",
-        m.chat_template.as_deref().map_or(0, str::len)
-    );
-    let layers = m.config["num_hidden_layers"].as_u64().unwrap() as usize;
-    let per_layer = m
-        .tensors
-        .keys()
-        .filter(|k| k.starts_with("model.layers.0."))
-        .count();
-    println!(
-        "{} tensors, {per_layer} in layer 0 of {layers}",
-        m.tensors.len()
-    );
-    assert_eq!(
-        m.tensors.len(),
-        2 + layers * per_layer + usize::from(!m.config["tie_word_embeddings"].as_bool().unwrap())
-    );
-    for (n, t) in &m.tensors {
-        let v = f32s(t);
-        assert!(v.iter().all(|x| x.is_finite()), "{n} has non-finite values");
-    }
-    if let Some(dump) = std::env::var_os("COMLRL_TEST_GGUF_DUMP") {
-        // Layer 0's tensors, for comparing with another loader (e.g. transformers' state dict).
-        let sel: HashMap<String, Tensor> = m
-            .tensors
-            .iter()
-            .filter(|(k, _)| k.starts_with("model.layers.0.") || k.starts_with("model.embed"))
-            .map(|(k, t)| (k.clone(), t.clone()))
-            .collect();
-        candle_core::safetensors::save(&sel, dump).unwrap();
-    }
-    let tok = Tokenizer::from_json(&m.tokenizer).unwrap();
-    let got: Vec<Vec<u32>> = REAL_TEXTS.iter().map(|t| tok.encode(t).unwrap()).collect();
-    println!("ids: {}", serde_json::to_string(&got).unwrap());
-    for (t, ids) in REAL_TEXTS.iter().zip(&got) {
-        assert_eq!(tok.decode(ids, false).unwrap(), *t, "decode round trip");
-    }
-    if let Some(want) = std::env::var_os("COMLRL_TEST_GGUF_IDS") {
-        let want: Vec<Vec<u32>> =
-            serde_json::from_str(&std::fs::read_to_string(want).unwrap()).unwrap();
-        for ((t, g), w) in REAL_TEXTS.iter().zip(&got).zip(&want) {
-            assert_eq!(g, w, "{t:?}");
-        }
+fn llama_and_qwen3_ggufs_match_their_hf_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["tiny-llama", "tiny-qwen3"] {
+        let a = match Policy::load(
+            &ModelSource::Local(fixtures().join(name)),
+            &LoadOptions::default(),
+        ) {
+            Ok(p) => p,
+            Err(e) if e.to_string().contains("unsupported architecture") => {
+                println!("skipped {name}: this build does not run its architecture yet ({e})");
+                continue;
+            }
+            Err(e) => panic!("{name}: {e}"),
+        };
+        let want = logits(&a, name);
+        // The gguf-py file (q8_0; llama q/k permuted, llama3 scaling as rope_freqs).
+        let b = gguf(&fixtures().join(format!("gguf/{name}.q8_0.gguf")));
+        let rel = max_diff(&logits(&b, name), &want) / max_abs(&want);
+        println!("{name}: python q8_0 file, relative logit error {rel:.2e}");
+        assert!(rel < 2e-2, "{name}: {rel}");
+        // Our f32 export reloads bit-identically.
+        let c = gguf(&export(&a, Quant::F32, tmp.path(), &format!("{name}.gguf")));
+        assert_eq!(logits(&c, name), want, "{name}: f32 export → import");
     }
 }

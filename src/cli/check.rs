@@ -35,8 +35,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         if let comlrl::model::ModelSource::Gguf(path) = &src {
             // Header only: metadata → config and tokenizer, without reading the weights.
-            let (content, _) = comlrl::model::gguf::read::read_header(path)?;
-            comlrl::model::gguf::read::describe(path, &content)
+            let (content, mut f) = comlrl::model::gguf::read::read_header(path)?;
+            comlrl::model::gguf::read::describe(path, &content, &mut f)
                 .map_err(|e| anyhow::anyhow!("agent {}: {e}", agent.index))?;
         }
     }

@@ -164,6 +164,16 @@ fn get_u64(cfg: &serde_json::Value, key: &str) -> R<u64> {
         .ok_or_else(|| format!("config `{key}` is missing or not a non-negative integer"))
 }
 
+/// RoPE base of an HF config: `rope_parameters.rope_theta` (transformers 5), else `rope_theta`,
+/// else 10000.
+pub fn rope_theta(cfg: &serde_json::Value) -> f64 {
+    cfg.get("rope_parameters")
+        .and_then(|p| p.get("rope_theta"))
+        .or_else(|| cfg.get("rope_theta"))
+        .and_then(|v| v.as_f64())
+        .unwrap_or(10_000.0)
+}
+
 /// llama.cpp's `<arch>.*` keys for a saved HF config (the inverse of [`hf_config`]).
 pub fn gguf_metadata(cfg: &serde_json::Value) -> R<Vec<(String, Value)>> {
     let arch = gguf_arch(cfg)?;
@@ -178,11 +188,7 @@ pub fn gguf_metadata(cfg: &serde_json::Value) -> R<Vec<(String, Value)>> {
         .and_then(|v| v.as_u64())
         .unwrap_or(hidden / heads.max(1));
     let rp = cfg.get("rope_parameters");
-    let theta = rp
-        .and_then(|p| p.get("rope_theta"))
-        .or_else(|| cfg.get("rope_theta"))
-        .and_then(|v| v.as_f64())
-        .unwrap_or(10_000.0);
+    let theta = rope_theta(cfg);
     let eps = cfg
         .get("rms_norm_eps")
         .and_then(|v| v.as_f64())
@@ -226,6 +232,8 @@ pub fn gguf_metadata(cfg: &serde_json::Value) -> R<Vec<(String, Value)>> {
             .and_then(|t| t.as_str())
             .unwrap_or("default");
         match t {
+            // llama.cpp stores Llama 3 scaling as the `rope_freqs.weight` tensor (see rope_freqs.rs).
+            "default" | "llama3" if arch == "llama" => {}
             "default" => {}
             "linear" | "yarn" => {
                 let f = s

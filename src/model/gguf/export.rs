@@ -1,7 +1,7 @@
 //! Writing a policy as a llama.cpp GGUF: `<arch>.*` and `tokenizer.ggml.*` metadata, tensors
 //! under llama.cpp names (Llama q/k rows re-permuted), matrices as f32, f16 or q8_0 and
 //! vectors (norms, biases) as f32, as convert_hf_to_gguf.py writes them.
-use super::{config, names, tokenizer};
+use super::{config, names, rope_freqs, tokenizer};
 use crate::error::{Error, Result};
 use crate::model::Policy;
 use candle_core::quantized::gguf_file::{self, Value};
@@ -109,6 +109,17 @@ pub fn export(policy: &Policy, quant: Quant, out: &Path) -> Result<()> {
         let q = QTensor::quantize(&t.contiguous()?, quant.ggml_type(t.dims()))
             .map_err(|e| Error::Invalid(format!("tensor `{hf}`: cannot quantize: {e}")))?;
         tensors.push((g, q));
+    }
+
+    if let Some(p) = rope_freqs::llama3_params(&cfg) {
+        // llama.cpp keeps Llama 3 scaling as per-frequency factors, not metadata.
+        let f = rope_freqs::factors(config::rope_theta(&cfg), policy.config.head_dim(), p);
+        let n = f.len();
+        let t = candle_core::Tensor::from_vec(f, n, &Device::Cpu)?;
+        tensors.push((
+            "rope_freqs.weight".into(),
+            QTensor::quantize(&t, GgmlDType::F32)?,
+        ));
     }
 
     let parent = out

@@ -6,6 +6,7 @@ pub mod export;
 pub mod meta;
 pub mod names;
 pub mod read;
+pub mod rope_freqs;
 pub mod tokenizer;
 
 pub use export::{export, Quant};

@@ -2,7 +2,7 @@
 //! tensors dequantized (any type candle knows) to the training dtype under their HF names, with
 //! llama.cpp's Llama q/k row permutation undone.
 use super::meta::{opt_str, opt_strings, Meta};
-use super::{config, names, tokenizer};
+use super::{config, names, rope_freqs, tokenizer};
 use crate::error::{Error, Result};
 use candle_core::quantized::gguf_file::Content;
 use candle_core::{DType, Device, Tensor};
@@ -32,24 +32,37 @@ pub fn read_header(path: &Path) -> Result<(Content, std::fs::File)> {
     Ok((content, f))
 }
 
-/// Config, tokenizer and chat template of a GGUF header.
-pub fn describe(path: &Path, content: &Content) -> Result<GgufModel> {
+/// Config, tokenizer and chat template of a GGUF header (`f` is read only for the small
+/// `rope_freqs.weight` tensor of Llama 3 scaling).
+pub fn describe(path: &Path, content: &Content, f: &mut std::fs::File) -> Result<GgufModel> {
     let m: &Meta = &content.metadata;
     let bad = |msg: String| Error::model(path, msg);
-    if content.tensor_infos.contains_key("rope_freqs.weight") {
-        return Err(bad(
-            "holds `rope_freqs.weight` (Llama 3.1-style rope frequency factors), which has no \
-             config.json equivalent here yet; use the model's HF checkpoint"
-                .into(),
-        ));
-    }
     let tokens = opt_strings(m, "tokenizer.ggml.tokens")
         .map_err(&bad)?
         .ok_or_else(|| {
             bad("metadata `tokenizer.ggml.tokens` is missing: the file has no tokenizer".into())
         })?;
     let has_output = content.tensor_infos.contains_key("output.weight");
-    let cfg = config::hf_config(m, has_output, tokens.len()).map_err(&bad)?;
+    let mut cfg = config::hf_config(m, has_output, tokens.len()).map_err(&bad)?;
+    if content.tensor_infos.contains_key("rope_freqs.weight") {
+        let stored = content
+            .tensor(f, "rope_freqs.weight", &Device::Cpu)
+            .and_then(|q| q.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>())
+            .map_err(|e| bad(format!("tensor `rope_freqs.weight`: {e}")))?;
+        if cfg["model_type"] != "llama" {
+            return Err(bad(format!(
+                "holds `rope_freqs.weight` (Llama 3 rope scaling) but is a `{}` model",
+                cfg["model_type"]
+            )));
+        }
+        let theta = cfg["rope_theta"].as_f64().unwrap_or(10_000.0);
+        let dim = cfg["head_dim"].as_u64().unwrap_or(0) as usize;
+        let scaling = rope_freqs::recover(theta, dim, &stored).map_err(&bad)?;
+        let mut rp = scaling.clone();
+        rp["rope_theta"] = theta.into();
+        cfg["rope_scaling"] = scaling;
+        cfg["rope_parameters"] = rp;
+    }
     let tok = tokenizer::tokenizer_json(m).map_err(&bad)?;
     let mut special_tokens = serde_json::Map::new();
     for (name, key) in [
@@ -79,13 +92,16 @@ pub fn describe(path: &Path, content: &Content) -> Result<GgufModel> {
 /// Reads a whole GGUF checkpoint: header, then every decoder tensor dequantized to `dtype`.
 pub fn load(path: &Path, dtype: DType, dev: &Device) -> Result<GgufModel> {
     let (content, mut f) = read_header(path)?;
-    let mut model = describe(path, &content)?;
+    let mut model = describe(path, &content, &mut f)?;
     let arch = config::gguf_arch(&model.config).map_err(|e| Error::model(path, e))?;
     let heads = model.config["num_attention_heads"].as_u64().unwrap_or(0) as usize;
     let kv_heads = model.config["num_key_value_heads"].as_u64().unwrap_or(0) as usize;
     let mut gguf_names: Vec<&String> = content.tensor_infos.keys().collect();
     gguf_names.sort();
     for g in gguf_names {
+        if g == "rope_freqs.weight" {
+            continue; // read by `describe` into the config's rope scaling
+        }
         let Some(hf) = names::hf_name(g) else {
             log::warn!(
                 "{}: ignoring tensor `{g}` (not part of the decoder)",

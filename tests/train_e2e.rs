@@ -225,15 +225,22 @@ fn interrupted_and_resumed_run_matches_uninterrupted() {
     }
 }
 
-#[test]
-fn reward_error_mid_run_stops_cleanly_with_checkpoint_intact() {
-    let tmp = tempfile::tempdir().unwrap();
-    let script = tmp.path().join("flaky.rhai");
+/// A reward script that fails on the third prompt of the tiny scenario (a bedtime story) and
+/// scores 1.0 elsewhere.
+fn flaky_script(dir: &Path) -> PathBuf {
+    let script = dir.join("flaky.rhai");
     std::fs::write(
         &script,
         "fn reward(completions, ctx) {\n    if ctx.prompt.contains(\"bedtime\") {\n        throw \"cannot score bedtime stories\";\n    }\n    1.0\n}\n",
     )
     .unwrap();
+    script
+}
+
+#[test]
+fn reward_error_mid_run_stops_cleanly_with_checkpoint_intact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = flaky_script(tmp.path());
     let out = tmp.path().join("run");
     let sets = [
         format!("reward.rhai={}", script.display()),
@@ -270,12 +277,7 @@ fn reward_error_mid_run_stops_cleanly_with_checkpoint_intact() {
 #[test]
 fn reward_error_with_skip_step_skips_that_step_and_goes_on() {
     let tmp = tempfile::tempdir().unwrap();
-    let script = tmp.path().join("flaky.rhai");
-    std::fs::write(
-        &script,
-        "fn reward(completions, ctx) {\n    if ctx.prompt.contains(\"bedtime\") {\n        throw \"cannot score bedtime stories\";\n    }\n    1.0\n}\n",
-    )
-    .unwrap();
+    let script = flaky_script(tmp.path());
     let out = tmp.path().join("run");
     let sets = [
         format!("reward={{rhai: {}, on_error: skip_step}}", script.display()),

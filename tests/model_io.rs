@@ -302,3 +302,21 @@ fn sampling_copies_follow_weight_updates() {
     p.weights_changed().unwrap();
     assert!(max_diff(&logits_in(&p, Mode::Infer), &logits_in(&p, Mode::Train)) < 1e-5);
 }
+
+#[test]
+fn chat_template_file_wins_over_the_tokenizer_config_as_in_transformers() {
+    let tmp = scratch_model();
+    let cfg_path = tmp.path().join("tokenizer_config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["chat_template"] = serde_json::json!([
+        {"name": "tool_use", "template": "TOOLS"},
+        {"name": "default", "template": "FROM-CONFIG"}
+    ]);
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let p = load_dir(tmp.path()).unwrap();
+    assert_eq!(p.chat_template(), Some("FROM-CONFIG"));
+    std::fs::write(tmp.path().join("chat_template.jinja"), "FROM-JINJA").unwrap();
+    let p = load_dir(tmp.path()).unwrap();
+    assert_eq!(p.chat_template(), Some("FROM-JINJA"));
+}

@@ -433,24 +433,26 @@ fn read_json(path: &Path) -> Result<Option<serde_json::Value>> {
     })
 }
 
-/// `chat_template` of tokenizer_config.json (a string), else the `chat_template.jinja` file
-/// transformers 5 writes.
+/// The directory's chat template as transformers reads it: `chat_template.jinja` first (it
+/// takes priority there), else tokenizer_config.json's `chat_template` (a string, or the
+/// template named `default` of a list).
 fn dir_chat_template(dir: &Path) -> Result<Option<String>> {
-    let tc = read_json(&dir.join("tokenizer_config.json"))?;
-    if let Some(t) = tc
-        .as_ref()
-        .and_then(|c| c.get("chat_template"))
-        .and_then(|t| t.as_str())
-    {
-        return Ok(Some(t.to_string()));
-    }
     let jinja = dir.join("chat_template.jinja");
     if jinja.is_file() {
         return std::fs::read_to_string(&jinja)
             .map(Some)
             .map_err(|e| Error::io(&jinja, e));
     }
-    Ok(None)
+    let tc = read_json(&dir.join("tokenizer_config.json"))?;
+    Ok(match tc.as_ref().and_then(|c| c.get("chat_template")) {
+        Some(serde_json::Value::String(t)) => Some(t.clone()),
+        // Several named templates: transformers uses the one named `default`.
+        Some(serde_json::Value::Array(list)) => list.iter().find_map(|t| {
+            (t.get("name")?.as_str()? == "default")
+                .then(|| t.get("template")?.as_str().map(str::to_string))?
+        }),
+        _ => None,
+    })
 }
 
 fn ids_of(v: Option<&serde_json::Value>) -> Vec<u32> {

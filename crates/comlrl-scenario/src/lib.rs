@@ -23,6 +23,7 @@ mod deser;
 mod emit;
 pub mod error;
 pub mod hub;
+pub mod keys;
 mod overrides;
 mod parquet_rows;
 mod paths;
@@ -36,6 +37,7 @@ pub mod split;
 mod suggest;
 pub mod template;
 mod trainer;
+mod trainer_keys;
 
 pub use chat::{ChatTemplate, ChatTemplateError};
 pub use data::{DataFormat, DataSource, Dataset, Row};

@@ -148,7 +148,7 @@ fn logging(d: &mut Diags, v: Option<Json>, name: &str) -> LoggingPlan {
         d.invalid(
             &KeyPath::root().key("logging").key("steps"),
             "logging.steps must be at least 1",
-            "log every N optimizer steps, e.g. `steps: 10`",
+            "log every N training steps (one step = one training prompt), e.g. `steps: 10`",
         );
     }
     LoggingPlan {

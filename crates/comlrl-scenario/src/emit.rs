@@ -3,7 +3,7 @@
 //! gives the same plan (rows of a data file are re-read from its path, not embedded).
 use crate::data::{DataSource, Dataset};
 use crate::plan::{ModelSource, Scenario};
-use crate::raw::{RawAgent, RawDataSource, RawDataset, RawLogging, RawTrainer, RawWandb};
+use crate::raw::{RawAgent, RawDataSource, RawDataset, RawLogging, RawTrainer};
 use crate::spec::{ProcessorSpec, RewardSpec};
 use serde::{Serialize, Serializer};
 use std::path::PathBuf;
@@ -92,16 +92,7 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
     // Settings that are moot in this run (multi-turn ones with one turn, eval ones without an
     // eval set) are left out: reloading gives the same plan, without "no effect" warnings.
     let trainer = s.trainer.to_raw(s.dataset.eval.is_some());
-    let logging = RawLogging {
-        steps: Some(s.logging.steps),
-        wandb: s.logging.wandb.as_ref().map(|w| RawWandb {
-            project: Some(w.project.clone()),
-            entity: w.entity.clone(),
-            name: Some(w.name.clone()),
-            tags: Some(w.tags.clone()),
-        }),
-        tensorboard: Some(s.logging.tensorboard),
-    };
+    let logging = s.logging.to_raw(false);
     let doc = Emitted {
         dataset,
         agents,

@@ -50,6 +50,14 @@ pub(crate) trait Relevance<P> {
     fn moot_warning(&self) -> Option<&'static str>;
 }
 
+/// What a section's resolver is given about the rest of the scenario.
+pub(crate) trait SectionContext {
+    /// Whether `dataset.eval` is set.
+    fn has_eval(&self) -> bool {
+        false
+    }
+}
+
 /// Deserializes a setting: `key: null` is "not set" for plain types, and `None` for `Option`
 /// types (whose default is not "off": `top_k: null` turns top-k off).
 pub(crate) trait Setting: Sized {
@@ -292,9 +300,9 @@ macro_rules! settings_section {
                 )*
                 let mut plan = $Plan { $($key,)* $($nkey: Default::default(),)* };
                 $( plan.$nkey = $via(d, &p.key(stringify!($nkey)), raw.$nkey.as_ref(), &plan, cx); )*
-                let has_eval = cx.has_eval;
+                let _has_eval = $crate::keys::SectionContext::has_eval(cx);
                 $($(
-                    if raw.$key.is_some() && !$crate::keys::Relevance::holds(&$only, &plan, has_eval) {
+                    if raw.$key.is_some() && !$crate::keys::Relevance::holds(&$only, &plan, _has_eval) {
                         if let Some(w) = $crate::keys::Relevance::<$Plan>::moot_warning(&$only) {
                             d.warn(&p.key(stringify!($key)), w);
                         }

@@ -24,6 +24,7 @@ mod emit;
 pub mod error;
 pub mod hub;
 pub mod keys;
+mod logging_keys;
 mod overrides;
 mod parquet_rows;
 mod paths;

@@ -6,6 +6,7 @@ use crate::template::Template;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+pub use crate::logging_keys::LoggingPlan;
 pub use crate::trainer_keys::TrainerPlan;
 
 /// A fully resolved scenario. Built by [`crate::load`]; see the README's "Scenario reference" for every key.
@@ -213,17 +214,6 @@ pub struct TransitionPlan {
     pub source: CodeSource,
     /// Free-form JSON handed to it (`{}` when none).
     pub params: serde_json::Value,
-}
-
-/// Logging cadence and the (reserved) tracking back-ends.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LoggingPlan {
-    /// Write a metrics row every this many training steps (one step = one training prompt).
-    pub steps: usize,
-    /// Weights & Biases run settings; `None` = W&B off (the `--wandb*` flags can turn it on).
-    pub wandb: Option<WandbPlan>,
-    /// Write TensorBoard event files under `<output_dir>/tb/`.
-    pub tensorboard: bool,
 }
 
 /// Weights & Biases run settings, defaults applied.

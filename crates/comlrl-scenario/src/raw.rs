@@ -3,6 +3,7 @@
 //! tables such as `trainer_keys.rs`), every struct
 //! denies unknown keys, and the same types serialize the resolved scenario back (`emit.rs`).
 use crate::data::DataFormat;
+pub use crate::logging_keys::RawLogging;
 use crate::plan::Dtype;
 pub use crate::trainer_keys::RawTrainer;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -199,21 +200,6 @@ pub struct RawTransition {
     /// Free-form JSON handed to the script or plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<Json>,
-}
-
-/// `logging:` — cadence and tracking back-ends.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawLogging {
-    /// Write a metrics row every this many training steps.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steps: Option<usize>,
-    /// Weights & Biases run settings; absent = W&B off.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wandb: Option<RawWandb>,
-    /// Write TensorBoard event files.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tensorboard: Option<bool>,
 }
 
 /// `logging.wandb:` — Weights & Biases run settings (see the README, "Experiment tracking").

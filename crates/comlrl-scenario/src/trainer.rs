@@ -16,6 +16,12 @@ pub(crate) struct TrainerContext<'a> {
     pub num_agents: usize,
 }
 
+impl crate::keys::SectionContext for TrainerContext<'_> {
+    fn has_eval(&self) -> bool {
+        self.has_eval
+    }
+}
+
 pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> TrainerPlan {
     let p = KeyPath::root().key("trainer");
     let at = |k: &str| p.key(k);

@@ -1,10 +1,11 @@
-//! The key tables (`trainer_keys.rs`): the docs table is the generated one, every key survives
+//! The key tables (`trainer_keys.rs`, `logging_keys.rs`): the docs table is the generated one, every key survives
 //! the resolved-YAML round trip, `null` keeps its meaning, and a refused key says why.
 mod common;
 
 use comlrl_scenario::keys::markdown_table;
+use comlrl_scenario::keys::KeyDoc;
 use comlrl_scenario::ErrorKind::*;
-use comlrl_scenario::{load_str, TrainerPlan};
+use comlrl_scenario::{load_str, LoggingPlan, TrainerPlan};
 use common::{check, Fixture, BASE};
 use std::path::PathBuf;
 
@@ -30,39 +31,59 @@ fn between(doc: &str, section: &str) -> (usize, usize) {
     (start, stop)
 }
 
+/// Each generated section table, with the file its key table lives in.
+fn sections() -> Vec<(&'static str, &'static str, Vec<KeyDoc>)> {
+    vec![
+        ("trainer", "trainer_keys.rs", TrainerPlan::keys()),
+        ("logging", "logging_keys.rs", LoggingPlan::keys()),
+    ]
+}
+
 #[test]
-fn docs_trainer_table_is_the_generated_one() {
+fn docs_key_tables_are_the_generated_ones() {
     let path = docs_path();
-    let doc = std::fs::read_to_string(&path).expect("read docs/scenario.md");
-    let (start, stop) = between(&doc, "trainer");
-    let want = markdown_table(&TrainerPlan::keys());
-    if doc[start..stop] == want {
+    let mut doc = std::fs::read_to_string(&path).expect("read docs/scenario.md");
+    let bless = std::env::var_os("COMLRL_BLESS").is_some();
+    let mut stale = Vec::new();
+    for (section, file, keys) in sections() {
+        let (start, stop) = between(&doc, section);
+        let want = markdown_table(&keys);
+        if doc[start..stop] == want {
+            continue;
+        }
+        stale.push(format!(
+            "`{section}` (from crates/comlrl-scenario/src/{file}):\ngenerated:\n{want}\nin the docs:\n{}",
+            &doc[start..stop]
+        ));
+        doc = format!("{}{want}{}", &doc[..start], &doc[stop..]);
+    }
+    if stale.is_empty() {
         return;
     }
-    if std::env::var_os("COMLRL_BLESS").is_some() {
-        let new = format!("{}{want}{}", &doc[..start], &doc[stop..]);
-        std::fs::write(&path, new).expect("write docs/scenario.md");
+    if bless {
+        std::fs::write(&path, doc).expect("write docs/scenario.md");
         return;
     }
     panic!(
-        "docs/scenario.md's `trainer` key table differs from the table in \
-         crates/comlrl-scenario/src/trainer_keys.rs; regenerate it with\n  {BLESS}\n\
-         generated:\n{want}\nin the docs:\n{}",
-        &doc[start..stop]
+        "docs/scenario.md's key tables differ from the key tables in the code; regenerate them \
+         with\n  {BLESS}\n{}",
+        stale.join("\n")
     );
 }
 
 #[test]
-fn the_table_lists_every_key_once_with_a_reason() {
-    let keys = TrainerPlan::keys();
-    let mut names: Vec<&str> = keys.iter().map(|k| k.key).collect();
-    names.sort_unstable();
-    names.dedup();
-    assert_eq!(names.len(), keys.len());
-    for k in &keys {
-        assert!(!k.doc.is_empty() && !k.kind.is_empty(), "{k:?}");
-        assert!(!k.default.is_empty(), "{k:?}");
+fn the_tables_list_every_key_once_with_docs() {
+    for (_, _, keys) in sections() {
+        let mut names: Vec<&str> = keys.iter().map(|k| k.key).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), keys.len());
+        for k in &keys {
+            assert!(!k.doc.is_empty() && !k.kind.is_empty(), "{k:?}");
+            assert!(!k.default.is_empty(), "{k:?}");
+        }
     }
+    let keys = TrainerPlan::keys();
     let nge = keys.iter().find(|k| k.key == "num_generations").unwrap();
     assert_eq!(nge.default, "`4`");
     let lr = keys

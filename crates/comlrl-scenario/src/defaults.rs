@@ -1,4 +1,6 @@
-//! Every default of a scenario in one place, with where it comes from. Values marked "CoMLRL"
+//! The defaults of the sections written out by hand (agents, dataset, top level), with where
+//! they come from; `trainer` and `logging` defaults are rows of their key tables
+//! (`trainer_keys.rs`, `logging_keys.rs`). Values marked "CoMLRL"
 //! are those of `MAGRPOConfig` in CoMLRL 1.4 (`comlrl/trainers/reinforce/magrpo.py`), so that a
 //! scenario means what the same settings mean in the Python library.
 use crate::plan::Dtype;

@@ -7,6 +7,10 @@
 //! `scenario.trainer.<name>` where the trainer uses it, and regenerate the docs table with
 //! `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test key_tables`. The main crate's
 //! test `tests/scenario_keys_read.rs` fails until some code under src/ reads the new key.
+//! Porting a key added the old way (a `RawTrainer` field, a `TrainerPlan` field, a `defaults.rs`
+//! constant, a check in `trainer.rs`, an `emit.rs` line, a docs row): fold those into one row
+//! here and delete the rest. A new value type (an enum) must be listed in `plain_settings!` in
+//! `keys.rs` (the compiler says "`Setting` is not implemented" until it is).
 //! Values marked "CoMLRL" are those of `MAGRPOConfig` in CoMLRL 1.4, so that a scenario means
 //! what the same settings mean in the Python library.
 use crate::code::resolve_code;

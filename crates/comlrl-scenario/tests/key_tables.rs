@@ -176,3 +176,98 @@ trainer:
     assert_eq!(again.trainer, s.trainer);
     assert!(again.warnings.is_empty(), "{:?}", again.warnings);
 }
+
+#[test]
+fn table_checks_give_the_diagnostics_of_the_hand_written_ones() {
+    let f = Fixture::new();
+    // (line added to BASE, message, hint): the messages trainer.rs wrote before the table.
+    let cases = [
+        (
+            "num_train_epochs: 0",
+            "num_train_epochs must be at least 1",
+            "set `num_train_epochs: 1` or more",
+        ),
+        (
+            "agent_learning_rate: 0.0",
+            "the learning rate must be > 0 (got 0)",
+            "e.g. `5e-6`",
+        ),
+        (
+            "rollout_buffer_size: 0",
+            "rollout_buffer_size must be at least 1",
+            "(CoMLRL default 2)",
+        ),
+        (
+            "train_batch_size: 0",
+            "train_batch_size must be at least 1",
+            "remove it to use rollout_buffer_size",
+        ),
+        (
+            "num_turns: 0",
+            "num_turns must be at least 1",
+            "set `num_turns: 1` for single-turn training",
+        ),
+        (
+            "discount: 1.5",
+            "discount must be in [0, 1] (got 1.5)",
+            "use e.g. `discount: 0.9`",
+        ),
+        (
+            "max_grad_norm: -1.0",
+            "max_grad_norm must be > 0 (got -1)",
+            "remove it to disable clipping",
+        ),
+        (
+            "kl_coef: -0.5",
+            "kl_coef must be ≥ 0 (got -0.5)",
+            "use 0 to disable the reference-KL penalty",
+        ),
+        (
+            "adam_beta1: 1.0",
+            "adam_beta1 must be in [0, 1) (got 1)",
+            "torch defaults: adam_beta1 0.9",
+        ),
+        (
+            "adam_beta2: -0.1",
+            "adam_beta2 must be in [0, 1) (got -0.1)",
+            "adam_beta2 0.999",
+        ),
+        (
+            "adam_epsilon: 0.0",
+            "adam_epsilon must be > 0 (got 0)",
+            "torch default: 1e-8",
+        ),
+        (
+            "weight_decay: -1.0",
+            "weight_decay must be ≥ 0 (got -1)",
+            "torch AdamW default: 0.01",
+        ),
+    ];
+    let mut text = BASE.to_string();
+    for (line, ..) in &cases {
+        text.push_str(&format!("  {line}\n"));
+    }
+    let (msg, ds) = f.errs(&text, &[]);
+    assert_eq!(ds.len(), cases.len(), "{msg}");
+    for (i, (line, message, hint)) in cases.iter().enumerate() {
+        let key = line.split(':').next().unwrap();
+        check(
+            &ds[i],
+            InvalidValue,
+            &format!("trainer.{key}"),
+            10 + i,
+            3,
+            &[message, hint],
+        );
+    }
+    // `logging.steps` keeps its own wording.
+    let (_, d) = f.one(&format!("{BASE}logging: {{steps: 0}}\n"), &[]);
+    check(
+        &d,
+        InvalidValue,
+        "logging.steps",
+        10,
+        11,
+        &["logging.steps must be at least 1", "training steps"],
+    );
+}

@@ -123,7 +123,7 @@ pub(crate) fn resolve(
     }
     let learning_rate = match raw.learning_rate {
         Some(lr) => {
-            crate::trainer::check_lr(d, &p.key("learning_rate"), lr);
+            crate::keys::run_check(d, p, "learning_rate", &lr, crate::keys::learning_rate);
             lr
         }
         None => default_lr,

@@ -2,10 +2,8 @@
 //! absolute, agents in list form. Stored with checkpoints and as the W&B config; loading it again
 //! gives the same plan (rows of a data file are re-read from its path, not embedded).
 use crate::data::{DataSource, Dataset};
-use crate::plan::{CodeSource, JointMode, ModelSource, Scenario};
-use crate::raw::{
-    RawAgent, RawDataSource, RawDataset, RawLogging, RawTrainer, RawTransition, RawWandb,
-};
+use crate::plan::{ModelSource, Scenario};
+use crate::raw::{RawAgent, RawDataSource, RawDataset, RawLogging, RawTrainer};
 use crate::spec::{ProcessorSpec, RewardSpec};
 use serde::{Serialize, Serializer};
 use std::path::PathBuf;
@@ -91,62 +89,10 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
             system_prompt: a.system_prompt.clone(),
         })
         .collect();
-    let t = &s.trainer;
     // Settings that are moot in this run (multi-turn ones with one turn, eval ones without an
     // eval set) are left out: reloading gives the same plan, without "no effect" warnings.
-    let multi = t.num_turns > 1;
-    let eval = s.dataset.eval.is_some();
-    let trainer = RawTrainer {
-        num_train_epochs: Some(t.num_train_epochs),
-        agent_learning_rate: Some(t.agent_learning_rate),
-        num_generations: Some(t.num_generations),
-        joint_mode: Some(t.joint_mode),
-        advantage_mode: Some(t.advantage_mode),
-        advantage_normalization: Some(t.advantage_normalization),
-        rollout_buffer_size: Some(t.rollout_buffer_size),
-        train_batch_size: Some(t.train_batch_size),
-        num_turns: Some(t.num_turns),
-        discount: multi.then_some(t.discount),
-        early_termination_threshold: multi.then_some(t.early_termination_threshold),
-        external_transition: t.external_transition.as_ref().map(|x| {
-            let (rhai, plugin) = match &x.source {
-                CodeSource::Rhai(p) => (Some(p.clone()), None),
-                CodeSource::Plugin(p) => (None, Some(p.clone())),
-            };
-            RawTransition {
-                rhai,
-                plugin,
-                params: Some(x.params.clone()),
-            }
-        }),
-        external_prompt_passthrough: multi.then_some(t.external_prompt_passthrough),
-        eval_interval: eval.then_some(t.eval_interval),
-        eval_num_samples: eval.then_some(t.eval_num_samples),
-        eval_batch_size: eval.then_some(t.eval_batch_size),
-        max_grad_norm: t.max_grad_norm,
-        warmup_steps: Some(t.warmup_steps),
-        lr_scheduler: Some(t.lr_scheduler),
-        kl_coef: Some(t.kl_coef),
-        adam_beta1: Some(t.adam_beta1),
-        adam_beta2: Some(t.adam_beta2),
-        adam_epsilon: Some(t.adam_epsilon),
-        weight_decay: Some(t.weight_decay),
-        parallel_sampling: Some(t.parallel_sampling),
-        parallel_updates: Some(t.parallel_updates),
-        micro_batch_size: Some(t.micro_batch_size),
-        gradient_checkpointing: Some(t.gradient_checkpointing),
-        max_joint_actions: (t.joint_mode == JointMode::Cross).then_some(t.max_joint_actions),
-    };
-    let logging = RawLogging {
-        steps: Some(s.logging.steps),
-        wandb: s.logging.wandb.as_ref().map(|w| RawWandb {
-            project: Some(w.project.clone()),
-            entity: w.entity.clone(),
-            name: Some(w.name.clone()),
-            tags: Some(w.tags.clone()),
-        }),
-        tensorboard: Some(s.logging.tensorboard),
-    };
+    let trainer = s.trainer.to_raw(s.dataset.eval.is_some());
+    let logging = s.logging.to_raw(false);
     let doc = Emitted {
         dataset,
         agents,

@@ -23,6 +23,8 @@ mod deser;
 mod emit;
 pub mod error;
 pub mod hub;
+pub mod keys;
+mod logging_keys;
 mod overrides;
 mod parquet_rows;
 mod paths;
@@ -36,6 +38,7 @@ pub mod split;
 mod suggest;
 pub mod template;
 mod trainer;
+mod trainer_keys;
 
 pub use chat::{ChatTemplate, ChatTemplateError};
 pub use data::{DataFormat, DataSource, Dataset, Row};

@@ -6,6 +6,9 @@ use crate::template::Template;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+pub use crate::logging_keys::LoggingPlan;
+pub use crate::trainer_keys::TrainerPlan;
+
 /// A fully resolved scenario. Built by [`crate::load`]; see the README's "Scenario reference" for every key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
@@ -21,7 +24,8 @@ pub struct Scenario {
     pub seed: u64,
     /// Absolute run directory (checkpoints, logs); final models go to [`Scenario::models_dir`].
     pub output_dir: PathBuf,
-    /// Save a checkpoint every this many optimizer steps; 0 = only at the end.
+    /// Save a checkpoint every this many training steps (one step = one training prompt); 0 =
+    /// only at the end.
     pub checkpoint_every: u64,
     /// Training and evaluation rows.
     pub dataset: DatasetPlan,
@@ -210,80 +214,6 @@ pub struct TransitionPlan {
     pub source: CodeSource,
     /// Free-form JSON handed to it (`{}` when none).
     pub params: serde_json::Value,
-}
-
-/// Every `MAGRPOConfig` setting (CoMLRL 1.4 names) plus comlrl's optimizer extras.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrainerPlan {
-    /// Passes over the training prompts.
-    pub num_train_epochs: usize,
-    /// AdamW learning rate of every agent that does not set its own.
-    pub agent_learning_rate: f64,
-    /// G: completions per agent per prompt (at least 2).
-    pub num_generations: usize,
-    /// How the agents' generations form joint actions.
-    pub joint_mode: JointMode,
-    /// Group baseline subtracted from each return.
-    pub advantage_mode: AdvantageMode,
-    /// Divide the group's advantages by their standard deviation.
-    pub advantage_normalization: bool,
-    /// Node samples buffered per agent before an update.
-    pub rollout_buffer_size: usize,
-    /// Always set: defaults to `rollout_buffer_size`.
-    pub train_batch_size: usize,
-    /// Turns per episode; more than 1 needs an external transition.
-    pub num_turns: usize,
-    /// γ for returns across turns (multi-turn only).
-    pub discount: f64,
-    /// `None`: never stop a branch early.
-    pub early_termination_threshold: Option<f64>,
-    /// Set iff `num_turns > 1`.
-    pub external_transition: Option<TransitionPlan>,
-    /// Use the transition's prompt verbatim instead of passing it through the agent's template.
-    pub external_prompt_passthrough: bool,
-    /// Evaluate every this many training prompts; 0 = never.
-    pub eval_interval: usize,
-    /// Eval prompts per evaluation.
-    pub eval_num_samples: usize,
-    /// Eval batch size.
-    pub eval_batch_size: usize,
-    /// `None`: no gradient clipping.
-    pub max_grad_norm: Option<f64>,
-    /// Linear learning-rate warmup from 0 over this many optimizer steps.
-    pub warmup_steps: usize,
-    /// Learning-rate schedule after the warmup.
-    pub lr_scheduler: LrScheduler,
-    /// Reference-KL penalty coefficient; 0 = off (no reference model is kept).
-    pub kl_coef: f64,
-    /// AdamW β1.
-    pub adam_beta1: f64,
-    /// AdamW β2.
-    pub adam_beta2: f64,
-    /// AdamW ε.
-    pub adam_epsilon: f64,
-    /// AdamW decoupled weight decay.
-    pub weight_decay: f64,
-    /// Agents sample at the same time.
-    pub parallel_sampling: bool,
-    /// Agents compute their updates at the same time.
-    pub parallel_updates: bool,
-    /// Completions per forward/backward pass in the loss; 0 = all K of a node sample at once.
-    pub micro_batch_size: usize,
-    /// Recompute layer activations in the backward instead of keeping them.
-    pub gradient_checkpointing: bool,
-    /// Most joint actions a rollout node may score (`cross`: num_generations^agents).
-    pub max_joint_actions: usize,
-}
-
-/// Logging cadence and the (reserved) tracking back-ends.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LoggingPlan {
-    /// Write a metrics row every this many training steps (one step = one training prompt).
-    pub steps: usize,
-    /// Weights & Biases run settings; `None` = W&B off (the `--wandb*` flags can turn it on).
-    pub wandb: Option<WandbPlan>,
-    /// Write TensorBoard event files under `<output_dir>/tb/`.
-    pub tensorboard: bool,
 }
 
 /// Weights & Biases run settings, defaults applied.

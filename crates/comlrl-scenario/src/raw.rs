@@ -1,8 +1,11 @@
 //! Raw serde mirror of the scenario YAML: exactly what a file may say, nothing resolved.
-//! Fields are optional (absence selects the documented default, see `defaults.rs`), every struct
+//! Fields are optional (absence selects the documented default, see `defaults.rs` and the key
+//! tables such as `trainer_keys.rs`), every struct
 //! denies unknown keys, and the same types serialize the resolved scenario back (`emit.rs`).
 use crate::data::DataFormat;
-use crate::plan::{AdvantageMode, Dtype, JointMode, LrScheduler};
+pub use crate::logging_keys::RawLogging;
+use crate::plan::Dtype;
+pub use crate::trainer_keys::RawTrainer;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::path::PathBuf;
 
@@ -197,118 +200,6 @@ pub struct RawTransition {
     /// Free-form JSON handed to the script or plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<Json>,
-}
-
-/// `trainer:` — CoMLRL's `MAGRPOConfig` (1.4 names) plus optimizer settings.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawTrainer {
-    /// Passes over the training prompts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub num_train_epochs: Option<usize>,
-    /// AdamW learning rate of every agent that does not set its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_learning_rate: Option<f64>,
-    /// G: completions per agent per prompt (at least 2).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub num_generations: Option<usize>,
-    /// How the agents' generations form joint actions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub joint_mode: Option<JointMode>,
-    /// Group baseline subtracted from each return.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub advantage_mode: Option<AdvantageMode>,
-    /// Divide the group's advantages by their standard deviation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub advantage_normalization: Option<bool>,
-    /// Node samples buffered per agent before an update.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout_buffer_size: Option<usize>,
-    /// Mini-batch size within an update.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub train_batch_size: Option<usize>,
-    /// Turns per episode; more than 1 needs an external transition.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub num_turns: Option<usize>,
-    /// γ for returns across turns (multi-turn only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub discount: Option<f64>,
-    /// Stop expanding a branch whose mean reward exceeds this (multi-turn only).
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub early_termination_threshold: Option<Option<f64>>,
-    /// Code that writes each agent's next-turn prompt (multi-turn only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub external_transition: Option<RawTransition>,
-    /// Use the transition's prompt verbatim instead of passing it through the agent's template.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub external_prompt_passthrough: Option<bool>,
-    /// Evaluate every this many training prompts; 0 = never.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eval_interval: Option<usize>,
-    /// Eval prompts per evaluation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eval_num_samples: Option<usize>,
-    /// Eval batch size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eval_batch_size: Option<usize>,
-    /// Gradient-norm clipping threshold.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_grad_norm: Option<f64>,
-    /// Linear learning-rate warmup from 0 over this many optimizer steps.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warmup_steps: Option<usize>,
-    /// Learning-rate schedule after the warmup.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lr_scheduler: Option<LrScheduler>,
-    /// Reference-KL penalty coefficient; 0 = off.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kl_coef: Option<f64>,
-    /// AdamW β1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adam_beta1: Option<f64>,
-    /// AdamW β2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adam_beta2: Option<f64>,
-    /// AdamW ε.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adam_epsilon: Option<f64>,
-    /// AdamW decoupled weight decay.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weight_decay: Option<f64>,
-    /// Agents sample at the same time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_sampling: Option<bool>,
-    /// Agents compute their updates at the same time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_updates: Option<bool>,
-    /// Completions per forward/backward pass in the loss; 0 = all at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub micro_batch_size: Option<usize>,
-    /// Recompute layer activations in the backward instead of keeping them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gradient_checkpointing: Option<bool>,
-    /// Most joint actions a rollout node may score.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_joint_actions: Option<usize>,
-}
-
-/// `logging:` — cadence and tracking back-ends.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawLogging {
-    /// Write a metrics row every this many training steps.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steps: Option<usize>,
-    /// Weights & Biases run settings; absent = W&B off.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wandb: Option<RawWandb>,
-    /// Write TensorBoard event files.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tensorboard: Option<bool>,
 }
 
 /// `logging.wandb:` — Weights & Biases run settings (see the README, "Experiment tracking").

@@ -4,7 +4,8 @@ use crate::collect::Diags;
 use crate::defaults as def;
 use crate::deser::section;
 use crate::error::ErrorKind;
-use crate::plan::{LoggingPlan, Scenario, WandbPlan};
+use crate::logging_keys::LoggingContext;
+use crate::plan::{LoggingPlan, Scenario};
 use crate::positions::KeyPath;
 use crate::raw::{RawLogging, RawTop, RawTrainer};
 use crate::trainer::TrainerContext;
@@ -143,22 +144,5 @@ fn optional<T: DeserializeOwned>(d: &mut Diags, key: &str, v: Option<Json>) -> O
 
 fn logging(d: &mut Diags, v: Option<Json>, name: &str) -> LoggingPlan {
     let raw: RawLogging = optional(d, "logging", v).unwrap_or_default();
-    let steps = raw.steps.unwrap_or(def::LOGGING_STEPS);
-    if steps < 1 {
-        d.invalid(
-            &KeyPath::root().key("logging").key("steps"),
-            "logging.steps must be at least 1",
-            "log every N optimizer steps, e.g. `steps: 10`",
-        );
-    }
-    LoggingPlan {
-        steps,
-        wandb: raw.wandb.map(|w| WandbPlan {
-            project: w.project.unwrap_or_else(|| def::WANDB_PROJECT.to_string()),
-            entity: w.entity,
-            name: w.name.unwrap_or_else(|| name.to_string()),
-            tags: w.tags.unwrap_or_default(),
-        }),
-        tensorboard: raw.tensorboard.unwrap_or(false),
-    }
+    LoggingPlan::from_raw(d, &raw, &LoggingContext { name })
 }

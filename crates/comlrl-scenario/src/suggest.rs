@@ -32,6 +32,11 @@ pub(crate) fn moved_key(section: &str, key: &str) -> Option<&'static str> {
         ("trainer", "num_agents") | ("", "num_agents") => {
             "set the number of agents with `agents.count`"
         }
+        ("trainer", "eval_batch_size") => {
+            "comlrl evaluates one eval prompt at a time, as it trains (each prompt's G \
+             generations per agent are the batch), so a batch size would change nothing: \
+             remove `eval_batch_size` (`eval_num_samples` sets how many prompts)"
+        }
         ("trainer", "termination_threshold") => "it is `trainer.early_termination_threshold`",
         ("trainer", "seed") | ("trainer", "output_dir") | ("trainer", "checkpoint_every") => {
             "this is a top-level key, not a `trainer` key"

@@ -1,0 +1,270 @@
+//! The `trainer` section's key table: every key once, with its type, default, reason, check and
+//! meaning. [`RawTrainer`], [`TrainerPlan`], the defaults, range checks, the resolved-YAML writer
+//! and the docs table in docs/scenario.md are all derived from it (`keys.rs` has the macro).
+//!
+//! To add a key: add one row below (doc comment, `name: Type = default, kind "...", why "..."`,
+//! plus `check` / `only` if it has a range or only matters sometimes), then read
+//! `scenario.trainer.<name>` where the trainer uses it, and regenerate the docs table with
+//! `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test key_tables`. The main crate's
+//! test `tests/scenario_keys_read.rs` fails until some code under src/ reads the new key.
+//! Porting a key added the old way (a `RawTrainer` field, a `TrainerPlan` field, a `defaults.rs`
+//! constant, a check in `trainer.rs`, an `emit.rs` line, a docs row): fold those into one row
+//! here and delete the rest. A new value type (an enum) must be listed in `plain_settings!` in
+//! `keys.rs` (the compiler says "`Setting` is not implemented" until it is).
+//! Values marked "CoMLRL" are those of `MAGRPOConfig` in CoMLRL 1.4, so that a scenario means
+//! what the same settings mean in the Python library.
+use crate::code::resolve_code;
+use crate::collect::Diags;
+use crate::error::ErrorKind;
+use crate::keys::{
+    at_least, if_set, learning_rate, non_negative, positive, settings_section, unit, Bad, Relevance,
+};
+use crate::plan::{AdvantageMode, CodeSource, JointMode, LrScheduler, TransitionPlan};
+use crate::positions::KeyPath;
+use crate::raw::RawTransition;
+use crate::trainer::TrainerContext;
+
+settings_section! {
+    /// `trainer:` — CoMLRL's `MAGRPOConfig` (1.4 names) plus optimizer settings.
+    raw RawTrainer;
+    /// Every `MAGRPOConfig` setting (CoMLRL 1.4 names) plus comlrl's optimizer extras.
+    plan TrainerPlan;
+    section "trainer";
+    context TrainerContext<'_>;
+    keys {
+        /// Passes over the training prompts.
+        num_train_epochs: usize = 20, kind "integer ≥ 1", why "CoMLRL",
+            check at_least(1, "set `num_train_epochs: 1` or more");
+        /// AdamW learning rate of every agent that does not set its own (CoMLRL 1.4's name;
+        /// older CoMLRL: `learning_rate`).
+        agent_learning_rate: f64 = 5.0e-6, kind "number > 0", why "CoMLRL",
+            check learning_rate;
+        /// G: completions per agent per prompt. The group baseline needs at least 2.
+        num_generations: usize = 4, kind "integer ≥ 2", why "CoMLRL", check group_size;
+        /// How per-agent generations form joint actions: `aligned` pairs the g-th generation of
+        /// every agent (G joint actions); `cross` takes the Cartesian product (G^N joint
+        /// actions, each agent's completion credited with the sum of the returns it took part
+        /// in). `cross` estimates values better at the cost of G^N reward calls. CoMLRL also
+        /// accepts `align`/`crossed`; here they are errors with the right spelling suggested, so
+        /// that the resolved config has one spelling.
+        joint_mode: JointMode = JointMode::Aligned, kind "`aligned` \\| `cross`", why "CoMLRL";
+        /// <a id="advantage_mode"></a>Group baseline b subtracted from each return R: `mean`
+        /// (MAGRPO: mean of the group), `raw` (none: MAREINFORCE), `max` (MAREMAX), `rloo`
+        /// (mean of the other G−1: MARLOO, equal to G/(G−1)·(R − mean)). **With
+        /// `advantage_normalization: true` all four give the same advantages**: each is R
+        /// shifted by a constant (rloo also scaled by a positive constant), and normalization
+        /// subtracts the group mean and divides by the group standard deviation, which removes
+        /// any shift and positive scale. So a non-`mean` mode only matters with normalization
+        /// off (a warning says so).
+        advantage_mode: AdvantageMode = AdvantageMode::Mean,
+            kind "`mean` \\| `raw` \\| `max` \\| `rloo`", why "CoMLRL: MAGRPO";
+        /// Divide the group's advantages by their standard deviation (after re-centring). Makes
+        /// the update size independent of the reward scale.
+        advantage_normalization: bool = true, kind "bool", why "CoMLRL";
+        /// Node samples buffered per agent before an update. A node is one prompt (and, in
+        /// multi-turn, one branch at one turn) with its G generations.
+        rollout_buffer_size: usize = 2, kind "integer ≥ 1", why "CoMLRL",
+            check at_least(1, "set `rollout_buffer_size: 1` or more (CoMLRL default 2)");
+        /// Mini-batch size within an update; the default is one batch per buffer.
+        train_batch_size: usize = rollout_buffer_size, kind "integer ≥ 1",
+            shown "`rollout_buffer_size`", why "CoMLRL",
+            check at_least(1, "set it to 1 or more, or remove it to use rollout_buffer_size");
+        /// Turns per episode; more than 1 needs an `external_transition`.
+        num_turns: usize = 1, kind "integer ≥ 1",
+            why "**CoMLRL defaults to 2**, which requires an `external_transition`; 1 is the single-turn MAGRPO of the paper's examples",
+            check at_least(1, "set `num_turns: 1` for single-turn training");
+        /// γ for returns across turns. Multi-turn only.
+        discount: f64 = 0.9, kind "number in [0, 1]", why "CoMLRL",
+            check unit(true, "use e.g. `discount: 0.9`"), only Only::MultiTurn;
+        /// Stop expanding a branch whose mean reward exceeds this; `null` never stops early.
+        /// Multi-turn only.
+        early_termination_threshold: Option<f64> = Some(-0.2), kind "number or `null`",
+            why "CoMLRL", only Only::MultiTurn;
+        /// Use the transition's prompt verbatim instead of passing it through the agent's
+        /// template (with `{prompt}` = the transition's prompt and the row's other fields).
+        /// Multi-turn only.
+        external_prompt_passthrough: bool = false, kind "bool", why "CoMLRL",
+            only Only::MultiTurn;
+        /// Evaluate every N training steps (one step = one training prompt); `0` never. Needs
+        /// `dataset.eval`. Each evaluation samples the eval prompts one at a time, as training
+        /// does (a prompt's G generations per agent are the batch), so there is no
+        /// `eval_batch_size`.
+        eval_interval: usize = 16, kind "integer ≥ 0", why "CoMLRL", only Only::Eval;
+        /// Eval prompts per evaluation (the first N of `dataset.eval`).
+        eval_num_samples: usize = 4, kind "integer ≥ 0", why "CoMLRL", only Only::Eval;
+        /// Clip each agent's gradient to this global L2 norm; `null` does not clip.
+        max_grad_norm: Option<f64> = None, kind "number > 0 or `null`", shown "none",
+            why "CoMLRL does not clip",
+            check if_set(positive("use e.g. `max_grad_norm: 1.0`, or remove it to disable clipping"));
+        /// Linear learning-rate warmup from 0 over this many optimizer steps (an agent takes
+        /// one per mini-batch of an update).
+        warmup_steps: usize = 0, kind "integer ≥ 0", why "CoMLRL has no schedule";
+        /// Schedule after warmup: constant, linear decay to 0, or cosine decay to 0 over the
+        /// run's optimizer steps.
+        lr_scheduler: LrScheduler = LrScheduler::Constant,
+            kind "`constant` \\| `linear` \\| `cosine`", why "CoMLRL's plain AdamW";
+        /// Coefficient of a KL penalty to a frozen copy of the initial model; `0` is off and
+        /// keeps no reference model in memory.
+        kl_coef: f64 = 0.0, kind "number ≥ 0", why "CoMLRL MAGRPO has none",
+            check non_negative("use 0 to disable the reference-KL penalty, or a small value such as 0.04");
+        /// AdamW β1.
+        adam_beta1: f64 = 0.9, kind "number in [0, 1)", why "torch default, which CoMLRL uses",
+            check unit(false, "torch defaults: adam_beta1 0.9, adam_beta2 0.999");
+        /// AdamW β2.
+        adam_beta2: f64 = 0.999, kind "number in [0, 1)", why "torch default",
+            check unit(false, "torch defaults: adam_beta1 0.9, adam_beta2 0.999");
+        /// AdamW ε.
+        adam_epsilon: f64 = 1e-8, kind "number > 0", why "torch default",
+            check positive("torch default: 1e-8");
+        /// AdamW decoupled weight decay.
+        weight_decay: f64 = 0.01, kind "number ≥ 0",
+            why "torch `AdamW` default, which CoMLRL inherits",
+            check non_negative("torch AdamW default: 0.01; 0 disables it");
+        /// Agents sample at the same time, one thread-pool task each (CoMLRL runs them one
+        /// after the other). Results are identical either way: each agent samples from its own
+        /// RNG stream drawn from the run's seed. Costs one KV cache per agent.
+        parallel_sampling: bool = true, kind "bool", why "same results, faster";
+        /// Agents compute their updates at the same time. Identical results; costs a second set
+        /// of gradient accumulators (one more copy of the weights) and activations. Turn it off
+        /// when memory, not time, is short (the Qwen2.5-0.5B seed scenario does: it keeps two
+        /// agents' weights + AdamW moments, 12 GB, plus one agent's gradients under 15 GB).
+        parallel_updates: bool = true, kind "bool", why "same results, faster";
+        /// Completions per forward/backward pass in the loss; `0` = all K of a node sample in
+        /// one pass. Gradients are accumulated in place across passes, so results do not
+        /// depend on it (up to float rounding); smaller uses less activation memory. 2 measured
+        /// fastest on `builtin:small` here (1 and 4: slower; 8: 1.5× the memory); at
+        /// Qwen2.5-0.5B shape 8 is ~1.7× faster than 2 in the backward at the same peak, so the
+        /// seed scenario sets 8. Not in CoMLRL, which scores one sequence at a time.
+        micro_batch_size: usize = 2, kind "integer ≥ 0", why "fastest on `builtin:small`";
+        /// Keep only each decoder layer's input during the loss's forward and re-run one layer
+        /// at a time in the backward (transformers' `gradient_checkpointing`). One extra
+        /// forward's compute for a fraction of the activation memory; on `builtin:small` here
+        /// it cost no measurable time (update 3.87 vs 3.80 s per step) and cut the update's
+        /// peak from 1.95 to 1.33 GB.
+        gradient_checkpointing: bool = true, kind "bool", why "a fraction of the memory";
+        /// Most joint actions a rollout node may score (`cross`: num_generations^agents). Each
+        /// is one reward call over N completions; 4096 keeps a node's scoring to seconds and
+        /// its memory to a few MB with a wide margin for multi-turn trees (joint^turns nodes).
+        /// Raise it knowingly.
+        max_joint_actions: usize = 4096, kind "integer ≥ 1", why "seconds per node",
+            only Only::Cross;
+    }
+    nested {
+        /// Required iff `num_turns > 1`: `{rhai: path}` plus optional `params`, the script that
+        /// writes each agent's next-turn prompt from the branch's history (CoMLRL's
+        /// `external_transition` callable). It defines `fn transition(ctx)` returning an array
+        /// of one prompt string per agent; `ctx` is `#{prompt, fields, params, turn,
+        /// agent_count, completions, prompt_history, response_history}` — `completions` are the
+        /// parent joint action's completions (agent 0 first), `prompt_history[i]` /
+        /// `response_history[i]` agent i's prompts and completions along the branch including
+        /// the parent turn, `turn` the 1-based turn just completed. It runs in the reward
+        /// sandbox. Or `{plugin: path}`: a native transition plugin exporting
+        /// `comlrl_transition_v1` (see "Transition plugins" in the reward guide). Each joint
+        /// action of a turn branches into a child node with G new generations per agent; a
+        /// joint action's return is its reward + `discount` × the mean of its child's returns;
+        /// every node is a training sample.
+        external_transition: RawTransition => Option<TransitionPlan>, kind "mapping",
+            shown "none", via transition, emit transition_raw;
+    }
+}
+
+/// When a trainer key has an effect.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Only {
+    /// `num_turns > 1`.
+    MultiTurn,
+    /// `dataset.eval` is set.
+    Eval,
+    /// `joint_mode: cross`.
+    Cross,
+}
+
+impl Relevance<TrainerPlan> for Only {
+    fn holds(&self, t: &TrainerPlan, has_eval: bool) -> bool {
+        match self {
+            Only::MultiTurn => t.num_turns > 1,
+            Only::Eval => has_eval,
+            Only::Cross => t.joint_mode == JointMode::Cross,
+        }
+    }
+
+    fn moot_warning(&self) -> Option<&'static str> {
+        match self {
+            Only::MultiTurn => {
+                Some("has no effect with num_turns: 1 (it only matters between turns)")
+            }
+            Only::Eval => Some("has no effect without an evaluation set (add `dataset.eval`)"),
+            Only::Cross => None,
+        }
+    }
+}
+
+fn group_size(_key: &str, n: &usize) -> Option<Bad> {
+    (*n < 2).then(|| Bad {
+        message: format!("num_generations must be at least 2 (got {n}): the group baseline compares several generations of the same prompt"),
+        hint: "set `num_generations: 2` or more (CoMLRL default 4; the story example uses 8)".into(),
+    })
+}
+
+/// `external_transition`: required with more than one turn, never called with one.
+fn transition(
+    d: &mut Diags,
+    path: &KeyPath,
+    raw: Option<&RawTransition>,
+    plan: &TrainerPlan,
+    cx: &TrainerContext,
+) -> Option<TransitionPlan> {
+    let num_turns = plan.num_turns;
+    match raw {
+        None if num_turns > 1 => {
+            d.error(
+                ErrorKind::MissingKey,
+                &KeyPath::root().key("trainer").key("num_turns"),
+                format!("num_turns: {num_turns} needs `trainer.external_transition`, which writes each agent's next-turn prompt"),
+                Some("add `external_transition: {rhai: path/to/transition.rhai}` under `trainer`, or set `num_turns: 1`".into()),
+            );
+            None
+        }
+        None => None,
+        Some(t) => {
+            if num_turns == 1 {
+                d.warn(path, "is never called with num_turns: 1");
+            }
+            let source = resolve_code(
+                d,
+                path,
+                t.rhai.as_deref(),
+                t.plugin.as_deref(),
+                cx.base,
+                cx.opts,
+            )?;
+            let params = t
+                .params
+                .clone()
+                .unwrap_or_else(|| serde_json::Value::Object(Default::default()));
+            if !params.is_object() {
+                d.error(
+                    ErrorKind::WrongType,
+                    &path.key("params"),
+                    "params must be a mapping",
+                    Some("write `params: {key: value}`".into()),
+                );
+            }
+            Some(TransitionPlan { source, params })
+        }
+    }
+}
+
+fn transition_raw(t: &Option<TransitionPlan>) -> Option<RawTransition> {
+    t.as_ref().map(|x| {
+        let (rhai, plugin) = match &x.source {
+            CodeSource::Rhai(p) => (Some(p.clone()), None),
+            CodeSource::Plugin(p) => (None, Some(p.clone())),
+        };
+        RawTransition {
+            rhai,
+            plugin,
+            params: Some(x.params.clone()),
+        }
+    })
+}

@@ -223,7 +223,8 @@ impl Tracker for TensorBoardTracker {
         let opened = self.start_file(prior);
         opened.map_err(|e| {
             track_error(format!(
-                "TensorBoard: {e}; no event files are written for this run (training goes on)"
+                "TensorBoard: {}; no event files are written for this run (training goes on)",
+                e.chain()
             ))
         })
     }
@@ -234,7 +235,8 @@ impl Tracker for TensorBoardTracker {
             w.write_event(&scalars_event(r.timestamp, r.step, &r.values))
                 .map_err(|e| {
                     track_error(format!(
-                        "TensorBoard: {e}; no further events are written (training goes on)"
+                        "TensorBoard: {}; no further events are written (training goes on)",
+                        e.chain()
                     ))
                 })?;
         }

@@ -1,19 +1,12 @@
 //! The real binary's `generate` and `score` commands, and hub-id resolution through the HF cache.
 mod common;
 use common::*;
-use std::process::Command;
 
 fn run(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
-    let out = Command::new(bin())
-        .args(args)
-        .envs(envs.iter().copied())
+    envs.iter()
+        .fold(comlrl(args), |c, (k, v)| c.env(k, v))
         .output()
-        .expect("run comlrl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+        .parts()
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! `metrics.jsonl` stays the source of truth: a tracker that fails warns once and stops; rows a
 //! full queue could not take are counted and reported at the end (`comlrl wandb-sync` uploads
 //! them from `metrics.jsonl` later).
-pub mod names;
+pub(crate) mod names;
 pub mod tensorboard;
 pub mod wandb;
 mod wandb_auth;

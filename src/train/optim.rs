@@ -195,7 +195,7 @@ impl AdamW {
         max_norm: Option<f64>,
     ) -> Result<f64> {
         if grads.len() != self.params.len() {
-            return Err(Error::Invalid(format!(
+            return Err(Error::Internal(format!(
                 "adamw: {} gradients for {} parameters",
                 grads.len(),
                 self.params.len()

@@ -167,7 +167,7 @@ fn lock(dir: &Path) -> Result<File> {
             err,
         ));
     }
-    let host = hostname();
+    let host = crate::runtime::hostname();
     let text = format!("pid {} on host {host}\n", std::process::id());
     file.set_len(0)
         .and_then(|_| file.rewind())
@@ -175,17 +175,6 @@ fn lock(dir: &Path) -> Result<File> {
         .and_then(|_| file.flush())
         .map_err(|e| Error::io(&path, e))?;
     Ok(file)
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer it is given.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// Records a new random run id in `dir/run.json` (written to a temporary file, then renamed).

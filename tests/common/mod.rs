@@ -1,10 +1,15 @@
-//! Helpers shared by the integration tests: fixture paths and tensor conversions.
+//! Helpers shared by the integration tests: fixture paths, tensor conversions, and running the
+//! binary ([`cli`]).
 #![allow(dead_code)]
 use candle_core::{Device, Tensor};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+pub mod cli;
 pub mod tiny_run;
+
+#[allow(unused_imports)]
+pub use cli::{comlrl, metrics, metrics_without_timing, on_scenario, run_comlrl, tiny_scenario};
 
 /// `tests/fixtures` (the project's own reference data; see its README).
 pub fn fixtures() -> PathBuf {

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 pub mod cli;
+pub mod grad;
 pub mod tiny_run;
 
 #[allow(unused_imports)]
@@ -40,6 +41,23 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
         .iter()
         .map(|x| x.as_u64().expect("id") as u32)
         .collect()
+}
+
+/// The files of a fixture model directory (config, weights, tokenizer, generation config).
+pub const MODEL_FILES: [&str; 5] = [
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+];
+
+/// Copies the [`MODEL_FILES`] of model directory `from` into the existing directory `to`.
+pub fn copy_model(from: &std::path::Path, to: &std::path::Path) {
+    for f in MODEL_FILES {
+        std::fs::copy(from.join(f), to.join(f))
+            .unwrap_or_else(|e| panic!("copy {}: {e}", from.join(f).display()));
+    }
 }
 
 /// Path of the built `comlrl` binary.

@@ -4,9 +4,9 @@
 //! differences on the tensors only these architectures have (q_norm, k_norm) and on the
 //! projections whose outputs go through the llama3-scaled RoPE.
 mod common;
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{DType, Tensor, Var};
 use comlrl::model::recompute::weighted_logprob_grads;
-use comlrl::model::{completion_logprobs, LoadOptions, Mode, ModelSource, Policy, ScoreLayout};
+use comlrl::model::{LoadOptions, ModelSource, Policy, ScoreLayout};
 use comlrl::train::loss::loss_and_grads;
 use comlrl::train::rollout::AgentRollout;
 use common::grad::{central_difference, f64s};

@@ -13,8 +13,9 @@ fn main() -> ExitCode {
     match cli::run(args) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err}");
-            for cause in err.chain().skip(1) {
+            let lines = comlrl::error::chain(err.as_ref());
+            eprintln!("error: {}", lines[0]);
+            for cause in &lines[1..] {
                 eprintln!("  caused by: {cause}");
             }
             ExitCode::FAILURE

@@ -1,7 +1,8 @@
 //! Process-wide CPU settings applied once at start-up, before any thread exists: candle's
 //! elementwise thread pool size and glibc's allocator policy. Measured by `comlrl bench models`
 //! (see docs/performance.md): together they cut the training step's backward pass ~3× here.
-//! Also the process's memory readings (resident and peak), for logs and benchmark reports.
+//! Also the process's memory readings (resident and peak), for logs and benchmark reports, and
+//! the machine's host name (for lock files and event-file names).
 
 /// What [`tune`] changed, for benchmark reports.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -89,4 +90,16 @@ pub fn rss_bytes() -> Option<u64> {
 pub fn memory_line() -> String {
     let mb = |b: Option<u64>| b.map_or("?".into(), |b| format!("{:.0} MB", b as f64 / 1e6));
     format!("rss {}, peak {}", mb(rss_bytes()), mb(peak_rss_bytes()))
+}
+
+/// The machine's host name (`unknown` when the system does not say).
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer it is given.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
 }

@@ -4,11 +4,12 @@
 //! differences on the tensors only these architectures have (q_norm, k_norm) and on the
 //! projections whose outputs go through the llama3-scaled RoPE.
 mod common;
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{DType, Tensor, Var};
 use comlrl::model::recompute::weighted_logprob_grads;
-use comlrl::model::{completion_logprobs, LoadOptions, Mode, ModelSource, Policy, ScoreLayout};
+use comlrl::model::{LoadOptions, ModelSource, Policy, ScoreLayout};
 use comlrl::train::loss::loss_and_grads;
 use comlrl::train::rollout::AgentRollout;
+use common::grad::{central_difference, f64s};
 use common::*;
 use std::collections::HashMap;
 
@@ -170,21 +171,11 @@ fn qwen3_loss_and_gradients_match_reference() {
 
 /// −Σ_b A_b Σ_t log π over two left-padded rows with unequal completions (f64).
 fn pg_loss(policy: &Policy) -> Tensor {
-    let prompts: [&[u32]; 2] = [&[10, 20, 30, 40, 50, 60, 70], &[80, 90]];
-    let comps: [&[u32]; 2] = [&[100, 110, 120], &[130, 140, 150, 160, 0]];
-    let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id).unwrap();
-    let lp = completion_logprobs(&policy.model, &layout, Mode::Train).unwrap();
-    let adv = Tensor::new(&[0.7f64, -1.3], &Device::Cpu).unwrap();
-    (lp.sum(1).unwrap() * adv)
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .neg()
-        .unwrap()
-}
-
-fn f64s(t: &Tensor) -> Vec<f64> {
-    t.flatten_all().unwrap().to_vec1::<f64>().unwrap()
+    common::grad::pg_loss(
+        policy,
+        [&[10, 20, 30, 40, 50, 60, 70], &[80, 90]],
+        [&[100, 110, 120], &[130, 140, 150, 160, 0]],
+    )
 }
 
 /// Central differences (h = 1e-5, f64) against backprop at `probes`, after checking that every
@@ -212,16 +203,8 @@ fn finite_differences(name: &str, probes: &[(&str, usize)]) {
             .get(pname)
             .unwrap_or_else(|| panic!("{name} has no tensor {pname}"));
         let analytic = f64s(grads.get(var.as_tensor()).unwrap())[idx];
-        let orig = var.as_tensor().copy().unwrap();
-        let shifted = |delta: f64| {
-            let mut v = f64s(&orig);
-            v[idx] += delta;
-            var.set(&Tensor::from_vec(v, orig.shape(), &Device::Cpu).unwrap())
-                .unwrap();
-            pg_loss(&policy).to_scalar::<f64>().unwrap()
-        };
-        let numeric = (shifted(h) - shifted(-h)) / (2.0 * h);
-        var.set(&orig).unwrap();
+        let numeric =
+            central_difference(var, idx, h, || pg_loss(&policy).to_scalar::<f64>().unwrap());
         let err = (numeric - analytic).abs();
         assert!(
             analytic != 0.0 && err < 1e-10 + 1e-5 * analytic.abs(),

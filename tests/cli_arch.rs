@@ -2,17 +2,8 @@
 //! tokens, `score` the reference log-probs, and `run` trains both agents of the tiny scenario
 //! on them for a few steps and saves models that load again.
 mod common;
+use common::run_comlrl as run;
 use common::*;
-use std::process::Command;
-
-fn run(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(bin()).args(args).output().expect("run comlrl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
 
 const MODELS: [&str; 2] = ["tiny-llama", "tiny-qwen3"];
 
@@ -89,8 +80,6 @@ fn score_matches_reference_logprobs() {
 
 #[test]
 fn run_trains_the_tiny_scenario_on_each_architecture() {
-    let scenario = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("scenarios/story_len_ratio_tiny.yaml");
     for name in MODELS {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("run");
@@ -103,18 +92,13 @@ fn run_trains_the_tiny_scenario_on_each_architecture() {
             r#"dataset.prompts=["Once upon a time", "The robot", "A dragon"]"#.into(),
             "logging.steps=1".into(),
         ];
-        let mut args = vec![
-            "run".to_string(),
-            scenario.display().to_string(),
-            "--quiet".into(),
-        ];
-        for s in &sets {
-            args.extend(["--set".to_string(), s.clone()]);
-        }
-        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let (ok, _, err) = run(&refs);
+        let (ok, _, err) = on_scenario("run", &tiny_scenario())
+            .sets(&sets)
+            .flags(&["--quiet"])
+            .output()
+            .parts();
         assert!(ok, "{name}: {err}");
-        let rows = comlrl::metrics::read_jsonl(&out.join("metrics.jsonl")).unwrap();
+        let rows = metrics(&out);
         assert_eq!(rows.len(), 3, "{name}: one row per prompt");
         assert!(
             rows.iter()

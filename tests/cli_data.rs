@@ -2,28 +2,17 @@
 //! agent shown by `check --print` (as YAML comments), the shipped SmolLM2 scenario checked
 //! offline, and an uncached Hub dataset refused by `run` with the cache path it looked at.
 mod common;
-use common::bin;
+use common::{comlrl, fixtures};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
 
 /// Runs the binary with an empty, offline Hub cache.
 fn run_bin(hf_home: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(bin())
-        .args(args)
+    comlrl(args)
         .env("HF_HOME", hf_home)
         .env_remove("HF_HUB_CACHE")
         .env("HF_HUB_OFFLINE", "1")
         .output()
-        .expect("run comlrl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+        .parts()
 }
 
 #[test]
@@ -94,8 +83,7 @@ fn check_prints_each_agents_first_prompt() {
 #[test]
 fn run_refuses_an_uncached_hub_dataset_offline() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let tiny =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/story_len_ratio_tiny.yaml");
+    let tiny = common::tiny_scenario();
     let (ok, _, stderr) = run_bin(
         dir.path(),
         &[

@@ -1,19 +1,12 @@
 //! The real binary's `generate` and `score` commands, and hub-id resolution through the HF cache.
 mod common;
 use common::*;
-use std::process::Command;
 
 fn run(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
-    let out = Command::new(bin())
-        .args(args)
-        .envs(envs.iter().copied())
+    envs.iter()
+        .fold(comlrl(args), |c, (k, v)| c.env(k, v))
         .output()
-        .expect("run comlrl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+        .parts()
 }
 
 #[test]
@@ -120,15 +113,7 @@ fn hub_ids_resolve_through_the_cache_and_fail_clearly_offline() {
     std::fs::create_dir_all(&snap).unwrap();
     std::fs::create_dir_all(repo.join("refs")).unwrap();
     std::fs::write(repo.join("refs/main"), "0123abcd").unwrap();
-    for f in [
-        "config.json",
-        "model.safetensors",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "generation_config.json",
-    ] {
-        std::fs::copy(fixtures().join("tiny-qwen2").join(f), snap.join(f)).unwrap();
-    }
+    copy_model(&fixtures().join("tiny-qwen2"), &snap);
     let env = [
         ("HF_HUB_CACHE", cache.path().to_str().unwrap()),
         ("HF_HUB_OFFLINE", "1"),

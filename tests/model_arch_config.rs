@@ -16,15 +16,7 @@ fn variant(
     edit: impl FnOnce(&mut serde_json::Map<String, Value>),
 ) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    for f in [
-        "config.json",
-        "model.safetensors",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "generation_config.json",
-    ] {
-        std::fs::copy(fixtures().join(name).join(f), tmp.path().join(f)).unwrap();
-    }
+    copy_model(&fixtures().join(name), tmp.path());
     let path = tmp.path().join("config.json");
     let mut cfg = json(&path);
     edit(cfg.as_object_mut().unwrap());

@@ -392,16 +392,9 @@ fn cli_exports_and_generates_from_the_gguf() {
     let out = tmp.path().join("agent.gguf");
     let model = fixtures().join("tiny-qwen2");
     let run = |args: &[&str]| {
-        let o = std::process::Command::new(bin())
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8(o.stdout).unwrap()
+        let o = comlrl(args).output();
+        assert!(o.ok, "{args:?}: {}", o.stderr);
+        o.stdout
     };
     let msg = run(&[
         "export",
@@ -428,18 +421,16 @@ fn cli_exports_and_generates_from_the_gguf() {
         ])
     };
     assert_eq!(gen(out.to_str().unwrap()), gen(model.to_str().unwrap()));
-    let o = std::process::Command::new(bin())
-        .args([
-            "export",
-            "--model",
-            model.to_str().unwrap(),
-            "--out",
-            "x.gguf",
-        ])
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--gguf"));
+    let o = comlrl(&[
+        "export",
+        "--model",
+        model.to_str().unwrap(),
+        "--out",
+        "x.gguf",
+    ])
+    .output();
+    assert!(!o.ok);
+    assert!(o.stderr.contains("--gguf"), "{}", o.stderr);
 }
 
 /// Llama and Qwen3 through GGUF end to end. Until the model supports those architectures the

@@ -3,6 +3,7 @@
 mod common;
 use candle_core::{DType, Device, Tensor};
 use comlrl::model::{completion_logprobs, LoadOptions, Mode, ModelSource, Policy, ScoreLayout};
+use common::grad::{central_difference, f64s};
 use common::*;
 
 #[test]
@@ -12,25 +13,7 @@ fn loss_and_gradients_match_reference() {
         &LoadOptions::default(),
     )
     .unwrap();
-    let r = load_st(&fixtures().join("magrpo/loss_tiny.safetensors"));
-    let prompt: Vec<u32> = r["prompt_ids"]
-        .to_dtype(DType::U32)
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    let cids = rows_i64(&r["completion_ids"]);
-    let cmask = rows_i64(&r["completion_mask"]);
-    let comps: Vec<Vec<u32>> = cids
-        .iter()
-        .zip(&cmask)
-        .map(|(ids, m)| {
-            ids.iter()
-                .zip(m)
-                .filter(|(_, &m)| m == 1)
-                .map(|(&i, _)| i as u32)
-                .collect()
-        })
-        .collect();
+    let (prompt, comps, r) = common::grad::loss_fixture();
     let k = comps.len();
     let prompts: Vec<&[u32]> = vec![prompt.as_slice(); k];
     let c: Vec<&[u32]> = comps.iter().map(|v| v.as_slice()).collect();
@@ -97,17 +80,11 @@ fn tiny_f64() -> Policy {
 
 /// A loss over two left-padded rows with unequal completions, as the trainer builds it.
 fn pg_loss(policy: &Policy) -> Tensor {
-    let prompts: [&[u32]; 2] = [&[10, 20, 30, 40], &[50, 60]];
-    let comps: [&[u32]; 2] = [&[70, 80, 90], &[100, 110, 120, 130, 256]];
-    let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id).unwrap();
-    let lp = completion_logprobs(&policy.model, &layout, Mode::Train).unwrap();
-    let adv = Tensor::new(&[0.7f64, -1.3], &Device::Cpu).unwrap();
-    (lp.sum(1).unwrap() * adv)
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .neg()
-        .unwrap()
+    common::grad::pg_loss(
+        policy,
+        [&[10, 20, 30, 40], &[50, 60]],
+        [&[70, 80, 90], &[100, 110, 120, 130, 256]],
+    )
 }
 
 #[test]
@@ -151,24 +128,12 @@ fn finite_differences_agree_with_backprop() {
     for (name, idx) in probes {
         let var = &vars[name];
         let analytic = f64s(grads.get(var.as_tensor()).unwrap())[idx];
-        let orig = var.as_tensor().copy().unwrap();
-        let shifted = |delta: f64| {
-            let mut v = f64s(&orig);
-            v[idx] += delta;
-            var.set(&Tensor::from_vec(v, orig.shape(), &Device::Cpu).unwrap())
-                .unwrap();
-            pg_loss(&policy).to_scalar::<f64>().unwrap()
-        };
-        let numeric = (shifted(h) - shifted(-h)) / (2.0 * h);
-        var.set(&orig).unwrap();
+        let numeric =
+            central_difference(var, idx, h, || pg_loss(&policy).to_scalar::<f64>().unwrap());
         let err = (numeric - analytic).abs();
         assert!(
             err < 1e-10 + 1e-5 * analytic.abs(),
             "{name}[{idx}]: numeric {numeric} vs analytic {analytic} (abs err {err})"
         );
     }
-}
-
-fn f64s(t: &Tensor) -> Vec<f64> {
-    t.flatten_all().unwrap().to_vec1::<f64>().unwrap()
 }

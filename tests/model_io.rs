@@ -80,15 +80,7 @@ fn untied_bf16_checkpoint_round_trips_in_f32() {
 /// A copy of the tied fixture model that a test may break.
 fn scratch_model() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    for f in [
-        "config.json",
-        "model.safetensors",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "generation_config.json",
-    ] {
-        std::fs::copy(fixtures().join("tiny-qwen2").join(f), tmp.path().join(f)).unwrap();
-    }
+    copy_model(&fixtures().join("tiny-qwen2"), tmp.path());
     tmp
 }
 

@@ -7,7 +7,6 @@ use comlrl_reward::{
     HostCommand, IsolatedReward, JointSample, PluginFailure, RewardError, RewardFn,
 };
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 fn plugin(name: &str) -> PathBuf {
@@ -67,15 +66,11 @@ fn check_reports_a_truncated_plugin() {
     )
     .expect("write");
     for isolate in ["true", "false"] {
-        let out = Command::new(common::bin())
-            .arg("check")
-            .arg(&scenario)
-            .arg("--set")
-            .arg(format!("reward.isolate={isolate}"))
-            .output()
-            .expect("run comlrl");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "isolate {isolate}: {stderr}");
+        let out = common::on_scenario("check", &scenario)
+            .set(format!("reward.isolate={isolate}"))
+            .output();
+        let stderr = out.stderr;
+        assert_eq!(out.code, Some(1), "isolate {isolate}: {stderr}");
         assert!(stderr.contains("libcut.so"), "{stderr}");
         assert!(stderr.contains("truncated"), "{stderr}");
     }

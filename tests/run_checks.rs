@@ -5,7 +5,6 @@ mod common;
 use common::tiny_run::*;
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 #[test]
 fn cross_joint_actions_beyond_the_limit_are_an_error() {
@@ -83,10 +82,7 @@ fn edit_state(ck: &Path, f: impl Fn(&mut serde_json::Value)) {
 fn damaged_or_edited_checkpoints_are_errors_not_panics() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    let sets: Vec<String> = args(&out, &[], &[])[3..]
-        .chunks(2)
-        .map(|c| c[1].clone())
-        .collect();
+    let sets = tiny(&out, &[], &[]).overrides();
     let sc = comlrl_scenario::load(&scenario(), &sets).unwrap();
     let mut t = comlrl::train::Trainer::new(sc).unwrap();
     let flag = t.interrupt_flag();
@@ -175,17 +171,12 @@ fn damaged_or_edited_checkpoints_are_errors_not_panics() {
     assert_eq!(steps(&out), (1..=20).collect::<Vec<_>>());
 }
 
-/// `comlrl check <tiny> --quiet`-style call with `--set` overrides (and a scenario path).
+/// `comlrl check <scenario>` with `--set` overrides: exit code and stderr.
 fn check(scen: &Path, sets: &[String]) -> (Option<i32>, String) {
-    let mut a = vec!["check".to_string(), scen.display().to_string()];
-    for s in sets {
-        a.extend(["--set".to_string(), s.clone()]);
-    }
-    let o = Command::new(bin()).args(&a).output().unwrap();
-    (
-        o.status.code(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    on_scenario("check", scen)
+        .sets(sets)
+        .output()
+        .code_and_stderr()
 }
 
 #[test]

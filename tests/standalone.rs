@@ -50,8 +50,7 @@ fn nothing_reads_the_shared_folder_beside_the_clone() {
 
 /// The subcommands `comlrl --help` lists.
 fn subcommands() -> BTreeSet<String> {
-    let out = Command::new(bin()).arg("--help").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let text = comlrl(&["--help"]).output().stdout;
     let list = text
         .split("Commands:")
         .nth(1)
@@ -65,10 +64,7 @@ fn subcommands() -> BTreeSet<String> {
 /// Whether `cmd` is a subcommand `--help` does not list (e.g. `plugin-host`, which the
 /// trainer starts itself): its own `--help` succeeds.
 fn hidden_command(cmd: &str) -> bool {
-    Command::new(bin())
-        .args([cmd, "--help"])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    comlrl(&[cmd, "--help"]).output().ok
 }
 
 /// Text in code: fenced or indented code blocks and inline `code` spans of a Markdown file;
@@ -137,13 +133,9 @@ fn every_command_the_docs_mention_exists() {
 }
 
 fn run_ok(args: &[&str]) -> String {
-    let out = Command::new(bin()).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "comlrl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
+    let out = comlrl(args).output();
+    assert!(out.ok, "comlrl {args:?}: {}", out.stderr);
+    out.stdout
 }
 
 fn json_file(p: &Path) -> serde_json::Value {

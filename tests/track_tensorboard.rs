@@ -2,51 +2,31 @@
 //! `logging.tensorboard: true`; the event files under `<output_dir>/tb/` are read back (by our
 //! reader, which checks every record's CRCs, and by Python's EventAccumulator where tensorboard
 //! is installed) and must hold the same values as `metrics.jsonl`.
+mod common;
 use comlrl::track::tensorboard::read_dir;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 fn train(out: &Path) -> (bool, String) {
-    let scenario =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/story_len_ratio_tiny.yaml");
-    let out_set = format!("output_dir={}", out.display());
-    let o = Command::new(env!("CARGO_BIN_EXE_comlrl"))
-        .args(["run", scenario.to_str().unwrap(), "--quiet"])
-        .args([
-            "--set",
+    let o = common::on_scenario("run", &common::tiny_scenario())
+        .sets(&[
             "agents.max_new_tokens=16",
-            "--set",
             "trainer.num_train_epochs=1",
-        ])
-        .args([
-            "--set",
             "logging.steps=2",
-            "--set",
             "logging.tensorboard=true",
-            "--set",
-            &out_set,
         ])
-        .output()
-        .expect("run comlrl");
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+        .set(format!("output_dir={}", out.display()))
+        .flags(&["--quiet"])
+        .output();
+    (o.ok, o.stderr)
 }
 
 fn metrics(out: &Path) -> Vec<serde_json::Map<String, Value>> {
-    std::fs::read_to_string(out.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l)
-                .unwrap()
-                .as_object()
-                .unwrap()
-                .clone()
-        })
+    common::metrics(out)
+        .into_iter()
+        .map(|r| r.as_object().unwrap().clone())
         .collect()
 }
 

@@ -4,11 +4,11 @@
 //! that the run is marked finished; with the server down, that training finishes with exactly one
 //! warning and `comlrl wandb-sync` uploads the same run afterwards; with a rejected key, that one
 //! warning says so.
+mod common;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -122,43 +122,31 @@ fn serve(stream: TcpStream, status: u16, reqs: &Mutex<Vec<Req>>) {
     let _ = out.flush();
 }
 
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_comlrl"))
-}
-
-fn scenario() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/story_len_ratio_tiny.yaml")
-}
-
 /// Runs the binary with W&B pointed at `base_url`, no proxies, and a HOME without a netrc.
-fn comlrl(args: &[&str], base_url: &str, home: &Path) -> (bool, String) {
-    let mut cmd = Command::new(bin());
-    cmd.args(args)
-        .env("WANDB_BASE_URL", base_url)
-        .env("WANDB_API_KEY", KEY)
-        .env("HOME", home)
-        .env_remove("NETRC");
-    for p in [
+fn wandb_comlrl(args: &[&str], base_url: &str, home: &Path) -> (bool, String) {
+    let proxies = [
         "HTTP_PROXY",
         "HTTPS_PROXY",
         "ALL_PROXY",
         "http_proxy",
         "https_proxy",
         "all_proxy",
-    ] {
-        cmd.env_remove(p);
-    }
-    let out = cmd.output().expect("run comlrl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    ];
+    let out = proxies
+        .iter()
+        .fold(common::comlrl(args), |c, p| c.env_remove(p))
+        .env("WANDB_BASE_URL", base_url)
+        .env("WANDB_API_KEY", KEY)
+        .env("HOME", home)
+        .env_remove("NETRC")
+        .output();
+    (out.ok, out.stderr)
 }
 
 /// `comlrl run` on the tiny scenario, 10 steps, a metrics row every 2.
 fn train(out: &Path, extra: &[&str], base_url: &str, home: &Path) -> (bool, String) {
     let out_set = format!("output_dir={}", out.display());
-    let scen = scenario();
+    let scen = common::tiny_scenario();
     let mut args = vec![
         "run",
         scen.to_str().unwrap(),
@@ -172,7 +160,7 @@ fn train(out: &Path, extra: &[&str], base_url: &str, home: &Path) -> (bool, Stri
         &out_set,
     ];
     args.extend_from_slice(extra);
-    comlrl(&args, base_url, home)
+    wandb_comlrl(&args, base_url, home)
 }
 
 fn metrics(out: &Path) -> Vec<serde_json::Map<String, Value>> {
@@ -381,7 +369,7 @@ fn server_down_warns_once_and_wandb_sync_uploads_later() {
 
     // Later, with W&B back: upload the run from metrics.jsonl (project from the flag).
     let mock = Mock::start(200);
-    let (ok, stderr) = comlrl(
+    let (ok, stderr) = wandb_comlrl(
         &[
             "wandb-sync",
             out.to_str().unwrap(),

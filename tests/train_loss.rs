@@ -9,25 +9,7 @@ use comlrl::train::rollout::AgentRollout;
 use common::*;
 
 fn fixture_sample() -> (AgentRollout, std::collections::HashMap<String, Tensor>) {
-    let r = load_st(&fixtures().join("magrpo/loss_tiny.safetensors"));
-    let prompt: Vec<u32> = r["prompt_ids"]
-        .to_dtype(DType::U32)
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    let cids = rows_i64(&r["completion_ids"]);
-    let cmask = rows_i64(&r["completion_mask"]);
-    let completions: Vec<Vec<u32>> = cids
-        .iter()
-        .zip(&cmask)
-        .map(|(ids, m)| {
-            ids.iter()
-                .zip(m)
-                .filter(|(_, &m)| m == 1)
-                .map(|(&i, _)| i as u32)
-                .collect()
-        })
-        .collect();
+    let (prompt, completions, r) = common::grad::loss_fixture();
     let advantages: Vec<f32> = r["advantages"]
         .to_dtype(DType::F32)
         .unwrap()

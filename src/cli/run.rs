@@ -120,7 +120,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     });
     // Tracking never stops a run: if it cannot even start, say so and train without it.
     let tracking = Tracking::start(&plan, warn.clone()).unwrap_or_else(|e| {
-        warn(&format!("warning: tracking is off for this run: {e}"));
+        warn(&format!(
+            "warning: tracking is off for this run: {}",
+            e.chain()
+        ));
         None
     });
     let mut obs = Bar { bar, tracking };

@@ -19,7 +19,7 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<serde_json::Value>> {
         .enumerate()
         .map(|(i, l)| {
             serde_json::from_str(l)
-                .map_err(|e| Error::model(path, format!("line {}: not JSON: {e}", i + 1)))
+                .map_err(|e| Error::metrics_by(path, format!("line {}: not JSON", i + 1), e))
         })
         .collect()
 }

@@ -38,7 +38,7 @@ impl MetricsSink {
         let lines: Vec<&str> = text.lines().collect();
         let complete = lines.len() - usize::from(torn);
         if complete < keep_rows {
-            return Err(Error::model(
+            return Err(Error::metrics(
                 &jsonl,
                 format!(
                     "{complete} complete rows, but the checkpoint (step {step}) was written after row {keep_rows}: \
@@ -50,13 +50,13 @@ impl MetricsSink {
             .iter()
             .enumerate()
             .map(|(i, l)| {
-                parse_row(l).map_err(|e| Error::model(&jsonl, format!("line {}: {e}", i + 1)))
+                parse_row(l).map_err(|e| Error::metrics(&jsonl, format!("line {}: {e}", i + 1)))
             })
             .collect::<Result<_>>()?;
         if let Some(last) = kept.last() {
             let logged = value(last, "step");
             if logged.is_nan() || logged > step as f64 {
-                return Err(Error::model(
+                return Err(Error::metrics(
                     &jsonl,
                     format!(
                         "line {keep_rows}: field `step` is {logged}, after the checkpoint's step {step}: \
@@ -120,7 +120,8 @@ impl MetricsSink {
         text.lines()
             .enumerate()
             .map(|(i, l)| {
-                parse_row(l).map_err(|e| Error::model(&self.jsonl, format!("line {}: {e}", i + 1)))
+                parse_row(l)
+                    .map_err(|e| Error::metrics(&self.jsonl, format!("line {}: {e}", i + 1)))
             })
             .collect()
     }
@@ -146,8 +147,8 @@ impl MetricsSink {
         std::fs::rename(&tmp, &self.csv).map_err(|e| Error::io(&self.csv, e))
     }
 
-    fn csv_err(&self, e: impl std::fmt::Display) -> Error {
-        Error::model(&self.csv, format!("cannot write CSV: {e}"))
+    fn csv_err(&self, e: impl Into<crate::error::Cause>) -> Error {
+        Error::metrics_by(&self.csv, "cannot write CSV", e)
     }
 }
 

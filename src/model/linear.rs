@@ -61,31 +61,32 @@ impl Linear {
     /// y = (W · xᵀ)ᵀ (+ b): the same product with the contiguous (out, in) weight on the left,
     /// which gemm runs without packing it; for sampling without the transposed copies.
     fn apply_swapped(&self, x: &Tensor) -> Result<Tensor> {
-        let dims = x.dims();
-        let Some(&in_dim) = dims.last() else {
-            candle_core::bail!("linear: a scalar input has no feature dimension")
-        };
-        let rows = x.elem_count() / in_dim.max(1);
-        let x2 = x.reshape((rows, in_dim))?.contiguous()?;
-        let y = self.weight.matmul(&x2.t()?)?.t()?.contiguous()?;
-        let y = match &self.bias {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        };
-        let mut out = dims.to_vec();
-        let last = out.len() - 1;
-        out[last] = y.dim(1)?;
-        y.reshape(out)
+        self.rows_apply(x, |x2| {
+            self.weight
+                .matmul(&x2.contiguous()?.t()?)?
+                .t()?
+                .contiguous()
+        })
     }
 
     /// y = x · wt (+ b) with wt of shape (in, out), over any leading dims of x.
     fn apply(&self, x: &Tensor, wt: &Tensor) -> Result<Tensor> {
+        self.rows_apply(x, |x2| x2.matmul(wt))
+    }
+
+    /// `x` flattened to (rows, in), `product` of it (rows, out), the bias added, and the
+    /// leading dims of `x` restored.
+    fn rows_apply(
+        &self,
+        x: &Tensor,
+        product: impl Fn(&Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         let dims = x.dims();
         let Some(&in_dim) = dims.last() else {
             candle_core::bail!("linear: a scalar input has no feature dimension")
         };
         let rows = x.elem_count() / in_dim.max(1);
-        let y = x.reshape((rows, in_dim))?.matmul(wt)?;
+        let y = product(&x.reshape((rows, in_dim))?)?;
         let y = match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,

@@ -97,7 +97,7 @@ impl Policy {
         match source.resolve_dir()? {
             None => {
                 let ModelSource::Builtin(name) = source else {
-                    return Err(Error::Invalid("unreachable: builtin without a name".into()));
+                    return Err(Error::Internal("builtin without a name".into()));
                 };
                 let cfg = Qwen2Config::preset(name).ok_or_else(|| Error::Resolve {
                     model: source.describe(),
@@ -228,11 +228,11 @@ impl Policy {
             let mut data = varmap
                 .data()
                 .lock()
-                .map_err(|_| Error::Invalid("var map lock poisoned".into()))?;
+                .map_err(|_| Error::Internal("var map lock poisoned".into()))?;
             for name in &names {
-                let t = tensors.remove(name).ok_or_else(|| {
-                    Error::Invalid(format!("internal: tensor {name} not prepared"))
-                })?;
+                let t = tensors
+                    .remove(name)
+                    .ok_or_else(|| Error::Internal(format!("tensor {name} not prepared")))?;
                 data.insert(name.clone(), Var::from_tensor(&t)?);
             }
         }
@@ -260,10 +260,10 @@ impl Policy {
             let data = varmap
                 .data()
                 .lock()
-                .map_err(|_| Error::Invalid("var map lock poisoned".into()))?;
+                .map_err(|_| Error::Internal("var map lock poisoned".into()))?;
             if let Some(extra) = data.keys().find(|k| !names.contains(k)) {
-                return Err(Error::Invalid(format!(
-                    "internal: the model reads tensor `{extra}`, which weights::expected_tensors does not list"
+                return Err(Error::Internal(format!(
+                    "the model reads tensor `{extra}`, which weights::expected_tensors does not list"
                 )));
             }
         }
@@ -338,7 +338,7 @@ impl Policy {
             Some(v) => v.clone(),
             None => {
                 let mut v = serde_json::to_value(&self.config)
-                    .map_err(|e| Error::Invalid(format!("serialising config: {e}")))?;
+                    .map_err(|e| Error::serialize("the model config", e))?;
                 v["eos_token_id"] = self.eos_ids.first().copied().unwrap_or(self.pad_id).into();
                 v["pad_token_id"] = self.pad_id.into();
                 v["bos_token_id"] = self.pad_id.into();
@@ -406,7 +406,8 @@ impl Policy {
 }
 
 fn write_json(path: &Path, v: &serde_json::Value) -> Result<()> {
-    let text = serde_json::to_string_pretty(v).map_err(|e| Error::Invalid(e.to_string()))?;
+    let text = serde_json::to_string_pretty(v)
+        .map_err(|e| Error::serialize(path.display().to_string(), e))?;
     std::fs::write(path, text + "\n").map_err(|e| Error::io(path, e))
 }
 

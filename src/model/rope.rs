@@ -2,7 +2,7 @@
 //! and Qwen3, with per-row absolute positions so left-padded batches get HF's positions. The
 //! inverse frequencies come from a [`RopeSpec`] (base and scaling).
 use super::mode::Mode;
-use super::rope_scaling::{RopeScaling, RopeSpec};
+use super::rope_scaling::RopeSpec;
 use candle_core::{DType, Device, Result, Tensor, D};
 
 /// Precomputed RoPE cosine and sine tables.
@@ -14,7 +14,8 @@ pub struct Rope {
 }
 
 impl Rope {
-    /// Unscaled tables with base `theta` for positions 0..max_positions.
+    /// Unscaled tables with base `theta` for positions 0..max_positions (for the kernels' tests).
+    #[cfg(test)]
     pub fn new(
         head_dim: usize,
         theta: f64,
@@ -24,7 +25,7 @@ impl Rope {
     ) -> Result<Self> {
         let spec = RopeSpec {
             theta,
-            scaling: RopeScaling::None,
+            scaling: super::rope_scaling::RopeScaling::None,
         };
         Self::from_spec(&spec, head_dim, max_positions, dtype, dev)
     }

@@ -5,7 +5,7 @@
 //! `metrics.jsonl` stays the source of truth: a tracker that fails warns once and stops; rows a
 //! full queue could not take are counted and reported at the end (`comlrl wandb-sync` uploads
 //! them from `metrics.jsonl` later).
-pub mod names;
+pub(crate) mod names;
 pub mod tensorboard;
 pub mod wandb;
 mod wandb_auth;
@@ -161,7 +161,10 @@ impl Tracking {
             Ok(text) if !text.trim().is_empty() => match crate::metrics::read_jsonl(&path) {
                 Ok(rows) => records_from_json(&rows, self.num_turns, end_time(&path)),
                 Err(e) => {
-                    (self.warn)(&format!("warning: tracking: {e}; earlier rows not sent"));
+                    (self.warn)(&format!(
+                        "warning: tracking: {}; earlier rows not sent",
+                        e.chain()
+                    ));
                     vec![]
                 }
             },
@@ -276,7 +279,7 @@ pub fn end_time(path: &Path) -> f64 {
 
 /// A tracking failure (the message says what failed and what happens next).
 pub(crate) fn track_error(msg: impl Into<String>) -> Error {
-    Error::Invalid(msg.into())
+    Error::tracker(msg)
 }
 
 #[cfg(test)]

@@ -330,8 +330,9 @@ impl WandbTracker {
     /// Adds what happens next to an error, for the one warning the user sees.
     fn offline(&self, e: Error) -> Error {
         track_error(format!(
-            "{e}; W&B is off for this run, training goes on and metrics.jsonl keeps every row \
+            "{}; W&B is off for this run, training goes on and metrics.jsonl keeps every row \
              (upload it later with `comlrl wandb-sync {}`)",
+            e.chain(),
             self.output_dir.display()
         ))
     }

@@ -35,7 +35,7 @@ impl Worker {
                 run(tracker, rx, thread_warn);
                 let _ = done_tx.send(());
             })
-            .map_err(|e| Error::Invalid(format!("cannot start the {name} tracker thread: {e}")))?;
+            .map_err(|e| Error::tracker_by(format!("cannot start the {name} tracker thread"), e))?;
         Ok(Self {
             name,
             tx,
@@ -107,7 +107,7 @@ fn run(mut t: Box<dyn Tracker>, rx: Receiver<Msg>, warn: Warn) {
     let mut opened = false;
     let fail = |e: Error, failed: &mut bool| {
         if !*failed {
-            warn(&format!("warning: {e}"));
+            warn(&format!("warning: {}", e.chain()));
             *failed = true;
         }
     };
@@ -202,7 +202,7 @@ mod tests {
         }
         fn log(&mut self, records: &[Record]) -> Result<()> {
             if self.fail_log {
-                return Err(Error::Invalid("probe: down".into()));
+                return Err(Error::tracker("probe: down"));
             }
             for r in records {
                 self.seen.lock().unwrap().push(format!("row {}", r.step));

@@ -60,8 +60,8 @@ pub fn save(
         std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
     }
     std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    let state_json = serde_json::to_string(state)
-        .map_err(|e| Error::Train(format!("serialising state: {e}")))?;
+    let state_json =
+        serde_json::to_string(state).map_err(|e| Error::serialize("the training state", e))?;
     write(&tmp.join("state.json"), &state_json)?;
     write(&tmp.join("scenario.yaml"), scenario_yaml)?;
     for (i, (p, opt)) in policies.iter().zip(optims).enumerate() {
@@ -86,7 +86,7 @@ pub fn save(
         }
         let path = tmp.join(format!("optimizer_{i}.safetensors"));
         safetensors::serialize_to_file(moments, None, &path)
-            .map_err(|e| Error::model(&path, format!("cannot write safetensors: {e}")))?;
+            .map_err(|e| Error::checkpoint_by(&path, "cannot write safetensors", e))?;
     }
     // Written last: a checkpoint without its manifest is never used.
     manifest::write(&tmp, &state.run_id, state.step)?;
@@ -128,7 +128,7 @@ fn valid_name(name: &str) -> bool {
 
 fn lock(m: &std::sync::Mutex<Vec<f32>>) -> Result<std::sync::MutexGuard<'_, Vec<f32>>> {
     m.lock()
-        .map_err(|_| Error::Train("optimizer state lock poisoned".into()))
+        .map_err(|_| Error::Internal("optimizer state lock poisoned".into()))
 }
 
 /// A borrowed f32 buffer as a safetensors tensor (written without a copy on little-endian
@@ -180,7 +180,7 @@ pub fn latest(output_dir: &Path) -> Result<Option<PathBuf>> {
     let name = std::fs::read_to_string(&ptr).map_err(|e| Error::io(&ptr, e))?;
     let name = name.trim();
     if !valid_name(name) {
-        return Err(Error::model(
+        return Err(Error::checkpoint(
             &ptr,
             format!("holds `{name}`, not a checkpoint name of this run (`step-N`); refusing to follow it"),
         ));
@@ -188,7 +188,7 @@ pub fn latest(output_dir: &Path) -> Result<Option<PathBuf>> {
     let dir = root.join(name);
     let is_dir = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
     if !is_dir {
-        return Err(Error::model(
+        return Err(Error::checkpoint(
             &ptr,
             format!("points to {}, which is missing", dir.display()),
         ));
@@ -213,7 +213,7 @@ pub fn load(
     let m = manifest::verify(dir, &required)?;
     let mpath = dir.join(manifest::MANIFEST);
     if m.run_id != run_id {
-        return Err(Error::model(
+        return Err(Error::checkpoint(
             &mpath,
             format!(
                 "field `run_id` is `{}`, but this output_dir's run.json names run `{run_id}`: \
@@ -225,9 +225,9 @@ pub fn load(
     let state_path = dir.join("state.json");
     let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
     let state: TrainState = serde_json::from_str(&text)
-        .map_err(|e| Error::model(&state_path, format!("unreadable checkpoint state: {e}")))?;
+        .map_err(|e| Error::checkpoint_by(&state_path, "unreadable checkpoint state", e))?;
     if state.run_id != m.run_id || state.step != m.step {
-        return Err(Error::model(
+        return Err(Error::checkpoint(
             &state_path,
             format!(
                 "fields `run_id`/`step` ({}, {}) differ from manifest.json ({}, {})",
@@ -241,16 +241,16 @@ pub fn load(
     for (i, (p, opt)) in policies.iter().zip(optims.iter_mut()).enumerate() {
         let wpath = dir.join(format!("agent_{i}.safetensors"));
         let weights = candle_core::safetensors::load(&wpath, &Device::Cpu)
-            .map_err(|e| Error::model(&wpath, format!("unreadable checkpoint weights: {e}")))?;
+            .map_err(|e| Error::checkpoint_by(&wpath, "unreadable checkpoint weights", e))?;
         for (name, var) in p.vars() {
             let t = weights.get(&name).ok_or_else(|| {
-                Error::model(
+                Error::checkpoint(
                     &wpath,
                     format!("tensor `{name}` missing: the checkpoint is from another model"),
                 )
             })?;
             if t.dims() != var.as_tensor().dims() {
-                return Err(Error::model(
+                return Err(Error::checkpoint(
                     &wpath,
                     format!(
                         "tensor `{name}` has another shape: the checkpoint is from another model"
@@ -262,15 +262,15 @@ pub fn load(
         p.weights_changed()?;
         let opath = dir.join(format!("optimizer_{i}.safetensors"));
         let moments = candle_core::safetensors::load(&opath, &Device::Cpu)
-            .map_err(|e| Error::model(&opath, format!("unreadable optimizer state: {e}")))?;
+            .map_err(|e| Error::checkpoint_by(&opath, "unreadable optimizer state", e))?;
         for ps in &opt.params {
             for (key, slot) in [("m", &ps.m), ("v", &ps.v)] {
-                let t = moments
-                    .get(&format!("{key}.{}", ps.name))
-                    .ok_or_else(|| Error::model(&opath, format!("`{key}.{}` missing", ps.name)))?;
+                let t = moments.get(&format!("{key}.{}", ps.name)).ok_or_else(|| {
+                    Error::checkpoint(&opath, format!("`{key}.{}` missing", ps.name))
+                })?;
                 let want = ps.var.as_tensor().dims();
                 if t.dims() != want || t.dtype() != candle_core::DType::F32 {
-                    return Err(Error::model(
+                    return Err(Error::checkpoint(
                         &opath,
                         format!(
                             "`{key}.{}` is {:?} {:?}, the parameter is F32 {want:?}",
@@ -283,7 +283,7 @@ pub fn load(
                 let data: Vec<f32> = t.flatten_all()?.to_vec1()?;
                 *slot
                     .lock()
-                    .map_err(|_| Error::Train("optimizer state lock poisoned".into()))? = data;
+                    .map_err(|_| Error::Internal("optimizer state lock poisoned".into()))? = data;
             }
         }
         opt.step = state.opt_steps[i];

@@ -70,7 +70,7 @@ pub fn write(dir: &Path, run_id: &str, step: usize) -> Result<()> {
     };
     let path = dir.join(MANIFEST);
     let text = serde_json::to_string_pretty(&m)
-        .map_err(|e| Error::Train(format!("serialising the manifest: {e}")))?;
+        .map_err(|e| Error::serialize("the checkpoint manifest", e))?;
     std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
 }
 
@@ -79,22 +79,23 @@ pub fn write(dir: &Path, run_id: &str, step: usize) -> Result<()> {
 pub fn verify(dir: &Path, required: &[String]) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
     let text = std::fs::read_to_string(&path).map_err(|e| {
-        Error::model(
+        Error::checkpoint_by(
             &path,
-            format!("cannot be read ({e}): the checkpoint is incomplete or from an older comlrl, and cannot be verified"),
+            "cannot be read: the checkpoint is incomplete or from an older comlrl, and cannot be verified",
+            e,
         )
     })?;
     let m: Manifest = serde_json::from_str(&text)
-        .map_err(|e| Error::model(&path, format!("not a checkpoint manifest: {e}")))?;
+        .map_err(|e| Error::checkpoint_by(&path, "not a checkpoint manifest", e))?;
     if m.format != FORMAT {
-        return Err(Error::model(
+        return Err(Error::checkpoint(
             &path,
             format!("field `format` is {}, expected {FORMAT}", m.format),
         ));
     }
     for name in required {
         if !m.files.contains_key(name) {
-            return Err(Error::model(
+            return Err(Error::checkpoint(
                 &path,
                 format!("field `files` does not list `{name}`"),
             ));
@@ -102,7 +103,7 @@ pub fn verify(dir: &Path, required: &[String]) -> Result<Manifest> {
     }
     for (name, want) in &m.files {
         if name.contains('/') || name.contains('\\') || name.starts_with('.') {
-            return Err(Error::model(
+            return Err(Error::checkpoint(
                 &path,
                 format!("field `files` lists `{name}`, which is not a file of the checkpoint"),
             ));
@@ -110,7 +111,7 @@ pub fn verify(dir: &Path, required: &[String]) -> Result<Manifest> {
         let file = dir.join(name);
         let got = sum(&file)?;
         if got.bytes != want.bytes {
-            return Err(Error::model(
+            return Err(Error::checkpoint(
                 &file,
                 format!(
                     "{} bytes, the manifest records {}: the checkpoint is damaged",
@@ -119,7 +120,7 @@ pub fn verify(dir: &Path, required: &[String]) -> Result<Manifest> {
             ));
         }
         if got.sha256 != want.sha256 {
-            return Err(Error::model(
+            return Err(Error::checkpoint(
                 &file,
                 "its SHA-256 differs from the one in manifest.json: the checkpoint is damaged or was edited",
             ));

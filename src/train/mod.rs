@@ -2,19 +2,19 @@
 //! checkpoints, metrics and the training loop.
 pub mod advantage;
 pub mod checkpoint;
-pub mod joint;
+pub(crate) mod joint;
 pub mod loss;
-pub mod magrpo;
+pub(crate) mod magrpo;
 pub mod manifest;
 pub mod optim;
-pub mod plot;
+pub(crate) mod plot;
 pub mod prompt;
 pub mod rollout;
 pub mod rundir;
-pub mod schedule;
+pub(crate) mod schedule;
 pub mod setup;
-pub mod timing;
-pub mod verify;
-pub mod window;
+pub(crate) mod timing;
+pub(crate) mod verify;
+pub(crate) mod window;
 
 pub use magrpo::{Observer, RunSummary, Trainer};

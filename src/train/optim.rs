@@ -163,11 +163,13 @@ impl AdamW {
             let g = g.contiguous()?;
             let (st, l) = g.storage_and_layout();
             let Storage::Cpu(cs) = &*st else {
-                return Err(Error::Invalid("adamw: gradients must be on the CPU".into()));
+                return Err(Error::Internal(
+                    "adamw: gradients must be on the CPU".into(),
+                ));
             };
             let (a, b) = l
                 .contiguous_offsets()
-                .ok_or_else(|| Error::Invalid("adamw: non-contiguous gradient".into()))?;
+                .ok_or_else(|| Error::Internal("adamw: non-contiguous gradient".into()))?;
             let s = &cs.as_slice::<f32>()?[a..b];
             sq += s
                 .par_chunks(CHUNK)
@@ -193,7 +195,7 @@ impl AdamW {
         max_norm: Option<f64>,
     ) -> Result<f64> {
         if grads.len() != self.params.len() {
-            return Err(Error::Invalid(format!(
+            return Err(Error::Internal(format!(
                 "adamw: {} gradients for {} parameters",
                 grads.len(),
                 self.params.len()
@@ -201,7 +203,7 @@ impl AdamW {
         }
         let norm = Self::grad_norm(grads)?;
         if !norm.is_finite() {
-            return Err(Error::Invalid(format!(
+            return Err(Error::Diverged(format!(
                 "gradient norm is {norm}: the loss produced non-finite gradients (lower the learning rate or set max_grad_norm)"
             )));
         }

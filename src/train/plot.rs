@@ -14,7 +14,10 @@ pub fn plot(rows: &[serde_json::Value], agents: usize, out: &Path) -> Result<()>
     let lens: Vec<Vec<(f64, f64)>> = (0..agents)
         .map(|i| series(&format!("agent_{i}/completion_length_mean")))
         .collect();
-    let err = |e: String| Error::model(out, format!("cannot draw the plot: {e}"));
+    let err = |e: String| Error::Plot {
+        path: out.to_path_buf(),
+        source: e.into(),
+    };
     let root = SVGBackend::new(out, (900, 640)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let (top, bottom) = root.split_vertically(320);

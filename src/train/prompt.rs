@@ -38,7 +38,7 @@ impl PromptFormatter {
             None => Ok(text.to_string()),
             Some(t) => t
                 .render(self.system.as_deref(), text)
-                .map_err(|e| Error::Train(format!("agent {}: {e}", self.agent))),
+                .map_err(|e| Error::from(e).for_agent(self.agent, None)),
         }
     }
 
@@ -96,13 +96,13 @@ pub fn chat_template(
     files: ModelFiles<'_>,
     model: &str,
 ) -> Result<Option<ChatTemplate>> {
-    let fail = |msg: String| Error::Train(format!("agent {}: {msg}", agent.index));
+    let fail = |msg: String| Error::Config(msg).for_agent(agent.index, None);
     match &agent.chat_template {
         ChatTemplateSpec::None => Ok(None),
         ChatTemplateSpec::File { path, source } => {
             ChatTemplate::new(path.display().to_string(), source.clone())
                 .map(Some)
-                .map_err(|e| fail(e.to_string()))
+                .map_err(|e| Error::from(e).for_agent(agent.index, None))
         }
         ChatTemplateSpec::Auto => {
             let dir = match files {
@@ -112,7 +112,7 @@ pub fn chat_template(
                     return match ChatTemplate::from_tokenizer_config(&name, tc) {
                         Ok(Some(t)) => Ok(Some(t)),
                         Ok(None) => Err(fail(format!("`chat_template: auto`, but {model} has no `tokenizer.chat_template` in its metadata; use `chat_template: none` or a `.jinja` file"))),
-                        Err(e) => Err(fail(e.to_string())),
+                        Err(e) => Err(Error::from(e).for_agent(agent.index, None)),
                     };
                 }
                 ModelFiles::None => {
@@ -127,7 +127,7 @@ pub fn chat_template(
                     "`chat_template: auto`, but {model} has no chat template (no chat_template.jinja, and no `chat_template` in {}); use `chat_template: none` or a `.jinja` file",
                     dir.join("tokenizer_config.json").display()
                 ))),
-                Err(e) => Err(fail(e.to_string())),
+                Err(e) => Err(Error::from(e).for_agent(agent.index, None)),
             }
         }
     }
@@ -229,14 +229,14 @@ mod tests {
         );
         let e = chat_template(a, ModelFiles::Dir(&fixtures().join("tiny-llama")), "tiny")
             .unwrap_err()
-            .to_string();
+            .chain();
         assert!(
             e.contains("agent 0") && e.contains("tiny-llama/tokenizer_config.json"),
             "{e}"
         );
         let e = chat_template(a, ModelFiles::None, "builtin:tiny")
             .unwrap_err()
-            .to_string();
+            .chain();
         assert!(e.contains("builtin:tiny has no tokenizer files"), "{e}");
         assert_eq!(
             cached_model_dir(&ModelSource::Local(qwen.clone())),

@@ -221,7 +221,7 @@ fn build(
     let mut children = Vec::new();
     if turn + 1 < spec.turns && !terminate {
         let transition = spec.transition.ok_or_else(|| {
-            crate::Error::Train("num_turns > 1 needs trainer.external_transition".into())
+            crate::Error::Config("num_turns > 1 needs trainer.external_transition".into())
         })?;
         let ph: Vec<Vec<String>> = (0..n)
             .map(|i| {

@@ -73,12 +73,15 @@ pub fn claim(dir: &Path, mode: StartMode) -> Result<RunLock> {
         StartMode::Fresh => {
             let found = previous_outputs(dir);
             if !found.is_empty() {
-                return Err(Error::Train(format!(
-                    "output_dir {} holds a previous run ({}); pass --resume to continue it, \
-                     --overwrite to delete it and start over, or choose another `output_dir`",
-                    dir.display(),
-                    found.join(", ")
-                )));
+                return Err(Error::run_dir(
+                    dir,
+                    format!(
+                        "output_dir {} holds a previous run ({}); pass --resume to continue it, \
+                         --overwrite to delete it and start over, or choose another `output_dir`",
+                        dir.display(),
+                        found.join(", ")
+                    ),
+                ));
             }
             new_run(dir)?
         }
@@ -145,19 +148,26 @@ fn lock(dir: &Path) -> Result<File> {
             } else {
                 holder.to_string()
             };
-            return Err(Error::Train(format!(
-                "output_dir {} is in use by another run ({holder}, lock file {}); wait for it \
-                 to finish or choose another `output_dir`",
-                dir.display(),
-                path.display()
-            )));
+            return Err(Error::run_dir(
+                &path,
+                format!(
+                    "output_dir {} is in use by another run ({holder}, lock file {}); wait for it \
+                     to finish or choose another `output_dir`",
+                    dir.display(),
+                    path.display()
+                ),
+            ));
         }
-        return Err(Error::Train(format!(
-            "cannot lock {} ({err}); choose an `output_dir` on a file system with file locks",
-            path.display()
-        )));
+        return Err(Error::run_dir_by(
+            &path,
+            format!(
+                "cannot lock {}; choose an `output_dir` on a file system with file locks",
+                path.display()
+            ),
+            err,
+        ));
     }
-    let host = hostname();
+    let host = crate::runtime::hostname();
     let text = format!("pid {} on host {host}\n", std::process::id());
     file.set_len(0)
         .and_then(|_| file.rewind())
@@ -165,17 +175,6 @@ fn lock(dir: &Path) -> Result<File> {
         .and_then(|_| file.flush())
         .map_err(|e| Error::io(&path, e))?;
     Ok(file)
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer it is given.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// Records a new random run id in `dir/run.json` (written to a temporary file, then renamed).
@@ -193,19 +192,28 @@ fn new_run(dir: &Path) -> Result<String> {
 pub fn read_run_id(dir: &Path) -> Result<String> {
     let path = dir.join(RUN_FILE);
     let text = std::fs::read_to_string(&path).map_err(|e| {
-        Error::Train(format!(
-            "--resume: {} cannot be read ({e}); this directory holds no resumable run \
-             (start a new one with --overwrite)",
-            path.display()
-        ))
+        Error::run_dir_by(
+            &path,
+            format!(
+                "--resume: {} cannot be read; this directory holds no resumable run \
+                 (start a new one with --overwrite)",
+                path.display()
+            ),
+            e,
+        )
     })?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| Error::model(&path, format!("not JSON: {e}")))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::run_dir_by(&path, format!("{}: not JSON", path.display()), e))?;
     v.get("run_id")
         .and_then(|x| x.as_str())
         .filter(|s| !s.is_empty())
         .map(String::from)
-        .ok_or_else(|| Error::model(&path, "field `run_id` missing or not a string"))
+        .ok_or_else(|| {
+            Error::run_dir(
+                &path,
+                format!("{}: field `run_id` missing or not a string", path.display()),
+            )
+        })
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ pub fn load_policies(s: &Scenario) -> Result<Vec<Policy>> {
             match a.dtype {
                 Dtype::Auto | Dtype::F32 => {}
                 other => {
-                    return Err(Error::Train(format!(
+                    return Err(Error::Config(format!(
                         "agent {}: dtype {other:?} cannot be trained on the CPU yet (AdamW updates f32 weights); \
                          set `dtype: f32` (checkpoints in bf16/f16 are converted on load)",
                         a.index
@@ -34,7 +34,7 @@ pub fn load_policies(s: &Scenario) -> Result<Vec<Policy>> {
             }
             let src = model_source(a, &s.base_dir)?;
             let opts = LoadOptions { seed: s.seed, ..LoadOptions::default() };
-            Policy::load(&src, &opts).map_err(|e| Error::Train(format!("agent {} ({}): {e}", a.index, a.model.spec)))
+            Policy::load(&src, &opts).map_err(|e| e.for_agent(a.index, Some(a.model.spec.clone())))
         })
         .collect()
 }
@@ -63,17 +63,25 @@ pub fn reward_stack(s: &Scenario) -> Result<RewardStack> {
 /// Fails early, before any model is loaded, when `dir` cannot be created or written.
 pub fn check_output_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| {
-        Error::Train(format!(
-            "output_dir {} cannot be created ({e}); choose a writable `output_dir`",
-            dir.display()
-        ))
+        Error::run_dir_by(
+            dir,
+            format!(
+                "output_dir {} cannot be created; choose a writable `output_dir`",
+                dir.display()
+            ),
+            e,
+        )
     })?;
     let probe = dir.join(".comlrl-write-test");
     std::fs::write(&probe, b"ok").map_err(|e| {
-        Error::Train(format!(
-            "output_dir {} is not writable ({e}); choose a writable `output_dir`",
-            dir.display()
-        ))
+        Error::run_dir_by(
+            dir,
+            format!(
+                "output_dir {} is not writable; choose a writable `output_dir`",
+                dir.display()
+            ),
+            e,
+        )
     })?;
     let _ = std::fs::remove_file(probe);
     Ok(())
@@ -91,7 +99,7 @@ pub fn check_prompt_lengths(s: &Scenario, policies: &[Policy]) -> Result<()> {
         let max = p.model.max_positions();
         let new = agent.sampling.max_new_tokens;
         if new >= max {
-            return Err(Error::Train(format!(
+            return Err(Error::Config(format!(
                 "agent {}: max_new_tokens ({new}) leaves no room for a prompt in the model's {max} positions; \
                  lower `agents.max_new_tokens`",
                 agent.index
@@ -101,7 +109,7 @@ pub fn check_prompt_lengths(s: &Scenario, policies: &[Policy]) -> Result<()> {
             for (r, row) in set.rows.iter().enumerate() {
                 let ids = p.tokenizer.encode(&agent.template.render(row))?;
                 if ids.is_empty() || ids.len() + new > max {
-                    return Err(Error::Train(format!(
+                    return Err(Error::Config(format!(
                         "agent {}: {what} prompt {} encodes to {} tokens; with max_new_tokens ({new}) it must fit \
                          between 1 and the model's {max} positions; shorten the prompt or lower `agents.max_new_tokens`",
                         agent.index,
@@ -125,7 +133,7 @@ pub fn check_joint_actions(s: &Scenario) -> Result<()> {
     }
     match super::joint::joint_count(s.agents.len(), t.num_generations, cross) {
         Some(n) if n <= t.max_joint_actions => Ok(()),
-        n => Err(Error::Train(format!(
+        n => Err(Error::Config(format!(
             "trainer.joint_mode: {} joint actions per prompt ({} generations, {} agents) exceed \
              trainer.max_joint_actions ({})",
             n.map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string()),

@@ -28,7 +28,7 @@ pub struct Expect {
 /// Checks `s`, read from `path`, against `e`; the error names the field that does not fit.
 pub fn check_state(s: &TrainState, e: &Expect, path: &Path) -> Result<()> {
     let bad = |field: String, msg: String| {
-        Err(Error::model(
+        Err(Error::checkpoint(
             path,
             format!(
                 "field `{field}` {msg}; the checkpoint does not fit this scenario (or is damaged)"

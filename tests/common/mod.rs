@@ -1,10 +1,16 @@
-//! Helpers shared by the integration tests: fixture paths and tensor conversions.
+//! Helpers shared by the integration tests: fixture paths, tensor conversions, and running the
+//! binary ([`cli`]).
 #![allow(dead_code)]
 use candle_core::{Device, Tensor};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+pub mod cli;
+pub mod grad;
 pub mod tiny_run;
+
+#[allow(unused_imports)]
+pub use cli::{comlrl, metrics, metrics_without_timing, on_scenario, run_comlrl, tiny_scenario};
 
 /// `tests/fixtures` (the project's own reference data; see its README).
 pub fn fixtures() -> PathBuf {
@@ -35,6 +41,23 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
         .iter()
         .map(|x| x.as_u64().expect("id") as u32)
         .collect()
+}
+
+/// The files of a fixture model directory (config, weights, tokenizer, generation config).
+pub const MODEL_FILES: [&str; 5] = [
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+];
+
+/// Copies the [`MODEL_FILES`] of model directory `from` into the existing directory `to`.
+pub fn copy_model(from: &std::path::Path, to: &std::path::Path) {
+    for f in MODEL_FILES {
+        std::fs::copy(from.join(f), to.join(f))
+            .unwrap_or_else(|e| panic!("copy {}: {e}", from.join(f).display()));
+    }
 }
 
 /// Path of the built `comlrl` binary.

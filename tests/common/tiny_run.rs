@@ -1,55 +1,34 @@
 //! Running the `comlrl` binary on the tiny scenario: arguments, spawning, signals, and reading
 //! back metrics and checkpoints (shared by the run-directory tests).
-use super::bin;
-use comlrl::metrics::read_jsonl;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use super::cli::{comlrl, metrics, tiny_scenario, Comlrl};
+use std::path::Path;
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
-pub fn scenario() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/story_len_ratio_tiny.yaml")
-}
+#[allow(unused_imports)]
+pub use super::cli::{metrics_without_timing, tiny_scenario as scenario};
 
 /// `comlrl run <tiny> --quiet` into `out` (20 steps: 2 epochs of 10 prompts), with `extra`
 /// `--set` overrides and then the flags in `flags`.
-pub fn args(out: &Path, extra: &[&str], flags: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = vec![
-        "run".into(),
-        scenario().display().to_string(),
-        "--quiet".into(),
-    ];
-    let sets = [
-        format!("output_dir={}", out.display()),
-        "agents.max_new_tokens=16".into(),
-        "trainer.num_train_epochs=2".into(),
-        "trainer.num_generations=4".into(),
-        "logging.steps=1".into(),
-    ];
-    for s in sets.iter().map(String::as_str).chain(extra.iter().copied()) {
-        a.extend(["--set".to_string(), s.to_string()]);
-    }
-    a.extend(flags.iter().map(|s| s.to_string()));
-    a
+pub fn tiny(out: &Path, extra: &[&str], flags: &[&str]) -> Comlrl {
+    comlrl(&["run", &tiny_scenario().display().to_string(), "--quiet"])
+        .set(format!("output_dir={}", out.display()))
+        .sets(&[
+            "agents.max_new_tokens=16",
+            "trainer.num_train_epochs=2",
+            "trainer.num_generations=4",
+            "logging.steps=1",
+        ])
+        .sets(extra)
+        .flags(flags)
 }
 
 pub fn run(out: &Path, extra: &[&str], flags: &[&str]) -> (Option<i32>, String) {
-    let o = Command::new(bin())
-        .args(args(out, extra, flags))
-        .output()
-        .unwrap();
-    (
-        o.status.code(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    tiny(out, extra, flags).output().code_and_stderr()
 }
 
 pub fn spawn(out: &Path, extra: &[&str], flags: &[&str]) -> Child {
-    Command::new(bin())
-        .args(args(out, extra, flags))
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap()
+    tiny(out, extra, flags).spawn()
 }
 
 pub fn rows(out: &Path) -> usize {
@@ -78,27 +57,9 @@ pub fn finish(child: Child) -> (Option<i32>, String) {
 }
 
 pub fn steps(out: &Path) -> Vec<i64> {
-    read_jsonl(&out.join("metrics.jsonl"))
-        .unwrap()
+    metrics(out)
         .iter()
         .map(|r| r["step"].as_i64().unwrap())
-        .collect()
-}
-
-/// Metrics rows without the wall-clock fields.
-pub fn metrics_without_timing(dir: &Path) -> Vec<serde_json::Value> {
-    read_jsonl(&dir.join("metrics.jsonl"))
-        .unwrap()
-        .into_iter()
-        .map(|mut r| {
-            r.as_object_mut().unwrap().retain(|k, _| {
-                !(k == "step_seconds"
-                    || k == "tokens_per_s"
-                    || k == "train_gflops_per_s"
-                    || k.starts_with("time/"))
-            });
-            r
-        })
         .collect()
 }
 
@@ -117,4 +78,25 @@ pub fn latest(out: &Path) -> String {
         .unwrap()
         .trim()
         .to_string()
+}
+
+/// The tiny scenario shrunk for tests: the built-in tiny model (random weights, byte
+/// tokenizer; ~10× cheaper than the quick start's story model), 16 new tokens, 2 epochs, K = 4,
+/// a metrics row every 3 steps, into `out`, then the `--set` overrides in `sets`.
+pub fn small<S: AsRef<str>>(out: &Path, sets: &[S]) -> Comlrl {
+    comlrl(&["run", &tiny_scenario().display().to_string(), "--quiet"])
+        .set(format!("output_dir={}", out.display()))
+        .sets(&[
+            "agents.model=builtin:tiny",
+            "agents.max_new_tokens=16",
+            "trainer.num_train_epochs=2",
+            "trainer.num_generations=4",
+            "logging.steps=3",
+        ])
+        .sets(sets)
+}
+
+/// The scenario [`small`] runs, loaded in-process (for driving the trainer directly).
+pub fn load_small<S: AsRef<str>>(out: &Path, sets: &[S]) -> comlrl_scenario::Scenario {
+    comlrl_scenario::load(&tiny_scenario(), &small(out, sets).overrides()).unwrap()
 }

@@ -83,6 +83,33 @@ impl HostErr {
         HostErr { bytes, raw }
     }
 
+    /// The outcome of a plugin call that returned `status` with this buffer: an overrun is a
+    /// memory failure, `STATUS_PANIC` a panic, any other status but `STATUS_OK` a failure of
+    /// the call (`PluginFailure::Score`); each error names the plugin at `path`.
+    pub(crate) fn check_call(
+        &self,
+        path: &std::path::Path,
+        status: i32,
+    ) -> Result<(), crate::error::RewardError> {
+        use crate::error::{PluginFailure, RewardError};
+        if self.overrun() {
+            return Err(RewardError::plugin(
+                path,
+                PluginFailure::Memory,
+                self.message(),
+            ));
+        }
+        if status != comlrl_plugin_api::STATUS_OK {
+            let kind = if status == comlrl_plugin_api::STATUS_PANIC {
+                PluginFailure::Panic
+            } else {
+                PluginFailure::Score
+            };
+            return Err(RewardError::plugin(path, kind, self.message()));
+        }
+        Ok(())
+    }
+
     /// Whether the plugin wrote past the buffer's capacity.
     pub(crate) fn overrun(&self) -> bool {
         self.bytes[ERR_CAPACITY..].iter().any(|&b| b != ERR_CANARY)

@@ -19,7 +19,7 @@ use crate::guard::{GuardedScores, HostErr};
 use crate::{plugin_path, JointSample, RewardFn};
 use comlrl_plugin_api::{
     CreateFn, DestroyFn, RewardPluginV1, SampleRef, ScoreFn, StrRef, TableHeader, ABI_VERSION,
-    ENTRY_SYMBOL, ENTRY_SYMBOL_NAME, STATUS_OK, STATUS_PANIC,
+    ENTRY_SYMBOL, ENTRY_SYMBOL_NAME,
 };
 use libloading::Library;
 use std::ffi::c_void;
@@ -282,21 +282,7 @@ impl RewardFn for NativeReward {
                 &mut err.raw,
             )
         };
-        if err.overrun() {
-            return Err(RewardError::plugin(
-                &self.path,
-                PluginFailure::Memory,
-                err.message(),
-            ));
-        }
-        if status != STATUS_OK {
-            let kind = if status == STATUS_PANIC {
-                PluginFailure::Panic
-            } else {
-                PluginFailure::Score
-            };
-            return Err(RewardError::plugin(&self.path, kind, err.message()));
-        }
+        err.check_call(&self.path, status)?;
         out.finish().map_err(|m| {
             let kind = if m.starts_with("score #") {
                 PluginFailure::Return

@@ -9,7 +9,7 @@ use crate::transition::{TransitionFn, TransitionInput};
 use comlrl_plugin_api::transition::{
     NextFn, TransitionPluginV1, TRANSITION_SYMBOL, TRANSITION_SYMBOL_NAME,
 };
-use comlrl_plugin_api::{DestroyFn, StrRef, STATUS_OK, STATUS_PANIC};
+use comlrl_plugin_api::{DestroyFn, StrRef};
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 
@@ -137,21 +137,7 @@ impl TransitionFn for NativeTransition {
                 &mut err.raw,
             )
         };
-        if err.overrun() {
-            return Err(RewardError::plugin(
-                &self.path,
-                PluginFailure::Memory,
-                err.message(),
-            ));
-        }
-        if status != STATUS_OK {
-            let kind = if status == STATUS_PANIC {
-                PluginFailure::Panic
-            } else {
-                PluginFailure::Score
-            };
-            return Err(RewardError::plugin(&self.path, kind, err.message()));
-        }
+        err.check_call(&self.path, status)?;
         if let Some((i, what)) = sink.bad {
             return Err(RewardError::plugin(
                 &self.path,

@@ -53,7 +53,8 @@ impl std::fmt::Debug for RhaiReward {
     }
 }
 
-fn to_pos(p: Position) -> Option<Pos> {
+/// A Rhai position as a script position (column 1 when Rhai gives only the line).
+pub(crate) fn to_pos(p: Position) -> Option<Pos> {
     match (p.line(), p.position()) {
         (Some(line), Some(column)) => Some(Pos { line, column }),
         (Some(line), None) => Some(Pos { line, column: 1 }),

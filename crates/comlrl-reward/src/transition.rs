@@ -8,9 +8,9 @@
 //! branch so far (including the parent turn), `turn` the 1-based turn just completed.
 use crate::budget::{is_timeout, Deadline};
 use crate::convert::{json_to_dynamic, object_to_map};
-use crate::error::{Pos, RewardError, ScriptFailure};
+use crate::error::{RewardError, ScriptFailure};
 use crate::sandbox::{sandboxed_engine, SandboxLimits};
-use crate::script::timeout_error;
+use crate::script::{timeout_error, to_pos};
 use rhai::{Array, Dynamic, Engine, Map, Scope, AST, INT};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -73,13 +73,6 @@ impl std::fmt::Debug for RhaiTransition {
     }
 }
 
-fn pos(p: rhai::Position) -> Option<Pos> {
-    p.line().map(|line| Pos {
-        line,
-        column: p.position().unwrap_or(1),
-    })
-}
-
 impl RhaiTransition {
     /// Reads, compiles and checks the script (its `fn transition(ctx)` must exist), under the
     /// default [`SandboxLimits`] (each call gets `time_budget_ms`).
@@ -98,7 +91,7 @@ impl RhaiTransition {
             .map_err(|e| RewardError::script(path, None, ScriptFailure::Read, e.to_string()))?;
         let engine = sandboxed_engine(&path.display().to_string(), limits);
         let mut ast = engine.compile(&source).map_err(|e| {
-            RewardError::script(path, pos(e.1), ScriptFailure::Syntax, e.0.to_string())
+            RewardError::script(path, to_pos(e.1), ScriptFailure::Syntax, e.0.to_string())
         })?;
         ast.set_source(path.display().to_string());
         let ok = ast
@@ -168,10 +161,10 @@ impl TransitionFn for RhaiTransition {
             }
             if let rhai::EvalAltResult::ErrorTerminated(token, at) = inner {
                 if is_timeout(token) {
-                    return timeout_error(&self.path, self.budget, pos(*at), &[], None);
+                    return timeout_error(&self.path, self.budget, to_pos(*at), &[], None);
                 }
             }
-            let p = pos(e.position());
+            let p = to_pos(e.position());
             let kind = match inner {
                 rhai::EvalAltResult::ErrorTooManyOperations(_)
                 | rhai::EvalAltResult::ErrorStackOverflow(_)

@@ -60,7 +60,11 @@ impl Quant {
 /// Writes `policy` to `out` (via a temporary sibling file renamed into place).
 pub fn export(policy: &Policy, quant: Quant, out: &Path) -> Result<()> {
     let cfg = policy.saved_config()?;
-    let bad_cfg = |e: String| Error::Invalid(format!("{}: {e}", policy.source.describe()));
+    let bad_cfg = |e: String| Error::Export {
+        model: policy.source.describe(),
+        msg: e,
+        source: None,
+    };
     let arch = config::gguf_arch(&cfg).map_err(bad_cfg)?;
     let mut meta: Vec<(String, Value)> = config::gguf_metadata(&cfg).map_err(bad_cfg)?;
     meta.push(("general.name".into(), Value::String(name_of(policy))));
@@ -91,10 +95,10 @@ pub fn export(policy: &Policy, quant: Quant, out: &Path) -> Result<()> {
     let kv_heads = policy.config.kv_heads();
     let mut tensors = Vec::new();
     for (hf, var) in policy.vars() {
-        let g = names::gguf_name(&hf).ok_or_else(|| {
-            Error::Invalid(format!(
-                "tensor `{hf}` has no llama.cpp name; cannot export it"
-            ))
+        let g = names::gguf_name(&hf).ok_or_else(|| Error::Export {
+            model: policy.source.describe(),
+            msg: format!("tensor `{hf}` has no llama.cpp name"),
+            source: None,
         })?;
         let mut t = var
             .as_tensor()
@@ -106,8 +110,13 @@ pub fn export(policy: &Policy, quant: Quant, out: &Path) -> Result<()> {
                 t = names::permute(&t, n)?;
             }
         }
-        let q = QTensor::quantize(&t.contiguous()?, quant.ggml_type(t.dims()))
-            .map_err(|e| Error::Invalid(format!("tensor `{hf}`: cannot quantize: {e}")))?;
+        let q = QTensor::quantize(&t.contiguous()?, quant.ggml_type(t.dims())).map_err(|e| {
+            Error::Export {
+                model: policy.source.describe(),
+                msg: format!("tensor `{hf}`: cannot quantize"),
+                source: Some(e.into()),
+            }
+        })?;
         tensors.push((g, q));
     }
 

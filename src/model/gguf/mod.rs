@@ -3,10 +3,10 @@
 //! tokenizer rebuilt from the file's metadata; exporting a policy back to GGUF.
 pub mod config;
 pub mod export;
-pub mod meta;
-pub mod names;
+pub(crate) mod meta;
+pub(crate) mod names;
 pub mod read;
-pub mod rope_freqs;
+pub(crate) mod rope_freqs;
 pub mod tokenizer;
 
 pub use export::{export, Quant};

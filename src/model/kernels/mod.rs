@@ -6,11 +6,11 @@
 //!
 //! Every op takes the fused path only for contiguous-able f32 CPU tensors ([`fusable`]); callers
 //! keep the op-by-op version for other dtypes (bf16, and the f64 finite-difference tests).
-pub mod rms_norm;
-pub mod rope;
-pub mod softmax;
-pub mod swiglu;
-pub mod vexp;
+pub(crate) mod rms_norm;
+pub(crate) mod rope;
+pub(crate) mod softmax;
+pub(crate) mod swiglu;
+pub(crate) mod vexp;
 
 use candle_core::{DType, Tensor};
 use rayon::prelude::*;

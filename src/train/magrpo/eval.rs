@@ -1,7 +1,7 @@
 //! Evaluation during training: the eval prompts sampled with the training settings from an RNG
 //! of their own, so evaluating never changes the training stream.
 use super::Trainer;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::train::rollout::{rollout, RolloutSpec, RowInput};
 use crate::train::timing::Phases;
 use rand::SeedableRng;
@@ -43,7 +43,7 @@ impl Trainer {
                 &mut rng,
                 &mut Phases::default(),
             )
-            .map_err(|e| Error::Train(format!("evaluation at step {step}: {e}")))?;
+            .map_err(|e| e.at_step(step, format!("evaluation at step {step}")))?;
             if let Some(root) = nodes.first() {
                 rs.extend(root.rewards.iter().map(|&r| r as f64));
                 rets.extend(

@@ -140,11 +140,14 @@ impl Trainer {
     /// loading models and starting trackers); without one, `run` claims it itself.
     pub fn hold(&mut self, lock: RunLock) -> Result<()> {
         if lock.dir() != self.scenario.output_dir {
-            return Err(Error::Train(format!(
-                "the run lock is for {}, the scenario writes to {}",
-                lock.dir().display(),
-                self.scenario.output_dir.display()
-            )));
+            return Err(Error::run_dir(
+                lock.dir(),
+                format!(
+                    "the run lock is for {}, the scenario writes to {}",
+                    lock.dir().display(),
+                    self.scenario.output_dir.display()
+                ),
+            ));
         }
         self.lock = Some(lock);
         Ok(())
@@ -249,10 +252,13 @@ impl Trainer {
                 st
             }
             (true, None) => {
-                return Err(Error::Train(format!(
-                    "--resume: no checkpoint in {}; start a new run with --overwrite",
-                    checkpoint::checkpoints_dir(&out).display()
-                )))
+                return Err(Error::run_dir(
+                    &out,
+                    format!(
+                        "--resume: no checkpoint in {}; start a new run with --overwrite",
+                        checkpoint::checkpoints_dir(&out).display()
+                    ),
+                ))
             }
             (false, _) => TrainState {
                 run_id,
@@ -334,7 +340,7 @@ impl Trainer {
                     state.window.skipped_steps += 1;
                     Vec::new()
                 }
-                Err(e) => return Err(Error::Train(format!("{where_}: {e}"))),
+                Err(e) => return Err(e.at_step(step + 1, where_)),
             };
             state.window.phases.add(&phases);
             log::debug!(

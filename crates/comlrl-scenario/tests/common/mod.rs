@@ -88,3 +88,9 @@ pub fn check(
 pub fn scenarios_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")
 }
+
+/// [`BASE`] with the first `replace` replaced by `by` (which must be there).
+pub fn with(replace: &str, by: &str) -> String {
+    assert!(BASE.contains(replace), "{replace}");
+    BASE.replacen(replace, by, 1)
+}

@@ -1,0 +1,65 @@
+//! Gradient checks shared by the model and loss tests: the PyTorch MAGRPO loss fixture, a
+//! policy-gradient loss over fixed sequences, and central finite differences.
+use super::{fixtures, load_st, rows_i64};
+use candle_core::{DType, Device, Tensor, Var};
+use comlrl::model::{completion_logprobs, Mode, Policy, ScoreLayout};
+use std::collections::HashMap;
+
+/// `magrpo/loss_tiny.safetensors`: the prompt ids, the K completions (their mask applied)
+/// and every tensor of the file.
+pub fn loss_fixture() -> (Vec<u32>, Vec<Vec<u32>>, HashMap<String, Tensor>) {
+    let r = load_st(&fixtures().join("magrpo/loss_tiny.safetensors"));
+    let prompt: Vec<u32> = r["prompt_ids"]
+        .to_dtype(DType::U32)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let cids = rows_i64(&r["completion_ids"]);
+    let cmask = rows_i64(&r["completion_mask"]);
+    let completions: Vec<Vec<u32>> = cids
+        .iter()
+        .zip(&cmask)
+        .map(|(ids, m)| {
+            ids.iter()
+                .zip(m)
+                .filter(|(_, &m)| m == 1)
+                .map(|(&i, _)| i as u32)
+                .collect()
+        })
+        .collect();
+    (prompt, completions, r)
+}
+
+/// −Σ advantage · Σ completion log-prob over two fixed sequences (advantages 0.7 and −1.3).
+pub fn pg_loss(policy: &Policy, prompts: [&[u32]; 2], comps: [&[u32]; 2]) -> Tensor {
+    let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id).unwrap();
+    let lp = completion_logprobs(&policy.model, &layout, Mode::Train).unwrap();
+    let adv = Tensor::new(&[0.7f64, -1.3], &Device::Cpu).unwrap();
+    (lp.sum(1).unwrap() * adv)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .neg()
+        .unwrap()
+}
+
+/// The elements of an f64 tensor, flattened.
+pub fn f64s(t: &Tensor) -> Vec<f64> {
+    t.flatten_all().unwrap().to_vec1::<f64>().unwrap()
+}
+
+/// The central difference `(loss(x + h) − loss(x − h)) / 2h` in element `idx` of `var`
+/// (an f64 variable), which is restored afterwards.
+pub fn central_difference(var: &Var, idx: usize, h: f64, loss: impl Fn() -> f64) -> f64 {
+    let orig = var.as_tensor().copy().unwrap();
+    let shifted = |delta: f64| {
+        let mut v = f64s(&orig);
+        v[idx] += delta;
+        var.set(&Tensor::from_vec(v, orig.shape(), &Device::Cpu).unwrap())
+            .unwrap();
+        loss()
+    };
+    let numeric = (shifted(h) - shifted(-h)) / (2.0 * h);
+    var.set(&orig).unwrap();
+    numeric
+}

@@ -2,8 +2,8 @@
 //! Fields are optional (absence selects the documented default, see `defaults.rs` and the key
 //! tables such as `trainer_keys.rs` and `agent_keys.rs`), every struct
 //! denies unknown keys, and the same types serialize the resolved scenario back (`emit.rs`).
-use crate::data::DataFormat;
 pub use crate::agent_keys::{RawAgent, RawAgentGroup};
+use crate::data::DataFormat;
 pub use crate::logging_keys::RawLogging;
 pub use crate::trainer_keys::RawTrainer;
 use serde::{Deserialize, Serialize};

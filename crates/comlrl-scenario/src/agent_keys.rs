@@ -12,7 +12,9 @@
 //! --test key_tables`; `tests/scenario_keys_read.rs` (main crate) fails until code under src/
 //! reads it. A new enum type must be listed in `plain_settings!` (`keys.rs`). A key whose value
 //! needs resolving (a path, a parsed template) goes in `resolved` with a `via` resolver and an
-//! `emit` writer.
+//! `emit` writer. Porting a key added the old way (a field in `RawAgent` and `RawAgentGroup`,
+//! its line in `RawAgentGroup::agent`, an `AgentPlan` field, a `defaults.rs` constant, a check
+//! in `agents.rs`, a line in `emit.rs`, a docs row): fold them into one row and delete the rest.
 use crate::agents::{compile_template, model_ref};
 use crate::chat_spec;
 use crate::defaults as def;

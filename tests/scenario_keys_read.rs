@@ -3,8 +3,10 @@
 //! source file under src/ names the plan field outside comments (`.key` for trainer keys, which
 //! the trainer reads through `let t = &scenario.trainer`; `logging.key` for logging keys) not
 //! followed by an identifier character; the few keys the scenario loader itself folds into
-//! other plan fields are listed with where.
-use comlrl_scenario::{LoggingPlan, TrainerPlan};
+//! other plan fields are listed with where. Agent keys are read as `.field` of an `AgentPlan`
+//! (`.sampling.temperature` for sampling settings), not followed by `(` (a method call such as
+//! a tensor's `.dtype()` is no read of `agents.dtype`).
+use comlrl_scenario::{AgentPlan, LoggingPlan, TrainerPlan};
 use std::path::{Path, PathBuf};
 
 /// Keys consumed by the scenario loader rather than the trainer: (key, file of the scenario
@@ -109,4 +111,43 @@ fn every_logging_key_is_read_under_src() {
          `scenario.logging.<key>` where it takes effect, or remove its row from \
          crates/comlrl-scenario/src/logging_keys.rs"
     );
+}
+
+/// The per-agent keys (key, plan field) that no code under src/ reads as a field.
+fn unread_agent_keys(fields: &[(&str, &str)], sources: &[String]) -> Vec<String> {
+    fields
+        .iter()
+        .filter(|(_, field)| {
+            let pat = format!(".{field}");
+            !sources.iter().any(|s| {
+                s.match_indices(&pat).any(|(i, _)| {
+                    let next = s[i + pat.len()..].chars().next();
+                    !next.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '(')
+                })
+            })
+        })
+        .map(|(k, _)| k.to_string())
+        .collect()
+}
+
+#[test]
+fn every_agent_key_is_read_under_src() {
+    let sources = main_crate_sources();
+    let missing = unread_agent_keys(&AgentPlan::plan_fields(), &sources);
+    assert!(
+        missing.is_empty(),
+        "agents keys accepted by the scenario but never read under src/: {missing:?}. Read \
+         `agent.<key>` (an `AgentPlan`) where it takes effect, or remove its row from \
+         crates/comlrl-scenario/src/agent_keys.rs"
+    );
+    // A field nobody reads, and one only called as a method (`.dtype()` of tensors).
+    let missing = unread_agent_keys(
+        &[
+            ("x", "no_such_setting"),
+            ("y", "to_dtype"),
+            ("t", "sampling.top_k"),
+        ],
+        &sources,
+    );
+    assert_eq!(missing, ["x", "y"]);
 }

@@ -1,13 +1,13 @@
-//! The `agents` section: `{count: N, model: ..., ...}` for N like agents, or a list of per-agent
-//! entries; models classified (builtin / local dir / hub id), sampling and learning-rate checks,
-//! prompt templates compiled and checked against the dataset's fields.
+//! The `agents` section's two shapes (`{count: N, model: ..., ...}` for N like agents, or a list
+//! of per-agent entries) and the resolvers its key table (`agent_keys.rs`) calls: models
+//! classified (builtin / local dir / GGUF / hub id), prompt templates compiled and checked
+//! against the dataset's fields.
 use crate::collect::Diags;
 use crate::data::Dataset;
-use crate::defaults as def;
 use crate::deser::section;
 use crate::error::ErrorKind;
 use crate::paths;
-use crate::plan::{AgentPlan, DatasetPlan, ModelRef, ModelSource, Sampling};
+use crate::plan::{DatasetPlan, ModelRef, ModelSource};
 use crate::positions::KeyPath;
 use crate::raw::{RawAgent, RawAgentGroup};
 use crate::suggest;
@@ -31,13 +31,8 @@ pub(crate) fn parse(d: &mut Diags, value: Option<Json>) -> Option<Vec<(KeyPath, 
         }
         Some(v @ Json::Object(_)) => {
             let group: RawAgentGroup = section(d, &p, v)?;
-            let count = group.count.unwrap_or(def::AGENT_COUNT);
+            let count = group.count(d, &p);
             if count < 1 {
-                d.invalid(
-                    &p.key("count"),
-                    "count must be at least 1",
-                    "use `count: 2` for two cooperating agents (1 = single-agent GRPO)",
-                );
                 return None;
             }
             Some((0..count).map(|_| (p.clone(), group.agent())).collect())
@@ -75,87 +70,8 @@ pub(crate) fn parse(d: &mut Diags, value: Option<Json>) -> Option<Vec<(KeyPath, 
     }
 }
 
-/// Resolves one agent. `default_lr` is `trainer.agent_learning_rate`.
-pub(crate) fn resolve(
-    d: &mut Diags,
-    index: usize,
-    p: &KeyPath,
-    raw: RawAgent,
-    default_lr: f64,
-    base: &Path,
-    dataset: Option<&DatasetPlan>,
-) -> AgentPlan {
-    let model = model_ref(d, &p.key("model"), &raw.model, base);
-    let temperature = raw.temperature.unwrap_or(def::TEMPERATURE);
-    if !(temperature >= 0.0 && temperature.is_finite()) {
-        d.invalid(
-            &p.key("temperature"),
-            format!("temperature must be ≥ 0 (got {temperature})"),
-            "use e.g. `temperature: 0.6` (0 = greedy)",
-        );
-    }
-    let top_p = raw.top_p.unwrap_or(def::TOP_P);
-    if !(top_p > 0.0 && top_p <= 1.0) {
-        d.invalid(
-            &p.key("top_p"),
-            format!("top_p must be in (0, 1] (got {top_p})"),
-            "use e.g. `top_p: 0.6`; 1.0 disables nucleus filtering",
-        );
-    }
-    let top_k = match raw.top_k {
-        None => def::TOP_K,
-        Some(k) => k,
-    };
-    if top_k == Some(0) {
-        d.invalid(
-            &p.key("top_k"),
-            "top_k must be at least 1",
-            "use `top_k: null` to disable top-k filtering",
-        );
-    }
-    let max_new_tokens = raw.max_new_tokens.unwrap_or(def::MAX_NEW_TOKENS);
-    if max_new_tokens == 0 {
-        d.invalid(
-            &p.key("max_new_tokens"),
-            "max_new_tokens must be at least 1",
-            "use e.g. `max_new_tokens: 128` (CoMLRL default 256)",
-        );
-    }
-    let learning_rate = match raw.learning_rate {
-        Some(lr) => {
-            crate::keys::run_check(d, p, "learning_rate", &lr, crate::keys::learning_rate);
-            lr
-        }
-        None => default_lr,
-    };
-    let template = template(d, &p.key("template"), raw.template.as_deref(), dataset);
-    let chat_template = crate::chat_spec::resolve(
-        d,
-        p,
-        raw.chat_template.as_deref(),
-        raw.system_prompt.as_deref(),
-        &model.source,
-        base,
-        dataset,
-    );
-    AgentPlan {
-        index,
-        model,
-        dtype: raw.dtype.unwrap_or(def::DTYPE),
-        sampling: Sampling {
-            temperature,
-            top_p,
-            top_k,
-            max_new_tokens,
-        },
-        learning_rate,
-        template,
-        chat_template,
-        system_prompt: raw.system_prompt,
-    }
-}
-
-fn model_ref(d: &mut Diags, p: &KeyPath, spec: &str, base: &Path) -> ModelRef {
+/// `agents.model`: a builtin, a local directory or GGUF file (made absolute), or a hub id.
+pub(crate) fn model_ref(d: &mut Diags, p: &KeyPath, spec: &str, base: &Path) -> ModelRef {
     let spec_t = spec.trim();
     let source = if let Some(name) = spec_t.strip_prefix("builtin:") {
         if name.trim().is_empty() {
@@ -228,7 +144,8 @@ pub(crate) fn is_hub_id(spec: &str) -> bool {
     matches!(repo.split_once('/'), Some((owner, name)) if valid(owner) && valid(name))
 }
 
-fn template(
+/// `agents.template`: parsed, and its placeholders checked against every row.
+pub(crate) fn compile_template(
     d: &mut Diags,
     p: &KeyPath,
     text: Option<&str>,

@@ -2,7 +2,7 @@
 //! absolute, agents in list form. Stored with checkpoints and as the W&B config; loading it again
 //! gives the same plan (rows of a data file are re-read from its path, not embedded).
 use crate::data::{DataSource, Dataset};
-use crate::plan::{ModelSource, Scenario};
+use crate::plan::Scenario;
 use crate::raw::{RawAgent, RawDataSource, RawDataset, RawLogging, RawTrainer};
 use crate::spec::{ProcessorSpec, RewardSpec};
 use serde::{Serialize, Serializer};
@@ -70,25 +70,7 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
         split: train.split,
         eval: s.dataset.eval.as_ref().map(source),
     };
-    let agents = s
-        .agents
-        .iter()
-        .map(|a| RawAgent {
-            model: match &a.model.source {
-                ModelSource::Local(p) => p.display().to_string(),
-                _ => a.model.spec.clone(),
-            },
-            dtype: Some(a.dtype),
-            temperature: Some(a.sampling.temperature),
-            top_p: Some(a.sampling.top_p),
-            top_k: Some(a.sampling.top_k),
-            max_new_tokens: Some(a.sampling.max_new_tokens),
-            learning_rate: Some(a.learning_rate),
-            template: Some(a.template.as_str().to_string()),
-            chat_template: Some(a.chat_template.as_setting()),
-            system_prompt: a.system_prompt.clone(),
-        })
-        .collect();
+    let agents = s.agents.iter().map(|a| a.to_raw()).collect();
     // Settings that are moot in this run (multi-turn ones with one turn, eval ones without an
     // eval set) are left out: reloading gives the same plan, without "no effect" warnings.
     let trainer = s.trainer.to_raw(s.dataset.eval.is_some());

@@ -11,6 +11,8 @@
 //! for w in &s.warnings { eprintln!("warning: {w}"); }
 //! # Ok::<(), comlrl_scenario::ScenarioError>(())
 //! ```
+mod agent_keys;
+mod agent_macro;
 mod agents;
 pub mod chat;
 mod chat_spec;

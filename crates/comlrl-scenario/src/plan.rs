@@ -2,10 +2,10 @@
 //! every relative path made absolute, the dataset rows loaded, the templates compiled.
 use crate::data::Dataset;
 use crate::spec::{ProcessorSpec, RewardSpec};
-use crate::template::Template;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+pub use crate::agent_keys::{AgentPlan, Sampling};
 pub use crate::logging_keys::LoggingPlan;
 pub use crate::trainer_keys::TrainerPlan;
 
@@ -89,40 +89,6 @@ pub struct ModelRef {
     pub spec: String,
     /// Where it resolved to.
     pub source: ModelSource,
-}
-
-/// Sampling settings of one agent's rollouts (CoMLRL: `MAGRPOConfig.temperature`, ...).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Sampling {
-    /// Sampling temperature.
-    pub temperature: f64,
-    /// Nucleus-sampling probability mass.
-    pub top_p: f64,
-    /// `None`: no top-k filtering.
-    pub top_k: Option<usize>,
-    /// Most tokens generated per completion.
-    pub max_new_tokens: usize,
-}
-
-/// One agent: model, dtype, sampling, learning rate and prompt template.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AgentPlan {
-    /// The agent's position in `agents`, from 0.
-    pub index: usize,
-    /// The agent's model.
-    pub model: ModelRef,
-    /// Numeric type of the weights during training.
-    pub dtype: Dtype,
-    /// Sampling settings of its rollouts.
-    pub sampling: Sampling,
-    /// This agent's AdamW learning rate (`agents.learning_rate`, else `trainer.agent_learning_rate`).
-    pub learning_rate: f64,
-    /// First-turn prompt of this agent, rendered from a dataset row.
-    pub template: Template,
-    /// How the rendered prompt is wrapped for the model (`agents.chat_template`).
-    pub chat_template: ChatTemplateSpec,
-    /// The system message given to the chat template (`agents.system_prompt`).
-    pub system_prompt: Option<String>,
 }
 
 /// `agents.chat_template`.

@@ -1,12 +1,12 @@
 //! Raw serde mirror of the scenario YAML: exactly what a file may say, nothing resolved.
 //! Fields are optional (absence selects the documented default, see `defaults.rs` and the key
-//! tables such as `trainer_keys.rs`), every struct
+//! tables such as `trainer_keys.rs` and `agent_keys.rs`), every struct
 //! denies unknown keys, and the same types serialize the resolved scenario back (`emit.rs`).
+pub use crate::agent_keys::{RawAgent, RawAgentGroup};
 use crate::data::DataFormat;
 pub use crate::logging_keys::RawLogging;
-use crate::plan::Dtype;
 pub use crate::trainer_keys::RawTrainer;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 type Json = serde_json::Value;
@@ -101,92 +101,6 @@ impl RawDataset {
     }
 }
 
-/// `agents: {count: N, model: ..., ...}` — N agents with the same settings.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawAgentGroup {
-    /// Number of agents (2 unless set).
-    pub count: Option<usize>,
-    /// A Hub id, a local directory or `.gguf` file, or `builtin:<name>`.
-    pub model: String,
-    /// Numeric type of the weights during training.
-    pub dtype: Option<Dtype>,
-    /// Sampling temperature.
-    pub temperature: Option<f64>,
-    /// Nucleus-sampling probability mass.
-    pub top_p: Option<f64>,
-    /// Top-k filtering; `null` turns it off.
-    #[serde(default, deserialize_with = "nullable")]
-    pub top_k: Option<Option<usize>>,
-    /// Most tokens generated per completion.
-    pub max_new_tokens: Option<usize>,
-    /// This agent's AdamW learning rate (else `trainer.agent_learning_rate`).
-    pub learning_rate: Option<f64>,
-    /// The agent's first-turn prompt, built from the dataset row.
-    pub template: Option<String>,
-    /// `none` | `auto` | a path to a `.jinja` file.
-    pub chat_template: Option<String>,
-    /// The system message given to the chat template.
-    pub system_prompt: Option<String>,
-}
-
-impl RawAgentGroup {
-    /// The settings shared by every agent of the group.
-    pub fn agent(&self) -> RawAgent {
-        RawAgent {
-            model: self.model.clone(),
-            dtype: self.dtype,
-            temperature: self.temperature,
-            top_p: self.top_p,
-            top_k: self.top_k,
-            max_new_tokens: self.max_new_tokens,
-            learning_rate: self.learning_rate,
-            template: self.template.clone(),
-            chat_template: self.chat_template.clone(),
-            system_prompt: self.system_prompt.clone(),
-        }
-    }
-}
-
-/// One entry of `agents: [...]` (heterogeneous agents).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawAgent {
-    /// A Hub id, a local directory or `.gguf` file, or `builtin:<name>`.
-    pub model: String,
-    /// Numeric type of the weights during training.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dtype: Option<Dtype>,
-    /// Sampling temperature.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f64>,
-    /// Nucleus-sampling probability mass.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_p: Option<f64>,
-    /// Top-k filtering; `null` turns it off.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub top_k: Option<Option<usize>>,
-    /// Most tokens generated per completion.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_new_tokens: Option<usize>,
-    /// This agent's AdamW learning rate (else `trainer.agent_learning_rate`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub learning_rate: Option<f64>,
-    /// The agent's first-turn prompt, built from the dataset row.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub template: Option<String>,
-    /// `none` | `auto` | a path to a `.jinja` file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chat_template: Option<String>,
-    /// The system message given to the chat template.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system_prompt: Option<String>,
-}
-
 /// `trainer.external_transition:` — exactly one of `rhai` / `plugin`, plus free-form `params`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -218,14 +132,4 @@ pub struct RawWandb {
     /// Tags attached to the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<Vec<String>>,
-}
-
-/// Keeps `key: null` (Some(None)) apart from an absent key (None), for settings whose default
-/// is not "off" (`top_k` defaults to 50, `early_termination_threshold` to -0.2).
-fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
 }

@@ -1,11 +1,12 @@
 //! From the (overridden) JSON tree to the [`Scenario`]: splits the top level into sections,
 //! resolves each (collecting every error), and fills the top-level settings and `logging`.
+use crate::agent_keys::AgentContext;
 use crate::collect::Diags;
 use crate::defaults as def;
 use crate::deser::section;
 use crate::error::ErrorKind;
 use crate::logging_keys::LoggingContext;
-use crate::plan::{LoggingPlan, Scenario};
+use crate::plan::{AgentPlan, LoggingPlan, Scenario};
 use crate::positions::KeyPath;
 use crate::raw::{RawLogging, RawTop, RawTrainer};
 use crate::trainer::TrainerContext;
@@ -80,15 +81,13 @@ pub(crate) fn resolve(
         list.into_iter()
             .enumerate()
             .map(|(i, (p, raw))| {
-                agents::resolve(
-                    d,
-                    i,
-                    &p,
-                    raw,
-                    trainer.agent_learning_rate,
-                    &base,
-                    dataset.as_ref(),
-                )
+                let cx = AgentContext {
+                    index: i,
+                    default_lr: trainer.agent_learning_rate,
+                    base: &base,
+                    dataset: dataset.as_ref(),
+                };
+                AgentPlan::from_raw(d, &p, &raw, &cx)
             })
             .collect::<Vec<_>>()
     });

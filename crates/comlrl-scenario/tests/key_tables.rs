@@ -1,11 +1,11 @@
-//! The key tables (`trainer_keys.rs`, `logging_keys.rs`): the docs table is the generated one, every key survives
+//! The key tables (`trainer_keys.rs`, `logging_keys.rs`, `agent_keys.rs`): the docs table is the generated one, every key survives
 //! the resolved-YAML round trip, `null` keeps its meaning, and a refused key says why.
 mod common;
 
 use comlrl_scenario::keys::markdown_table;
 use comlrl_scenario::keys::KeyDoc;
 use comlrl_scenario::ErrorKind::*;
-use comlrl_scenario::{load_str, LoggingPlan, TrainerPlan};
+use comlrl_scenario::{load_str, AgentPlan, LoggingPlan, TrainerPlan};
 use common::{check, Fixture, BASE};
 use std::path::PathBuf;
 
@@ -36,6 +36,7 @@ fn sections() -> Vec<(&'static str, &'static str, Vec<KeyDoc>)> {
     vec![
         ("trainer", "trainer_keys.rs", TrainerPlan::keys()),
         ("logging", "logging_keys.rs", LoggingPlan::keys()),
+        ("agents", "agent_keys.rs", AgentPlan::keys()),
     ]
 }
 

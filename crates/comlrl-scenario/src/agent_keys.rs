@@ -1,0 +1,140 @@
+//! The `agents` section's key table: every per-agent key once, with its type, default, reason,
+//! check and meaning. [`RawAgent`] (one list entry), [`RawAgentGroup`] (`{count, ...}`),
+//! [`AgentPlan`] with its [`Sampling`], the defaults, range checks (under `agents.key` or
+//! `agents[i].key`), the resolved-YAML writer and the docs table in docs/scenario.md all derive
+//! from it (`agent_macro.rs` has the macro).
+//!
+//! To add a key: one row in `keys` (or in `group sampling` for a sampling setting), e.g.
+//! `/// meaning` then `replicas: usize = 1, kind "integer ≥ 1", why "...", check at_least(1,
+//! "hint");`; a default may name `cx` ([`AgentContext`]: the agent's index, the trainer's
+//! learning rate, ...) and the keys above it. Then read `agent.<name>` where the trainer uses it
+//! and regenerate the docs table with `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario
+//! --test key_tables`; `tests/scenario_keys_read.rs` (main crate) fails until code under src/
+//! reads it. A new enum type must be listed in `plain_settings!` (`keys.rs`). A key whose value
+//! needs resolving (a path, a parsed template) goes in `resolved` with a `via` resolver and an
+//! `emit` writer. Porting a key added the old way (a field in `RawAgent` and `RawAgentGroup`,
+//! its line in `RawAgentGroup::agent`, an `AgentPlan` field, a `defaults.rs` constant, a check
+//! in `agents.rs`, a line in `emit.rs`, a docs row): fold them into one row and delete the rest.
+use crate::agents::{compile_template, model_ref};
+use crate::chat_spec;
+use crate::defaults as def;
+use crate::keys::{at_least, if_set, learning_rate as lr_check, non_negative, Bad};
+use crate::plan::{ChatTemplateSpec, DatasetPlan, Dtype, ModelRef, ModelSource};
+use crate::template::Template;
+use std::path::Path;
+
+/// What an agent's defaults and resolvers need from the rest of the scenario.
+pub(crate) struct AgentContext<'a> {
+    /// The agent's position in `agents`, from 0.
+    pub index: usize,
+    /// `trainer.agent_learning_rate`: the learning rate of an agent that sets none.
+    pub default_lr: f64,
+    /// The scenario's directory (relative model and chat-template paths).
+    pub base: &'a Path,
+    /// The dataset, when it loaded: templates are checked against its fields.
+    pub dataset: Option<&'a DatasetPlan>,
+}
+
+crate::agent_macro::agent_section! {
+    /// One entry of `agents: [...]` (heterogeneous agents); also the resolved scenario's form.
+    raw RawAgent;
+    /// `agents: {count: N, model: ..., ...}` — N agents with the same settings.
+    group RawAgentGroup;
+    /// One agent: model, dtype, sampling, learning rate and prompt template.
+    plan AgentPlan;
+    context cx: AgentContext<'_>;
+    shape {
+        /// Shared form only: number of agents (CoMLRL `num_agents`). `1` is single-agent GRPO.
+        count: usize = def::AGENT_COUNT, kind "integer ≥ 1", why "CoMLRL",
+            check at_least(1, "use `count: 2` for two cooperating agents (1 = single-agent GRPO)");
+    }
+    computed {
+        /// The agent's position in `agents`, from 0.
+        index: usize = cx.index;
+    }
+    required {
+        /// `builtin:<name>` (`builtin:tiny`: a ~0.1M-parameter model with random weights and a
+        /// byte tokenizer, no download), a local directory in Hugging Face layout (written with
+        /// `./`, `../` or `/`, or any relative path that exists as a directory; relative to the
+        /// scenario file; no `~` expansion), a llama.cpp `*.gguf` file, or a hub id
+        /// `owner/name` (optionally `@revision`), found in the HF cache or downloaded. A missing
+        /// local directory or file, or a string that is none of these, is an error.
+        model: String => ModelRef, kind "string",
+            via |d, p, spec| model_ref(d, &p.key("model"), spec, cx.base),
+            emit model_setting;
+    }
+    keys {
+        /// Weight dtype during training. `auto` lets the model loader choose: f32 on CPU, where
+        /// half-precision matmuls are slow or unsupported. Other spellings (`fp16`, `bfloat16`)
+        /// are errors with the right spelling suggested.
+        dtype: Dtype = Dtype::Auto, kind "`auto` \\| `f32` \\| `bf16` \\| `f16`",
+            why "the loader's choice";
+        /// This agent's AdamW learning rate, e.g. a smaller one for a larger model.
+        learning_rate: f64 = cx.default_lr, kind "number > 0",
+            shown "`trainer.agent_learning_rate`", why "", check lr_check;
+        /// The system message given to the chat template (a warning with
+        /// `chat_template: none`).
+        system_prompt: Option<String> = None, kind "string", shown "none", why "";
+    }
+    group
+    /// Sampling settings of its rollouts.
+    sampling:
+    /// Sampling settings of one agent's rollouts (CoMLRL: `MAGRPOConfig.temperature`, ...).
+    #[derive(Copy)]
+    Sampling {
+        /// Sampling temperature. `0` is greedy (warned: no learning signal).
+        temperature: f64 = 0.6, kind "number ≥ 0", why "CoMLRL",
+            check non_negative("use e.g. `temperature: 0.6` (0 = greedy)");
+        /// Nucleus sampling mass; `1.0` disables it.
+        top_p: f64 = 0.6, kind "number in (0, 1]", why "CoMLRL", check nucleus;
+        /// Top-k filter; `null` disables it.
+        top_k: Option<usize> = Some(50), kind "integer ≥ 1 or `null`", why "CoMLRL",
+            check if_set(at_least(1, "use `top_k: null` to disable top-k filtering"));
+        /// Completion length cap in tokens (the seed example uses 128).
+        max_new_tokens: usize = 256, kind "integer ≥ 1", why "CoMLRL",
+            check at_least(1, "use e.g. `max_new_tokens: 128` (CoMLRL default 256)");
+    }
+    resolved {
+        /// The agent's first-turn prompt, built from the row: `{prompt}` is the prompt,
+        /// `{field}` any other column, `{{` / `}}` literal braces. Per agent, so agents can be
+        /// given different roles (CoMLRL `formatters`). A placeholder that some row lacks is an
+        /// error at load, naming it. String fields are inserted as is, other JSON values as
+        /// compact JSON. In later turns the prompt comes from the external transition.
+        template: String => Template, kind "string", shown "`\"{prompt}\"`",
+            why "CoMLRL's default formatter",
+            via |d, p, text| compile_template(d, &p.key("template"), text.map(String::as_str), cx.dataset),
+            emit |t| Some(t.as_str().to_string());
+        /// Wraps the templated prompt as a chat for the model: `auto` = the model's own
+        /// template (tokenizer files or GGUF metadata), rendered as transformers'
+        /// `apply_chat_template(add_generation_prompt=True)`. See [data.md](data.md).
+        chat_template: String => ChatTemplateSpec,
+            kind "`none` \\| `auto` \\| path to a `.jinja` file", shown "`none`",
+            why "the prompt as is, as the seed example",
+            via |d, p, setting| chat_spec::resolve(
+                d,
+                p,
+                setting.map(String::as_str),
+                system_prompt.as_deref(),
+                &model.source,
+                cx.base,
+                cx.dataset,
+            ),
+            emit |c| Some(c.as_setting());
+    }
+}
+
+/// The model as the resolved scenario writes it: a local one by its absolute path.
+fn model_setting(m: &ModelRef) -> String {
+    match &m.source {
+        ModelSource::Local(p) => p.display().to_string(),
+        _ => m.spec.clone(),
+    }
+}
+
+/// `top_p` in (0, 1].
+fn nucleus(_key: &str, top_p: &f64) -> Option<Bad> {
+    (!(*top_p > 0.0 && *top_p <= 1.0)).then(|| Bad {
+        message: format!("top_p must be in (0, 1] (got {top_p})"),
+        hint: "use e.g. `top_p: 0.6`; 1.0 disables nucleus filtering".into(),
+    })
+}

@@ -152,6 +152,7 @@ pub(crate) fn resolve(
         template,
         chat_template,
         system_prompt: raw.system_prompt,
+        rank: raw.rank,
     }
 }
 

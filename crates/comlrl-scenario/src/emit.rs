@@ -89,6 +89,7 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
             template: Some(a.template.as_str().to_string()),
             chat_template: Some(a.chat_template.as_setting()),
             system_prompt: a.system_prompt.clone(),
+            rank: a.rank,
         })
         .collect();
     let t = &s.trainer;

@@ -119,6 +119,8 @@ pub struct AgentPlan {
     pub chat_template: ChatTemplateSpec,
     /// The system message given to the chat template (`agents.system_prompt`).
     pub system_prompt: Option<String>,
+    /// The MPI rank this agent runs on (`agents.rank`); `None`: agent i on rank i mod N.
+    pub rank: Option<usize>,
 }
 
 /// `agents.chat_template`.

@@ -125,6 +125,8 @@ pub struct RawAgentGroup {
     pub chat_template: Option<String>,
     /// The system message given to the chat template.
     pub system_prompt: Option<String>,
+    /// The MPI rank every agent of the group runs on (else agent i on rank i mod N).
+    pub rank: Option<usize>,
 }
 
 impl RawAgentGroup {
@@ -141,6 +143,7 @@ impl RawAgentGroup {
             template: self.template.clone(),
             chat_template: self.chat_template.clone(),
             system_prompt: self.system_prompt.clone(),
+            rank: self.rank,
         }
     }
 }
@@ -182,6 +185,9 @@ pub struct RawAgent {
     /// The system message given to the chat template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+    /// The MPI rank this agent runs on (else agent i on rank i mod N).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
 }
 
 /// `trainer.external_transition:` — exactly one of `rhai` / `plugin`, plus free-form `params`.

@@ -116,7 +116,7 @@ impl<'a> Dec<'a> {
     /// `u32`s.
     pub fn u32s(&mut self) -> Result<Vec<u32>> {
         let n = self.usize()?;
-        let b = self.take(n.checked_mul(4).unwrap_or(usize::MAX))?;
+        let b = self.take(n.saturating_mul(4))?;
         Ok(b.chunks_exact(4)
             .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
             .collect())
@@ -124,7 +124,7 @@ impl<'a> Dec<'a> {
     /// `f32`s.
     pub fn f32s(&mut self) -> Result<Vec<f32>> {
         let n = self.usize()?;
-        let b = self.take(n.checked_mul(4).unwrap_or(usize::MAX))?;
+        let b = self.take(n.saturating_mul(4))?;
         Ok(b.chunks_exact(4)
             .map(|c| f32::from_bits(u32::from_le_bytes(c.try_into().expect("4 bytes"))))
             .collect())

@@ -115,28 +115,26 @@ pub fn check_agent_prompt_lengths(s: &Scenario, agent: &AgentPlan, p: &Policy) -
         ("training", Some(&s.dataset.train)),
         ("eval", s.dataset.eval.as_ref()),
     ];
-    {
-        let max = p.model.max_positions();
-        let new = agent.sampling.max_new_tokens;
-        if new >= max {
-            return Err(Error::Train(format!(
-                "agent {}: max_new_tokens ({new}) leaves no room for a prompt in the model's {max} positions; \
-                 lower `agents.max_new_tokens`",
-                agent.index
-            )));
-        }
-        for (what, set) in sets.iter().filter_map(|(w, d)| d.map(|d| (w, d))) {
-            for (r, row) in set.rows.iter().enumerate() {
-                let ids = p.tokenizer.encode(&agent.template.render(row))?;
-                if ids.is_empty() || ids.len() + new > max {
-                    return Err(Error::Train(format!(
-                        "agent {}: {what} prompt {} encodes to {} tokens; with max_new_tokens ({new}) it must fit \
-                         between 1 and the model's {max} positions; shorten the prompt or lower `agents.max_new_tokens`",
-                        agent.index,
-                        r + 1,
-                        ids.len()
-                    )));
-                }
+    let max = p.model.max_positions();
+    let new = agent.sampling.max_new_tokens;
+    if new >= max {
+        return Err(Error::Train(format!(
+            "agent {}: max_new_tokens ({new}) leaves no room for a prompt in the model's {max} positions; \
+             lower `agents.max_new_tokens`",
+            agent.index
+        )));
+    }
+    for (what, set) in sets.iter().filter_map(|(w, d)| d.map(|d| (w, d))) {
+        for (r, row) in set.rows.iter().enumerate() {
+            let ids = p.tokenizer.encode(&agent.template.render(row))?;
+            if ids.is_empty() || ids.len() + new > max {
+                return Err(Error::Train(format!(
+                    "agent {}: {what} prompt {} encodes to {} tokens; with max_new_tokens ({new}) it must fit \
+                     between 1 and the model's {max} positions; shorten the prompt or lower `agents.max_new_tokens`",
+                    agent.index,
+                    r + 1,
+                    ids.len()
+                )));
             }
         }
     }

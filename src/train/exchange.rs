@@ -27,7 +27,13 @@ pub fn share_rollouts(
         }
     }
     let mut slots: Vec<Option<AgentRollout>> = vec![None; n];
-    for (rank, packet) in world.all_gather(&e.0).iter().enumerate() {
+    let packets = world.all_gather(&e.0);
+    log::debug!(
+        "completions all-gathered: {} bytes sent, {} received",
+        e.0.len(),
+        packets.iter().map(Vec::len).sum::<usize>() - e.0.len()
+    );
+    for (rank, packet) in packets.iter().enumerate() {
         let what = format!("completions from rank {rank}");
         let mut d = Dec::new(packet, &what);
         for _ in 0..d.usize()? {
@@ -94,6 +100,7 @@ pub fn root_scores(
         }
     }
     let bytes = world.broadcast(0, e.0);
+    log::debug!("rewards broadcast: {} bytes", bytes.len());
     if let Some(own) = own {
         return own.map_err(Error::from);
     }

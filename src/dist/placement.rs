@@ -69,3 +69,79 @@ impl Placement {
         self.size > 1
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A world of `size` ranks seen from `rank`, for placement only (no collectives).
+    #[derive(Debug)]
+    struct Fake {
+        rank: usize,
+        size: usize,
+    }
+
+    impl World for Fake {
+        fn rank(&self) -> usize {
+            self.rank
+        }
+        fn size(&self) -> usize {
+            self.size
+        }
+        fn all_gather(&self, _: &[u8]) -> Vec<Vec<u8>> {
+            unreachable!("placement needs no collective")
+        }
+        fn broadcast(&self, _: usize, _: Vec<u8>) -> Vec<u8> {
+            unreachable!("placement needs no collective")
+        }
+        fn gather(&self, _: usize, _: &[u8]) -> Option<Vec<Vec<u8>>> {
+            unreachable!("placement needs no collective")
+        }
+        fn all_reduce_sum(&self, _: &mut [f32]) {}
+        fn barrier(&self) {}
+        fn abort(&self, msg: &str) -> ! {
+            panic!("{msg}")
+        }
+    }
+
+    fn scenario(dir: &std::path::Path, agents: &str) -> Scenario {
+        std::fs::write(dir.join("r.rhai"), "fn reward(c, ctx) { 1.0 }").expect("write");
+        let text =
+            format!("dataset: {{prompts: [\"Hi\"]}}\nagents:\n{agents}reward: {{rhai: r.rhai}}\n");
+        comlrl_scenario::load_str(&text, &dir.join("s.yaml"), &[]).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn default_is_i_mod_n_and_rank_overrides_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = scenario(
+            dir.path(),
+            "  - {model: builtin:tiny}\n  - {model: builtin:tiny}\n  - {model: builtin:tiny, rank: 0}\n",
+        );
+        let p = Placement::new(&s, &Fake { rank: 1, size: 2 }).expect("placement");
+        assert_eq!(p.owners, vec![0, 1, 0]);
+        assert_eq!(p.local(), vec![1]);
+        assert!(p.distributed() && !p.is_local(0) && p.is_local(1));
+        let one = Placement::new(&s, &super::super::Single).expect("placement");
+        assert_eq!(one, Placement::all_local(3));
+        assert_eq!(one.local(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_rank_outside_the_world_is_an_error_naming_the_agent() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = scenario(
+            dir.path(),
+            "  - {model: builtin:tiny}\n  - {model: builtin:tiny, rank: 2}\n",
+        );
+        let e = Placement::new(&s, &Fake { rank: 0, size: 2 })
+            .expect_err("rank 2 of 2")
+            .to_string();
+        assert!(
+            e.contains("agents[1].rank is 2") && e.contains("mpirun -np"),
+            "{e}"
+        );
+        // A one-process run ignores `rank`.
+        assert!(Placement::new(&s, &super::super::Single).is_ok());
+    }
+}

@@ -1,7 +1,8 @@
 //! Agents on their own MPI ranks (feature `mpi`): the tiny seed scenario under
 //! `mpirun --oversubscribe -np 2`, each rank single-threaded, gives the same metrics rows and
 //! bit-identical final weights as the one-process run; a resume from a checkpoint written by
-//! two ranks continues exactly; a bad placement ends the job with an error naming the rank.
+//! two ranks continues exactly (also with the KL penalty and two turns, where rank 0 runs the
+//! transition); a bad placement ends the job with an error naming the rank.
 //! Skips, saying why, when `mpirun` is missing.
 #![cfg(feature = "mpi")]
 mod common;
@@ -129,4 +130,43 @@ fn a_rank_outside_the_world_ends_the_job_naming_it() {
         err.contains("agents[0].rank is 5") && err.contains("rank ") && err.contains(" of 2"),
         "{err}"
     );
+}
+
+#[test]
+fn kl_penalty_and_two_turns_match_one_process() {
+    if let Err(why) = mpirun_ok() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("revise.rhai");
+    std::fs::write(
+        &script,
+        "fn transition(ctx) {\n    let out = [];\n    for i in 0..ctx.agent_count {\n        out.push(`Turn ${ctx.turn}: improve \"${ctx.response_history[i][-1]}\"`);\n    }\n    out\n}\n",
+    )
+    .unwrap();
+    let transition = format!("trainer.external_transition={{rhai: {}}}", script.display());
+    let sets = [
+        "trainer.num_train_epochs=1",
+        "trainer.num_generations=2",
+        "agents.max_new_tokens=8",
+        "trainer.kl_coef=0.1",
+        "trainer.num_turns=2",
+        "trainer.early_termination_threshold=null",
+        transition.as_str(),
+    ];
+    let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+    let (code, err) = run_np(None, &one, &sets, &[]);
+    assert_eq!(code, Some(0), "one process: {err}");
+    let (code, err) = run_np(Some(2), &two, &sets, &[]);
+    assert_eq!(code, Some(0), "two ranks: {err}");
+    let rows = metrics_without_timing(&one);
+    assert_eq!(rows.len(), 10);
+    assert!(
+        rows.iter()
+            .all(|r| r["agent_1/kl"].is_number() && r["turn_2/reward_mean"].is_number()),
+        "{rows:?}"
+    );
+    assert_eq!(metrics_without_timing(&two), rows, "metrics rows differ");
+    same_models(&one, &two, "two ranks, KL and two turns");
 }

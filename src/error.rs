@@ -151,6 +151,10 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A distributed run's ranks disagree: a malformed message between ranks, or a failure on
+    /// another rank (rank 0's reward or transition) reported to this one.
+    #[error("{0}")]
+    Distributed(String),
     /// A broken invariant inside the library (a poisoned lock, a state that cannot happen): a bug.
     #[error("internal error: {0}")]
     Internal(String),

@@ -1,5 +1,6 @@
 //! comlrl: multi-agent reinforcement learning (MAGRPO) for cooperating LLM agents on candle.
 pub mod bench;
+pub mod dist;
 pub mod error;
 pub mod hub_dataset;
 pub mod metrics;

@@ -1,5 +1,7 @@
 //! `comlrl run`: train the agents of a scenario, with a progress bar, checkpointing on Ctrl-C,
 //! SIGTERM and SIGHUP, and the experiment trackers (W&B, TensorBoard) fed from the metrics rows.
+//! Under `mpirun` (a build with the `mpi` feature) every rank runs this; rank 0 alone draws the
+//! bar, tracks and writes, and an error on any rank ends the whole job naming that rank.
 use super::scenario_args::ScenarioArgs;
 use super::signals;
 use super::wandb_sync::WandbArgs;
@@ -86,6 +88,22 @@ fn track_plan(a: &Args, s: &comlrl_scenario::Scenario) -> TrackPlan {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    // Kept until the run ends: dropping it finalizes MPI.
+    let (world, _session) = comlrl::dist::init();
+    if world.size() == 1 {
+        return run_rank(a, world);
+    }
+    match run_rank(a, world.clone()) {
+        Ok(code) => Ok(code),
+        // The other ranks may be waiting in a collective: end them all, naming this rank.
+        Err(e) => world.abort(&format!("{e:#}")),
+    }
+}
+
+fn run_rank(a: Args, world: Arc<dyn comlrl::dist::World>) -> anyhow::Result<ExitCode> {
+    if !world.is_root() {
+        return follow(a, world);
+    }
     let scenario = a.scenario.load_downloading()?;
     let name = scenario.name.clone();
     let plan = track_plan(&a, &scenario);
@@ -96,7 +114,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     // Claimed before the models load: a busy or reused directory is refused at once.
     let lock = rundir::claim(&scenario.output_dir, mode)?;
-    let mut trainer = Trainer::new(scenario)?;
+    let mut trainer = Trainer::in_world(scenario, world)?;
     trainer.hold(lock)?;
     let stop = signals::install(trainer.interrupt_flag())?;
     let bar = (!a.quiet).then(|| {
@@ -152,5 +170,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(stop.exit_code()));
     }
     eprintln!("done: {} steps. Models in {out}/models, metrics in {out}/metrics.jsonl, plot {out}/training.svg", summary.steps_done);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A rank other than 0: trains its agents in step with rank 0, without bar or trackers.
+fn follow(a: Args, world: Arc<dyn comlrl::dist::World>) -> anyhow::Result<ExitCode> {
+    let scenario = a.scenario.load_downloading()?;
+    let mut trainer = Trainer::in_world(scenario, world)?;
+    let stop = signals::install(trainer.interrupt_flag())?;
+    let summary = trainer.run(a.resume, &mut ())?;
+    if summary.interrupted {
+        return Ok(ExitCode::from(stop.exit_code()));
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,11 +2,17 @@
 //! scenario, written to a temporary directory with a `manifest.json` of hashes and renamed into
 //! place (then `latest` is swapped atomically), so an interrupted or failed run always leaves its
 //! last checkpoint intact; loading verifies the manifest and the state before using anything.
+//!
+//! In a distributed run every rank writes its own agents' files and its own state
+//! (`state.json` on rank 0, `state.rank<r>.json` on rank r) into the same directory (the output
+//! directory must be on a filesystem every rank sees); rank 0 writes the manifest last, once
+//! every rank's part is there, so a checkpoint is complete only with all of them.
 use super::manifest;
 use super::optim::AdamW;
 use super::rollout::NodeSample;
 use super::verify::{check_state, Expect};
 use super::window::Window;
+use crate::dist::World;
 use crate::error::{Error, Result};
 use crate::model::weights::save_tensors;
 use crate::model::Policy;
@@ -36,6 +42,18 @@ pub struct TrainState {
     pub metrics_rows: usize,
     /// Per epoch: (sum of joint rewards, count).
     pub epoch_rewards: Vec<(f64, usize)>,
+    /// The rank of each agent when written by a distributed run (empty: one process); a
+    /// resume must place the agents the same way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<usize>,
+}
+
+/// The state file of `rank` in a checkpoint directory.
+pub fn state_file(rank: usize) -> String {
+    match rank {
+        0 => "state.json".into(),
+        r => format!("state.rank{r}.json"),
+    }
 }
 
 /// `<output_dir>/checkpoints`.
@@ -45,26 +63,35 @@ pub fn checkpoints_dir(output_dir: &Path) -> PathBuf {
 
 /// Writes a checkpoint and makes it the latest; of the older ones only the previous latest is
 /// kept (by recency, not by step number: a step number says nothing about which run wrote it).
+///
+/// A collective in a distributed run: every rank calls it at the same step with the agents it
+/// holds (`None` for the others).
 pub fn save(
     output_dir: &Path,
     state: &TrainState,
-    policies: &[Policy],
-    optims: &[AdamW],
+    policies: &[Option<Policy>],
+    optims: &[Option<AdamW>],
     scenario_yaml: &str,
+    world: &dyn World,
 ) -> Result<PathBuf> {
     let root = checkpoints_dir(output_dir);
-    std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
     let name = format!("step-{:08}", state.step);
     let tmp = root.join(format!(".tmp-{name}"));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    if world.is_root() {
+        std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        }
+        std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        write(&tmp.join("scenario.yaml"), scenario_yaml)?;
     }
-    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    // The other ranks write into the directory rank 0 has just made.
+    world.barrier();
     let state_json =
         serde_json::to_string(state).map_err(|e| Error::serialize("the training state", e))?;
-    write(&tmp.join("state.json"), &state_json)?;
-    write(&tmp.join("scenario.yaml"), scenario_yaml)?;
-    for (i, (p, opt)) in policies.iter().zip(optims).enumerate() {
+    write(&tmp.join(state_file(world.rank())), &state_json)?;
+    let held = policies.iter().zip(optims).enumerate();
+    for (i, (p, opt)) in held.filter_map(|(i, (p, o))| Some((i, (p.as_ref()?, o.as_ref()?)))) {
         let weights: BTreeMap<String, Tensor> = p
             .vars()
             .into_iter()
@@ -87,6 +114,11 @@ pub fn save(
         let path = tmp.join(format!("optimizer_{i}.safetensors"));
         safetensors::serialize_to_file(moments, None, &path)
             .map_err(|e| Error::checkpoint_by(&path, "cannot write safetensors", e))?;
+    }
+    // Every rank's part is written before rank 0 hashes the directory.
+    world.barrier();
+    if !world.is_root() {
+        return Ok(root.join(&name));
     }
     // Written last: a checkpoint without its manifest is never used.
     manifest::write(&tmp, &state.run_id, state.step)?;
@@ -198,20 +230,30 @@ pub fn latest(output_dir: &Path) -> Result<Option<PathBuf>> {
 
 /// Verifies the checkpoint in `dir` (manifest hashes, run id, state against `expect`), then
 /// restores weights and optimizer moments in place and returns the saved state and scenario.
+///
+/// `rank` reads its own state file and restores the agents it holds (`Some` in `policies`).
 pub fn load(
     dir: &Path,
-    policies: &[Policy],
-    optims: &mut [AdamW],
+    policies: &[Option<Policy>],
+    optims: &mut [Option<AdamW>],
     expect: &Expect,
     run_id: &str,
+    rank: usize,
 ) -> Result<(TrainState, String)> {
-    let mut required = vec!["state.json".to_string(), "scenario.yaml".to_string()];
-    for i in 0..policies.len() {
+    let sfile = state_file(rank);
+    let mpath = dir.join(manifest::MANIFEST);
+    let mut required = vec![sfile.clone(), "scenario.yaml".to_string()];
+    for i in (0..policies.len()).filter(|&i| policies[i].is_some()) {
         required.push(format!("agent_{i}.safetensors"));
         required.push(format!("optimizer_{i}.safetensors"));
     }
-    let m = manifest::verify(dir, &required)?;
-    let mpath = dir.join(manifest::MANIFEST);
+    let m = manifest::verify(dir, &required).map_err(|e| match rank {
+        0 => e,
+        r => Error::model(
+            &mpath,
+            format!("{e}; rank {r} has no part in this checkpoint: was it written by fewer ranks? resume with the same `mpirun -np` as the run that wrote it"),
+        ),
+    })?;
     if m.run_id != run_id {
         return Err(Error::checkpoint(
             &mpath,
@@ -222,7 +264,7 @@ pub fn load(
             ),
         ));
     }
-    let state_path = dir.join("state.json");
+    let state_path = dir.join(&sfile);
     let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
     let state: TrainState = serde_json::from_str(&text)
         .map_err(|e| Error::checkpoint_by(&state_path, "unreadable checkpoint state", e))?;
@@ -236,9 +278,25 @@ pub fn load(
         ));
     }
     check_state(&state, expect, &state_path)?;
+    if state.ranks != expect.ranks {
+        let show = |r: &[usize]| match r.is_empty() {
+            true => "all on one process".to_string(),
+            false => format!("on ranks {r:?}"),
+        };
+        return Err(Error::model(
+            &state_path,
+            format!(
+                "field `ranks`: the checkpoint's agents were {}, this run places them {}; \
+                 resume with the same `mpirun -np` and `agents.rank` as the run that wrote it",
+                show(&state.ranks),
+                show(&expect.ranks)
+            ),
+        ));
+    }
     let scen_path = dir.join("scenario.yaml");
     let scenario = std::fs::read_to_string(&scen_path).map_err(|e| Error::io(&scen_path, e))?;
-    for (i, (p, opt)) in policies.iter().zip(optims.iter_mut()).enumerate() {
+    let held = policies.iter().zip(optims.iter_mut()).enumerate();
+    for (i, (p, opt)) in held.filter_map(|(i, (p, o))| Some((i, (p.as_ref()?, o.as_mut()?)))) {
         let wpath = dir.join(format!("agent_{i}.safetensors"));
         let weights = candle_core::safetensors::load(&wpath, &Device::Cpu)
             .map_err(|e| Error::checkpoint_by(&wpath, "unreadable checkpoint weights", e))?;

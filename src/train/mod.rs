@@ -2,6 +2,7 @@
 //! checkpoints, metrics and the training loop.
 pub mod advantage;
 pub mod checkpoint;
+pub mod exchange;
 pub(crate) mod joint;
 pub mod loss;
 pub(crate) mod magrpo;

@@ -171,10 +171,13 @@ impl AdamW {
                 .contiguous_offsets()
                 .ok_or_else(|| Error::Internal("adamw: non-contiguous gradient".into()))?;
             let s = &cs.as_slice::<f32>()?[a..b];
-            sq += s
+            // Chunk sums added in chunk order: the same bits whatever the thread count or
+            // rayon's splitting (a distributed run matches the one-process run exactly).
+            let parts: Vec<f64> = s
                 .par_chunks(CHUNK)
                 .map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>())
-                .sum::<f64>();
+                .collect();
+            sq += parts.iter().sum::<f64>();
         }
         Ok(sq.sqrt())
     }

@@ -48,9 +48,10 @@ impl PromptFormatter {
     }
 }
 
-/// Every agent's formatter, in agent order.
+/// Every agent's formatter, in agent order; `None` for an agent held by another rank (its
+/// prompts are formatted there).
 #[derive(Debug)]
-pub struct Prompts(pub Vec<PromptFormatter>);
+pub struct Prompts(pub Vec<Option<PromptFormatter>>);
 
 impl Prompts {
     /// Built for loaded policies (their model directories hold the `auto` templates).
@@ -58,24 +59,40 @@ impl Prompts {
         s.agents
             .iter()
             .zip(policies)
-            .map(|(a, p)| {
-                let dir = p.source.resolve_dir()?;
-                let files = match (dir.as_deref(), p.built_tokenizer_config()) {
-                    (Some(d), _) => ModelFiles::Dir(d),
-                    (None, Some(tc)) => ModelFiles::Config(tc),
-                    (None, None) => ModelFiles::None,
-                };
-                let chat = chat_template(a, files, &p.source.describe())?;
-                Ok(PromptFormatter::new(a, chat))
-            })
+            .map(|(a, p)| formatter(a, p).map(Some))
             .collect::<Result<Vec<_>>>()
             .map(Prompts)
     }
 
-    /// Each agent's model input for `row`.
-    pub fn render(&self, row: &Row) -> Result<Vec<String>> {
-        self.0.iter().map(|f| f.render(row)).collect()
+    /// Built for the policies held by this rank (`None`: held by another).
+    pub fn for_placed(s: &Scenario, policies: &[Option<Policy>]) -> Result<Self> {
+        s.agents
+            .iter()
+            .zip(policies)
+            .map(|(a, p)| p.as_ref().map(|p| formatter(a, p)).transpose())
+            .collect::<Result<Vec<_>>>()
+            .map(Prompts)
     }
+
+    /// Each agent's model input for `row` (empty for agents held by another rank).
+    pub fn render(&self, row: &Row) -> Result<Vec<String>> {
+        self.0
+            .iter()
+            .map(|f| f.as_ref().map_or(Ok(String::new()), |f| f.render(row)))
+            .collect()
+    }
+}
+
+/// Agent `a`'s formatter, with the chat template found in its loaded policy's files.
+fn formatter(a: &AgentPlan, p: &Policy) -> Result<PromptFormatter> {
+    let dir = p.source.resolve_dir()?;
+    let files = match (dir.as_deref(), p.built_tokenizer_config()) {
+        (Some(d), _) => ModelFiles::Dir(d),
+        (None, Some(tc)) => ModelFiles::Config(tc),
+        (None, None) => ModelFiles::None,
+    };
+    let chat = chat_template(a, files, &p.source.describe())?;
+    Ok(PromptFormatter::new(a, chat))
 }
 
 /// Where a model's own chat template is read from.
@@ -262,7 +279,10 @@ mod tests {
         s.agents.truncate(1);
         s.agents[0].chat_template = ChatTemplateSpec::Auto;
         let prompts = Prompts::for_policies(&s, std::slice::from_ref(&policy)).expect("formatters");
-        let chat = prompts.0[0].chat_template().expect("a chat template");
+        let chat = prompts.0[0]
+            .as_ref()
+            .and_then(|f| f.chat_template())
+            .expect("a chat template");
         assert!(chat.name().contains("GGUF"), "{}", chat.name());
         let want = ChatTemplate::new("t", text)
             .expect("compiles")

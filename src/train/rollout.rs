@@ -3,10 +3,17 @@
 //! advantage. With several turns each joint action branches: an external transition writes the
 //! agents' next prompts and a child node is sampled, as CoMLRL's tree rollout does. A
 //! `NodeSample` is one node (one turn of one branch), kept until the next update.
+//!
+//! In a distributed run (`spec.world` has several ranks) each rank samples only the agents it
+//! holds (`Some` in `policies`); the completions are then all-gathered, rank 0 scores them and
+//! runs the transition, and every rank computes every agent's returns and advantages from the
+//! same numbers (see `exchange`).
 use super::advantage::{advantages, Baseline};
+use super::exchange;
 use super::joint::{completion_returns, joint_actions};
 use super::timing::{since, Phases};
-use crate::error::Result;
+use crate::dist::World;
+use crate::error::{Error, Result};
 use crate::model::{generate, Policy, SamplingParams};
 use comlrl_reward::{JointSample, RewardStack, TransitionFn, TransitionInput};
 use rand::{RngCore, SeedableRng};
@@ -58,8 +65,9 @@ pub struct RolloutSpec<'a> {
     pub normalize: bool,
     /// Each agent's sampling settings.
     pub sampling: &'a [SamplingParams],
-    /// Frozen reference policies and the penalty coefficient, when the KL penalty is on.
-    pub reference: Option<(&'a [Policy], f64)>,
+    /// Frozen reference policies (of the agents held here) and the penalty coefficient, when
+    /// the KL penalty is on.
+    pub reference: Option<(&'a [Option<Policy>], f64)>,
     /// Turns per episode; > 1 needs `transition`.
     pub turns: usize,
     /// γ for returns across turns.
@@ -70,12 +78,28 @@ pub struct RolloutSpec<'a> {
     pub transition: Option<&'a dyn TransitionFn>,
     /// Each agent's prompt formatting (template, then chat template), applied to the
     /// transition's prompts.
-    pub prompts: &'a [super::prompt::PromptFormatter],
+    pub prompts: &'a [Option<super::prompt::PromptFormatter>],
     /// `external_prompt_passthrough`: the transition's prompts skip the agents' `template`
     /// (a chat template still wraps them).
     pub passthrough: bool,
     /// Sample the agents at the same time (one task each on the thread pool).
     pub parallel: bool,
+    /// The run's processes (a world of one outside `mpirun`).
+    pub world: &'a dyn World,
+}
+
+impl RolloutSpec<'_> {
+    fn distributed(&self) -> bool {
+        self.world.size() > 1
+    }
+}
+
+/// Agent `i`'s policy, which this rank must hold.
+fn held(policies: &[Option<Policy>], i: usize) -> Result<&Policy> {
+    policies
+        .get(i)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| Error::Internal(format!("agent {i} is not held by this rank")))
 }
 
 /// The dataset row a rollout answers.
@@ -98,9 +122,10 @@ struct Node {
 }
 
 /// Samples, scores and computes advantages for one prompt: one node per turn per branch, in
-/// creation order (the root first). `prompts[i]` is agent i's first-turn prompt.
+/// creation order (the root first). `prompts[i]` is agent i's first-turn prompt (only those of
+/// the agents held here are used).
 pub fn rollout(
-    policies: &[Policy],
+    policies: &[Option<Policy>],
     prompts: &[String],
     row: &RowInput,
     stack: &RewardStack,
@@ -124,7 +149,7 @@ pub fn rollout(
 
 /// What stays the same over a prompt's whole rollout tree.
 struct Ctx<'a> {
-    policies: &'a [Policy],
+    policies: &'a [Option<Policy>],
     row: &'a RowInput<'a>,
     stack: &'a RewardStack,
     spec: &'a RolloutSpec<'a>,
@@ -190,14 +215,26 @@ fn build(
     // One RNG stream per agent, drawn from the run's stream: the same completions whether the
     // agents sample one after the other or at the same time.
     let seeds: Vec<u64> = (0..n).map(|_| rng.next_u64()).collect();
+    let local: Vec<usize> = (0..n).filter(|&i| policies[i].is_some()).collect();
     let t = std::time::Instant::now();
-    let sample = |i: usize| sample_agent(&policies[i], i, &prompts[i], turn, spec, seeds[i]);
-    let agents: Vec<AgentRollout> = if spec.parallel && n > 1 {
-        (0..n).into_par_iter().map(sample).collect::<Result<_>>()?
+    let sample =
+        |&i: &usize| sample_agent(held(policies, i)?, i, &prompts[i], turn, spec, seeds[i]);
+    let mine: Vec<AgentRollout> = if spec.parallel && local.len() > 1 {
+        local.par_iter().map(sample).collect::<Result<_>>()?
     } else {
-        (0..n).map(sample).collect::<Result<_>>()?
+        local.iter().map(sample).collect::<Result<_>>()?
     };
     phases.sampling += since(t);
+    let mut prompts = prompts.to_vec();
+    let agents = if spec.distributed() {
+        let t = std::time::Instant::now();
+        let all = exchange::share_rollouts(spec.world, &local, mine, &mut prompts)?;
+        phases.comm += since(t);
+        all
+    } else {
+        mine
+    };
+    let prompts = &prompts[..];
     let joint = joint_actions(n, spec.k, spec.cross);
     let batch: Vec<JointSample> = joint
         .iter()
@@ -212,8 +249,22 @@ fn build(
         })
         .collect();
     let t = std::time::Instant::now();
-    let scored = stack.score(&batch)?;
-    phases.reward += since(t);
+    let scored = if spec.distributed() {
+        let mut secs = 0.0;
+        let s = exchange::root_scores(spec.world, || {
+            let t = std::time::Instant::now();
+            let s = stack.score(&batch);
+            secs = since(t);
+            s
+        });
+        phases.reward += secs;
+        phases.comm += since(t) - secs;
+        s?
+    } else {
+        let s = stack.score(&batch)?;
+        phases.reward += since(t);
+        s
+    };
     let rewards: Vec<f32> = scored.iter().map(|s| s.reward).collect();
     let components = scored.into_iter().map(|s| s.components).collect();
     let mean = rewards.iter().map(|&r| r as f64).sum::<f64>() / rewards.len().max(1) as f64;
@@ -248,21 +299,39 @@ fn build(
                 })
                 .collect();
             let t = std::time::Instant::now();
-            let next = transition.next_prompts(&TransitionInput {
+            let input = TransitionInput {
                 prompt: row.prompt,
                 fields: row.fields,
                 turn: turn + 1,
                 completions: &parent,
                 prompt_history: &ph,
                 response_history: &rh,
-            })?;
-            phases.transition += since(t);
+            };
+            let next = if spec.distributed() {
+                let mut secs = 0.0;
+                let next = exchange::root_prompts(spec.world, || {
+                    let t = std::time::Instant::now();
+                    let next = transition.next_prompts(&input).map_err(Error::from);
+                    secs = since(t);
+                    next
+                });
+                phases.transition += secs;
+                phases.comm += since(t) - secs;
+                next?
+            } else {
+                let next = transition.next_prompts(&input)?;
+                phases.transition += since(t);
+                next
+            };
+            // Each rank formats the prompts of the agents it holds; the others' arrive with
+            // their completions.
             let next: Vec<String> = next
                 .into_iter()
                 .zip(spec.prompts)
-                .map(|(p, f)| match spec.passthrough {
-                    true => f.wrap(&p),
-                    false => f.render(&comlrl_scenario::Row {
+                .map(|(p, f)| match (f, spec.passthrough) {
+                    (None, _) => Ok(String::new()),
+                    (Some(f), true) => f.wrap(&p),
+                    (Some(f), false) => f.render(&comlrl_scenario::Row {
                         prompt: p,
                         fields: row.fields.clone(),
                     }),
@@ -299,7 +368,7 @@ fn joint_returns(node: &Node, discount: f64) -> Vec<f32> {
 
 /// Computes returns and advantages and flattens the tree in creation order.
 fn finish(
-    policies: &[Policy],
+    policies: &[Option<Policy>],
     spec: &RolloutSpec,
     node: Node,
     out: &mut Vec<NodeSample>,
@@ -316,11 +385,21 @@ fn finish(
         children,
     } = node;
     let returns = completion_returns(&joint, &jr, n, spec.k);
-    for (i, (a, mut r)) in agents.iter_mut().zip(returns).enumerate() {
-        if let Some((refs, coef)) = spec.reference {
+    if let Some((refs, _)) = spec.reference {
+        let local: Vec<usize> = (0..n).filter(|&i| policies[i].is_some()).collect();
+        for &i in &local {
             let t = std::time::Instant::now();
-            a.kl = kl_k3(&policies[i], &refs[i], a)?;
+            agents[i].kl = kl_k3(held(policies, i)?, held(refs, i)?, &agents[i])?;
             phases.kl += since(t);
+        }
+        if spec.distributed() {
+            let t = std::time::Instant::now();
+            exchange::share_kl(spec.world, &mut agents, &local)?;
+            phases.comm += since(t);
+        }
+    }
+    for (a, mut r) in agents.iter_mut().zip(returns) {
+        if let Some((_, coef)) = spec.reference {
             for (ret, kl) in r.iter_mut().zip(&a.kl) {
                 *ret -= (coef * *kl as f64) as f32;
             }

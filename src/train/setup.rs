@@ -19,24 +19,43 @@ pub fn model_source(agent: &AgentPlan, base_dir: &Path) -> Result<ModelSource> {
 
 /// Loads every agent's policy (f32 on CPU; built-in weights seeded by the scenario seed).
 pub fn load_policies(s: &Scenario) -> Result<Vec<Policy>> {
+    s.agents.iter().map(|a| load_agent(s, a)).collect()
+}
+
+/// Loads the policies of the agents `placement` puts on this rank (`None` for the others).
+pub fn load_placed(
+    s: &Scenario,
+    placement: &crate::dist::Placement,
+) -> Result<Vec<Option<Policy>>> {
     s.agents
         .iter()
         .map(|a| {
-            match a.dtype {
-                Dtype::Auto | Dtype::F32 => {}
-                other => {
-                    return Err(Error::Config(format!(
-                        "agent {}: dtype {other:?} cannot be trained on the CPU yet (AdamW updates f32 weights); \
-                         set `dtype: f32` (checkpoints in bf16/f16 are converted on load)",
-                        a.index
-                    )))
-                }
-            }
-            let src = model_source(a, &s.base_dir)?;
-            let opts = LoadOptions { seed: s.seed, ..LoadOptions::default() };
-            Policy::load(&src, &opts).map_err(|e| e.for_agent(a.index, Some(a.model.spec.clone())))
+            placement
+                .is_local(a.index)
+                .then(|| load_agent(s, a))
+                .transpose()
         })
         .collect()
+}
+
+/// Loads agent `a`'s policy.
+fn load_agent(s: &Scenario, a: &AgentPlan) -> Result<Policy> {
+    match a.dtype {
+        Dtype::Auto | Dtype::F32 => {}
+        other => {
+            return Err(Error::Config(format!(
+                "agent {}: dtype {other:?} cannot be trained on the CPU yet (AdamW updates f32 weights); \
+                 set `dtype: f32` (checkpoints in bf16/f16 are converted on load)",
+                a.index
+            )))
+        }
+    }
+    let src = model_source(a, &s.base_dir)?;
+    let opts = LoadOptions {
+        seed: s.seed,
+        ..LoadOptions::default()
+    };
+    Policy::load(&src, &opts).map_err(|e| e.for_agent(a.index, Some(a.model.spec.clone())))
 }
 
 /// The sampling settings of agent `a`'s rollouts.
@@ -91,32 +110,38 @@ pub fn check_output_dir(dir: &Path) -> Result<()> {
 /// encodes to no tokens, or its tokens plus `max_new_tokens` exceed the agent's model positions:
 /// the check sampling would make at that step, made before training (and by `comlrl check`).
 pub fn check_prompt_lengths(s: &Scenario, policies: &[Policy]) -> Result<()> {
+    for (agent, p) in s.agents.iter().zip(policies) {
+        check_agent_prompt_lengths(s, agent, p)?;
+    }
+    Ok(())
+}
+
+/// [`check_prompt_lengths`] for one agent.
+pub fn check_agent_prompt_lengths(s: &Scenario, agent: &AgentPlan, p: &Policy) -> Result<()> {
     let sets = [
         ("training", Some(&s.dataset.train)),
         ("eval", s.dataset.eval.as_ref()),
     ];
-    for (agent, p) in s.agents.iter().zip(policies) {
-        let max = p.model.max_positions();
-        let new = agent.sampling.max_new_tokens;
-        if new >= max {
-            return Err(Error::Config(format!(
-                "agent {}: max_new_tokens ({new}) leaves no room for a prompt in the model's {max} positions; \
-                 lower `agents.max_new_tokens`",
-                agent.index
-            )));
-        }
-        for (what, set) in sets.iter().filter_map(|(w, d)| d.map(|d| (w, d))) {
-            for (r, row) in set.rows.iter().enumerate() {
-                let ids = p.tokenizer.encode(&agent.template.render(row))?;
-                if ids.is_empty() || ids.len() + new > max {
-                    return Err(Error::Config(format!(
-                        "agent {}: {what} prompt {} encodes to {} tokens; with max_new_tokens ({new}) it must fit \
-                         between 1 and the model's {max} positions; shorten the prompt or lower `agents.max_new_tokens`",
-                        agent.index,
-                        r + 1,
-                        ids.len()
-                    )));
-                }
+    let max = p.model.max_positions();
+    let new = agent.sampling.max_new_tokens;
+    if new >= max {
+        return Err(Error::Config(format!(
+            "agent {}: max_new_tokens ({new}) leaves no room for a prompt in the model's {max} positions; \
+             lower `agents.max_new_tokens`",
+            agent.index
+        )));
+    }
+    for (what, set) in sets.iter().filter_map(|(w, d)| d.map(|d| (w, d))) {
+        for (r, row) in set.rows.iter().enumerate() {
+            let ids = p.tokenizer.encode(&agent.template.render(row))?;
+            if ids.is_empty() || ids.len() + new > max {
+                return Err(Error::Config(format!(
+                    "agent {}: {what} prompt {} encodes to {} tokens; with max_new_tokens ({new}) it must fit \
+                     between 1 and the model's {max} positions; shorten the prompt or lower `agents.max_new_tokens`",
+                    agent.index,
+                    r + 1,
+                    ids.len()
+                )));
             }
         }
     }

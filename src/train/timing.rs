@@ -26,11 +26,15 @@ pub struct Phases {
     pub backward: f64,
     /// Clipping, AdamW and refreshing the sampling weight copies, summed over agents.
     pub optimizer: f64,
+    /// Waiting in collectives with the other ranks (exchanging completions, receiving rank 0's
+    /// rewards, gathering metrics); 0 in a one-process run. See `docs/distributed.md`.
+    #[serde(default)]
+    pub comm: f64,
 }
 
 impl Phases {
     /// The (name, seconds) pairs in report order.
-    pub fn named(&self) -> [(&'static str, f64); 8] {
+    pub fn named(&self) -> [(&'static str, f64); 9] {
         [
             ("sampling", self.sampling),
             ("reward", self.reward),
@@ -40,6 +44,7 @@ impl Phases {
             ("forward", self.forward),
             ("backward", self.backward),
             ("optimizer", self.optimizer),
+            ("comm", self.comm),
         ]
     }
 
@@ -53,6 +58,7 @@ impl Phases {
         self.forward += o.forward;
         self.backward += o.backward;
         self.optimizer += o.optimizer;
+        self.comm += o.comm;
     }
 
     /// Every phase divided by `n` (per-step means of a window).
@@ -67,6 +73,7 @@ impl Phases {
             forward: d(self.forward),
             backward: d(self.backward),
             optimizer: d(self.optimizer),
+            comm: d(self.comm),
         }
     }
 }

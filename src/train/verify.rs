@@ -21,8 +21,11 @@ pub struct Expect {
     pub total_steps: usize,
     /// Training epochs.
     pub epochs: usize,
-    /// Each agent's vocabulary size (buffered token ids must be below it).
+    /// Each agent's vocabulary size (buffered token ids must be below it; `usize::MAX` for
+    /// an agent held by another rank).
     pub vocab: Vec<usize>,
+    /// Each agent's rank in a distributed run (empty: one process).
+    pub ranks: Vec<usize>,
 }
 
 /// Checks `s`, read from `path`, against `e`; the error names the field that does not fit.

@@ -75,6 +75,11 @@ crate::agent_macro::agent_section! {
         /// The system message given to the chat template (a warning with
         /// `chat_template: none`).
         system_prompt: Option<String> = None, kind "string", shown "none", why "";
+        /// Under `mpirun -np N` (a build with the `mpi` feature): the rank that holds, samples
+        /// and trains this agent; must be below N (checked when the run starts, where N is
+        /// known). Ignored in a one-process run. See [distributed.md](distributed.md).
+        rank: Option<usize> = None, kind "integer ≥ 0", shown "agent i on rank i mod N",
+            why "spreads the agents over the ranks";
     }
     group
     /// Sampling settings of its rollouts.

@@ -1,6 +1,10 @@
 //! The MAGRPO training loop: per training prompt, rollouts of every agent, joint rewards and
 //! advantages; every `rollout_buffer_size` prompts one update round (`update`); evaluation
 //! (`eval`); metrics, checkpoints, signals, the final models and the plot.
+//!
+//! Under `mpirun` each rank holds only its agents (`None` slots for the others); the loop runs
+//! in lockstep on every rank (see `docs/distributed.md`): rank 0 alone writes metrics, the plot
+//! and the manifests.
 use super::advantage::Baseline;
 use super::checkpoint::{self, TrainState};
 use super::optim::{AdamW, AdamWConfig};
@@ -10,6 +14,7 @@ use super::setup;
 use super::timing::Phases;
 use super::verify::Expect;
 use super::window::Window;
+use crate::dist::{Placement, World};
 use crate::error::{Error, Result};
 use crate::metrics::{read_jsonl, MetricsSink};
 use crate::model::{Policy, SamplingParams};
@@ -22,6 +27,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod eval;
+mod gather;
 mod update;
 
 /// Callbacks for progress display (the CLI draws a progress bar; tests pass `()`).
@@ -58,10 +64,11 @@ pub struct RunSummary {
 /// A MAGRPO run: the agents' policies and optimizers, the reward and the scenario.
 pub struct Trainer {
     scenario: Scenario,
-    policies: Vec<Policy>,
+    /// Each agent's policy, `None` when another rank holds it.
+    policies: Vec<Option<Policy>>,
     /// Frozen copies of the initial policies, kept only when `kl_coef` ≠ 0.
-    references: Option<Vec<Policy>>,
-    optims: Vec<AdamW>,
+    references: Option<Vec<Option<Policy>>>,
+    optims: Vec<Option<AdamW>>,
     stack: RewardStack,
     transition: Option<Box<dyn comlrl_reward::TransitionFn>>,
     sampling: Vec<SamplingParams>,
@@ -74,19 +81,33 @@ pub struct Trainer {
     prompts: Arc<super::prompt::Prompts>,
     /// The claim on the output directory (taken by `run` when the caller has not given one).
     lock: Option<RunLock>,
+    /// The run's processes.
+    world: Arc<dyn World>,
+    /// Which rank holds which agent.
+    placement: Placement,
 }
 
 impl Trainer {
     /// Checks the output directory, loads models and rewards.
     pub fn new(scenario: Scenario) -> Result<Self> {
+        Self::in_world(scenario, crate::dist::single())
+    }
+
+    /// [`Trainer::new`] as one rank of `world`: loads only the agents placed on this rank.
+    pub fn in_world(scenario: Scenario, world: Arc<dyn World>) -> Result<Self> {
         setup::check_output_dir(&scenario.output_dir)?;
         setup::check_joint_actions(&scenario)?;
+        let placement = Placement::new(&scenario, world.as_ref())?;
         let stack = setup::reward_stack(&scenario)?;
         let transition = setup::transition(&scenario)?;
-        let policies = setup::load_policies(&scenario)?;
-        setup::check_prompt_lengths(&scenario, &policies)?;
+        let policies = setup::load_placed(&scenario, &placement)?;
+        for (a, p) in scenario.agents.iter().zip(&policies) {
+            if let Some(p) = p {
+                setup::check_agent_prompt_lengths(&scenario, a, p)?;
+            }
+        }
         let references = if scenario.trainer.kl_coef != 0.0 {
-            Some(setup::load_policies(&scenario)?)
+            Some(setup::load_placed(&scenario, &placement)?)
         } else {
             None
         };
@@ -102,7 +123,7 @@ impl Trainer {
                     eps: t.adam_epsilon,
                     weight_decay: t.weight_decay,
                 };
-                AdamW::new(p.vars(), cfg)
+                p.as_ref().map(|p| AdamW::new(p.vars(), cfg))
             })
             .collect();
         let sampling = scenario.agents.iter().map(setup::sampling).collect();
@@ -112,7 +133,7 @@ impl Trainer {
             .map(|s| s.to_string())
             .collect();
         let yaml = scenario.to_yaml();
-        let prompts = Arc::new(super::prompt::Prompts::for_policies(&scenario, &policies)?);
+        let prompts = Arc::new(super::prompt::Prompts::for_placed(&scenario, &policies)?);
         Ok(Self {
             scenario,
             policies,
@@ -127,6 +148,8 @@ impl Trainer {
             stop_after: None,
             prompts,
             lock: None,
+            world,
+            placement,
         })
     }
 
@@ -187,7 +210,7 @@ impl Trainer {
     fn joint_per_node(&self) -> usize {
         let t = &self.scenario.trainer;
         super::joint::joint_count(
-            self.policies.len(),
+            self.scenario.agents.len(),
             t.num_generations,
             t.joint_mode == JointMode::Cross,
         )
@@ -198,14 +221,27 @@ impl Trainer {
     fn expect(&self) -> Expect {
         let t = &self.scenario.trainer;
         Expect {
-            agents: self.policies.len(),
+            agents: self.scenario.agents.len(),
             k: t.num_generations,
             joint: self.joint_per_node(),
             terms: self.component_names.len(),
             turns: t.num_turns,
             total_steps: self.total_steps(),
             epochs: t.num_train_epochs,
-            vocab: self.policies.iter().map(|p| p.config.vocab_size).collect(),
+            vocab: self
+                .policies
+                .iter()
+                .map(|p| p.as_ref().map_or(usize::MAX, |p| p.config.vocab_size))
+                .collect(),
+            ranks: self.state_ranks(),
+        }
+    }
+
+    /// The agents' ranks as a checkpoint records them (empty for a one-process run).
+    fn state_ranks(&self) -> Vec<usize> {
+        match self.placement.distributed() {
+            true => self.placement.owners.clone(),
+            false => vec![],
         }
     }
 
@@ -219,25 +255,35 @@ impl Trainer {
 
     fn run_inner(&mut self, resume: bool, obs: &mut dyn Observer) -> Result<RunSummary> {
         let out = self.scenario.output_dir.clone();
-        let n_agents = self.policies.len();
-        // Held until this run ends (dropping it releases the output directory).
-        let lock = match self.lock.take() {
-            Some(l) => l,
-            None => {
+        let n_agents = self.scenario.agents.len();
+        let world = self.world.clone();
+        let root = world.is_root();
+        // Rank 0 claims the output directory and tells the others the run id. Held until this
+        // run ends (dropping it releases the output directory).
+        let claimed = match (self.lock.take(), root) {
+            (Some(l), _) => Some(Ok(l)),
+            (None, true) => {
                 let mode = if resume {
                     StartMode::Resume
                 } else {
                     StartMode::Fresh
                 };
-                rundir::claim(&out, mode)?
+                Some(rundir::claim(&out, mode))
             }
+            (None, false) => None,
         };
-        let run_id = lock.run_id().to_string();
+        let (run_id, _lock) = gather::share_claim(world.as_ref(), claimed)?;
         let expect = self.expect();
         let mut state = match (resume, checkpoint::latest(&out)?) {
             (true, Some(dir)) => {
-                let (st, yaml) =
-                    checkpoint::load(&dir, &self.policies, &mut self.optims, &expect, &run_id)?;
+                let (st, yaml) = checkpoint::load(
+                    &dir,
+                    &self.policies,
+                    &mut self.optims,
+                    &expect,
+                    &run_id,
+                    world.rank(),
+                )?;
                 if yaml != self.yaml {
                     obs.message(&format!(
                         "warning: the scenario differs from the one saved in {}; continuing with the current one",
@@ -274,12 +320,20 @@ impl Trainer {
                 ),
                 metrics_rows: 0,
                 epoch_rewards: vec![],
+                ranks: self.state_ranks(),
             },
         };
-        let (mut sink, note) = MetricsSink::open(&out, state.metrics_rows, state.step)?;
-        if let Some(note) = note {
-            obs.message(&note);
-        }
+        // Only rank 0 writes metrics.jsonl.
+        let mut sink = match root {
+            true => {
+                let (sink, note) = MetricsSink::open(&out, state.metrics_rows, state.step)?;
+                if let Some(note) = note {
+                    obs.message(&note);
+                }
+                Some(sink)
+            }
+            false => None,
+        };
         let total = self.total_steps();
         let rows = self.scenario.dataset.train.rows.len();
         let t = self.scenario.trainer.clone();
@@ -307,6 +361,7 @@ impl Trainer {
             prompts: &prompts.0,
             passthrough: t.external_prompt_passthrough,
             parallel: t.parallel_sampling,
+            world: world.as_ref(),
         };
         log::debug!("models loaded; {}", crate::runtime::memory_line());
         obs.start(total, state.step);
@@ -374,10 +429,15 @@ impl Trainer {
             let log_now =
                 state.step % self.scenario.logging.steps.max(1) == 0 || state.step == total;
             if log_now {
-                if let Some(row) = state
+                if self.placement.distributed() {
+                    let t = Instant::now();
+                    gather::merge_window(world.as_ref(), &self.placement, &mut state.window)?;
+                    state.window.phases.comm += t.elapsed().as_secs_f64();
+                }
+                let row = state
                     .window
-                    .row(state.step, epoch + 1, &self.component_names)
-                {
+                    .row(state.step, epoch + 1, &self.component_names);
+                if let (Some(row), Some(sink)) = (row, sink.as_mut()) {
                     sink.write(&row)?;
                     obs.metrics(&row);
                 }
@@ -388,13 +448,23 @@ impl Trainer {
                     self.scenario.trainer.kl_coef != 0.0,
                 );
             }
-            state.metrics_rows = sink.rows;
+            if let Some(sink) = &sink {
+                state.metrics_rows = sink.rows;
+            }
             let every = self.scenario.checkpoint_every as usize;
-            let stop = self.interrupt.load(Ordering::SeqCst);
+            // A signal may reach the ranks at different steps: stop when any rank has one.
+            let stop = gather::any(world.as_ref(), self.interrupt.load(Ordering::SeqCst));
             let benchmark = self.stop_after.is_some();
             if !benchmark && ((every > 0 && state.step % every == 0) || stop || state.step == total)
             {
-                checkpoint::save(&out, &state, &self.policies, &self.optims, &self.yaml)?;
+                checkpoint::save(
+                    &out,
+                    &state,
+                    &self.policies,
+                    &self.optims,
+                    &self.yaml,
+                    world.as_ref(),
+                )?;
             }
             if stop && state.step < total {
                 interrupted = true;
@@ -406,9 +476,12 @@ impl Trainer {
             }
         }
         if !interrupted && self.stop_after.is_none() {
-            save_models(&self.policies, &self.scenario.models_dir())?;
+            save_models(&self.policies, &self.scenario.models_dir(), world.as_ref())?;
         }
-        let rows_json = read_jsonl(&out.join("metrics.jsonl")).unwrap_or_default();
+        let rows_json = match root {
+            true => read_jsonl(&out.join("metrics.jsonl")).unwrap_or_default(),
+            false => vec![],
+        };
         if !rows_json.is_empty() {
             super::plot::plot(&rows_json, n_agents, &out.join("training.svg"))?;
         }
@@ -430,15 +503,27 @@ impl Trainer {
 }
 
 /// Saves every agent into one temporary `models` directory, then renames it into place: the
-/// final models are all there or none is.
-fn save_models(policies: &[Policy], models: &std::path::Path) -> Result<()> {
+/// final models are all there or none is. A collective: each rank saves the agents it holds,
+/// rank 0 renames once all are written.
+fn save_models(
+    policies: &[Option<Policy>],
+    models: &std::path::Path,
+    world: &dyn World,
+) -> Result<()> {
     let parent = models.parent().unwrap_or(std::path::Path::new("."));
     let tmp = parent.join(".models.tmp");
-    if tmp.exists() {
+    if world.is_root() && tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
     }
+    world.barrier();
     for (i, p) in policies.iter().enumerate() {
-        p.save(&tmp.join(format!("agent_{i}")))?;
+        if let Some(p) = p {
+            p.save(&tmp.join(format!("agent_{i}")))?;
+        }
+    }
+    world.barrier();
+    if !world.is_root() {
+        return Ok(());
     }
     if models.exists() {
         std::fs::remove_dir_all(models).map_err(|e| Error::io(models, e))?;

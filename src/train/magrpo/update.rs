@@ -20,56 +20,61 @@ impl Trainer {
         let total_opt = self.total_opt_steps();
         let start = Instant::now();
         let opt_steps = state.opt_steps.clone();
-        let work = |(i, (policy, opt)): (usize, (&Policy, &mut AdamW))| -> Result<AgentUpdate> {
-            let vars: Vec<candle_core::Var> = opt.params.iter().map(|p| p.var.clone()).collect();
-            let mut u = AgentUpdate {
-                opt_steps: opt_steps[i],
-                ..Default::default()
+        let work =
+            |(i, (policy, opt)): (usize, (&Policy, &mut AdamW))| -> Result<(usize, AgentUpdate)> {
+                let vars: Vec<candle_core::Var> =
+                    opt.params.iter().map(|p| p.var.clone()).collect();
+                let mut u = AgentUpdate {
+                    opt_steps: opt_steps[i],
+                    ..Default::default()
+                };
+                for chunk in buffer.chunks(t.train_batch_size.max(1)) {
+                    let samples: Vec<&crate::train::rollout::AgentRollout> =
+                        chunk.iter().map(|s| &s.agents[i]).collect();
+                    let lg = loss_and_grads(
+                        policy,
+                        &vars,
+                        &samples,
+                        t.micro_batch_size,
+                        t.gradient_checkpointing,
+                    )?;
+                    let tick = Instant::now();
+                    let lr = lr_at(
+                        opt.cfg.lr,
+                        u.opt_steps as usize,
+                        total_opt,
+                        t.warmup_steps,
+                        t.lr_scheduler,
+                    );
+                    let norm = opt.step_grads(&lg.grads, lr, t.max_grad_norm)?;
+                    drop(lg.grads);
+                    policy.weights_changed()?;
+                    u.phases.optimizer += since(tick);
+                    u.phases.forward += lg.forward_s;
+                    u.phases.backward += lg.backward_s;
+                    u.flops += lg.flops;
+                    u.opt_steps = opt.step;
+                    u.loss += lg.loss;
+                    u.grad_norm += norm;
+                    u.updates += 1;
+                    u.lr = lr;
+                }
+                Ok((i, u))
             };
-            for chunk in buffer.chunks(t.train_batch_size.max(1)) {
-                let samples: Vec<&crate::train::rollout::AgentRollout> =
-                    chunk.iter().map(|s| &s.agents[i]).collect();
-                let lg = loss_and_grads(
-                    policy,
-                    &vars,
-                    &samples,
-                    t.micro_batch_size,
-                    t.gradient_checkpointing,
-                )?;
-                let tick = Instant::now();
-                let lr = lr_at(
-                    opt.cfg.lr,
-                    u.opt_steps as usize,
-                    total_opt,
-                    t.warmup_steps,
-                    t.lr_scheduler,
-                );
-                let norm = opt.step_grads(&lg.grads, lr, t.max_grad_norm)?;
-                drop(lg.grads);
-                policy.weights_changed()?;
-                u.phases.optimizer += since(tick);
-                u.phases.forward += lg.forward_s;
-                u.phases.backward += lg.backward_s;
-                u.flops += lg.flops;
-                u.opt_steps = opt.step;
-                u.loss += lg.loss;
-                u.grad_norm += norm;
-                u.updates += 1;
-                u.lr = lr;
-            }
-            Ok(u)
-        };
-        let pairs = self.policies.iter().zip(self.optims.iter_mut()).enumerate();
-        let results: Vec<AgentUpdate> = if t.parallel_updates && self.policies.len() > 1 {
-            pairs
-                .collect::<Vec<_>>()
-                .into_par_iter()
-                .map(work)
-                .collect::<Result<_>>()?
+        // The agents this rank holds.
+        let pairs: Vec<(usize, (&Policy, &mut AdamW))> = self
+            .policies
+            .iter()
+            .zip(self.optims.iter_mut())
+            .enumerate()
+            .filter_map(|(i, (p, o))| Some((i, (p.as_ref()?, o.as_mut()?))))
+            .collect();
+        let results: Vec<(usize, AgentUpdate)> = if t.parallel_updates && pairs.len() > 1 {
+            pairs.into_par_iter().map(work).collect::<Result<_>>()?
         } else {
-            pairs.map(work).collect::<Result<_>>()?
+            pairs.into_iter().map(work).collect::<Result<_>>()?
         };
-        for (i, u) in results.into_iter().enumerate() {
+        for (i, u) in results {
             state.opt_steps[i] = u.opt_steps;
             let w = &mut state.window.agents[i];
             w.loss += u.loss;

@@ -1,0 +1,147 @@
+//! Which rank holds which agent: `agents[i].rank` when set, else agent i on rank i mod N.
+use super::World;
+use crate::error::{Error, Result};
+use comlrl_scenario::Scenario;
+
+/// The rank of every agent, and this process's rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// `owners[i]`: the rank that holds agent `i`.
+    pub owners: Vec<usize>,
+    /// This process's rank.
+    pub me: usize,
+    /// Processes in the run.
+    pub size: usize,
+}
+
+impl Placement {
+    /// Every agent on this (only) process.
+    pub fn all_local(agents: usize) -> Self {
+        Placement {
+            owners: vec![0; agents],
+            me: 0,
+            size: 1,
+        }
+    }
+
+    /// The placement of `s`'s agents in `world`; a rank outside the world is an error naming
+    /// the agent. In a world of one every agent is local whatever `rank` says.
+    pub fn new(s: &Scenario, world: &dyn World) -> Result<Self> {
+        let size = world.size();
+        if size == 1 {
+            return Ok(Self::all_local(s.agents.len()));
+        }
+        let owners = s
+            .agents
+            .iter()
+            .map(|a| match a.rank {
+                Some(r) if r >= size => Err(Error::Invalid(format!(
+                    "agents[{}].rank is {r}, but the run has {size} ranks (0..{}); \
+                     lower it or start more processes (mpirun -np)",
+                    a.index,
+                    size - 1
+                ))),
+                Some(r) => Ok(r),
+                None => Ok(a.index % size),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Placement {
+            owners,
+            me: world.rank(),
+            size,
+        })
+    }
+
+    /// Whether this process holds agent `i`.
+    pub fn is_local(&self, i: usize) -> bool {
+        self.owners.get(i) == Some(&self.me)
+    }
+
+    /// The agents this process holds, in agent order.
+    pub fn local(&self) -> Vec<usize> {
+        (0..self.owners.len())
+            .filter(|&i| self.is_local(i))
+            .collect()
+    }
+
+    /// Whether other ranks take part (collectives are needed).
+    pub fn distributed(&self) -> bool {
+        self.size > 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A world of `size` ranks seen from `rank`, for placement only (no collectives).
+    #[derive(Debug)]
+    struct Fake {
+        rank: usize,
+        size: usize,
+    }
+
+    impl World for Fake {
+        fn rank(&self) -> usize {
+            self.rank
+        }
+        fn size(&self) -> usize {
+            self.size
+        }
+        fn all_gather(&self, _: &[u8]) -> Vec<Vec<u8>> {
+            unreachable!("placement needs no collective")
+        }
+        fn broadcast(&self, _: usize, _: Vec<u8>) -> Vec<u8> {
+            unreachable!("placement needs no collective")
+        }
+        fn gather(&self, _: usize, _: &[u8]) -> Option<Vec<Vec<u8>>> {
+            unreachable!("placement needs no collective")
+        }
+        fn all_reduce_sum(&self, _: &mut [f32]) {}
+        fn barrier(&self) {}
+        fn abort(&self, msg: &str) -> ! {
+            panic!("{msg}")
+        }
+    }
+
+    fn scenario(dir: &std::path::Path, agents: &str) -> Scenario {
+        std::fs::write(dir.join("r.rhai"), "fn reward(c, ctx) { 1.0 }").expect("write");
+        let text =
+            format!("dataset: {{prompts: [\"Hi\"]}}\nagents:\n{agents}reward: {{rhai: r.rhai}}\n");
+        comlrl_scenario::load_str(&text, &dir.join("s.yaml"), &[]).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn default_is_i_mod_n_and_rank_overrides_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = scenario(
+            dir.path(),
+            "  - {model: builtin:tiny}\n  - {model: builtin:tiny}\n  - {model: builtin:tiny, rank: 0}\n",
+        );
+        let p = Placement::new(&s, &Fake { rank: 1, size: 2 }).expect("placement");
+        assert_eq!(p.owners, vec![0, 1, 0]);
+        assert_eq!(p.local(), vec![1]);
+        assert!(p.distributed() && !p.is_local(0) && p.is_local(1));
+        let one = Placement::new(&s, &super::super::Single).expect("placement");
+        assert_eq!(one, Placement::all_local(3));
+        assert_eq!(one.local(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_rank_outside_the_world_is_an_error_naming_the_agent() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = scenario(
+            dir.path(),
+            "  - {model: builtin:tiny}\n  - {model: builtin:tiny, rank: 2}\n",
+        );
+        let e = Placement::new(&s, &Fake { rank: 0, size: 2 })
+            .expect_err("rank 2 of 2")
+            .to_string();
+        assert!(
+            e.contains("agents[1].rank is 2") && e.contains("mpirun -np"),
+            "{e}"
+        );
+        // A one-process run ignores `rank`.
+        assert!(Placement::new(&s, &super::super::Single).is_ok());
+    }
+}

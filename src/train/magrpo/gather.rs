@@ -1,0 +1,105 @@
+//! The training loop's own collectives in a distributed run: rank 0's claim on the output
+//! directory shared with the others, the metrics window's update statistics gathered to rank 0
+//! (each agent's from the rank that trained it), and the stop flag agreed by all ranks.
+use crate::dist::codec::{Dec, Enc};
+use crate::dist::{Placement, World};
+use crate::error::{Error, Result};
+use crate::train::rundir::RunLock;
+use crate::train::window::Window;
+
+/// The run id every rank uses and, on rank 0, the claim itself. `claimed` is rank 0's claim (or
+/// the lock its caller took); its error reaches every rank.
+pub fn share_claim(
+    world: &dyn World,
+    claimed: Option<Result<RunLock>>,
+) -> Result<(String, Option<RunLock>)> {
+    if world.size() == 1 {
+        let lock = claimed
+            .ok_or_else(|| Error::Distributed("no claim on the output directory".into()))??;
+        return Ok((lock.run_id().to_string(), Some(lock)));
+    }
+    let mut e = Enc::default();
+    if let Some(c) = &claimed {
+        match c {
+            Ok(l) => e.u64(0).str(l.run_id()),
+            Err(err) => e.u64(1).str(&err.to_string()),
+        };
+    }
+    let bytes = world.broadcast(0, e.0);
+    if let Some(c) = claimed {
+        let lock = c?;
+        return Ok((lock.run_id().to_string(), Some(lock)));
+    }
+    let mut d = Dec::new(&bytes, "the run id from rank 0");
+    let ok = d.u64()? == 0;
+    let text = d.string()?;
+    match ok {
+        true => Ok((text, None)),
+        false => Err(Error::Distributed(format!(
+            "rank 0 could not claim the output directory: {text}"
+        ))),
+    }
+}
+
+/// Whether any rank's `flag` is set.
+pub fn any(world: &dyn World, flag: bool) -> bool {
+    if world.size() == 1 {
+        return flag;
+    }
+    let mut v = [f32::from(u8::from(flag))];
+    world.all_reduce_sum(&mut v);
+    v[0] > 0.0
+}
+
+/// Completes rank 0's window with what only other ranks measured: the loss, gradient norm and
+/// update count of the agents they hold, the learning rate (from agent 0's rank), the loss's
+/// FLOPs and the forward/backward/optimizer seconds (summed over agents, so over ranks). Every
+/// other field is the same on every rank already. A collective.
+pub fn merge_window(world: &dyn World, placement: &Placement, w: &mut Window) -> Result<()> {
+    let local = placement.local();
+    let mut e = Enc::default();
+    e.usize(local.len());
+    for &i in &local {
+        let a = &w.agents[i];
+        e.usize(i).f64(a.loss).f64(a.grad_norm).usize(a.updates);
+    }
+    match w.lr {
+        Some(lr) => e.u64(1).f64(lr),
+        None => e.u64(0),
+    };
+    e.f64(w.train_flops)
+        .f64(w.phases.forward)
+        .f64(w.phases.backward)
+        .f64(w.phases.optimizer);
+    let Some(packets) = world.gather(0, &e.0) else {
+        return Ok(());
+    };
+    let lr_rank = placement.owners.first().copied().unwrap_or(0);
+    for (rank, packet) in packets.iter().enumerate().skip(1) {
+        let what = format!("metrics from rank {rank}");
+        let mut d = Dec::new(packet, &what);
+        for _ in 0..d.usize()? {
+            let i = d.usize()?;
+            let a = w
+                .agents
+                .get_mut(i)
+                .ok_or_else(|| Error::Distributed(format!("{what}: no agent {i}")))?;
+            a.loss = d.f64()?;
+            a.grad_norm = d.f64()?;
+            a.updates = d.usize()?;
+        }
+        let lr = match d.u64()? {
+            0 => None,
+            _ => Some(d.f64()?),
+        };
+        if rank == lr_rank {
+            w.lr = lr;
+        }
+        w.train_flops += d.f64()?;
+        w.phases.forward += d.f64()?;
+        w.phases.backward += d.f64()?;
+        w.phases.optimizer += d.f64()?;
+        d.end()?;
+    }
+    Ok(())
+}

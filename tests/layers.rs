@@ -79,6 +79,11 @@ fn metrics_and_trackers_do_not_import_the_trainer() {
     assert_never_imports("runtime", &["model", "train", "track", "bench", "cli"]);
 }
 
+#[test]
+fn the_transport_between_ranks_knows_nothing_of_models_or_training() {
+    assert_never_imports("dist", &["model", "train", "metrics", "track", "bench", "cli"]);
+}
+
 /// The `[dependencies]` section of a crate's manifest (dev-dependencies excluded).
 fn dependencies(manifest: &Path) -> String {
     let text = std::fs::read_to_string(manifest).unwrap();

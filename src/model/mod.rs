@@ -37,7 +37,7 @@ pub use config::{ModelConfig, Qwen2Config};
 pub use logprob::{completion_logprobs, ScoreLayout};
 pub use mode::Mode;
 pub use policy::{parse_dtype, LoadOptions, Policy};
-pub use sample::{generate, SamplingParams};
+pub use sample::{generate, generate_streams, SamplingParams};
 pub use source::ModelSource;
 pub use tokenizer::Tokenizer;
 

@@ -7,7 +7,7 @@ use super::advantage::{advantages, Baseline};
 use super::joint::{completion_returns, joint_actions};
 use super::timing::{since, Phases};
 use crate::error::Result;
-use crate::model::{generate, Policy, SamplingParams};
+use crate::model::{generate_streams, Policy, SamplingParams};
 use comlrl_reward::{JointSample, RewardStack, TransitionFn, TransitionInput};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -108,6 +108,22 @@ pub fn rollout(
     rng: &mut ChaCha8Rng,
     phases: &mut Phases,
 ) -> Result<Vec<NodeSample>> {
+    rollout_presampled(policies, prompts, row, stack, spec, rng, phases, None)
+}
+
+/// [`rollout`], with the first turn's completions already sampled by [`sample_group`] when
+/// `pre` is given (its seeds must be the ones drawn from `rng` here).
+#[allow(clippy::too_many_arguments)]
+pub fn rollout_presampled(
+    policies: &[Policy],
+    prompts: &[String],
+    row: &RowInput,
+    stack: &RewardStack,
+    spec: &RolloutSpec,
+    rng: &mut ChaCha8Rng,
+    phases: &mut Phases,
+    pre: Option<Presampled>,
+) -> Result<Vec<NodeSample>> {
     let n = policies.len();
     let empty = vec![Vec::new(); n];
     let ctx = Ctx {
@@ -116,7 +132,7 @@ pub fn rollout(
         stack,
         spec,
     };
-    let root = build(&ctx, prompts, rng, phases, 0, &empty, &empty)?;
+    let root = build(&ctx, prompts, rng, phases, 0, &empty, &empty, pre)?;
     let mut out = Vec::new();
     finish(policies, spec, root, &mut out, phases)?;
     Ok(out)
@@ -139,38 +155,126 @@ fn sample_agent(
     spec: &RolloutSpec,
     seed: u64,
 ) -> Result<AgentRollout> {
-    let ids = policy.tokenizer.encode(prompt)?;
-    if ids.is_empty() {
-        return Err(crate::Error::Invalid(format!(
-            "agent {i}'s prompt at turn {} encodes to no tokens (prompt: {prompt:?}); check the dataset, template or transition",
-            turn + 1,
-        )));
-    }
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let out = generate(
+    let mut out = sample_prompts(policy, i, &[prompt], turn, spec, &[seed])?;
+    out.pop()
+        .ok_or_else(|| crate::Error::Invalid("internal: no rollout sampled".into()))
+}
+
+/// Agent `i` samples `k` completions of each prompt in one batch, prompt p's rows from the
+/// RNG stream seeded by `seeds[p]` (the same completions as one [`sample_agent`] per prompt).
+fn sample_prompts(
+    policy: &Policy,
+    i: usize,
+    prompts: &[&str],
+    turn: usize,
+    spec: &RolloutSpec,
+    seeds: &[u64],
+) -> Result<Vec<AgentRollout>> {
+    let ids = prompts
+        .iter()
+        .map(|prompt| {
+            let ids = policy.tokenizer.encode(prompt)?;
+            if ids.is_empty() {
+                return Err(crate::Error::Invalid(format!(
+                    "agent {i}'s prompt at turn {} encodes to no tokens (prompt: {prompt:?}); check the dataset, template or transition",
+                    turn + 1,
+                )));
+            }
+            Ok(ids)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut rngs: Vec<ChaCha8Rng> = seeds
+        .iter()
+        .map(|&s| ChaCha8Rng::seed_from_u64(s))
+        .collect();
+    let refs: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
+    let out = generate_streams(
         &policy.model,
-        &[&ids],
+        &refs,
         spec.k,
         &spec.sampling[i],
         &policy.eos_ids,
         policy.pad_id,
-        &mut rng,
+        &mut rngs,
     )?;
-    let completions = out.into_iter().next().unwrap_or_default();
-    let texts = completions
-        .iter()
-        .map(|c| policy.tokenizer.decode(c, true))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(AgentRollout {
-        prompt_ids: ids,
-        completions,
-        texts,
-        returns: vec![],
-        advantages: vec![],
-        kl: vec![],
-    })
+    ids.into_iter()
+        .zip(out)
+        .map(|(prompt_ids, completions)| {
+            let texts = completions
+                .iter()
+                .map(|c| policy.tokenizer.decode(c, true))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(AgentRollout {
+                prompt_ids,
+                completions,
+                texts,
+                returns: vec![],
+                advantages: vec![],
+                kl: vec![],
+            })
+        })
+        .collect()
 }
 
+/// One prompt's first-turn completions, sampled ahead in a batch with other prompts by
+/// [`sample_group`]: the agents' RNG seeds and their rollouts.
+pub struct Presampled {
+    seeds: Vec<u64>,
+    agents: Vec<AgentRollout>,
+}
+
+/// Samples the first turn of several consecutive prompts (`prompts[row][agent]`) in one batch
+/// per agent — every decode step reads the weights once for all their rows. Valid while the
+/// policies do not change between those prompts (CoMLRL's per-prompt loop samples all of a
+/// rollout buffer's prompts before its update). The seeds are the ones [`rollout`] would draw
+/// for those prompts in turn from `rng` (a copy is used: `rng` itself does not move), so
+/// [`rollout_presampled`] then scores each prompt exactly as if it had sampled it itself.
+pub fn sample_group(
+    policies: &[Policy],
+    prompts: &[Vec<String>],
+    spec: &RolloutSpec,
+    rng: &ChaCha8Rng,
+    phases: &mut Phases,
+) -> Result<Vec<Presampled>> {
+    let n = policies.len();
+    if spec.turns != 1 {
+        return Err(crate::Error::Invalid(
+            "internal: presampling is for single-turn rollouts".into(),
+        ));
+    }
+    let mut ahead = rng.clone();
+    let seeds: Vec<Vec<u64>> = prompts
+        .iter()
+        .map(|_| (0..n).map(|_| ahead.next_u64()).collect())
+        .collect();
+    let t = std::time::Instant::now();
+    let sample = |i: usize| {
+        let texts: Vec<&str> = prompts.iter().map(|p| p[i].as_str()).collect();
+        let agent_seeds: Vec<u64> = seeds.iter().map(|s| s[i]).collect();
+        sample_prompts(&policies[i], i, &texts, 0, spec, &agent_seeds)
+    };
+    let per_agent: Vec<Vec<AgentRollout>> = if spec.parallel && n > 1 {
+        (0..n).into_par_iter().map(sample).collect::<Result<_>>()?
+    } else {
+        (0..n).map(sample).collect::<Result<_>>()?
+    };
+    phases.sampling += since(t);
+    let mut rows: Vec<Presampled> = seeds
+        .into_iter()
+        .map(|seeds| Presampled {
+            seeds,
+            agents: Vec::with_capacity(n),
+        })
+        .collect();
+    for agent in per_agent {
+        for (row, a) in rows.iter_mut().zip(agent) {
+            row.agents.push(a);
+        }
+    }
+    Ok(rows)
+}
+
+#[allow(clippy::too_many_arguments)]
 fn build(
     ctx: &Ctx,
     prompts: &[String],
@@ -179,6 +283,7 @@ fn build(
     turn: usize,
     prompt_hist: &[Vec<String>],
     resp_hist: &[Vec<String>],
+    pre: Option<Presampled>,
 ) -> Result<Node> {
     let Ctx {
         policies,
@@ -190,14 +295,28 @@ fn build(
     // One RNG stream per agent, drawn from the run's stream: the same completions whether the
     // agents sample one after the other or at the same time.
     let seeds: Vec<u64> = (0..n).map(|_| rng.next_u64()).collect();
-    let t = std::time::Instant::now();
-    let sample = |i: usize| sample_agent(&policies[i], i, &prompts[i], turn, spec, seeds[i]);
-    let agents: Vec<AgentRollout> = if spec.parallel && n > 1 {
-        (0..n).into_par_iter().map(sample).collect::<Result<_>>()?
-    } else {
-        (0..n).map(sample).collect::<Result<_>>()?
+    let agents: Vec<AgentRollout> = match pre {
+        Some(pre) => {
+            if pre.seeds != seeds || pre.agents.len() != n {
+                return Err(crate::Error::Invalid(
+                    "internal: presampled completions were drawn from another RNG state".into(),
+                ));
+            }
+            pre.agents
+        }
+        None => {
+            let t = std::time::Instant::now();
+            let sample =
+                |i: usize| sample_agent(&policies[i], i, &prompts[i], turn, spec, seeds[i]);
+            let agents = if spec.parallel && n > 1 {
+                (0..n).into_par_iter().map(sample).collect::<Result<_>>()?
+            } else {
+                (0..n).map(sample).collect::<Result<_>>()?
+            };
+            phases.sampling += since(t);
+            agents
+        }
     };
-    phases.sampling += since(t);
     let joint = joint_actions(n, spec.k, spec.cross);
     let batch: Vec<JointSample> = joint
         .iter()
@@ -268,7 +387,7 @@ fn build(
                     }),
                 })
                 .collect::<Result<_>>()?;
-            children.push(build(ctx, &next, rng, phases, turn + 1, &ph, &rh)?);
+            children.push(build(ctx, &next, rng, phases, turn + 1, &ph, &rh, None)?);
         }
     }
     Ok(Node {

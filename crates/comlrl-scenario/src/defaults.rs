@@ -80,6 +80,10 @@ pub const WEIGHT_DECAY: f64 = 0.01;
 /// Agents sample at the same time (one thread-pool task each). Same results as one after the
 /// other (each agent has its own RNG stream); costs only a KV cache per agent.
 pub const PARALLEL_SAMPLING: bool = true;
+/// The prompts of one rollout buffer (up to its update) sample in one batch: each decode step
+/// reads the weights once for all their rows. Same policy and RNG streams as one prompt at a
+/// time; only the last bits of the logits can differ.
+pub const BATCH_BUFFER_SAMPLING: bool = true;
 /// Agents compute their updates at the same time. Same results; costs a second set of
 /// gradient accumulators (one copy of the weights) and of activations.
 pub const PARALLEL_UPDATES: bool = true;

@@ -132,6 +132,7 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
         adam_epsilon: Some(t.adam_epsilon),
         weight_decay: Some(t.weight_decay),
         parallel_sampling: Some(t.parallel_sampling),
+        batch_buffer_sampling: Some(t.batch_buffer_sampling),
         parallel_updates: Some(t.parallel_updates),
         micro_batch_size: Some(t.micro_batch_size),
         gradient_checkpointing: Some(t.gradient_checkpointing),

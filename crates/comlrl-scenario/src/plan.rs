@@ -265,6 +265,8 @@ pub struct TrainerPlan {
     pub weight_decay: f64,
     /// Agents sample at the same time.
     pub parallel_sampling: bool,
+    /// The prompts of one rollout buffer sample in one batch (same policy, same RNG streams).
+    pub batch_buffer_sampling: bool,
     /// Agents compute their updates at the same time.
     pub parallel_updates: bool,
     /// Completions per forward/backward pass in the loss; 0 = all K of a node sample at once.

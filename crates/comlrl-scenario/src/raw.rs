@@ -282,6 +282,9 @@ pub struct RawTrainer {
     /// Agents sample at the same time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_sampling: Option<bool>,
+    /// The prompts of one rollout buffer sample in one batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_buffer_sampling: Option<bool>,
     /// Agents compute their updates at the same time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_updates: Option<bool>,

@@ -242,6 +242,9 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
         adam_epsilon,
         weight_decay,
         parallel_sampling: raw.parallel_sampling.unwrap_or(def::PARALLEL_SAMPLING),
+        batch_buffer_sampling: raw
+            .batch_buffer_sampling
+            .unwrap_or(def::BATCH_BUFFER_SAMPLING),
         parallel_updates: raw.parallel_updates.unwrap_or(def::PARALLEL_UPDATES),
         micro_batch_size: raw.micro_batch_size.unwrap_or(def::MICRO_BATCH_SIZE),
         max_joint_actions,

@@ -4,7 +4,7 @@
 use super::advantage::Baseline;
 use super::checkpoint::{self, TrainState};
 use super::optim::{AdamW, AdamWConfig};
-use super::rollout::{rollout, NodeSample, RolloutSpec, RowInput};
+use super::rollout::{rollout_presampled, sample_group, NodeSample, RolloutSpec, RowInput};
 use super::rundir::{self, RunLock, StartMode};
 use super::setup;
 use super::timing::Phases;
@@ -306,6 +306,8 @@ impl Trainer {
         obs.start(total, state.step);
         let mut interrupted = false;
         let limit = self.stop_after.map_or(total, |n| n.min(total));
+        // First-turn completions of the next prompts, sampled together ahead of their steps.
+        let mut pending = std::collections::VecDeque::new();
         while state.step < limit {
             let step = state.step;
             let (epoch, r) = (step / rows, step % rows);
@@ -318,7 +320,22 @@ impl Trainer {
             };
             let mut phases = Phases::default();
             let where_ = format!("step {} (epoch {}, prompt {})", step + 1, epoch + 1, r + 1);
-            let nodes = match rollout(
+            // The prompts up to the next update see the same policies: sample them in one batch.
+            let group = t
+                .rollout_buffer_size
+                .max(1)
+                .saturating_sub(state.buffer.len())
+                .min(rows - r)
+                .min(limit - step);
+            if pending.is_empty() && t.batch_buffer_sampling && t.num_turns == 1 && group > 1 {
+                let rendered = (r..r + group)
+                    .map(|i| self.prompts.render(&self.scenario.dataset.train.rows[i]))
+                    .collect::<Result<Vec<_>>>()?;
+                pending = sample_group(&self.policies, &rendered, &spec, &state.rng, &mut phases)
+                    .map_err(|e| Error::Train(format!("{where_}: {e}")))?
+                    .into();
+            }
+            let nodes = match rollout_presampled(
                 &self.policies,
                 &prompts,
                 &input,
@@ -326,6 +343,7 @@ impl Trainer {
                 &spec,
                 &mut state.rng,
                 &mut phases,
+                pending.pop_front(),
             ) {
                 Ok(nodes) => nodes,
                 // A term with `on_error: skip_step` failed: this prompt trains nothing.
@@ -348,11 +366,14 @@ impl Trainer {
             }
             let size = t.rollout_buffer_size.max(1);
             while state.buffer.len() >= size {
+                // Never reached with presampled prompts left (the group ends at the update).
+                pending.clear();
                 let batch: Vec<NodeSample> = state.buffer.drain(..size).collect();
                 self.update(&mut state, batch)?;
             }
             // CoMLRL flushes what is left at the end of every epoch.
             if r + 1 == rows && !state.buffer.is_empty() {
+                pending.clear();
                 let batch = std::mem::take(&mut state.buffer);
                 self.update(&mut state, batch)?;
             }

@@ -24,6 +24,7 @@ pub mod recompute;
 pub mod rope;
 pub mod rope_scaling;
 pub mod sample;
+pub mod sampling_weights;
 pub mod source;
 pub(crate) mod storage;
 pub mod tokenizer;
@@ -38,6 +39,7 @@ pub use logprob::{completion_logprobs, ScoreLayout};
 pub use mode::Mode;
 pub use policy::{parse_dtype, LoadOptions, Policy};
 pub use sample::{generate, generate_streams, SamplingParams};
+pub use sampling_weights::SamplingWeights;
 pub use source::ModelSource;
 pub use tokenizer::Tokenizer;
 

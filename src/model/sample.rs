@@ -128,10 +128,10 @@ fn decode<R: Rng>(
         &position_ids(&valid, t, dev)?,
         &causal_mask(&valid, t, dev)?,
         Some(&mut cache),
-        Mode::Infer,
+        Mode::Sample,
     )?;
     let last = model
-        .logits_mode(&hidden.narrow(1, t - 1, 1)?, Mode::Infer)?
+        .logits_mode(&hidden.narrow(1, t - 1, 1)?, Mode::Sample)?
         .squeeze(1)?; // (P, V)
                       // Share each prompt's cache with its k rows.
     let rows: Vec<u32> = (0..n_prompts as u32)
@@ -191,9 +191,9 @@ fn decode<R: Rng>(
             &Tensor::from_vec(pos, (b, 1), dev)?,
             &causal_mask(&valid, 1, dev)?,
             Some(&mut cache),
-            Mode::Infer,
+            Mode::Sample,
         )?;
-        logits = model.logits_mode(&hidden, Mode::Infer)?.squeeze(1)?;
+        logits = model.logits_mode(&hidden, Mode::Sample)?.squeeze(1)?;
     }
     Ok(out)
 }

@@ -17,8 +17,9 @@ pub fn model_source(agent: &AgentPlan, base_dir: &Path) -> Result<ModelSource> {
     })
 }
 
-/// Loads every agent's policy (f32 on CPU; built-in weights seeded by the scenario seed).
-pub fn load_policies(s: &Scenario) -> Result<Vec<Policy>> {
+/// Loads every agent's policy (f32 on CPU; built-in weights seeded by the scenario seed), with
+/// the agents' sampling weight copies when `sampling` (frozen reference policies only score).
+pub fn load_policies(s: &Scenario, sampling: bool) -> Result<Vec<Policy>> {
     s.agents
         .iter()
         .map(|a| {
@@ -33,7 +34,11 @@ pub fn load_policies(s: &Scenario) -> Result<Vec<Policy>> {
                 }
             }
             let src = model_source(a, &s.base_dir)?;
-            let opts = LoadOptions { seed: s.seed, ..LoadOptions::default() };
+            let sampling_dtype = match a.sampling_dtype {
+                Dtype::Bf16 if sampling => candle_core::DType::BF16,
+                _ => candle_core::DType::F32,
+            };
+            let opts = LoadOptions { seed: s.seed, sampling_dtype, ..LoadOptions::default() };
             Policy::load(&src, &opts).map_err(|e| Error::Train(format!("agent {} ({}): {e}", a.index, a.model.spec)))
         })
         .collect()

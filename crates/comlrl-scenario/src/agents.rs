@@ -121,6 +121,14 @@ pub(crate) fn resolve(
             "use e.g. `max_new_tokens: 128` (CoMLRL default 256)",
         );
     }
+    let sampling_dtype = raw.sampling_dtype.unwrap_or(def::SAMPLING_DTYPE);
+    if sampling_dtype == crate::plan::Dtype::F16 {
+        d.invalid(
+            &p.key("sampling_dtype"),
+            "sampling_dtype f16 is not supported",
+            "use `sampling_dtype: f32` (the weights themselves) or `bf16` (bf16 copies, f32 sums)",
+        );
+    }
     let learning_rate = match raw.learning_rate {
         Some(lr) => {
             crate::trainer::check_lr(d, &p.key("learning_rate"), lr);
@@ -142,6 +150,7 @@ pub(crate) fn resolve(
         index,
         model,
         dtype: raw.dtype.unwrap_or(def::DTYPE),
+        sampling_dtype,
         sampling: Sampling {
             temperature,
             top_p,

@@ -7,6 +7,8 @@ use crate::plan::{AdvantageMode, Dtype, JointMode, LrScheduler};
 pub const AGENT_COUNT: usize = 2;
 /// Weights dtype: let the loader choose (f32 on CPU, where bf16/f16 matmuls are slow or absent).
 pub const DTYPE: Dtype = Dtype::Auto;
+/// Sampling decodes with the f32 weights themselves (`auto` means the same); `bf16` is opt-in.
+pub const SAMPLING_DTYPE: Dtype = Dtype::F32;
 /// Sampling temperature (CoMLRL 0.6).
 pub const TEMPERATURE: f64 = 0.6;
 /// Nucleus sampling mass (CoMLRL 0.6).

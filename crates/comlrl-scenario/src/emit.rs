@@ -81,6 +81,7 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
                 _ => a.model.spec.clone(),
             },
             dtype: Some(a.dtype),
+            sampling_dtype: Some(a.sampling_dtype),
             temperature: Some(a.sampling.temperature),
             top_p: Some(a.sampling.top_p),
             top_k: Some(a.sampling.top_k),

@@ -109,6 +109,8 @@ pub struct AgentPlan {
     pub model: ModelRef,
     /// Numeric type of the weights during training.
     pub dtype: Dtype,
+    /// Numeric type sampling decodes in (`f32`, or `bf16` copies of the weights).
+    pub sampling_dtype: Dtype,
     /// Sampling settings of its rollouts.
     pub sampling: Sampling,
     /// This agent's AdamW learning rate (`agents.learning_rate`, else `trainer.agent_learning_rate`).

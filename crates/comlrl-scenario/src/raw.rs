@@ -108,6 +108,8 @@ pub struct RawAgentGroup {
     pub model: String,
     /// Numeric type of the weights during training.
     pub dtype: Option<Dtype>,
+    /// Numeric type of the weight copies sampling decodes with.
+    pub sampling_dtype: Option<Dtype>,
     /// Sampling temperature.
     pub temperature: Option<f64>,
     /// Nucleus-sampling probability mass.
@@ -133,6 +135,7 @@ impl RawAgentGroup {
         RawAgent {
             model: self.model.clone(),
             dtype: self.dtype,
+            sampling_dtype: self.sampling_dtype,
             temperature: self.temperature,
             top_p: self.top_p,
             top_k: self.top_k,
@@ -154,6 +157,9 @@ pub struct RawAgent {
     /// Numeric type of the weights during training.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Dtype>,
+    /// Numeric type of the weight copies sampling decodes with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_dtype: Option<Dtype>,
     /// Sampling temperature.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,

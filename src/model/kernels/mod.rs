@@ -6,6 +6,7 @@
 //!
 //! Every op takes the fused path only for contiguous-able f32 CPU tensors ([`fusable`]); callers
 //! keep the op-by-op version for other dtypes (bf16, and the f64 finite-difference tests).
+pub mod bf16_matmul;
 pub mod rms_norm;
 pub mod rope;
 pub mod softmax;

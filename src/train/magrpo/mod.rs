@@ -83,10 +83,10 @@ impl Trainer {
         setup::check_joint_actions(&scenario)?;
         let stack = setup::reward_stack(&scenario)?;
         let transition = setup::transition(&scenario)?;
-        let policies = setup::load_policies(&scenario)?;
+        let policies = setup::load_policies(&scenario, true)?;
         setup::check_prompt_lengths(&scenario, &policies)?;
         let references = if scenario.trainer.kl_coef != 0.0 {
-            Some(setup::load_policies(&scenario)?)
+            Some(setup::load_policies(&scenario, false)?)
         } else {
             None
         };

@@ -331,10 +331,23 @@ impl Trainer {
                 let rendered = (r..r + group)
                     .map(|i| self.prompts.render(&self.scenario.dataset.train.rows[i]))
                     .collect::<Result<Vec<_>>>()?;
-                pending = sample_group(&self.policies, &rendered, &spec, &state.rng, &mut phases)
-                    .map_err(|e| Error::Train(format!("{where_}: {e}")))?
-                    .into();
+                let mut group_phases = Phases::default();
+                let sampled = sample_group(
+                    &self.policies,
+                    &rendered,
+                    &spec,
+                    &state.rng,
+                    &mut group_phases,
+                )
+                .map_err(|e| Error::Train(format!("{where_}: {e}")))?;
+                // Each step of the group is charged an equal share of its sampling time.
+                let share = group_phases.sampling / group as f64;
+                pending = sampled.into_iter().map(|p| (p, share)).collect();
             }
+            let pre = pending.pop_front().map(|(p, share)| {
+                phases.sampling += share;
+                p
+            });
             let nodes = match rollout_presampled(
                 &self.policies,
                 &prompts,
@@ -343,7 +356,7 @@ impl Trainer {
                 &spec,
                 &mut state.rng,
                 &mut phases,
-                pending.pop_front(),
+                pre,
             ) {
                 Ok(nodes) => nodes,
                 // A term with `on_error: skip_step` failed: this prompt trains nothing.

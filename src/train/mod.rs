@@ -8,6 +8,7 @@ pub mod magrpo;
 pub mod manifest;
 pub mod optim;
 pub mod plot;
+pub mod presample;
 pub mod prompt;
 pub mod rollout;
 pub mod rundir;

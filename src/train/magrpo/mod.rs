@@ -4,7 +4,8 @@
 use super::advantage::Baseline;
 use super::checkpoint::{self, TrainState};
 use super::optim::{AdamW, AdamWConfig};
-use super::rollout::{rollout_presampled, sample_group, NodeSample, RolloutSpec, RowInput};
+use super::presample::sample_group;
+use super::rollout::{rollout_presampled, NodeSample, RolloutSpec, RowInput};
 use super::rundir::{self, RunLock, StartMode};
 use super::setup;
 use super::timing::Phases;

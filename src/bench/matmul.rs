@@ -45,3 +45,76 @@ pub fn run(size: usize, repeats: usize) -> Result<MatmulReport> {
         best_gflops_per_s: flops / secs[0] / 1e9,
     })
 }
+
+/// One decode-shaped product (x (m, k) · Wᵀ, W (n, k)) timed three ways.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecodeReport {
+    /// Rows of x (sampling rows per decode step).
+    pub m: usize,
+    /// Input features.
+    pub k: usize,
+    /// Output features.
+    pub n: usize,
+    /// f32 W · xᵀ through candle + gemm (the f32 sampling path): GFLOP/s and GB/s of weights.
+    pub f32_gflops_per_s: f64,
+    /// Weight bytes streamed per second by the f32 product.
+    pub f32_weight_gb_per_s: f64,
+    /// candle's own bf16 matmul (bf16 x and W).
+    pub candle_bf16_gflops_per_s: f64,
+    /// The bf16 sampling kernel (`vdpbf16ps` where the CPU has it).
+    pub bf16_kernel_gflops_per_s: f64,
+    /// Weight bytes streamed per second by the bf16 kernel.
+    pub bf16_kernel_weight_gb_per_s: f64,
+    /// Which bf16 kernel ran.
+    pub bf16_kernel: String,
+}
+
+fn median_secs(repeats: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let mut secs = (0..repeats.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f()?;
+            Ok(t.elapsed().as_secs_f64())
+        })
+        .collect::<Result<Vec<f64>>>()?;
+    secs.sort_by(f64::total_cmp);
+    Ok(secs[secs.len() / 2])
+}
+
+/// Times x (m, k) · Wᵀ with W (n, k): f32 as the sampling path runs it, candle's bf16
+/// matmul, and the bf16 sampling kernel.
+pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<DecodeReport> {
+    use crate::model::kernels::bf16_matmul::{Bf16Matrix, Kernel};
+    let dev = Device::Cpu;
+    let w = Tensor::randn(0f32, 1.0, (n, k), &dev)?;
+    let x = Tensor::randn(0f32, 1.0, (m, k), &dev)?;
+    let flops = 2.0 * (m * k * n) as f64;
+    let f32_s = median_secs(repeats, || {
+        w.matmul(&x.t()?)?.t()?.contiguous()?;
+        Ok(())
+    })?;
+    let (wb, xb) = (w.to_dtype(DType::BF16)?, x.to_dtype(DType::BF16)?);
+    let wbt = wb.t()?.contiguous()?;
+    let candle_s = median_secs(repeats, || {
+        xb.matmul(&wbt)?;
+        Ok(())
+    })?;
+    let mat = Bf16Matrix::from_f32(&w.flatten_all()?.to_vec1::<f32>()?, n, k);
+    let xv = x.flatten_all()?.to_vec1::<f32>()?;
+    let kern_s = median_secs(repeats, || {
+        std::hint::black_box(mat.matmul_t(&xv, m));
+        Ok(())
+    })?;
+    Ok(DecodeReport {
+        m,
+        k,
+        n,
+        f32_gflops_per_s: flops / f32_s / 1e9,
+        f32_weight_gb_per_s: (n * k * 4) as f64 / f32_s / 1e9,
+        candle_bf16_gflops_per_s: flops / candle_s / 1e9,
+        bf16_kernel_gflops_per_s: flops / kern_s / 1e9,
+        bf16_kernel_weight_gb_per_s: (n * k * 2) as f64 / kern_s / 1e9,
+        bf16_kernel: format!("{:?}", Kernel::detect()),
+    })
+}

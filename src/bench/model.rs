@@ -23,8 +23,22 @@ pub struct ModelBenchOptions {
     pub train_seq: usize,
     /// Timed repetitions after one warm-up; the median is reported.
     pub repeats: usize,
-    /// Sample with contiguous transposed weight copies (the trainer's default).
+    /// Sample with contiguous transposed weight copies.
     pub rollout_copies: bool,
+    /// Sample with bf16 copies of the weights (f32 accumulation).
+    pub sampling_bf16: bool,
+}
+
+impl ModelBenchOptions {
+    /// The sampling weight copies these options ask for.
+    pub fn sampling_weights(&self) -> crate::model::SamplingWeights {
+        use crate::model::SamplingWeights as W;
+        match (self.sampling_bf16, self.rollout_copies) {
+            (true, _) => W::Bf16,
+            (false, true) => W::Transposed,
+            (false, false) => W::Checkpoint,
+        }
+    }
 }
 
 impl Default for ModelBenchOptions {
@@ -37,6 +51,7 @@ impl Default for ModelBenchOptions {
             train_seq: 160,
             repeats: 3,
             rollout_copies: false,
+            sampling_bf16: false,
         }
     }
 }
@@ -67,6 +82,8 @@ pub struct SamplingReport {
     pub new_tokens: usize,
     /// Sampled with contiguous transposed weight copies.
     pub rollout_copies: bool,
+    /// The dtype of the weights sampling read: "f32" or "bf16".
+    pub sampling_dtype: &'static str,
     /// Median seconds of one batch.
     pub seconds: f64,
     /// Generated tokens per second.
@@ -114,7 +131,7 @@ pub fn run(policy: &Policy, o: &ModelBenchOptions) -> Result<ModelBenchReport> {
         ignore_eos: true,
         ..SamplingParams::default()
     };
-    policy.model.refresh_rollout_weights(o.rollout_copies)?;
+    policy.model.refresh_rollout_weights(o.sampling_weights())?;
     let mut times = vec![];
     for rep in 0..=o.repeats {
         let t0 = Instant::now();
@@ -179,6 +196,7 @@ pub fn run(policy: &Policy, o: &ModelBenchOptions) -> Result<ModelBenchReport> {
             prompt_tokens: o.prompt_tokens,
             new_tokens: o.new_tokens,
             rollout_copies: o.rollout_copies,
+            sampling_dtype: if o.sampling_bf16 { "bf16" } else { "f32" },
             seconds: s_sec,
             tokens_per_s: new / s_sec,
             gflops_per_s: sflops / s_sec / 1e9,

@@ -31,6 +31,10 @@ pub struct MatmulArgs {
     /// Timed repetitions (after one warm-up).
     #[arg(long, default_value_t = 5)]
     pub repeats: usize,
+    /// Also time decode-shaped products x (M, K) · Wᵀ (W of N × K) as `M,K,N`, e.g.
+    /// `16,896,4864`: f32 (the sampling path), candle's bf16 matmul and the bf16 sampling kernel.
+    #[arg(long, num_args = 1..)]
+    pub decode: Vec<String>,
     /// Where to write the JSON report.
     #[arg(long, default_value = "bench-results/matmul.json")]
     pub out: PathBuf,
@@ -77,6 +81,9 @@ pub struct ModelsArgs {
     pub sample_batch: usize,
     #[arg(long, default_value_t = 128)]
     pub new_tokens: usize,
+    /// Tokens per sampling prompt (the prefill; short prompts time decoding itself).
+    #[arg(long, default_value_t = 32)]
+    pub prompt_tokens: usize,
     /// Training batch (sequences) and sequence length.
     #[arg(long, default_value_t = 8)]
     pub train_batch: usize,
@@ -86,9 +93,13 @@ pub struct ModelsArgs {
     /// the default samples as training does, without them).
     #[arg(long)]
     pub rollout_copies: bool,
+    /// The dtype sampling decodes in: f32, or bf16 (bf16 weight copies, f32 accumulation).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
+    pub sampling_dtype: String,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    eprintln!("{}", comlrl::bench::sys::machine_line());
     match a.what {
         What::Models(m) => run_models(m),
         What::Rewards(r) => run_rewards(r),
@@ -101,7 +112,26 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 r.best_gflops_per_s,
                 n = m.size
             );
-            let json = serde_json::json!({"machine": comlrl::bench::sys::machine(), "matmul": r});
+            let mut decode = vec![];
+            for shape in &m.decode {
+                let d: Vec<usize> = shape
+                    .split(',')
+                    .map(|v| v.trim().parse::<usize>())
+                    .collect::<Result<_, _>>()
+                    .ok()
+                    .filter(|d: &Vec<usize>| d.len() == 3 && d.iter().all(|&v| v > 0))
+                    .with_context(|| {
+                        format!("--decode {shape}: expected M,K,N (three positive integers)")
+                    })?;
+                let r = comlrl::bench::matmul::run_decode(d[0], d[1], d[2], m.repeats.max(3) * 4)?;
+                eprintln!(
+                    "decode {}x{} . ({}x{})^T: f32 {:.1} GFLOP/s ({:.1} GB/s of weights), candle bf16 {:.1} GFLOP/s, bf16 kernel ({}) {:.1} GFLOP/s ({:.1} GB/s)",
+                    r.m, r.k, r.n, r.k, r.f32_gflops_per_s, r.f32_weight_gb_per_s, r.candle_bf16_gflops_per_s,
+                    r.bf16_kernel, r.bf16_kernel_gflops_per_s, r.bf16_kernel_weight_gb_per_s
+                );
+                decode.push(r);
+            }
+            let json = serde_json::json!({"machine": comlrl::bench::sys::machine(), "matmul": r, "decode": decode});
             write_report(&m.out, &json)
         }
     }
@@ -198,11 +228,12 @@ fn run_models(a: ModelsArgs) -> anyhow::Result<()> {
     let opts = ModelBenchOptions {
         sample_batch: a.sample_batch,
         new_tokens: a.new_tokens,
+        prompt_tokens: a.prompt_tokens.max(1),
         train_batch: a.train_batch,
         train_seq: a.train_seq,
         repeats: a.repeats.max(1),
         rollout_copies: a.rollout_copies,
-        ..Default::default()
+        sampling_bf16: a.sampling_dtype == "bf16",
     };
     let cwd = std::env::current_dir()?;
     let mut reports = vec![];
@@ -214,8 +245,8 @@ fn run_models(a: ModelsArgs) -> anyhow::Result<()> {
         );
         let r = bench_model(&policy, &opts)?;
         eprintln!(
-            "  sampling {:.1} tok/s ({} x {} new tokens, {:.2} s); train step fwd {:.3} s + bwd {:.3} s = {:.1} GFLOP/s",
-            r.sampling.tokens_per_s, opts.sample_batch, opts.new_tokens, r.sampling.seconds,
+            "  sampling {:.1} tok/s ({} x {} new tokens, {}, {:.2} s); train step fwd {:.3} s + bwd {:.3} s = {:.1} GFLOP/s",
+            r.sampling.tokens_per_s, opts.sample_batch, opts.new_tokens, r.sampling.sampling_dtype, r.sampling.seconds,
             r.train_step.forward_s, r.train_step.backward_s, r.train_step.gflops_per_s
         );
         reports.push(r);

@@ -53,7 +53,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         local &= on_this_machine(a)?;
     }
     if local {
-        let policies = setup::load_policies(&s)?;
+        let policies = setup::load_policies(&s, true)?;
         setup::check_prompt_lengths(&s, &policies)?;
     } else {
         eprintln!(

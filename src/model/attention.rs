@@ -66,9 +66,9 @@ impl Attention {
     }
 
     /// Rebuilds (or drops) the projections' sampling copies.
-    pub fn refresh_rollout(&self, enabled: bool) -> Result<()> {
+    pub fn refresh_rollout(&self, kind: super::SamplingWeights) -> Result<()> {
         for l in [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj] {
-            l.refresh_rollout(enabled)?;
+            l.refresh_rollout(kind)?;
         }
         Ok(())
     }

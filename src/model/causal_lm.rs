@@ -60,7 +60,7 @@ pub struct CausalLm {
     /// (vocab, hidden); the embedding matrix itself when embeddings are tied.
     pub(super) lm_head: Tensor,
     /// Contiguous (hidden, vocab) copy of the head for sampling (see `Linear`).
-    lm_head_rollout: std::sync::Arc<std::sync::RwLock<Option<Tensor>>>,
+    lm_head_rollout: super::sampling_weights::SamplingSlot,
     pub(super) rope: Rope,
     pub(super) cfg: ModelConfig,
 }
@@ -160,23 +160,16 @@ impl CausalLm {
         self.norm.forward(&x)
     }
 
-    /// Rebuilds (call after every weight update) or drops the contiguous transposed weight
-    /// copies that sampling uses: M = batch products against a transposed view spend most of
-    /// their time packing. Costs one extra copy of the weights while enabled.
-    pub fn refresh_rollout_weights(&self, enabled: bool) -> Result<()> {
+    /// Rebuilds (call after every weight update) or drops the weight copies that sampling
+    /// uses: contiguous transposed ones (M = batch products against a transposed view spend
+    /// most of their time packing; one extra copy of the weights) or bf16 ones (half the bytes
+    /// per decode step; half a copy), or none.
+    pub fn refresh_rollout_weights(&self, kind: super::SamplingWeights) -> Result<()> {
         for l in &self.layers {
-            l.self_attn.refresh_rollout(enabled)?;
-            l.mlp.refresh_rollout(enabled)?;
+            l.self_attn.refresh_rollout(kind)?;
+            l.mlp.refresh_rollout(kind)?;
         }
-        let copy = if enabled {
-            Some(self.lm_head.detach().t()?.contiguous()?)
-        } else {
-            None
-        };
-        if let Ok(mut slot) = self.lm_head_rollout.write() {
-            *slot = copy;
-        }
-        Ok(())
+        self.lm_head_rollout.refresh(&self.lm_head, kind)
     }
 
     /// Logits (.., vocab) of hidden states (.., hidden).
@@ -189,18 +182,20 @@ impl CausalLm {
         let dims = hidden.dims().to_vec();
         let h = self.cfg.hidden_size;
         let rows = hidden.elem_count() / h;
-        let copy = match mode {
-            Mode::Infer => self.lm_head_rollout.read().ok().and_then(|g| g.clone()),
-            Mode::Train => None,
-        };
-        let y = match (copy, mode) {
-            (Some(wt), _) => hidden.reshape((rows, h))?.matmul(&wt)?,
-            // Without the copy: (W · hᵀ)ᵀ keeps the contiguous head on the left (no packing).
-            (None, Mode::Infer) => {
-                let h2 = hidden.reshape((rows, h))?.contiguous()?;
-                self.lm_head.matmul(&h2.t()?)?.t()?.contiguous()?
+        use super::sampling_weights::SamplingCopy;
+        let h2 = hidden.reshape((rows, h))?;
+        let y = match (mode, self.lm_head_rollout.get()) {
+            (Mode::Train, _) => h2.matmul(&self.lm_head.t()?)?,
+            (_, Some(SamplingCopy::Transposed(wt))) => h2.matmul(&wt)?,
+            (Mode::Sample, Some(SamplingCopy::Bf16(w))) => {
+                super::sampling_weights::matmul_bf16(&h2.contiguous()?, &w)?
             }
-            (None, Mode::Train) => hidden.reshape((rows, h))?.matmul(&self.lm_head.t()?)?,
+            // Without the copy: (W · hᵀ)ᵀ keeps the contiguous head on the left (no packing).
+            _ => self
+                .lm_head
+                .matmul(&h2.contiguous()?.t()?)?
+                .t()?
+                .contiguous()?,
         };
         let mut out = dims;
         let last = out.len() - 1;

@@ -1,17 +1,17 @@
 //! A linear layer `y = x·Wᵀ (+ b)` over any leading dims, with W stored as in the checkpoint (out, in).
 use super::mode::Mode;
+use super::sampling_weights::{matmul_bf16, SamplingCopy, SamplingSlot, SamplingWeights};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
-use std::sync::{Arc, RwLock};
 
 /// A dense layer y = x · Wᵀ (+ b), with W in the checkpoint's (out, in) layout.
 #[derive(Debug, Clone)]
 pub struct Linear {
     pub(super) weight: Tensor,
     pub(super) bias: Option<Tensor>,
-    /// A contiguous (in, out) copy of W for sampling, where the small-M products against a
-    /// transposed view are dominated by packing; refreshed after every weight update.
-    rollout: Arc<RwLock<Option<Tensor>>>,
+    /// A copy of W for sampling (contiguous (in, out), where the small-M products against a
+    /// transposed view are dominated by packing; or bf16); refreshed after every weight update.
+    rollout: SamplingSlot,
 }
 
 impl Linear {
@@ -26,42 +26,52 @@ impl Linear {
         Ok(Self {
             weight,
             bias,
-            rollout: Arc::new(RwLock::new(None)),
+            rollout: SamplingSlot::default(),
         })
     }
 
-    /// Rebuilds (or drops, with `enabled = false`) the sampling copy of W.
-    pub fn refresh_rollout(&self, enabled: bool) -> Result<()> {
-        let copy = if enabled {
-            Some(self.weight.detach().t()?.contiguous()?)
-        } else {
-            None
-        };
-        if let Ok(mut slot) = self.rollout.write() {
-            *slot = copy;
-        }
-        Ok(())
+    /// Rebuilds (or drops, with `SamplingWeights::Checkpoint`) the sampling copy of W.
+    pub fn refresh_rollout(&self, kind: SamplingWeights) -> Result<()> {
+        self.rollout.refresh(&self.weight, kind)
     }
 
-    /// `forward` that uses the sampling copy in `Mode::Infer` when one exists.
+    /// `forward` that uses the sampling copy when one exists: the transposed copy in
+    /// `Mode::Infer` and `Mode::Sample`, the bf16 copy in `Mode::Sample` only.
     pub fn forward_mode(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        if mode == Mode::Infer {
-            if let Ok(slot) = self.rollout.read() {
-                if let Some(wt) = slot.as_ref() {
-                    return self.apply(x, wt);
-                }
+        if !mode.no_grad() {
+            return self.apply(x, &self.weight.t()?);
+        }
+        match self.rollout.get() {
+            Some(SamplingCopy::Transposed(wt)) => self.apply(x, &wt),
+            Some(SamplingCopy::Bf16(w)) if mode == Mode::Sample => {
+                self.with_rows(x, |x2| matmul_bf16(&x2.contiguous()?, &w))
             }
+            _ => self.apply_swapped(x),
         }
-        if mode == Mode::Infer {
-            return self.apply_swapped(x);
-        }
-        self.apply(x, &self.weight.t()?)
+    }
+
+    /// f applied to x as (rows, in), then the bias, reshaped back to x's leading dims.
+    fn with_rows(&self, x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+        let dims = x.dims();
+        let Some(&in_dim) = dims.last() else {
+            candle_core::bail!("linear: a scalar input has no feature dimension")
+        };
+        let rows = x.elem_count() / in_dim.max(1);
+        let y = f(&x.reshape((rows, in_dim))?)?;
+        let y = match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        };
+        let mut out = dims.to_vec();
+        let last = out.len() - 1;
+        out[last] = y.dim(1)?;
+        y.reshape(out)
     }
 
     /// y = (W · xᵀ)ᵀ (+ b): the same product with the contiguous (out, in) weight on the left,
     /// which gemm runs without packing it; for sampling without the transposed copies.
     fn apply_swapped(&self, x: &Tensor) -> Result<Tensor> {
-        self.rows_apply(x, |x2| {
+        self.with_rows(x, |x2| {
             self.weight
                 .matmul(&x2.contiguous()?.t()?)?
                 .t()?
@@ -71,30 +81,7 @@ impl Linear {
 
     /// y = x · wt (+ b) with wt of shape (in, out), over any leading dims of x.
     fn apply(&self, x: &Tensor, wt: &Tensor) -> Result<Tensor> {
-        self.rows_apply(x, |x2| x2.matmul(wt))
-    }
-
-    /// `x` flattened to (rows, in), `product` of it (rows, out), the bias added, and the
-    /// leading dims of `x` restored.
-    fn rows_apply(
-        &self,
-        x: &Tensor,
-        product: impl Fn(&Tensor) -> Result<Tensor>,
-    ) -> Result<Tensor> {
-        let dims = x.dims();
-        let Some(&in_dim) = dims.last() else {
-            candle_core::bail!("linear: a scalar input has no feature dimension")
-        };
-        let rows = x.elem_count() / in_dim.max(1);
-        let y = product(&x.reshape((rows, in_dim))?)?;
-        let y = match &self.bias {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        };
-        let mut out = dims.to_vec();
-        let last = out.len() - 1;
-        out[last] = y.dim(1)?;
-        y.reshape(out)
+        self.with_rows(x, |x2| x2.matmul(wt))
     }
 }
 

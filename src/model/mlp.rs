@@ -34,9 +34,9 @@ impl Mlp {
     }
 
     /// Rebuilds (or drops) the projections' sampling copies.
-    pub fn refresh_rollout(&self, enabled: bool) -> Result<()> {
+    pub fn refresh_rollout(&self, kind: super::SamplingWeights) -> Result<()> {
         for l in [&self.gate_proj, &self.up_proj, &self.down_proj] {
-            l.refresh_rollout(enabled)?;
+            l.refresh_rollout(kind)?;
         }
         Ok(())
     }

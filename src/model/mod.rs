@@ -24,6 +24,7 @@ pub mod recompute;
 pub(crate) mod rope;
 pub(crate) mod rope_scaling;
 pub(crate) mod sample;
+pub(crate) mod sampling_weights;
 pub mod source;
 pub(crate) mod storage;
 pub(crate) mod tokenizer;
@@ -37,7 +38,8 @@ pub use config::{ModelConfig, Qwen2Config};
 pub use logprob::{completion_logprobs, ScoreLayout};
 pub use mode::Mode;
 pub use policy::{parse_dtype, LoadOptions, Policy};
-pub use sample::{generate, SamplingParams};
+pub use sample::{generate, generate_streams, SamplingParams};
+pub use sampling_weights::SamplingWeights;
 pub use source::ModelSource;
 pub use tokenizer::Tokenizer;
 

@@ -10,6 +10,16 @@ pub enum Mode {
     /// sampling and scoring only. RMSNorm, SwiGLU and the attention softmax are the same
     /// differentiable fused kernels in both modes (`model::kernels`).
     Infer,
+    /// `Infer` for decoding: may also use the bf16 sampling copies of the weights
+    /// (`agents.sampling_dtype: bf16`). Scoring (KL, `comlrl score`) uses `Infer`.
+    Sample,
+}
+
+impl Mode {
+    /// Whether kernels without a backward may run (`Infer` and `Sample`).
+    pub fn no_grad(self) -> bool {
+        self != Mode::Train
+    }
 }
 
 /// The dtype reductions (norms, softmax, log-softmax) run in: f32 for half types, else unchanged

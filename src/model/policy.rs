@@ -46,6 +46,9 @@ pub struct LoadOptions {
     /// left), at the cost of one extra copy of the weights. Off by default: memory is the
     /// tighter limit (at Qwen2.5-0.5B the copies of two agents take 4 GB).
     pub rollout_copies: bool,
+    /// The dtype sampling decodes in: f32 (the weights themselves) or bf16 (a bf16 copy of
+    /// the weights, f32 accumulation; takes precedence over `rollout_copies`).
+    pub sampling_dtype: DType,
 }
 
 impl Default for LoadOptions {
@@ -55,6 +58,7 @@ impl Default for LoadOptions {
             device: Device::Cpu,
             seed: 0,
             rollout_copies: false,
+            sampling_dtype: DType::F32,
         }
     }
 }
@@ -79,7 +83,7 @@ pub struct Policy {
     /// The source's `config.json` as read (None for built-in models): saved back with only the
     /// dtype fields changed, so every key the source had survives and none is added.
     source_config: Option<serde_json::Value>,
-    rollout_copies: bool,
+    sampling_weights: super::SamplingWeights,
     /// The chat template (tokenizer_config.json / chat_template.jinja, or a GGUF's
     /// `tokenizer.chat_template`).
     chat_template: Option<String>,
@@ -267,7 +271,17 @@ impl Policy {
                 )));
             }
         }
-        model.refresh_rollout_weights(opts.rollout_copies)?;
+        let sampling_weights = match (opts.sampling_dtype, opts.rollout_copies) {
+            (DType::BF16, _) => super::SamplingWeights::Bf16,
+            (DType::F32, true) => super::SamplingWeights::Transposed,
+            (DType::F32, false) => super::SamplingWeights::Checkpoint,
+            (other, _) => {
+                return Err(Error::Invalid(format!(
+                    "sampling dtype {other:?} is not supported: use f32 or bf16"
+                )))
+            }
+        };
+        model.refresh_rollout_weights(sampling_weights)?;
         Ok(Self {
             source,
             config,
@@ -279,7 +293,7 @@ impl Policy {
             names,
             dir,
             source_config: None,
-            rollout_copies: opts.rollout_copies,
+            sampling_weights,
             chat_template: None,
             tokenizer_config: None,
         })
@@ -288,7 +302,7 @@ impl Policy {
     /// Call after the weights changed in place (an optimizer step, a checkpoint restore) so
     /// that sampling sees them.
     pub fn weights_changed(&self) -> Result<()> {
-        Ok(self.model.refresh_rollout_weights(self.rollout_copies)?)
+        Ok(self.model.refresh_rollout_weights(self.sampling_weights)?)
     }
 
     /// Trainable variables in checkpoint order (the tied embedding appears once).

@@ -69,7 +69,7 @@ impl Rope {
     /// Rotates x (b, heads, s, head_dim) with tables from [`Rope::tables`].
     pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, mode: Mode) -> Result<Tensor> {
         match mode {
-            Mode::Infer => candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin),
+            Mode::Infer | Mode::Sample => candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin),
             Mode::Train => {
                 if let Some(y) = super::kernels::rope::rope(x, cos, sin)? {
                     return Ok(y);

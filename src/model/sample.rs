@@ -38,7 +38,7 @@ impl Default for SamplingParams {
 }
 
 /// Generates `k` completions for each prompt. Returns `[prompt][k]` token ids, each ending with
-/// its EOS token when it stopped there.
+/// its EOS token when it stopped there. Every row draws from the one `rng`.
 pub fn generate(
     model: &CausalLm,
     prompts: &[&[u32]],
@@ -48,7 +48,52 @@ pub fn generate(
     pad_id: u32,
     rng: &mut impl Rng,
 ) -> Result<Vec<Vec<Vec<u32>>>> {
+    decode(
+        model,
+        prompts,
+        k,
+        params,
+        eos_ids,
+        pad_id,
+        std::slice::from_mut(rng),
+    )
+}
+
+/// [`generate`] with one RNG stream per prompt: prompt p's rows draw only from `rngs[p]`, in
+/// the same order as `generate(model, &[prompts[p]], k, .., &mut rngs[p])` would, so sampling
+/// several prompts in one batch (the weights read once per step for all their rows) draws the
+/// same tokens as sampling them one at a time, up to the last bits of the logits.
+pub fn generate_streams<R: Rng>(
+    model: &CausalLm,
+    prompts: &[&[u32]],
+    k: usize,
+    params: &SamplingParams,
+    eos_ids: &[u32],
+    pad_id: u32,
+    rngs: &mut [R],
+) -> Result<Vec<Vec<Vec<u32>>>> {
+    if rngs.len() != prompts.len() {
+        candle_core::bail!(
+            "generate_streams: {} RNG streams for {} prompts",
+            rngs.len(),
+            prompts.len()
+        );
+    }
+    decode(model, prompts, k, params, eos_ids, pad_id, rngs)
+}
+
+/// Prefill + decode; row (p, j) draws from `rngs[p]`, or from `rngs[0]` when there is one.
+fn decode<R: Rng>(
+    model: &CausalLm,
+    prompts: &[&[u32]],
+    k: usize,
+    params: &SamplingParams,
+    eos_ids: &[u32],
+    pad_id: u32,
+    rngs: &mut [R],
+) -> Result<Vec<Vec<Vec<u32>>>> {
     let dev = model.device();
+    let shared = rngs.len() == 1;
     let n_prompts = prompts.len();
     let mut out = vec![vec![Vec::new(); k]; n_prompts];
     if n_prompts == 0 || k == 0 || params.max_new_tokens == 0 {
@@ -83,10 +128,10 @@ pub fn generate(
         &position_ids(&valid, t, dev)?,
         &causal_mask(&valid, t, dev)?,
         Some(&mut cache),
-        Mode::Infer,
+        Mode::Sample,
     )?;
     let last = model
-        .logits_mode(&hidden.narrow(1, t - 1, 1)?, Mode::Infer)?
+        .logits_mode(&hidden.narrow(1, t - 1, 1)?, Mode::Sample)?
         .squeeze(1)?; // (P, V)
                       // Share each prompt's cache with its k rows.
     let rows: Vec<u32> = (0..n_prompts as u32)
@@ -105,6 +150,7 @@ pub fn generate(
         let mut next = Vec::with_capacity(active.len());
         let mut keep = Vec::with_capacity(active.len());
         for (r, &(p, j)) in active.iter().enumerate() {
+            let rng = &mut rngs[if shared { 0 } else { p }];
             let tok = pick(&rows_logits[r], params, rng);
             out[p][j].push(tok);
             let stop =
@@ -145,9 +191,9 @@ pub fn generate(
             &Tensor::from_vec(pos, (b, 1), dev)?,
             &causal_mask(&valid, 1, dev)?,
             Some(&mut cache),
-            Mode::Infer,
+            Mode::Sample,
         )?;
-        logits = model.logits_mode(&hidden, Mode::Infer)?.squeeze(1)?;
+        logits = model.logits_mode(&hidden, Mode::Sample)?.squeeze(1)?;
     }
     Ok(out)
 }

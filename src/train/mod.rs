@@ -9,6 +9,7 @@ pub(crate) mod magrpo;
 pub mod manifest;
 pub mod optim;
 pub(crate) mod plot;
+pub(crate) mod presample;
 pub mod prompt;
 pub mod rollout;
 pub mod rundir;

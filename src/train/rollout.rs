@@ -11,12 +11,13 @@
 use super::advantage::{advantages, Baseline};
 use super::exchange;
 use super::joint::{completion_returns, joint_actions};
+use super::presample::{sample_agent, Presampled};
 use super::timing::{since, Phases};
 use crate::dist::World;
 use crate::error::{Error, Result};
-use crate::model::{generate, Policy, SamplingParams};
+use crate::model::{Policy, SamplingParams};
 use comlrl_reward::{JointSample, RewardStack, TransitionFn, TransitionInput};
-use rand::{RngCore, SeedableRng};
+use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -133,6 +134,22 @@ pub fn rollout(
     rng: &mut ChaCha8Rng,
     phases: &mut Phases,
 ) -> Result<Vec<NodeSample>> {
+    rollout_presampled(policies, prompts, row, stack, spec, rng, phases, None)
+}
+
+/// [`rollout`], with the first turn's completions already sampled by [`sample_group`] when
+/// `pre` is given (its seeds must be the ones drawn from `rng` here).
+#[allow(clippy::too_many_arguments)]
+pub fn rollout_presampled(
+    policies: &[Option<Policy>],
+    prompts: &[String],
+    row: &RowInput,
+    stack: &RewardStack,
+    spec: &RolloutSpec,
+    rng: &mut ChaCha8Rng,
+    phases: &mut Phases,
+    pre: Option<Presampled>,
+) -> Result<Vec<NodeSample>> {
     let n = policies.len();
     let empty = vec![Vec::new(); n];
     let ctx = Ctx {
@@ -141,7 +158,7 @@ pub fn rollout(
         stack,
         spec,
     };
-    let root = build(&ctx, prompts, rng, phases, 0, &empty, &empty)?;
+    let root = build(&ctx, prompts, rng, phases, 0, &empty, &empty, pre)?;
     let mut out = Vec::new();
     finish(policies, spec, root, &mut out, phases)?;
     Ok(out)
@@ -155,47 +172,7 @@ struct Ctx<'a> {
     spec: &'a RolloutSpec<'a>,
 }
 
-/// Agent `i` samples `k` completions of `prompt` with its own RNG stream.
-fn sample_agent(
-    policy: &Policy,
-    i: usize,
-    prompt: &str,
-    turn: usize,
-    spec: &RolloutSpec,
-    seed: u64,
-) -> Result<AgentRollout> {
-    let ids = policy.tokenizer.encode(prompt)?;
-    if ids.is_empty() {
-        return Err(crate::Error::Invalid(format!(
-            "agent {i}'s prompt at turn {} encodes to no tokens (prompt: {prompt:?}); check the dataset, template or transition",
-            turn + 1,
-        )));
-    }
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let out = generate(
-        &policy.model,
-        &[&ids],
-        spec.k,
-        &spec.sampling[i],
-        &policy.eos_ids,
-        policy.pad_id,
-        &mut rng,
-    )?;
-    let completions = out.into_iter().next().unwrap_or_default();
-    let texts = completions
-        .iter()
-        .map(|c| policy.tokenizer.decode(c, true))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(AgentRollout {
-        prompt_ids: ids,
-        completions,
-        texts,
-        returns: vec![],
-        advantages: vec![],
-        kl: vec![],
-    })
-}
-
+#[allow(clippy::too_many_arguments)]
 fn build(
     ctx: &Ctx,
     prompts: &[String],
@@ -204,6 +181,7 @@ fn build(
     turn: usize,
     prompt_hist: &[Vec<String>],
     resp_hist: &[Vec<String>],
+    pre: Option<Presampled>,
 ) -> Result<Node> {
     let Ctx {
         policies,
@@ -215,16 +193,30 @@ fn build(
     // One RNG stream per agent, drawn from the run's stream: the same completions whether the
     // agents sample one after the other or at the same time.
     let seeds: Vec<u64> = (0..n).map(|_| rng.next_u64()).collect();
+    // The agents held here: all of them in one process, this rank's share under MPI.
     let local: Vec<usize> = (0..n).filter(|&i| policies[i].is_some()).collect();
-    let t = std::time::Instant::now();
-    let sample =
-        |&i: &usize| sample_agent(held(policies, i)?, i, &prompts[i], turn, spec, seeds[i]);
-    let mine: Vec<AgentRollout> = if spec.parallel && local.len() > 1 {
-        local.par_iter().map(sample).collect::<Result<_>>()?
-    } else {
-        local.iter().map(sample).collect::<Result<_>>()?
+    let mine: Vec<AgentRollout> = match pre {
+        Some(pre) => {
+            if pre.seeds != seeds || pre.agents.len() != local.len() {
+                return Err(Error::Internal(
+                    "presampled completions were drawn from another RNG state".into(),
+                ));
+            }
+            pre.agents
+        }
+        None => {
+            let t = std::time::Instant::now();
+            let sample =
+                |&i: &usize| sample_agent(held(policies, i)?, i, &prompts[i], turn, spec, seeds[i]);
+            let mine = if spec.parallel && local.len() > 1 {
+                local.par_iter().map(sample).collect::<Result<_>>()?
+            } else {
+                local.iter().map(sample).collect::<Result<_>>()?
+            };
+            phases.sampling += since(t);
+            mine
+        }
     };
-    phases.sampling += since(t);
     let mut prompts = prompts.to_vec();
     let agents = if spec.distributed() {
         let t = std::time::Instant::now();
@@ -337,7 +329,7 @@ fn build(
                     }),
                 })
                 .collect::<Result<_>>()?;
-            children.push(build(ctx, &next, rng, phases, turn + 1, &ph, &rh)?);
+            children.push(build(ctx, &next, rng, phases, turn + 1, &ph, &rh, None)?);
         }
     }
     Ok(Node {

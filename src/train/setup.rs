@@ -17,29 +17,36 @@ pub fn model_source(agent: &AgentPlan, base_dir: &Path) -> Result<ModelSource> {
     })
 }
 
-/// Loads every agent's policy (f32 on CPU; built-in weights seeded by the scenario seed).
-pub fn load_policies(s: &Scenario) -> Result<Vec<Policy>> {
-    s.agents.iter().map(|a| load_agent(s, a)).collect()
+/// Loads every agent's policy (f32 on CPU; built-in weights seeded by the scenario seed), with
+/// the agents' sampling weight copies when `sampling` (frozen reference policies only score).
+pub fn load_policies(s: &Scenario, sampling: bool) -> Result<Vec<Policy>> {
+    s.agents
+        .iter()
+        .map(|a| load_agent(s, a, sampling))
+        .collect()
 }
 
-/// Loads the policies of the agents `placement` puts on this rank (`None` for the others).
+/// Loads the policies of the agents `placement` puts on this rank (`None` for the others),
+/// with sampling copies when `sampling`.
 pub fn load_placed(
     s: &Scenario,
     placement: &crate::dist::Placement,
+    sampling: bool,
 ) -> Result<Vec<Option<Policy>>> {
     s.agents
         .iter()
         .map(|a| {
             placement
                 .is_local(a.index)
-                .then(|| load_agent(s, a))
+                .then(|| load_agent(s, a, sampling))
                 .transpose()
         })
         .collect()
 }
 
-/// Loads agent `a`'s policy.
-fn load_agent(s: &Scenario, a: &AgentPlan) -> Result<Policy> {
+/// Loads agent `a`'s policy; with its bf16 sampling copies when `sampling` and the agent's
+/// `sampling_dtype` is bf16.
+fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
     match a.dtype {
         Dtype::Auto | Dtype::F32 => {}
         other => {
@@ -51,8 +58,13 @@ fn load_agent(s: &Scenario, a: &AgentPlan) -> Result<Policy> {
         }
     }
     let src = model_source(a, &s.base_dir)?;
+    let sampling_dtype = match a.sampling_dtype {
+        Dtype::Bf16 if sampling => candle_core::DType::BF16,
+        _ => candle_core::DType::F32,
+    };
     let opts = LoadOptions {
         seed: s.seed,
+        sampling_dtype,
         ..LoadOptions::default()
     };
     Policy::load(&src, &opts).map_err(|e| e.for_agent(a.index, Some(a.model.spec.clone())))

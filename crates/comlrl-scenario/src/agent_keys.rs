@@ -69,6 +69,12 @@ crate::agent_macro::agent_section! {
         /// are errors with the right spelling suggested.
         dtype: Dtype = Dtype::Auto, kind "`auto` \\| `f32` \\| `bf16` \\| `f16`",
             why "the loader's choice";
+        /// Numeric type sampling decodes in: `f32` uses the trained weights themselves; `bf16`
+        /// decodes with bf16 copies of the weights (refreshed after every update) and f32
+        /// sums, which halves the bytes each decode step reads. The loss always re-scores the
+        /// samples with the f32 weights. See docs/performance.md for when it pays.
+        sampling_dtype: Dtype = Dtype::F32, kind "`f32` \\| `bf16`",
+            why "exact: samples from the weights being trained", check sampling_precision;
         /// This agent's AdamW learning rate, e.g. a smaller one for a larger model.
         learning_rate: f64 = cx.default_lr, kind "number > 0",
             shown "`trainer.agent_learning_rate`", why "", check lr_check;
@@ -134,6 +140,16 @@ fn model_setting(m: &ModelRef) -> String {
         ModelSource::Local(p) => p.display().to_string(),
         _ => m.spec.clone(),
     }
+}
+
+/// `sampling_dtype`: f32 (or `auto`, the same) or bf16; there is no f16 sampling path.
+fn sampling_precision(_key: &str, d: &Dtype) -> Option<Bad> {
+    (*d == Dtype::F16).then(|| Bad {
+        message: "sampling_dtype f16 is not supported".into(),
+        hint:
+            "use `sampling_dtype: f32` (the weights themselves) or `bf16` (bf16 copies, f32 sums)"
+                .into(),
+    })
 }
 
 /// `top_p` in (0, 1].

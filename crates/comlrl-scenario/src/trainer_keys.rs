@@ -124,6 +124,12 @@ settings_section! {
         /// after the other). Results are identical either way: each agent samples from its own
         /// RNG stream drawn from the run's seed. Costs one KV cache per agent.
         parallel_sampling: bool = true, kind "bool", why "same results, faster";
+        /// The prompts of one rollout buffer (single-turn, same epoch) sample in one batch, so
+        /// each decode step reads the weights once for all their rows (2 × K rows at the
+        /// default buffer of 2). The policy does not change within a buffer, and each prompt
+        /// keeps its own RNG streams: the same samples as one prompt at a time (only the last
+        /// bits of the logits can differ).
+        batch_buffer_sampling: bool = true, kind "bool", why "same samples, faster decoding";
         /// Agents compute their updates at the same time. Identical results; costs a second set
         /// of gradient accumulators (one more copy of the weights) and activations. Turn it off
         /// when memory, not time, is short (the Qwen2.5-0.5B seed scenario does: it keeps two

@@ -8,7 +8,8 @@
 use super::advantage::Baseline;
 use super::checkpoint::{self, TrainState};
 use super::optim::{AdamW, AdamWConfig};
-use super::rollout::{rollout, NodeSample, RolloutSpec, RowInput};
+use super::presample::sample_group;
+use super::rollout::{rollout_presampled, NodeSample, RolloutSpec, RowInput};
 use super::rundir::{self, RunLock, StartMode};
 use super::setup;
 use super::timing::Phases;
@@ -100,14 +101,14 @@ impl Trainer {
         let placement = Placement::new(&scenario, world.as_ref())?;
         let stack = setup::reward_stack(&scenario)?;
         let transition = setup::transition(&scenario)?;
-        let policies = setup::load_placed(&scenario, &placement)?;
+        let policies = setup::load_placed(&scenario, &placement, true)?;
         for (a, p) in scenario.agents.iter().zip(&policies) {
             if let Some(p) = p {
                 setup::check_agent_prompt_lengths(&scenario, a, p)?;
             }
         }
         let references = if scenario.trainer.kl_coef != 0.0 {
-            Some(setup::load_placed(&scenario, &placement)?)
+            Some(setup::load_placed(&scenario, &placement, false)?)
         } else {
             None
         };
@@ -367,6 +368,8 @@ impl Trainer {
         obs.start(total, state.step);
         let mut interrupted = false;
         let limit = self.stop_after.map_or(total, |n| n.min(total));
+        // First-turn completions of the next prompts, sampled together ahead of their steps.
+        let mut pending = std::collections::VecDeque::new();
         while state.step < limit {
             let step = state.step;
             let (epoch, r) = (step / rows, step % rows);
@@ -379,7 +382,35 @@ impl Trainer {
             };
             let mut phases = Phases::default();
             let where_ = format!("step {} (epoch {}, prompt {})", step + 1, epoch + 1, r + 1);
-            let nodes = match rollout(
+            // The prompts up to the next update see the same policies: sample them in one batch.
+            let group = t
+                .rollout_buffer_size
+                .max(1)
+                .saturating_sub(state.buffer.len())
+                .min(rows - r)
+                .min(limit - step);
+            if pending.is_empty() && t.batch_buffer_sampling && t.num_turns == 1 && group > 1 {
+                let rendered = (r..r + group)
+                    .map(|i| self.prompts.render(&self.scenario.dataset.train.rows[i]))
+                    .collect::<Result<Vec<_>>>()?;
+                let mut group_phases = Phases::default();
+                let sampled = sample_group(
+                    &self.policies,
+                    &rendered,
+                    &spec,
+                    &state.rng,
+                    &mut group_phases,
+                )
+                .map_err(|e| e.at_step(step + 1, where_.clone()))?;
+                // Each step of the group is charged an equal share of its sampling time.
+                let share = group_phases.sampling / group as f64;
+                pending = sampled.into_iter().map(|p| (p, share)).collect();
+            }
+            let pre = pending.pop_front().map(|(p, share)| {
+                phases.sampling += share;
+                p
+            });
+            let nodes = match rollout_presampled(
                 &self.policies,
                 &prompts,
                 &input,
@@ -387,6 +418,7 @@ impl Trainer {
                 &spec,
                 &mut state.rng,
                 &mut phases,
+                pre,
             ) {
                 Ok(nodes) => nodes,
                 // A term with `on_error: skip_step` failed: this prompt trains nothing.
@@ -409,11 +441,14 @@ impl Trainer {
             }
             let size = t.rollout_buffer_size.max(1);
             while state.buffer.len() >= size {
+                // Never reached with presampled prompts left (the group ends at the update).
+                pending.clear();
                 let batch: Vec<NodeSample> = state.buffer.drain(..size).collect();
                 self.update(&mut state, batch)?;
             }
             // CoMLRL flushes what is left at the end of every epoch.
             if r + 1 == rows && !state.buffer.is_empty() {
+                pending.clear();
                 let batch = std::mem::take(&mut state.buffer);
                 self.update(&mut state, batch)?;
             }

@@ -1,0 +1,346 @@
+//! The bf16 sampling product `y = x · Wᵀ` with W held as bf16 in the checkpoint's (out, in)
+//! layout and f32 accumulation: decode steps stream every weight once per token, so halving
+//! the bytes per weight halves their floor. x is rounded to bf16 as well (both operands bf16,
+//! products exact in f32, sums in f32: what `vdpbf16ps` computes). Runtime dispatch: the
+//! AVX-512 BF16 microkernel where the CPU has it, else a portable f32 loop over the same bf16
+//! values (same operands, different summation order).
+use half::bf16;
+use rayon::prelude::*;
+
+/// Elements of K handled per `vdpbf16ps` (32 bf16 = 16 pairs).
+const KB: usize = 32;
+/// W rows and x rows per register block (16 accumulators + 8 operands of the 32 registers).
+const NR: usize = 4;
+const MR: usize = 4;
+/// W rows per parallel task.
+const TASK_ROWS: usize = 64;
+
+/// A weight matrix (out, in) in bf16, each row zero-padded to a multiple of 32 elements.
+#[derive(Debug, Clone)]
+pub struct Bf16Matrix {
+    data: Vec<bf16>,
+    rows: usize,
+    cols: usize,
+    stride: usize,
+}
+
+/// Which implementation [`Bf16Matrix::matmul_t`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// AVX-512 BF16 (`vdpbf16ps`), chosen at run time where the CPU has it.
+    Avx512Bf16,
+    /// Portable f32 loop over the same bf16 operands.
+    Portable,
+}
+
+impl Kernel {
+    /// The fastest kernel this CPU runs.
+    pub fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512bf16")
+            && std::arch::is_x86_feature_detected!("avx512f")
+        {
+            return Kernel::Avx512Bf16;
+        }
+        Kernel::Portable
+    }
+}
+
+fn padded(cols: usize) -> usize {
+    cols.div_ceil(KB) * KB
+}
+
+/// `src` rounded to bf16 (nearest even) into `dst`, the rest of `dst` zero.
+fn round_row(src: &[f32], dst: &mut [bf16]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = bf16::from_f32(s);
+    }
+    dst[src.len()..].fill(bf16::ZERO);
+}
+
+impl Bf16Matrix {
+    /// Rounds a row-major (rows, cols) f32 matrix to bf16.
+    pub fn from_f32(w: &[f32], rows: usize, cols: usize) -> Self {
+        assert_eq!(
+            w.len(),
+            rows * cols,
+            "Bf16Matrix: data does not match its shape"
+        );
+        let stride = padded(cols);
+        let mut data = vec![bf16::ZERO; rows * stride];
+        data.par_chunks_mut(stride)
+            .zip(w.par_chunks(cols.max(1)))
+            .for_each(|(d, s)| round_row(s, d));
+        Self {
+            data,
+            rows,
+            cols,
+            stride,
+        }
+    }
+
+    /// Output features (rows of W).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features (columns of W).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes held.
+    #[cfg(test)]
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 2
+    }
+
+    /// y (m, rows) = x (m, cols) · Wᵀ, with the CPU's fastest kernel.
+    pub fn matmul_t(&self, x: &[f32], m: usize) -> Vec<f32> {
+        self.matmul_t_with(Kernel::detect(), x, m)
+    }
+
+    /// [`Bf16Matrix::matmul_t`] with a chosen kernel ([`Kernel::Avx512Bf16`] falls back to the
+    /// portable one on CPUs without it).
+    pub fn matmul_t_with(&self, kernel: Kernel, x: &[f32], m: usize) -> Vec<f32> {
+        assert_eq!(
+            x.len(),
+            m * self.cols,
+            "Bf16Matrix: x does not match (m, cols)"
+        );
+        let kernel = if kernel == Kernel::Avx512Bf16 && Kernel::detect() != kernel {
+            Kernel::Portable
+        } else {
+            kernel
+        };
+        let (n, sd) = (self.rows, self.stride);
+        let mut xb = vec![bf16::ZERO; m * sd];
+        xb.chunks_mut(sd)
+            .zip(x.chunks(self.cols.max(1)))
+            .for_each(|(d, s)| round_row(s, d));
+        // yᵀ (n, m) in tasks of whole W rows, then transposed into y (m, n).
+        let mut yt = vec![0f32; n * m];
+        yt.par_chunks_mut(TASK_ROWS * m.max(1))
+            .enumerate()
+            .for_each(|(task, out)| {
+                let r0 = task * TASK_ROWS;
+                let nr = out.len() / m.max(1);
+                let w = &self.data[r0 * sd..(r0 + nr) * sd];
+                match kernel {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `Avx512Bf16` is only used after `Kernel::detect` found the
+                    // avx512f and avx512bf16 features on this CPU (checked just above).
+                    Kernel::Avx512Bf16 => unsafe { avx512::block_rows(w, &xb, sd, nr, m, out) },
+                    _ => portable_rows(w, &xb, sd, nr, m, out),
+                }
+            });
+        let mut y = vec![0f32; m * n];
+        for (j, col) in yt.chunks(m.max(1)).enumerate() {
+            for (i, &v) in col.iter().enumerate() {
+                y[i * n + j] = v;
+            }
+        }
+        y
+    }
+}
+
+/// out[j * m + i] = Σ_k w[j][k] · x[i][k] for the `nr` rows of `w` (stride `sd`).
+fn portable_rows(w: &[bf16], x: &[bf16], sd: usize, nr: usize, m: usize, out: &mut [f32]) {
+    let mut wf = vec![0f32; sd];
+    let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+    for j in 0..nr {
+        for (d, s) in wf.iter_mut().zip(&w[j * sd..(j + 1) * sd]) {
+            *d = s.to_f32();
+        }
+        for i in 0..m {
+            let xr = &xf[i * sd..(i + 1) * sd];
+            out[j * m + i] = wf.iter().zip(xr).map(|(a, b)| a * b).sum();
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{bf16, KB, MR, NR};
+    use std::arch::x86_64::*;
+
+    /// [`super::portable_rows`] with `vdpbf16ps`: blocks of up to 4 W rows × 4 x rows, the W
+    /// block staying in L1 while every x row passes.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn block_rows(
+        w: &[bf16],
+        x: &[bf16],
+        sd: usize,
+        nr: usize,
+        m: usize,
+        out: &mut [f32],
+    ) {
+        let mut j = 0;
+        while j < nr {
+            let nb = (nr - j).min(NR);
+            let mut i = 0;
+            while i < m {
+                let mb = (m - i).min(MR);
+                let mut acc = [[0f32; MR]; NR];
+                // SAFETY: rows j..j+nb of w and i..i+mb of x exist, each `sd` long, and `sd`
+                // is a multiple of 32 (the padded stride): every 64-byte load is in bounds.
+                unsafe {
+                    match nb {
+                        4 => tile_m::<4>(mb, w, x, sd, j, i, &mut acc),
+                        3 => tile_m::<3>(mb, w, x, sd, j, i, &mut acc),
+                        2 => tile_m::<2>(mb, w, x, sd, j, i, &mut acc),
+                        _ => tile_m::<1>(mb, w, x, sd, j, i, &mut acc),
+                    }
+                }
+                for (jj, row) in acc.iter().enumerate().take(nb) {
+                    for (ii, v) in row.iter().enumerate().take(mb) {
+                        out[(j + jj) * m + i + ii] = *v;
+                    }
+                }
+                i += mb;
+            }
+            j += nb;
+        }
+    }
+
+    /// [`tile`] with N W rows and `mb` (1–4) x rows.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile_m<const N: usize>(
+        mb: usize,
+        w: &[bf16],
+        x: &[bf16],
+        sd: usize,
+        j: usize,
+        i: usize,
+        acc: &mut [[f32; MR]; NR],
+    ) {
+        // SAFETY: forwarded from `block_rows`'s bounds.
+        unsafe {
+            match mb {
+                4 => tile::<N, 4>(w, x, sd, j, i, acc),
+                3 => tile::<N, 3>(w, x, sd, j, i, acc),
+                2 => tile::<N, 2>(w, x, sd, j, i, acc),
+                _ => tile::<N, 1>(w, x, sd, j, i, acc),
+            }
+        }
+    }
+
+    /// acc[jj][ii] = Σ_k w[j + jj][k] · x[i + ii][k] for jj < N, ii < M.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    // Indexed loops over const-size register arrays: unrolled, the accumulators stay in zmm
+    // registers (checked in the disassembly).
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn tile<const N: usize, const M: usize>(
+        w: &[bf16],
+        x: &[bf16],
+        sd: usize,
+        j: usize,
+        i: usize,
+        acc: &mut [[f32; MR]; NR],
+    ) {
+        debug_assert!((j + N) * sd <= w.len() && (i + M) * sd <= x.len() && sd.is_multiple_of(KB));
+        let mut s = [[_mm512_setzero_ps(); M]; N];
+        // SAFETY: the caller guarantees rows j..j+N of w and i..i+M of x, each `sd` (a multiple
+        // of 32) long: every 32-element (64-byte) load at k < sd is in bounds. The transmutes
+        // reinterpret 512 bits of bf16 as `__m512bh`, the same bits.
+        unsafe {
+            let wp = w.as_ptr().add(j * sd) as *const u16;
+            let xp = x.as_ptr().add(i * sd) as *const u16;
+            let mut k = 0;
+            while k < sd {
+                let mut wv = [_mm512_setzero_si512(); N];
+                for (jj, v) in wv.iter_mut().enumerate() {
+                    *v = _mm512_loadu_si512(wp.add(jj * sd + k) as *const _);
+                }
+                for ii in 0..M {
+                    let xv: __m512bh =
+                        std::mem::transmute(_mm512_loadu_si512(xp.add(ii * sd + k) as *const _));
+                    for jj in 0..N {
+                        let wb: __m512bh = std::mem::transmute(wv[jj]);
+                        s[jj][ii] = _mm512_dpbf16_ps(s[jj][ii], wb, xv);
+                    }
+                }
+                k += KB;
+            }
+        }
+        for jj in 0..N {
+            for ii in 0..M {
+                acc[jj][ii] = _mm512_reduce_add_ps(s[jj][ii]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// f64 reference of x · Wᵀ over the bf16-rounded operands.
+    fn reference(w: &[f32], x: &[f32], n: usize, k: usize, m: usize) -> Vec<f64> {
+        let r = |v: f32| bf16::from_f32(v).to_f32() as f64;
+        let mut y = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                y[i * n + j] = (0..k).map(|p| r(x[i * k + p]) * r(w[j * k + p])).sum();
+            }
+        }
+        y
+    }
+
+    fn data(len: usize, seed: u32) -> Vec<f32> {
+        (0..len)
+            .map(|i| {
+                let h = (i as u32).wrapping_mul(2654435761).wrapping_add(seed * 97);
+                ((h >> 8) % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn check(kernel: Kernel, n: usize, k: usize, m: usize) {
+        let (w, x) = (data(n * k, 1), data(m * k, 2));
+        let mat = Bf16Matrix::from_f32(&w, n, k);
+        let y = mat.matmul_t_with(kernel, &x, m);
+        let want = reference(&w, &x, n, k, m);
+        for (a, b) in y.iter().zip(&want) {
+            // Exact products, f32 sums of ≤ k terms of magnitude ≤ 1.
+            assert!(
+                (*a as f64 - b).abs() <= 1e-6 * k as f64,
+                "{kernel:?} n={n} k={k} m={m}: {a} vs {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn kernels_match_the_reference_on_odd_shapes() {
+        for kernel in [Kernel::detect(), Kernel::Portable] {
+            for (n, k, m) in [
+                (1, 1, 1),
+                (7, 33, 5),
+                (5, 31, 9),
+                (130, 96, 3),
+                (67, 65, 17),
+                (4, 32, 4),
+                (9, 200, 2),
+            ] {
+                check(kernel, n, k, m);
+            }
+        }
+    }
+
+    #[test]
+    fn fast_and_portable_kernels_agree() {
+        let (n, k, m) = (300, 896, 16);
+        let (w, x) = (data(n * k, 3), data(m * k, 4));
+        let mat = Bf16Matrix::from_f32(&w, n, k);
+        let a = mat.matmul_t_with(Kernel::detect(), &x, m);
+        let b = mat.matmul_t_with(Kernel::Portable, &x, m);
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-3, "{worst}");
+        assert_eq!(mat.bytes(), n * 896 * 2);
+    }
+}

@@ -81,7 +81,10 @@ fn metrics_and_trackers_do_not_import_the_trainer() {
 
 #[test]
 fn the_transport_between_ranks_knows_nothing_of_models_or_training() {
-    assert_never_imports("dist", &["model", "train", "metrics", "track", "bench", "cli"]);
+    assert_never_imports(
+        "dist",
+        &["model", "train", "metrics", "track", "bench", "cli"],
+    );
 }
 
 /// The `[dependencies]` section of a crate's manifest (dev-dependencies excluded).

@@ -1,5 +1,5 @@
 //! `comlrl generate`: sample completions from a model and print them (text or JSON).
-use super::inputs::{ModelArgs, PromptArgs};
+use super::inputs::ModelPromptArgs;
 use anyhow::bail;
 use comlrl::model::{generate, SamplingParams};
 use rand::SeedableRng;
@@ -7,9 +7,7 @@ use rand::SeedableRng;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    pub model: ModelArgs,
-    #[command(flatten)]
-    pub prompt: PromptArgs,
+    pub input: ModelPromptArgs,
     /// Number of completions.
     #[arg(short = 'n', long, default_value_t = 1)]
     pub num: usize,
@@ -44,8 +42,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
         bail!("--top-p must be in (0, 1]");
     }
-    let policy = a.model.load()?;
-    let prompt = a.prompt.ids(&policy)?;
+    let (policy, prompt) = a.input.load()?;
     let params = SamplingParams {
         max_new_tokens: a.max_new_tokens,
         temperature: a.temperature,

@@ -28,6 +28,24 @@ impl ModelArgs {
     }
 }
 
+/// The model and the prompt, as `generate` and `score` take them.
+#[derive(Debug, clap::Args)]
+pub struct ModelPromptArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+}
+
+impl ModelPromptArgs {
+    /// The loaded model and the prompt's token ids.
+    pub fn load(&self) -> anyhow::Result<(Policy, Vec<u32>)> {
+        let policy = self.model.load()?;
+        let prompt = self.prompt.ids(&policy)?;
+        Ok((policy, prompt))
+    }
+}
+
 /// Parses `1,2,3` into token ids, checking them against the vocabulary size.
 pub fn parse_ids(flag: &str, s: &str, vocab: usize) -> anyhow::Result<Vec<u32>> {
     let mut out = Vec::new();

@@ -1,14 +1,12 @@
 //! `comlrl score`: per-token log-probabilities of a completion given a prompt.
-use super::inputs::{ids_from, ModelArgs, PromptArgs};
+use super::inputs::{ids_from, ModelPromptArgs};
 use anyhow::bail;
 use comlrl::model::{completion_logprobs, Mode, ScoreLayout};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    pub model: ModelArgs,
-    #[command(flatten)]
-    pub prompt: PromptArgs,
+    pub input: ModelPromptArgs,
     #[arg(
         long,
         conflicts_with = "completion_ids",
@@ -23,8 +21,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let policy = a.model.load()?;
-    let prompt = a.prompt.ids(&policy)?;
+    let (policy, prompt) = a.input.load()?;
     let completion = ids_from(&policy, &a.completion, &a.completion_ids, "completion")?;
     if completion.is_empty() {
         bail!("the completion is empty: nothing to score");

@@ -20,6 +20,7 @@
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+mod guard;
 pub mod library_files;
 pub mod transition;
 
@@ -280,22 +281,8 @@ pub mod shim {
         params_json: StrRef,
         err: *mut ErrBuf,
     ) -> *mut c_void {
-        // SAFETY: the host passes valid UTF-8 that outlives this call.
-        let params = unsafe { params_json.as_str() };
-        match catch_unwind(|| T::create(params)) {
-            Ok(Ok(state)) => Box::into_raw(Box::new(state)).cast::<c_void>(),
-            Ok(Err(msg)) => {
-                // SAFETY: `err` is the host's buffer.
-                unsafe { report(err, &msg) };
-                std::ptr::null_mut()
-            }
-            Err(payload) => {
-                let msg = format!("panicked in create: {}", panic_message(payload));
-                // SAFETY: `err` is the host's buffer.
-                unsafe { report(err, &msg) };
-                std::ptr::null_mut()
-            }
-        }
+        // SAFETY: the host's arguments are forwarded under the same contract.
+        unsafe { guard::create_state(params_json, err, T::create) }
     }
 
     /// `score` for `T`, under `catch_unwind`.
@@ -334,19 +321,10 @@ pub mod shim {
                 raw.iter().map(|s| unsafe { Sample::from_raw(s) }).collect();
             reward.score_batch(&views, out)
         }));
-        match result {
-            Ok(Ok(())) => STATUS_OK,
-            Ok(Err(msg)) => {
-                // SAFETY: `err` is the host's buffer.
-                unsafe { report(err, &msg) };
-                STATUS_ERROR
-            }
-            Err(payload) => {
-                let msg = format!("panicked in score: {}", panic_message(payload));
-                // SAFETY: `err` is the host's buffer.
-                unsafe { report(err, &msg) };
-                STATUS_PANIC
-            }
+        // SAFETY: `err` is the host's buffer.
+        match unsafe { guard::settle(result, err, "score") } {
+            Ok(()) => STATUS_OK,
+            Err(status) => status,
         }
     }
 
@@ -355,12 +333,9 @@ pub mod shim {
     /// # Safety
     /// `state` came from [`create::<T>`] and is not used afterwards.
     pub unsafe extern "C" fn destroy<T: Reward>(state: *mut c_void) {
-        if state.is_null() {
-            return;
-        }
-        // SAFETY: `state` is the Box<T> made by `create::<T>`, now owned back by us.
-        let boxed = unsafe { Box::from_raw(state.cast::<T>()) };
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(boxed)));
+        // SAFETY: `state` came from `create::<T>` (that is, `create_state::<T>`) and is not
+        // used afterwards.
+        unsafe { guard::destroy_state::<T>(state) }
     }
 
     /// The table for `T`, as a constant (used by [`export_reward!`]).

@@ -7,8 +7,8 @@
 //! (the parent joint action, agent 0 first), `prompt_history` and `response_history` (one
 //! array per agent). The plugin calls `push(sink, prompt)` once per agent, in agent order;
 //! the host copies each prompt during the call.
-use super::{panic_message, report, CreateFn, DestroyFn, ErrBuf, StrRef, ABI_VERSION};
-use super::{STATUS_ERROR, STATUS_OK, STATUS_PANIC};
+use super::{guard, report, CreateFn, DestroyFn, ErrBuf, StrRef, ABI_VERSION};
+use super::{STATUS_ERROR, STATUS_OK};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -75,26 +75,8 @@ pub mod shim {
         params_json: StrRef,
         err: *mut ErrBuf,
     ) -> *mut c_void {
-        // SAFETY: the host passes valid UTF-8 that outlives this call.
-        let params = unsafe { params_json.as_str() };
-        match catch_unwind(|| T::create(params)) {
-            Ok(Ok(state)) => Box::into_raw(Box::new(state)).cast::<c_void>(),
-            Ok(Err(msg)) => {
-                // SAFETY: `err` is the host's buffer.
-                unsafe { report(err, &msg) };
-                std::ptr::null_mut()
-            }
-            Err(payload) => {
-                // SAFETY: `err` is the host's buffer.
-                unsafe {
-                    report(
-                        err,
-                        &format!("panicked in create: {}", panic_message(payload)),
-                    )
-                };
-                std::ptr::null_mut()
-            }
-        }
+        // SAFETY: the host's arguments are forwarded under the same contract.
+        unsafe { guard::create_state(params_json, err, T::create) }
     }
 
     /// # Safety
@@ -118,8 +100,9 @@ pub mod shim {
             let ctx = unsafe { ctx_json.as_str() };
             t.next_prompts(ctx)
         }));
-        match result {
-            Ok(Ok(prompts)) => {
+        // SAFETY: `err` is the host's buffer.
+        match unsafe { guard::settle(result, err, "next") } {
+            Ok(prompts) => {
                 for p in &prompts {
                     // SAFETY: `push` and `sink` come from the host, which copies the prompt
                     // before returning; `p` outlives the call.
@@ -127,33 +110,16 @@ pub mod shim {
                 }
                 STATUS_OK
             }
-            Ok(Err(msg)) => {
-                // SAFETY: `err` is the host's buffer.
-                unsafe { report(err, &msg) };
-                STATUS_ERROR
-            }
-            Err(payload) => {
-                // SAFETY: `err` is the host's buffer.
-                unsafe {
-                    report(
-                        err,
-                        &format!("panicked in next: {}", panic_message(payload)),
-                    )
-                };
-                STATUS_PANIC
-            }
+            Err(status) => status,
         }
     }
 
     /// # Safety
     /// `state` came from [`create::<T>`] and is not used afterwards.
     pub unsafe extern "C" fn destroy<T: Transition>(state: *mut c_void) {
-        if state.is_null() {
-            return;
-        }
-        // SAFETY: `state` is the Box<T> made by `create::<T>`, owned back here.
-        let boxed = unsafe { Box::from_raw(state.cast::<T>()) };
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(boxed)));
+        // SAFETY: `state` came from `create::<T>` (that is, `create_state::<T>`) and is not
+        // used afterwards.
+        unsafe { guard::destroy_state::<T>(state) }
     }
 
     pub const fn table<T: Transition>() -> TransitionPluginV1 {

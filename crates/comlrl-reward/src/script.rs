@@ -53,6 +53,12 @@ impl std::fmt::Debug for RhaiReward {
     }
 }
 
+/// The text of the script at `path` (a reward or a transition), or a `cannot read` error.
+pub(crate) fn read_script(path: &Path) -> Result<String, RewardError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| RewardError::script(path, None, ScriptFailure::Read, e.to_string()))
+}
+
 /// A Rhai position as a script position (column 1 when Rhai gives only the line).
 pub(crate) fn to_pos(p: Position) -> Option<Pos> {
     match (p.line(), p.position()) {
@@ -76,9 +82,7 @@ impl RhaiReward {
         limits: &SandboxLimits,
     ) -> Result<Self, RewardError> {
         let path = path.as_ref();
-        let source = std::fs::read_to_string(path)
-            .map_err(|e| RewardError::script(path, None, ScriptFailure::Read, e.to_string()))?;
-        Self::from_source(path, &source, params, limits)
+        Self::from_source(path, &read_script(path)?, params, limits)
     }
 
     /// Compile `source` as if read from `path` (the path is used for the name and messages).

@@ -10,7 +10,7 @@ use crate::budget::{is_timeout, Deadline};
 use crate::convert::{json_to_dynamic, object_to_map};
 use crate::error::{RewardError, ScriptFailure};
 use crate::sandbox::{sandboxed_engine, SandboxLimits};
-use crate::script::{timeout_error, to_pos};
+use crate::script::{read_script, timeout_error, to_pos};
 use rhai::{Array, Dynamic, Engine, Map, Scope, AST, INT};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -87,8 +87,7 @@ impl RhaiTransition {
         limits: &SandboxLimits,
     ) -> Result<Self, RewardError> {
         let path = path.as_ref();
-        let source = std::fs::read_to_string(path)
-            .map_err(|e| RewardError::script(path, None, ScriptFailure::Read, e.to_string()))?;
+        let source = read_script(path)?;
         let engine = sandboxed_engine(&path.display().to_string(), limits);
         let mut ast = engine.compile(&source).map_err(|e| {
             RewardError::script(path, to_pos(e.1), ScriptFailure::Syntax, e.0.to_string())

@@ -6,26 +6,6 @@ use comlrl_reward::{JointSample, NativeReward, PluginFailure, RewardError, Rewar
 use serde_json::json;
 use std::path::Path;
 
-fn batch() -> Vec<JointSample> {
-    vec![JointSample::new("p", vec!["ab".into(), "日本語".into()]); 3]
-}
-
-fn assert_plugin(err: &RewardError, path: &Path, kind: PluginFailure, needles: &[&str]) {
-    let text = err.to_string();
-    assert!(
-        text.contains(&path.display().to_string()),
-        "names the plugin: {text}"
-    );
-    assert!(text.contains("hint:"), "says what to do: {text}");
-    match err {
-        RewardError::Plugin { kind: k, .. } => assert_eq!(*k, kind, "{text}"),
-        other => panic!("expected a plugin error, got {other:?}"),
-    }
-    for n in needles {
-        assert!(text.contains(n), "mentions {n:?}: {text}");
-    }
-}
-
 fn misbehave(mode: &str) -> Result<NativeReward, RewardError> {
     NativeReward::load(
         common::plugin("comlrl_testkit_misbehave"),
@@ -54,7 +34,7 @@ fn missing_plugin_lists_tried_paths_and_build_command() {
 fn library_without_the_entry_symbol() {
     let path = common::plugin("comlrl_testkit_no_symbol");
     let err = NativeReward::load(&path, &json!({})).expect_err("no symbol");
-    assert_plugin(
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::Symbol,
@@ -68,7 +48,7 @@ fn abi_version_mismatch_is_refused_before_any_call() {
     // stopped at the header.
     let path = common::plugin("comlrl_testkit_bad_abi");
     let err = NativeReward::load(&path, &json!({})).expect_err("bad abi");
-    assert_plugin(
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::Abi,
@@ -80,7 +60,7 @@ fn abi_version_mismatch_is_refused_before_any_call() {
 fn not_a_library_at_all() {
     let path = common::script("not_a_library", "this is text");
     let err = NativeReward::load(&path, &json!({})).expect_err("not a library");
-    assert_plugin(&err, &path, PluginFailure::Load, &[]);
+    common::assert_plugin_error(&err, &path, PluginFailure::Load, &[]);
 }
 
 #[test]
@@ -88,8 +68,8 @@ fn panic_in_score_is_an_error_and_the_plugin_stays_usable() {
     let path = common::plugin("comlrl_testkit_misbehave");
     let reward = misbehave("panic_score").expect("create works");
     for _ in 0..2 {
-        let err = reward.score(&batch()).expect_err("panics");
-        assert_plugin(
+        let err = reward.score(&common::batch()).expect_err("panics");
+        common::assert_plugin_error(
             &err,
             &path,
             PluginFailure::Panic,
@@ -102,7 +82,7 @@ fn panic_in_score_is_an_error_and_the_plugin_stays_usable() {
 fn panic_in_create_is_an_error() {
     let path = common::plugin("comlrl_testkit_misbehave");
     let err = misbehave("panic_create").expect_err("panics");
-    assert_plugin(
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::Create,
@@ -114,7 +94,7 @@ fn panic_in_create_is_an_error() {
 fn errors_reported_by_the_plugin() {
     let path = common::plugin("comlrl_testkit_misbehave");
     let err = misbehave("error_create").expect_err("refuses");
-    assert_plugin(
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::Create,
@@ -122,9 +102,9 @@ fn errors_reported_by_the_plugin() {
     );
     let err = misbehave("error_score")
         .expect("create")
-        .score(&batch())
+        .score(&common::batch())
         .expect_err("refuses");
-    assert_plugin(
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::Score,
@@ -137,23 +117,23 @@ fn nan_from_a_plugin_is_rejected() {
     let path = common::plugin("comlrl_testkit_misbehave");
     let err = misbehave("nan")
         .expect("create")
-        .score(&batch())
+        .score(&common::batch())
         .expect_err("nan");
-    assert_plugin(&err, &path, PluginFailure::Return, &["score #0 is NaN"]);
+    common::assert_plugin_error(&err, &path, PluginFailure::Return, &["score #0 is NaN"]);
 }
 
 #[test]
 fn bad_params_for_len_ratio() {
     let path = common::plugin("comlrl_len_ratio");
     let err = NativeReward::load(&path, &json!({"target_min": 5.0})).expect_err("min > max");
-    assert_plugin(
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::Create,
         &["target_min (5) must not exceed target_max (3)"],
     );
     let err = NativeReward::load(&path, &json!({"min": 1})).expect_err("unknown");
-    assert_plugin(&err, &path, PluginFailure::Create, &["unknown param `min`"]);
+    common::assert_plugin_error(&err, &path, PluginFailure::Create, &["unknown param `min`"]);
 }
 
 #[test]
@@ -163,7 +143,7 @@ fn len_ratio_needs_two_agents() {
     let err = reward
         .score(&[JointSample::new("p", vec!["solo".into()])])
         .expect_err("one agent");
-    assert_plugin(
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::Score,

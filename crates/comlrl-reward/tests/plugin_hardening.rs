@@ -3,26 +3,9 @@
 //! and the score buffer's guard space. Needs the testkit plugins built.
 mod common;
 
-use comlrl_reward::{JointSample, NativeReward, PluginFailure, RewardError, RewardFn};
+use comlrl_reward::{NativeReward, PluginFailure, RewardFn};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-
-fn batch() -> Vec<JointSample> {
-    vec![JointSample::new("p", vec!["ab".into(), "日本語".into()]); 3]
-}
-
-fn kind_and_text(err: &RewardError, path: &Path) -> (PluginFailure, String) {
-    let text = err.to_string();
-    assert!(
-        text.contains(&path.display().to_string()),
-        "names the plugin: {text}"
-    );
-    assert!(text.contains("hint:"), "says what to do: {text}");
-    match err {
-        RewardError::Plugin { kind, .. } => (*kind, text),
-        other => panic!("expected a plugin error, got {other:?}"),
-    }
-}
 
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-hardening");
@@ -41,7 +24,7 @@ fn truncated_library_is_an_error_not_sigbus() {
         let path = scratch(&format!("libtruncated_{i}.so"));
         std::fs::write(&path, &good[..keep]).expect("write");
         let err = NativeReward::load(&path, &json!({})).expect_err("truncated");
-        let (kind, text) = kind_and_text(&err, &path);
+        let (kind, text) = common::plugin_error(&err, &path);
         assert_eq!(kind, PluginFailure::Load, "{text}");
         assert!(
             text.contains("truncated") || text.contains("not a shared library"),
@@ -64,7 +47,7 @@ fn dlopen_errors_carry_the_loaders_text() {
     let path = scratch("libwrong_machine.so");
     std::fs::write(&path, &bytes).expect("write");
     let err = NativeReward::load(&path, &json!({})).expect_err("wrong machine");
-    let (kind, text) = kind_and_text(&err, &path);
+    let (kind, text) = common::plugin_error(&err, &path);
     assert_eq!(kind, PluginFailure::Load, "{text}");
     // dlerror's text names the file and the reason, after libloading's "dlopen failed".
     assert!(text.contains("dlopen failed: "), "{text}");
@@ -87,7 +70,7 @@ fn broken_tables_are_refused_before_any_call() {
         // this test sets it.
         std::env::set_var("COMLRL_TESTKIT_BAD_TABLE", mode);
         let err = NativeReward::load(&path, &json!({})).expect_err(mode);
-        let (kind, text) = kind_and_text(&err, &path);
+        let (kind, text) = common::plugin_error(&err, &path);
         assert_eq!(kind, PluginFailure::Table, "{mode}: {text}");
         assert!(text.contains(needle), "{mode}: {text}");
     }
@@ -107,8 +90,8 @@ fn writing_past_the_scores_is_caught() {
     let path = common::plugin("comlrl_testkit_misbehave");
     let reward = misbehave("write_past_n");
     for _ in 0..3 {
-        let err = reward.score(&batch()).expect_err("overrun");
-        let (kind, text) = kind_and_text(&err, &path);
+        let err = reward.score(&common::batch()).expect_err("overrun");
+        let (kind, text) = common::plugin_error(&err, &path);
         assert_eq!(kind, PluginFailure::Memory, "{text}");
         assert!(text.contains("wrote past the 3 scores"), "{text}");
         assert!(text.contains("isolate: true"), "{text}");
@@ -119,9 +102,9 @@ fn writing_past_the_scores_is_caught() {
 fn unwritten_scores_are_caught() {
     let path = common::plugin("comlrl_testkit_misbehave");
     let err = misbehave("skip_write")
-        .score(&batch())
+        .score(&common::batch())
         .expect_err("unwritten");
-    let (kind, text) = kind_and_text(&err, &path);
+    let (kind, text) = common::plugin_error(&err, &path);
     assert_eq!(kind, PluginFailure::Memory, "{text}");
     assert!(text.contains("did not write score #0 of 3"), "{text}");
 }
@@ -130,9 +113,9 @@ fn unwritten_scores_are_caught() {
 fn error_text_that_is_not_utf8_is_checked() {
     let path = common::plugin("comlrl_testkit_misbehave");
     let err = misbehave("bad_utf8_error")
-        .score(&batch())
+        .score(&common::batch())
         .expect_err("error");
-    let (kind, text) = kind_and_text(&err, &path);
+    let (kind, text) = common::plugin_error(&err, &path);
     assert_eq!(kind, PluginFailure::Score, "{text}");
     assert!(text.contains("not valid UTF-8"), "{text}");
     assert!(text.contains("misbehave: "), "{text}");
@@ -140,18 +123,10 @@ fn error_text_that_is_not_utf8_is_checked() {
 
 #[test]
 fn transition_prompts_that_are_not_utf8_are_refused() {
-    use comlrl_reward::{NativeTransition, TransitionFn, TransitionInput};
+    use comlrl_reward::{NativeTransition, TransitionFn};
     let path = common::plugin("comlrl_testkit_transition");
-    let completions = vec!["a".to_string(), "b".to_string()];
-    let history = vec![vec!["p".to_string()], vec!["p".to_string()]];
-    let input = TransitionInput {
-        prompt: "p",
-        fields: &serde_json::Map::new(),
-        turn: 1,
-        completions: &completions,
-        prompt_history: &history,
-        response_history: &history,
-    };
+    let branch = common::Branch::after_turn_one();
+    let input = branch.input();
     let good = NativeTransition::load(&path, &json!({})).expect("load");
     assert_eq!(
         good.next_prompts(&input).expect("prompts"),
@@ -159,7 +134,7 @@ fn transition_prompts_that_are_not_utf8_are_refused() {
     );
     let bad = NativeTransition::load(&path, &json!({"bad_utf8": true})).expect("load");
     let err = bad.next_prompts(&input).expect_err("not utf-8");
-    let (kind, text) = kind_and_text(&err, &path);
+    let (kind, text) = common::plugin_error(&err, &path);
     assert_eq!(kind, PluginFailure::Return, "{text}");
     assert!(
         text.contains("prompt for agent 0 is not valid UTF-8"),

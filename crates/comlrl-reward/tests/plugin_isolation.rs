@@ -7,7 +7,7 @@ mod common;
 use comlrl_reward::isolate::HOST_ENV;
 use comlrl_reward::spec::RewardSpec;
 use comlrl_reward::{
-    HostCommand, IsolatedReward, JointSample, PluginFailure, RewardError, RewardFn, RewardStack,
+    HostCommand, IsolatedReward, PluginFailure, RewardError, RewardFn, RewardStack,
 };
 use serde_json::json;
 use std::path::Path;
@@ -17,10 +17,6 @@ fn host() -> HostCommand {
     HostCommand::comlrl(env!("CARGO_BIN_EXE_comlrl-plugin-host"))
 }
 
-fn batch() -> Vec<JointSample> {
-    vec![JointSample::new("p", vec!["ab".into(), "日本語".into()]); 3]
-}
-
 fn misbehave(mode: &str, budget_ms: u64) -> Result<IsolatedReward, RewardError> {
     IsolatedReward::load(
         common::plugin("comlrl_testkit_misbehave"),
@@ -28,22 +24,6 @@ fn misbehave(mode: &str, budget_ms: u64) -> Result<IsolatedReward, RewardError> 
         host(),
         Duration::from_millis(budget_ms),
     )
-}
-
-fn expect_kind(err: &RewardError, path: &Path, kind: PluginFailure, needles: &[&str]) {
-    let text = err.to_string();
-    assert!(
-        text.contains(&path.display().to_string()),
-        "names the plugin: {text}"
-    );
-    assert!(text.contains("hint:"), "says what to do: {text}");
-    match err {
-        RewardError::Plugin { kind: k, .. } => assert_eq!(*k, kind, "{text}"),
-        other => panic!("expected a plugin error, got {other:?}"),
-    }
-    for n in needles {
-        assert!(text.contains(n), "mentions {n:?}: {text}");
-    }
 }
 
 #[test]
@@ -77,9 +57,9 @@ fn crashes_become_errors_and_the_next_call_starts_afresh() {
     ] {
         let reward = misbehave(mode, 30_000).expect("create works");
         for _ in 0..2 {
-            let err = reward.score(&batch()).expect_err(mode);
-            expect_kind(&err, &path, PluginFailure::Crash, needles);
-            expect_kind(
+            let err = reward.score(&common::batch()).expect_err(mode);
+            common::assert_plugin_error(&err, &path, PluginFailure::Crash, needles);
+            common::assert_plugin_error(
                 &err,
                 &path,
                 PluginFailure::Crash,
@@ -94,9 +74,9 @@ fn an_endless_loop_is_killed_at_the_time_budget() {
     let path = common::plugin("comlrl_testkit_misbehave");
     let reward = misbehave("hang", 300).expect("create works");
     let t = Instant::now();
-    let err = reward.score(&batch()).expect_err("hangs");
+    let err = reward.score(&common::batch()).expect_err("hangs");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-    expect_kind(
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::TimeBudget,
@@ -108,15 +88,15 @@ fn an_endless_loop_is_killed_at_the_time_budget() {
 fn plugin_errors_travel_back_with_their_kind() {
     let path = common::plugin("comlrl_testkit_misbehave");
     let err = misbehave("error_create", 30_000).expect_err("refuses");
-    expect_kind(
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::Create,
         &["create refused as asked"],
     );
     let reward = misbehave("panic_score", 30_000).expect("create works");
-    let err = reward.score(&batch()).expect_err("panics");
-    expect_kind(
+    let err = reward.score(&common::batch()).expect_err("panics");
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::Panic,
@@ -124,9 +104,9 @@ fn plugin_errors_travel_back_with_their_kind() {
     );
     let err = misbehave("write_past_n", 30_000)
         .expect("create")
-        .score(&batch())
+        .score(&common::batch())
         .expect_err("overrun");
-    expect_kind(
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::Memory,
@@ -134,16 +114,19 @@ fn plugin_errors_travel_back_with_their_kind() {
     );
     let err = misbehave("nan", 30_000)
         .expect("create")
-        .score(&batch())
+        .score(&common::batch())
         .expect_err("nan");
-    expect_kind(&err, &path, PluginFailure::Return, &["score #0 is NaN"]);
+    common::assert_plugin_error(&err, &path, PluginFailure::Return, &["score #0 is NaN"]);
 }
 
 #[test]
 fn stdout_chatter_cannot_corrupt_the_protocol() {
     let reward = misbehave("stdout", 30_000).expect("create works");
     for _ in 0..3 {
-        assert_eq!(reward.score(&batch()).expect("scores"), vec![1.0; 3]);
+        assert_eq!(
+            reward.score(&common::batch()).expect("scores"),
+            vec![1.0; 3]
+        );
     }
 }
 
@@ -153,7 +136,7 @@ fn a_broken_host_is_a_clear_error() {
     let missing = HostCommand::comlrl("/no/such/comlrl");
     let err = IsolatedReward::load(&path, &json!({}), missing, Duration::from_secs(5))
         .expect_err("no host");
-    expect_kind(
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::Host,
@@ -167,7 +150,7 @@ fn a_broken_host_is_a_clear_error() {
     };
     let err = IsolatedReward::load(&path, &json!({}), wrong, Duration::from_secs(5))
         .expect_err("wrong host");
-    expect_kind(
+    common::assert_plugin_error(
         &err,
         &path,
         PluginFailure::Crash,
@@ -190,13 +173,13 @@ fn stack_terms_are_isolated_by_default() {
     };
     let stack =
         RewardStack::build(std::slice::from_ref(&spec), &[], Path::new("/")).expect("build");
-    let err = stack.score(&batch()).expect_err("crashes");
-    expect_kind(&err, &path, PluginFailure::Crash, &["signal 11"]);
+    let err = stack.score(&common::batch()).expect_err("crashes");
+    common::assert_plugin_error(&err, &path, PluginFailure::Crash, &["signal 11"]);
     let ok = RewardSpec {
         params: json!({"mode": "ok"}),
         time_budget_ms: Some(10_000),
         ..spec
     };
     let stack = RewardStack::build(&[ok], &[], Path::new("/")).expect("build");
-    assert_eq!(stack.score(&batch()).expect("scores").len(), 3);
+    assert_eq!(stack.score(&common::batch()).expect("scores").len(), 3);
 }

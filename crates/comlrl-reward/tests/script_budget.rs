@@ -5,7 +5,7 @@ mod common;
 
 use comlrl_reward::{
     JointSample, RewardError, RewardFn, RhaiReward, RhaiTransition, SandboxLimits, ScriptFailure,
-    TransitionFn, TransitionInput,
+    TransitionFn,
 };
 use serde_json::json;
 use std::path::Path;
@@ -186,16 +186,8 @@ fn transition_scripts_have_the_same_budget() {
         ..SandboxLimits::default()
     };
     let t = RhaiTransition::load_with_limits(&path, &json!({}), &limits).expect("loads");
-    let completions = vec!["a".to_string(), "b".to_string()];
-    let history = vec![vec!["p".to_string()], vec!["p".to_string()]];
-    let input = TransitionInput {
-        prompt: "p",
-        fields: &serde_json::Map::new(),
-        turn: 1,
-        completions: &completions,
-        prompt_history: &history,
-        response_history: &history,
-    };
+    let branch = common::Branch::after_turn_one();
+    let input = branch.input();
     let start = Instant::now();
     let err = t.next_prompts(&input).expect_err("stalls");
     assert!(

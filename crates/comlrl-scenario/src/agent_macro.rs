@@ -107,73 +107,25 @@ macro_rules! agent_section {
             )*
         }
     ) => {
-        $(#[doc = $raw_doc])+
-        #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        pub struct $Raw {
-            $( $(#[doc = $rdoc])+ pub $rkey: $RRaw, )*
-            $(
-                $(#[doc = $doc])+
-                #[serde(
-                    default,
-                    deserialize_with = "crate::keys::setting",
-                    skip_serializing_if = "Option::is_none"
-                )]
-                pub $key: Option<$ty>,
-            )*
-            $(
-                $(#[doc = $sdoc])+
-                #[serde(
-                    default,
-                    deserialize_with = "crate::keys::setting",
-                    skip_serializing_if = "Option::is_none"
-                )]
-                pub $skey: Option<$sty>,
-            )*
-            $(
-                $(#[doc = $vdoc])+
-                #[serde(default, skip_serializing_if = "Option::is_none")]
-                pub $vkey: Option<$VRaw>,
-            )*
+        $crate::keys::raw_mirror! {
+            $(#[doc = $raw_doc])+
+            $Raw {
+                $( plain $(#[doc = $rdoc])+ $rkey: $RRaw, )*
+                $( setting $(#[doc = $doc])+ $key: $ty, )*
+                $( setting $(#[doc = $sdoc])+ $skey: $sty, )*
+                $( nested $(#[doc = $vdoc])+ $vkey: $VRaw, )*
+            }
         }
 
-        $(#[doc = $group_doc])+
-        #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        pub struct $Group {
-            $(
-                $(#[doc = $gdoc])+
-                #[serde(
-                    default,
-                    deserialize_with = "crate::keys::setting",
-                    skip_serializing_if = "Option::is_none"
-                )]
-                pub $gkey: Option<$gty>,
-            )*
-            $( $(#[doc = $rdoc])+ pub $rkey: $RRaw, )*
-            $(
-                $(#[doc = $doc])+
-                #[serde(
-                    default,
-                    deserialize_with = "crate::keys::setting",
-                    skip_serializing_if = "Option::is_none"
-                )]
-                pub $key: Option<$ty>,
-            )*
-            $(
-                $(#[doc = $sdoc])+
-                #[serde(
-                    default,
-                    deserialize_with = "crate::keys::setting",
-                    skip_serializing_if = "Option::is_none"
-                )]
-                pub $skey: Option<$sty>,
-            )*
-            $(
-                $(#[doc = $vdoc])+
-                #[serde(default, skip_serializing_if = "Option::is_none")]
-                pub $vkey: Option<$VRaw>,
-            )*
+        $crate::keys::raw_mirror! {
+            $(#[doc = $group_doc])+
+            $Group {
+                $( setting $(#[doc = $gdoc])+ $gkey: $gty, )*
+                $( plain $(#[doc = $rdoc])+ $rkey: $RRaw, )*
+                $( setting $(#[doc = $doc])+ $key: $ty, )*
+                $( setting $(#[doc = $sdoc])+ $skey: $sty, )*
+                $( nested $(#[doc = $vdoc])+ $vkey: $VRaw, )*
+            }
         }
 
         impl $Group {
@@ -191,13 +143,9 @@ macro_rules! agent_section {
                 $(#[doc = $gdoc])+
                 /// (Default applied; an out-of-range value is reported under `path`.)
                 pub(crate) fn $gkey(&self, d: &mut $crate::collect::Diags, path: &$crate::positions::KeyPath) -> $gty {
-                    match self.$gkey.clone() {
-                        Some(v) => {
-                            $($crate::keys::run_check(d, path, stringify!($gkey), &v, $gcheck);)?
-                            v
-                        }
-                        None => $gdefault,
-                    }
+                    $crate::agent_macro::agent_section!(
+                        @value d, path, self.$gkey.clone(), $gkey, $gdefault $(, $gcheck)?
+                    )
                 }
             )*
         }
@@ -223,41 +171,41 @@ macro_rules! agent_section {
             /// Every key of the section, in table order, for the docs table.
             pub fn keys() -> Vec<$crate::keys::KeyDoc> {
                 vec![
-                    $($crate::keys::KeyDoc {
-                        key: stringify!($gkey),
-                        kind: $gkind,
-                        default: format!("`{}`", $crate::keys::shown(&$gdefault)),
-                        why: $gwhy,
-                        doc: $crate::keys::doc_text(&[$($gdoc),+]),
-                    },)*
-                    $($crate::keys::KeyDoc {
-                        key: stringify!($rkey),
-                        kind: $rkind,
-                        default: "required".to_string(),
-                        why: "",
-                        doc: $crate::keys::doc_text(&[$($rdoc),+]),
-                    },)*
-                    $($crate::keys::KeyDoc {
-                        key: stringify!($key),
-                        kind: $kind,
-                        default: $crate::agent_macro::agent_section!(@shown $($shown)? ; $default),
-                        why: $why,
-                        doc: $crate::keys::doc_text(&[$($doc),+]),
-                    },)*
-                    $($crate::keys::KeyDoc {
-                        key: stringify!($skey),
-                        kind: $skind,
-                        default: $crate::agent_macro::agent_section!(@shown $($sshown)? ; $sdefault),
-                        why: $swhy,
-                        doc: $crate::keys::doc_text(&[$($sdoc),+]),
-                    },)*
-                    $($crate::keys::KeyDoc {
-                        key: stringify!($vkey),
-                        kind: $vkind,
-                        default: $vshown.to_string(),
-                        why: $vwhy,
-                        doc: $crate::keys::doc_text(&[$($vdoc),+]),
-                    },)*
+                    $($crate::keys::KeyDoc::row(
+                        stringify!($gkey),
+                        $gkind,
+                        format!("`{}`", $crate::keys::shown(&$gdefault)),
+                        $gwhy,
+                        &[$($gdoc),+],
+                    ),)*
+                    $($crate::keys::KeyDoc::row(
+                        stringify!($rkey),
+                        $rkind,
+                        "required".to_string(),
+                        "",
+                        &[$($rdoc),+],
+                    ),)*
+                    $($crate::keys::KeyDoc::row(
+                        stringify!($key),
+                        $kind,
+                        $crate::keys::default_shown!($($shown)? ; $default),
+                        $why,
+                        &[$($doc),+],
+                    ),)*
+                    $($crate::keys::KeyDoc::row(
+                        stringify!($skey),
+                        $skind,
+                        $crate::keys::default_shown!($($sshown)? ; $sdefault),
+                        $swhy,
+                        &[$($sdoc),+],
+                    ),)*
+                    $($crate::keys::KeyDoc::row(
+                        stringify!($vkey),
+                        $vkind,
+                        $vshown.to_string(),
+                        $vwhy,
+                        &[$($vdoc),+],
+                    ),)*
                 ]
             }
 
@@ -285,22 +233,14 @@ macro_rules! agent_section {
                     let $rkey: $rty = $crate::agent_macro::required::<$RRaw, $rty, _>($rvia)(d, p, &raw.$rkey);
                 )*
                 $(
-                    let $key: $ty = match raw.$key.clone() {
-                        Some(v) => {
-                            $($crate::keys::run_check(d, p, stringify!($key), &v, $check);)?
-                            v
-                        }
-                        None => $default,
-                    };
+                    let $key: $ty = $crate::agent_macro::agent_section!(
+                        @value d, p, raw.$key.clone(), $key, $default $(, $check)?
+                    );
                 )*
                 $(
-                    let $skey: $sty = match raw.$skey.clone() {
-                        Some(v) => {
-                            $($crate::keys::run_check(d, p, stringify!($skey), &v, $scheck);)?
-                            v
-                        }
-                        None => $sdefault,
-                    };
+                    let $skey: $sty = $crate::agent_macro::agent_section!(
+                        @value d, p, raw.$skey.clone(), $skey, $sdefault $(, $scheck)?
+                    );
                 )*
                 $(
                     let $vkey: $vty = $crate::agent_macro::resolver::<$VRaw, $vty, _>($vvia)(d, p, raw.$vkey.as_ref());
@@ -326,7 +266,15 @@ macro_rules! agent_section {
             }
         }
     };
-    (@shown $shown:literal ; $default:expr) => { String::from($shown) };
-    (@shown ; $default:expr) => { format!("`{}`", $crate::keys::shown(&$default)) };
+    // A setting's value: the scenario's, range-checked (diagnostic under `$p`), else the default.
+    (@value $d:ident, $p:expr, $set:expr, $key:ident, $default:expr $(, $check:expr)?) => {
+        match $set {
+            Some(v) => {
+                $($crate::keys::run_check($d, $p, stringify!($key), &v, $check);)?
+                v
+            }
+            None => $default,
+        }
+    };
 }
 pub(crate) use agent_section;

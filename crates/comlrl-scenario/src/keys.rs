@@ -36,6 +36,25 @@ pub struct KeyDoc {
     pub doc: String,
 }
 
+impl KeyDoc {
+    /// A row of the docs table; `doc` is the row's `///` lines (joined by `doc_text`).
+    pub(crate) fn row(
+        key: &'static str,
+        kind: &'static str,
+        default: String,
+        why: &'static str,
+        doc: &[&str],
+    ) -> KeyDoc {
+        KeyDoc {
+            key,
+            kind,
+            default,
+            why,
+            doc: doc_text(doc),
+        }
+    }
+}
+
 /// A failed range check: what is wrong and what to write instead.
 pub(crate) struct Bad {
     pub message: String,
@@ -207,6 +226,55 @@ pub(crate) fn learning_rate(_key: &str, lr: &f64) -> Option<Bad> {
     })
 }
 
+/// A row's default for the docs table: its `shown` text, else the default as a scenario writes it.
+macro_rules! default_shown {
+    ($shown:literal ; $default:expr) => {
+        String::from($shown)
+    };
+    (; $default:expr) => {
+        format!("`{}`", $crate::keys::shown(&$default))
+    };
+}
+pub(crate) use default_shown;
+
+/// The raw serde mirror of a key table (shared by `settings_section!` and `agent_section!`): a
+/// struct that denies unknown keys, from rows in field order, each one of
+/// `setting /// doc key: T,` (an optional setting read by `setting`, so `key: null` works),
+/// `plain /// doc key: T,` (the field as it is) or `nested /// doc key: T,` (an optional mapping).
+macro_rules! raw_mirror {
+    ($(#[doc = $doc:literal])+ $Raw:ident { $($rows:tt)* }) => {
+        $crate::keys::raw_mirror!(@rows [$(#[doc = $doc])+ $Raw] [] $($rows)*);
+    };
+    (@rows $head:tt [$($out:tt)*] setting $(#[doc = $d:literal])+ $k:ident: $t:ty, $($rest:tt)*) => {
+        $crate::keys::raw_mirror!(@rows $head [$($out)*
+            $(#[doc = $d])+
+            #[serde(
+                default,
+                deserialize_with = "crate::keys::setting",
+                skip_serializing_if = "Option::is_none"
+            )]
+            pub $k: Option<$t>,
+        ] $($rest)*);
+    };
+    (@rows $head:tt [$($out:tt)*] plain $(#[doc = $d:literal])+ $k:ident: $t:ty, $($rest:tt)*) => {
+        $crate::keys::raw_mirror!(@rows $head [$($out)* $(#[doc = $d])+ pub $k: $t,] $($rest)*);
+    };
+    (@rows $head:tt [$($out:tt)*] nested $(#[doc = $d:literal])+ $k:ident: $t:ty, $($rest:tt)*) => {
+        $crate::keys::raw_mirror!(@rows $head [$($out)*
+            $(#[doc = $d])+
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub $k: Option<$t>,
+        ] $($rest)*);
+    };
+    (@rows [$(#[doc = $doc:literal])+ $Raw:ident] [$($out:tt)*]) => {
+        $(#[doc = $doc])+
+        #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $Raw { $($out)* }
+    };
+}
+pub(crate) use raw_mirror;
+
 /// Defines a section's raw mirror, plan struct, resolver, writer and key docs from one table.
 macro_rules! settings_section {
     (
@@ -239,24 +307,12 @@ macro_rules! settings_section {
             )*
         }
     ) => {
-        $(#[doc = $raw_doc])+
-        #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        pub struct $Raw {
-            $(
-                $(#[doc = $doc])+
-                #[serde(
-                    default,
-                    deserialize_with = "crate::keys::setting",
-                    skip_serializing_if = "Option::is_none"
-                )]
-                pub $key: Option<$ty>,
-            )*
-            $(
-                $(#[doc = $ndoc])+
-                #[serde(default, skip_serializing_if = "Option::is_none")]
-                pub $nkey: Option<$NRaw>,
-            )*
+        $crate::keys::raw_mirror! {
+            $(#[doc = $raw_doc])+
+            $Raw {
+                $( setting $(#[doc = $doc])+ $key: $ty, )*
+                $( nested $(#[doc = $ndoc])+ $nkey: $NRaw, )*
+            }
         }
 
         $(#[doc = $plan_doc])+
@@ -270,20 +326,20 @@ macro_rules! settings_section {
             /// Every key of the section, in table order, for the docs table.
             pub fn keys() -> Vec<$crate::keys::KeyDoc> {
                 vec![
-                    $($crate::keys::KeyDoc {
-                        key: stringify!($key),
-                        kind: $kind,
-                        default: settings_section!(@shown $($shown)? ; $default),
-                        why: $why,
-                        doc: $crate::keys::doc_text(&[$($doc),+]),
-                    },)*
-                    $($crate::keys::KeyDoc {
-                        key: stringify!($nkey),
-                        kind: $nkind,
-                        default: $nshown.to_string(),
-                        why: "",
-                        doc: $crate::keys::doc_text(&[$($ndoc),+]),
-                    },)*
+                    $($crate::keys::KeyDoc::row(
+                        stringify!($key),
+                        $kind,
+                        $crate::keys::default_shown!($($shown)? ; $default),
+                        $why,
+                        &[$($doc),+],
+                    ),)*
+                    $($crate::keys::KeyDoc::row(
+                        stringify!($nkey),
+                        $nkind,
+                        $nshown.to_string(),
+                        "",
+                        &[$($ndoc),+],
+                    ),)*
                 ]
             }
 
@@ -325,7 +381,5 @@ macro_rules! settings_section {
             }
         }
     };
-    (@shown $shown:literal ; $default:expr) => { String::from($shown) };
-    (@shown ; $default:expr) => { format!("`{}`", $crate::keys::shown(&$default)) };
 }
 pub(crate) use settings_section;

@@ -27,62 +27,54 @@ pub(crate) struct RawTop {
     pub checkpoint_every: Option<Json>,
 }
 
-/// `dataset:` — training rows (inline `prompts`, a `path` or a `hub` dataset) and an optional
-/// `eval` set.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawDataset {
-    /// Inline prompts, one row each.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompts: Option<Vec<String>>,
-    /// A JSONL, JSON, CSV or parquet file of rows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<PathBuf>,
-    /// File format, when the extension does not tell.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub format: Option<DataFormat>,
-    /// The column with the prompt (`prompt` unless set); a dotted path reaches nested fields.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt_field: Option<String>,
-    /// A Hugging Face Hub dataset, `org/name`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hub: Option<String>,
-    /// With `hub`: the dataset config (`default` unless set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config: Option<String>,
-    /// With `hub`: the split and an optional slice (`train[:1100]`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub split: Option<String>,
-    /// The evaluation rows, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eval: Option<RawDataSource>,
+/// Declares a data-source struct: the seven source keys shared by `dataset` and `dataset.eval`,
+/// then the struct's own fields. serde's `flatten` cannot be combined with `deny_unknown_fields`,
+/// so the keys are written into each struct from this one list instead.
+macro_rules! data_source_struct {
+    ($(#[$meta:meta])* pub struct $name:ident { $($extra:tt)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            /// Inline prompts, one row each.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub prompts: Option<Vec<String>>,
+            /// A JSONL, JSON, CSV or parquet file of rows.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub path: Option<PathBuf>,
+            /// File format, when the extension does not tell.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub format: Option<DataFormat>,
+            /// The column with the prompt (`prompt` unless set); a dotted path reaches nested fields.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub prompt_field: Option<String>,
+            /// A Hugging Face Hub dataset, `org/name`.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub hub: Option<String>,
+            /// With `hub`: the dataset config (`default` unless set).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub config: Option<String>,
+            /// With `hub`: the split and an optional slice (`train[:1100]`).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub split: Option<String>,
+            $($extra)*
+        }
+    };
 }
 
-/// `dataset.eval:` — same shape as `dataset`, without a nested `eval`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawDataSource {
-    /// Inline prompts, one row each.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompts: Option<Vec<String>>,
-    /// A JSONL, JSON, CSV or parquet file of rows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<PathBuf>,
-    /// File format, when the extension does not tell.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub format: Option<DataFormat>,
-    /// The column with the prompt (`prompt` unless set); a dotted path reaches nested fields.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt_field: Option<String>,
-    /// A Hugging Face Hub dataset, `org/name`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hub: Option<String>,
-    /// With `hub`: the dataset config (`default` unless set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config: Option<String>,
-    /// With `hub`: the split and an optional slice (`train[:1100]`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub split: Option<String>,
+data_source_struct! {
+    /// `dataset:` — training rows (inline `prompts`, a `path` or a `hub` dataset) and an optional
+    /// `eval` set.
+    pub struct RawDataset {
+        /// The evaluation rows, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub eval: Option<RawDataSource>,
+    }
+}
+
+data_source_struct! {
+    /// `dataset.eval:` — same shape as `dataset`, without a nested `eval`.
+    pub struct RawDataSource {}
 }
 
 impl RawDataset {

@@ -5,7 +5,7 @@ mod common;
 
 use comlrl_scenario::ErrorKind::*;
 use comlrl_scenario::{load_str, AgentPlan, Dtype};
-use common::{check, Fixture, BASE};
+use common::{check, check_cases, Fixture, BASE};
 
 const SETTINGS: &str = "    dtype: f32
     learning_rate: 2.0e-5
@@ -159,18 +159,7 @@ fn table_checks_give_the_diagnostics_of_the_hand_written_ones() {
     }
     let text = scenario(&format!("agents:\n  - model: builtin:tiny\n{entry}"));
     let (msg, ds) = f.errs(&text, &[]);
-    assert_eq!(ds.len(), cases.len(), "{msg}");
-    for (i, (line, message, hint)) in cases.iter().enumerate() {
-        let key = line.split(':').next().unwrap();
-        check(
-            &ds[i],
-            InvalidValue,
-            &format!("agents[1].{key}"),
-            6 + i,
-            5,
-            &[message, hint],
-        );
-    }
+    check_cases(&msg, &ds, &cases, "agents[1].", 6, 5);
     let (_, d) = f.one(&BASE.replace("count: 2", "count: 0"), &[]);
     check(
         &d,

@@ -6,7 +6,7 @@ use comlrl_scenario::keys::markdown_table;
 use comlrl_scenario::keys::KeyDoc;
 use comlrl_scenario::ErrorKind::*;
 use comlrl_scenario::{load_str, AgentPlan, LoggingPlan, TrainerPlan};
-use common::{check, Fixture, BASE};
+use common::{check, check_cases, Fixture, BASE};
 use std::path::PathBuf;
 
 const BLESS: &str = "COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test key_tables";
@@ -249,18 +249,7 @@ fn table_checks_give_the_diagnostics_of_the_hand_written_ones() {
         text.push_str(&format!("  {line}\n"));
     }
     let (msg, ds) = f.errs(&text, &[]);
-    assert_eq!(ds.len(), cases.len(), "{msg}");
-    for (i, (line, message, hint)) in cases.iter().enumerate() {
-        let key = line.split(':').next().unwrap();
-        check(
-            &ds[i],
-            InvalidValue,
-            &format!("trainer.{key}"),
-            10 + i,
-            3,
-            &[message, hint],
-        );
-    }
+    check_cases(&msg, &ds, &cases, "trainer.", 10, 3);
     // `logging.steps` keeps its own wording.
     let (_, d) = f.one(&format!("{BASE}logging: {{steps: 0}}\n"), &[]);
     check(

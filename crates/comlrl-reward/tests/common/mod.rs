@@ -32,3 +32,69 @@ pub fn text(n: usize, salt: usize) -> String {
     const CHARS: [char; 6] = ['a', 'é', '日', '本', '🙂', ' '];
     (0..n).map(|i| CHARS[(i + salt) % CHARS.len()]).collect()
 }
+
+/// Three joint samples of two agents (`ab` and `日本語`), for the plugin tests.
+pub fn batch() -> Vec<comlrl_reward::JointSample> {
+    vec![comlrl_reward::JointSample::new("p", vec!["ab".into(), "日本語".into()]); 3]
+}
+
+/// A plugin error's kind and text, after checking that it names the plugin at `path` and says
+/// what to do.
+pub fn plugin_error(
+    err: &comlrl_reward::RewardError,
+    path: &Path,
+) -> (comlrl_reward::PluginFailure, String) {
+    let text = err.to_string();
+    assert!(
+        text.contains(&path.display().to_string()),
+        "names the plugin: {text}"
+    );
+    assert!(text.contains("hint:"), "says what to do: {text}");
+    match err {
+        comlrl_reward::RewardError::Plugin { kind, .. } => (*kind, text),
+        other => panic!("expected a plugin error, got {other:?}"),
+    }
+}
+
+/// [`plugin_error`], expecting `kind` and every one of `needles` in the text.
+pub fn assert_plugin_error(
+    err: &comlrl_reward::RewardError,
+    path: &Path,
+    kind: comlrl_reward::PluginFailure,
+    needles: &[&str],
+) {
+    let (k, text) = plugin_error(err, path);
+    assert_eq!(k, kind, "{text}");
+    for n in needles {
+        assert!(text.contains(n), "mentions {n:?}: {text}");
+    }
+}
+
+/// A two-agent branch after turn 1 (prompt `p`, completions `a` and `b`), for transitions.
+pub struct Branch {
+    fields: serde_json::Map<String, serde_json::Value>,
+    completions: Vec<String>,
+    history: Vec<Vec<String>>,
+}
+
+impl Branch {
+    pub fn after_turn_one() -> Self {
+        Branch {
+            fields: serde_json::Map::new(),
+            completions: vec!["a".to_string(), "b".to_string()],
+            history: vec![vec!["p".to_string()], vec!["p".to_string()]],
+        }
+    }
+
+    /// What the transition sees: the branch's prompt and response histories are both `[p]`.
+    pub fn input(&self) -> comlrl_reward::TransitionInput<'_> {
+        comlrl_reward::TransitionInput {
+            prompt: "p",
+            fields: &self.fields,
+            turn: 1,
+            completions: &self.completions,
+            prompt_history: &self.history,
+            response_history: &self.history,
+        }
+    }
+}

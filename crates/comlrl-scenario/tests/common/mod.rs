@@ -84,6 +84,31 @@ pub fn check(
     }
 }
 
+/// Asserts that `ds` holds one `InvalidValue` per case `(line, message, hint)`, in order: the
+/// case's `key: value` line written at line `first_line + i`, column `column`, reported under
+/// `prefix` + key (`trainer.`, `agents[1].`) with its message and hint.
+pub fn check_cases(
+    msg: &str,
+    ds: &[Diagnostic],
+    cases: &[(&str, &str, &str)],
+    prefix: &str,
+    first_line: usize,
+    column: usize,
+) {
+    assert_eq!(ds.len(), cases.len(), "{msg}");
+    for (i, (line, message, hint)) in cases.iter().enumerate() {
+        let key = line.split(':').next().unwrap();
+        check(
+            &ds[i],
+            ErrorKind::InvalidValue,
+            &format!("{prefix}{key}"),
+            first_line + i,
+            column,
+            &[message, hint],
+        );
+    }
+}
+
 /// Path of the workspace's `scenarios/` folder.
 pub fn scenarios_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")

@@ -45,7 +45,15 @@ fn every_loss_path_matches_the_reference() {
     let want_norm = r["grad_global_norm"].to_scalar::<f32>().unwrap() as f64;
     for recompute in [false, true] {
         for chunk in [0, 1, 3] {
-            let lg = loss_and_grads(&policy, &vars, &[&sample], chunk, recompute).unwrap();
+            let lg = loss_and_grads(
+                &policy,
+                &vars,
+                &[&sample],
+                chunk,
+                recompute,
+                comlrl::train::loss::Share::ALL,
+            )
+            .unwrap();
             let what = format!("recompute {recompute}, micro-batch {chunk}");
             assert!(
                 (lg.loss - want_loss).abs() < 1e-4 + 1e-5 * want_loss.abs(),
@@ -92,9 +100,27 @@ fn two_samples_average_and_accumulate_in_place() {
     let mut b = a.clone();
     b.prompt_ids.truncate(b.prompt_ids.len().div_ceil(2));
     b.advantages.iter_mut().for_each(|x| *x = -*x * 0.5);
-    let one = |s: &AgentRollout| loss_and_grads(&policy, &vars, &[s], 0, false).unwrap();
+    let one = |s: &AgentRollout| {
+        loss_and_grads(
+            &policy,
+            &vars,
+            &[s],
+            0,
+            false,
+            comlrl::train::loss::Share::ALL,
+        )
+        .unwrap()
+    };
     let (la, lb) = (one(&a), one(&b));
-    let both = loss_and_grads(&policy, &vars, &[&a, &b], 2, true).unwrap();
+    let both = loss_and_grads(
+        &policy,
+        &vars,
+        &[&a, &b],
+        2,
+        true,
+        comlrl::train::loss::Share::ALL,
+    )
+    .unwrap();
     assert!((both.loss - (la.loss + lb.loss) / 2.0).abs() < 1e-5);
     for ((ga, gb), g) in la.grads.iter().zip(&lb.grads).zip(&both.grads) {
         let (ga, gb, g) = (

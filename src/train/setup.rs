@@ -22,19 +22,12 @@ pub fn load_policies(s: &Scenario) -> Result<Vec<Policy>> {
     s.agents.iter().map(|a| load_agent(s, a)).collect()
 }
 
-/// Loads the policies of the agents `placement` puts on this rank (`None` for the others).
-pub fn load_placed(
-    s: &Scenario,
-    placement: &crate::dist::Placement,
-) -> Result<Vec<Option<Policy>>> {
+/// Loads the policies of the agents `here` selects (by index; `None` for the others): the
+/// agents a rank holds a replica of, or those it samples.
+pub fn load_placed(s: &Scenario, here: impl Fn(usize) -> bool) -> Result<Vec<Option<Policy>>> {
     s.agents
         .iter()
-        .map(|a| {
-            placement
-                .is_local(a.index)
-                .then(|| load_agent(s, a))
-                .transpose()
-        })
+        .map(|a| here(a.index).then(|| load_agent(s, a)).transpose())
         .collect()
 }
 

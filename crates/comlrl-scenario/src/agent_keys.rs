@@ -80,6 +80,8 @@ crate::agent_macro::agent_section! {
         /// known). Ignored in a one-process run. See [distributed.md](distributed.md).
         rank: Option<usize> = None, kind "integer ≥ 0", shown "agent i on rank i mod N",
             why "spreads the agents over the ranks";
+        /// Data-parallel copies of this agent under MPI: its update's passes split over this many ranks, gradients summed, identical weights. Ignored in a one-process run. See [distributed.md](distributed.md).
+        replicas: usize = 1, kind "integer ≥ 1", why "one copy", check at_least(1, "use `replicas: 1` (one copy) or more");
     }
     group
     /// Sampling settings of its rollouts.

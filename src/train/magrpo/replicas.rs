@@ -1,0 +1,146 @@
+//! Data-parallel replicas of an agent (`agents[i].replicas`): each agent with more than one
+//! replica gets a sub-world of its replica ranks; after each mini-batch's passes (split over
+//! the replicas, see `loss::Share`) the gradients are summed over it, so every replica takes
+//! the same optimizer step; at each checkpoint a checksum of the weights is compared across
+//! the replicas. Only the first replica samples the agent and writes its files.
+use crate::dist::codec::{Dec, Enc};
+use crate::dist::{Placement, World};
+use crate::error::{Error, Result};
+use crate::model::Policy;
+use crate::train::loss::{LossGrads, Share};
+use candle_core::{DType, Tensor, Var};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+/// Each agent's replica group as seen from this rank (`None`: one copy, or not held here).
+pub struct Replicas {
+    groups: Vec<Option<Arc<dyn World>>>,
+}
+
+impl Replicas {
+    /// Splits `world` into one sub-world per replicated agent, in agent order. A collective:
+    /// every rank calls it with the same placement.
+    pub fn new(placement: &Placement, world: &dyn World) -> Self {
+        let groups = placement
+            .replicas
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match r.len() > 1 {
+                true => world.split(placement.replica_of(i).map(|(j, _)| j)),
+                false => None,
+            })
+            .collect();
+        Replicas { groups }
+    }
+
+    /// No agent is replicated on this rank.
+    pub fn none(agents: usize) -> Self {
+        Replicas {
+            groups: vec![None; agents],
+        }
+    }
+
+    /// The passes of agent `i`'s mini-batches this rank computes.
+    pub fn share(&self, i: usize) -> Share {
+        match self.groups.get(i).and_then(Option::as_ref) {
+            Some(g) => Share {
+                index: g.rank(),
+                of: g.size(),
+            },
+            None => Share::ALL,
+        }
+    }
+
+    /// Sums agent `i`'s gradients and pass losses over its replicas (a collective of the
+    /// replicas; nothing for an agent with one copy). Afterwards `lg.loss` is the mini-batch's
+    /// loss added up in pass order, as one process computes it.
+    pub fn reduce(&self, i: usize, vars: &[Var], lg: &mut LossGrads) -> Result<()> {
+        let Some(g) = self.groups.get(i).and_then(Option::as_ref) else {
+            return Ok(());
+        };
+        // Which variables got a gradient on any replica.
+        let mut present: Vec<f32> = lg.grads.iter().map(|g| f32::from(g.is_some())).collect();
+        g.all_reduce_sum(&mut present);
+        for ((v, slot), p) in vars.iter().zip(lg.grads.iter_mut()).zip(&present) {
+            if *p == 0.0 {
+                continue;
+            }
+            let t = v.as_tensor();
+            let mut buf = match slot.as_ref() {
+                Some(x) => x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?,
+                None => vec![0f32; t.elem_count()],
+            };
+            g.all_reduce_sum(&mut buf);
+            *slot = Some(Tensor::from_vec(buf, t.dims(), t.device())?.to_dtype(t.dtype())?);
+        }
+        let mut e = Enc::default();
+        e.usize(lg.passes.len());
+        for &(p, l) in &lg.passes {
+            e.usize(p).f64(l);
+        }
+        let mut all = Vec::new();
+        for (r, packet) in g.all_gather(&e.0).iter().enumerate() {
+            let what = format!("agent {i}'s pass losses from replica {r}");
+            let mut d = Dec::new(packet, &what);
+            for _ in 0..d.usize()? {
+                all.push((d.usize()?, d.f64()?));
+            }
+            d.end()?;
+        }
+        all.sort_by_key(|&(p, _)| p);
+        lg.loss = all.iter().fold(0f64, |acc, &(_, l)| acc + l);
+        lg.passes = all;
+        Ok(())
+    }
+
+    /// Checks that every replica of each agent held here has the same weights (a SHA-256 of
+    /// their bits, all-gathered over the replicas); a mismatch is an error naming the agent
+    /// and the ranks. A collective of each agent's replicas, in agent order.
+    pub fn check_identical(
+        &self,
+        policies: &[Option<Policy>],
+        placement: &Placement,
+        step: usize,
+    ) -> Result<()> {
+        for (i, g) in self.groups.iter().enumerate() {
+            let (Some(g), Some(p)) = (g, policies.get(i).and_then(Option::as_ref)) else {
+                continue;
+            };
+            let mine = checksum(p)?;
+            let sums = g.all_gather(&mine);
+            if let Some(j) = sums.iter().position(|s| *s != sums[0]) {
+                let ranks = &placement.replicas[i];
+                return Err(Error::Distributed(format!(
+                    "agent {i}'s replicas diverged at step {step}: the weights on rank {} \
+                     (checksum {}) differ from those on rank {} (checksum {}); replicas must \
+                     run the same binary with the same thread count (RAYON_NUM_THREADS)",
+                    ranks[j],
+                    hex(&sums[j]),
+                    ranks[0],
+                    hex(&sums[0]),
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// SHA-256 over the policy's weights (in variable-name order, as f32 bits).
+fn checksum(p: &Policy) -> Result<Vec<u8>> {
+    let mut h = Sha256::new();
+    for (name, v) in p.vars() {
+        h.update(name.as_bytes());
+        let vals = v
+            .as_tensor()
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let bytes: Vec<u8> = vals.iter().flat_map(|x| x.to_le_bytes()).collect();
+        h.update(&bytes);
+    }
+    Ok(h.finalize().to_vec())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().take(8).map(|x| format!("{x:02x}")).collect()
+}

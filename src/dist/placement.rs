@@ -188,4 +188,46 @@ mod tests {
         // A one-process run ignores `rank`.
         assert!(Placement::new(&s, &super::super::Single).is_ok());
     }
+
+    #[test]
+    fn replicas_take_consecutive_ranks_in_agent_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = scenario(
+            dir.path(),
+            "  - {model: builtin:tiny, replicas: 2}\n  - {model: builtin:tiny, replicas: 2}\n  - {model: builtin:tiny, replicas: 2}\n",
+        );
+        let p = Placement::new(&s, &Fake { rank: 1, size: 4 }).expect("placement");
+        assert_eq!(p.owners, vec![0, 2, 0]);
+        assert_eq!(p.replicas, vec![vec![0, 1], vec![2, 3], vec![0, 1]]);
+        assert!(p.replicated() && p.holds(0) && !p.is_local(0) && !p.holds(1));
+        assert_eq!(p.replica_of(0), Some((1, 2)));
+        assert_eq!(p.replica_of(1), None);
+        assert!(p.local().is_empty());
+        // An explicit rank starts the agent's replicas there, wrapping modulo N.
+        let s = scenario(
+            dir.path(),
+            "  - {model: builtin:tiny, replicas: 3, rank: 2}\n",
+        );
+        let p = Placement::new(&s, &Fake { rank: 0, size: 4 }).expect("placement");
+        assert_eq!(p.replicas, vec![vec![2, 3, 0]]);
+        // One process: one copy, whatever `replicas` says.
+        let one = Placement::new(&s, &super::super::Single).expect("placement");
+        assert!(!one.replicated());
+    }
+
+    #[test]
+    fn more_replicas_than_ranks_is_an_error_naming_the_agent() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = scenario(
+            dir.path(),
+            "  - {model: builtin:tiny}\n  - {model: builtin:tiny, replicas: 3}\n",
+        );
+        let e = Placement::new(&s, &Fake { rank: 0, size: 2 })
+            .expect_err("3 replicas on 2 ranks")
+            .to_string();
+        assert!(
+            e.contains("agents[1].replicas is 3") && e.contains("mpirun -np 3"),
+            "{e}"
+        );
+    }
 }

@@ -137,3 +137,70 @@ fn two_samples_average_and_accumulate_in_place() {
         }
     }
 }
+
+/// Data-parallel shares: each replica computes its passes (round-robin), their pass losses add
+/// up to the one-process loss bit for bit (in pass order) and their gradients sum to the
+/// one-process gradients up to rounding; with micro-batch 0 the K sequences are split into one
+/// pass per replica.
+#[test]
+fn replica_shares_add_up_to_the_whole_mini_batch() {
+    use comlrl::train::loss::Share;
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+    let (sample, _) = fixture_sample();
+    for chunk in [0, 1] {
+        let whole = loss_and_grads(
+            &policy,
+            &vars,
+            &[&sample, &sample],
+            chunk,
+            false,
+            Share::ALL,
+        )
+        .unwrap();
+        let parts: Vec<_> = (0..2)
+            .map(|index| {
+                let share = Share { index, of: 2 };
+                loss_and_grads(&policy, &vars, &[&sample, &sample], chunk, false, share).unwrap()
+            })
+            .collect();
+        let mut passes: Vec<(usize, f64)> = parts.iter().flat_map(|p| p.passes.clone()).collect();
+        passes.sort_by_key(|p| p.0);
+        let numbers: Vec<usize> = passes.iter().map(|p| p.0).collect();
+        assert_eq!(
+            numbers,
+            (0..numbers.len()).collect::<Vec<_>>(),
+            "each pass once"
+        );
+        assert!(
+            parts.iter().all(|p| !p.passes.is_empty()),
+            "micro-batch {chunk}: idle replica"
+        );
+        if chunk == 1 {
+            assert_eq!(passes, whole.passes, "the same passes as one process");
+            let sum = passes.iter().fold(0f64, |a, p| a + p.1);
+            assert_eq!(sum.to_bits(), whole.loss.to_bits());
+        }
+        for (j, g) in whole.grads.iter().enumerate() {
+            let Some(g) = g else { continue };
+            let want = f32s(g);
+            let got: Vec<f32> = parts
+                .iter()
+                .map(|p| p.grads[j].as_ref().map_or(vec![0.0; want.len()], f32s))
+                .fold(vec![0.0; want.len()], |acc, x| {
+                    acc.iter().zip(&x).map(|(a, b)| a + b).collect()
+                });
+            let scale = want.iter().fold(1e-6f32, |m, x| m.max(x.abs()));
+            for (a, b) in want.iter().zip(&got) {
+                assert!(
+                    (a - b).abs() <= 1e-4 * scale,
+                    "micro-batch {chunk}, grad {j}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}

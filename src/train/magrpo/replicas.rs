@@ -144,3 +144,87 @@ fn checksum(p: &Policy) -> Result<Vec<u8>> {
 fn hex(b: &[u8]) -> String {
     b.iter().take(8).map(|x| format!("{x:02x}")).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LoadOptions, ModelSource};
+
+    /// Replica 0 of a two-replica group whose other replica reports `other` as its checksum
+    /// and, in an all-reduce, the same buffer as this one.
+    #[derive(Debug)]
+    struct Pair {
+        other: Vec<u8>,
+    }
+
+    impl World for Pair {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            2
+        }
+        fn all_gather(&self, mine: &[u8]) -> Vec<Vec<u8>> {
+            vec![mine.to_vec(), self.other.clone()]
+        }
+        fn broadcast(&self, _: usize, data: Vec<u8>) -> Vec<u8> {
+            data
+        }
+        fn gather(&self, _: usize, mine: &[u8]) -> Option<Vec<Vec<u8>>> {
+            Some(vec![mine.to_vec(), self.other.clone()])
+        }
+        fn all_reduce_sum(&self, buf: &mut [f32]) {
+            buf.iter_mut().for_each(|x| *x *= 2.0);
+        }
+        fn barrier(&self) {}
+        fn split(&self, _: Option<usize>) -> Option<Arc<dyn World>> {
+            None
+        }
+        fn abort(&self, msg: &str) -> ! {
+            panic!("{msg}")
+        }
+    }
+
+    fn placement() -> Placement {
+        Placement {
+            owners: vec![2],
+            replicas: vec![vec![2, 3]],
+            me: 2,
+            size: 4,
+        }
+    }
+
+    #[test]
+    fn diverged_replicas_are_an_error_naming_the_agent_and_ranks() {
+        let p = Policy::load(
+            &ModelSource::Builtin("tiny".into()),
+            &LoadOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let sum = checksum(&p).expect("checksum");
+        assert_eq!(sum, checksum(&p).expect("checksum"), "deterministic");
+        let policies = vec![Some(p)];
+        let same = Replicas {
+            groups: vec![Some(Arc::new(Pair { other: sum.clone() }))],
+        };
+        same.check_identical(&policies, &placement(), 5)
+            .expect("identical replicas pass");
+        let mut other = sum.clone();
+        other[0] ^= 1;
+        let diverged = Replicas {
+            groups: vec![Some(Arc::new(Pair { other }))],
+        };
+        let e = diverged
+            .check_identical(&policies, &placement(), 5)
+            .expect_err("diverged")
+            .to_string();
+        assert!(
+            e.contains("agent 0's replicas diverged at step 5")
+                && e.contains("on rank 3")
+                && e.contains("on rank 2"),
+            "{e}"
+        );
+        assert_eq!(same.share(0).index, 0);
+        assert_eq!(same.share(0).of, 2);
+    }
+}

@@ -61,6 +61,7 @@ impl Replicas {
         // Which variables got a gradient on any replica.
         let mut present: Vec<f32> = lg.grads.iter().map(|g| f32::from(g.is_some())).collect();
         g.all_reduce_sum(&mut present);
+        let mut floats = present.len();
         for ((v, slot), p) in vars.iter().zip(lg.grads.iter_mut()).zip(&present) {
             if *p == 0.0 {
                 continue;
@@ -70,6 +71,7 @@ impl Replicas {
                 Some(x) => x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?,
                 None => vec![0f32; t.elem_count()],
             };
+            floats += buf.len();
             g.all_reduce_sum(&mut buf);
             *slot = Some(Tensor::from_vec(buf, t.dims(), t.device())?.to_dtype(t.dtype())?);
         }
@@ -87,6 +89,11 @@ impl Replicas {
             }
             d.end()?;
         }
+        log::debug!(
+            "agent {i}: gradients all-reduced over {} replicas: {} bytes each",
+            g.size(),
+            4 * floats + e.0.len()
+        );
         all.sort_by_key(|&(p, _)| p);
         lg.loss = all.iter().fold(0f64, |acc, &(_, l)| acc + l);
         lg.passes = all;

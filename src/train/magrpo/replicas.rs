@@ -234,4 +234,46 @@ mod tests {
         assert_eq!(same.share(0).index, 0);
         assert_eq!(same.share(0).of, 2);
     }
+
+    #[test]
+    fn reduce_sums_gradients_and_adds_pass_losses_in_pass_order() {
+        let dev = candle_core::Device::Cpu;
+        let vars: Vec<Var> = (0..2)
+            .map(|_| Var::zeros((2, 2), DType::F32, &dev).expect("var"))
+            .collect();
+        let g = Tensor::new(&[[1f32, 2.0], [3.0, 4.0]], &dev).expect("tensor");
+        let mut lg = LossGrads {
+            loss: 0.625,
+            grads: vec![Some(g), None],
+            forward_s: 0.0,
+            backward_s: 0.0,
+            flops: 0.0,
+            passes: vec![(0, 0.5), (2, 0.125)],
+        };
+        // The other replica computed pass 1.
+        let mut other = Enc::default();
+        other.usize(1).usize(1).f64(0.25);
+        let r = Replicas {
+            groups: vec![Some(Arc::new(Pair { other: other.0 }))],
+        };
+        r.reduce(0, &vars, &mut lg).expect("reduce");
+        // `Pair` stands for a replica with the same gradients: the sum doubles them.
+        let summed = lg.grads[0].as_ref().expect("a gradient");
+        assert_eq!(
+            summed.to_vec2::<f32>().expect("values"),
+            vec![vec![2.0, 4.0], vec![6.0, 8.0]]
+        );
+        assert!(lg.grads[1].is_none(), "no replica had a gradient for it");
+        assert_eq!(lg.passes, vec![(0, 0.5), (1, 0.25), (2, 0.125)]);
+        assert_eq!(lg.loss, 0.5 + 0.25 + 0.125);
+        // An agent with one copy is left alone.
+        let mut again = LossGrads {
+            passes: vec![],
+            ..lg
+        };
+        Replicas::none(1)
+            .reduce(0, &vars, &mut again)
+            .expect("no-op");
+        assert_eq!(again.loss, 0.875);
+    }
 }

@@ -138,7 +138,15 @@ fn loss_paths_match(name: &str, tol: &Tol) {
         .collect();
     let refs: Vec<&AgentRollout> = samples.iter().collect();
     for recompute in [false, true] {
-        let lg = loss_and_grads(&policy, &vars, &refs, 1, recompute).unwrap();
+        let lg = loss_and_grads(
+            &policy,
+            &vars,
+            &refs,
+            1,
+            recompute,
+            comlrl::train::loss::Share::ALL,
+        )
+        .unwrap();
         let what = format!("{name} loss_and_grads, recompute {recompute}");
         check(&what, lg.loss, &named, &lg.grads, name, tol);
     }

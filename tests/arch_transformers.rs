@@ -162,7 +162,15 @@ fn agrees_with_transformers(name: &str) {
     let refs: Vec<&AgentRollout> = samples.iter().collect();
     let named = policy.vars();
     let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
-    let lg = loss_and_grads(&policy, &vars, &refs, 1, true).unwrap();
+    let lg = loss_and_grads(
+        &policy,
+        &vars,
+        &refs,
+        1,
+        true,
+        comlrl::train::loss::Share::ALL,
+    )
+    .unwrap();
     let want_loss = hf["loss"].to_scalar::<f32>().unwrap() as f64;
     assert!(
         ((lg.loss - want_loss) / want_loss).abs() < 1e-5,

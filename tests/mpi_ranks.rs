@@ -43,7 +43,7 @@ fn run_np(np: Option<usize>, out: &Path, sets: &[&str], flags: &[&str]) -> (Opti
         }
         None => Command::new(bin()),
     };
-    c.args(args(out, sets, flags));
+    c.args(tiny(out, sets, flags).argv());
     let o = single_threaded(&mut c).output().unwrap();
     let mut text = String::from_utf8_lossy(&o.stderr).into_owned();
     text.push_str(&String::from_utf8_lossy(&o.stdout));
@@ -169,4 +169,156 @@ fn kl_penalty_and_two_turns_match_one_process() {
     );
     assert_eq!(metrics_without_timing(&two), rows, "metrics rows differ");
     same_models(&one, &two, "two ranks, KL and two turns");
+}
+
+/// The metrics rows of `a` and `b` (timing columns dropped) agree: every column exactly but
+/// the agents' `grad_norm` (within 1e-6 relative) and `loss` (within 1e-5 of max(1, |loss|):
+/// the loss is a sum of ±A·log π terms ~100× its size that mostly cancel, so its relative
+/// error is that much larger than the weights'). Returns whether they are identical.
+fn rows_close(a: &[serde_json::Value], b: &[serde_json::Value]) -> bool {
+    assert_eq!(a.len(), b.len(), "row count");
+    for (n, (x, y)) in a.iter().zip(b).enumerate() {
+        let (x, y) = (x.as_object().unwrap(), y.as_object().unwrap());
+        assert_eq!(
+            x.keys().collect::<Vec<_>>(),
+            y.keys().collect::<Vec<_>>(),
+            "row {n}: columns"
+        );
+        for (k, u) in x {
+            let v = &y[k];
+            let tol = match (u.as_f64(), v.as_f64()) {
+                (Some(p), Some(q)) if k.ends_with("/grad_norm") => 1e-6 * p.abs().max(q.abs()),
+                (Some(p), Some(q)) if k.ends_with("/loss") => 1e-5 * p.abs().max(q.abs()).max(1.0),
+                _ => {
+                    assert_eq!(u, v, "row {n}, {k}");
+                    continue;
+                }
+            };
+            let (p, q) = (u.as_f64().unwrap(), v.as_f64().unwrap());
+            assert!((p - q).abs() <= tol, "row {n}, {k}: {p} vs {q}");
+        }
+    }
+    a == b
+}
+
+/// The largest relative difference (per tensor: ‖a − b‖ / ‖a‖) between the final weights of
+/// agent `i` in two runs, and the largest absolute difference in the attention key biases.
+/// Those are apart because their gradient is zero in exact arithmetic (softmax ignores a
+/// constant added to every key's score), so what they get is rounding noise, which AdamW
+/// scales up to steps of about the learning rate: summing the noise in another order moves
+/// them by up to ~lr per step, not by ~1e-7.
+fn weights_diff(a: &Path, b: &Path, i: usize) -> (f64, f64) {
+    let f = format!("models/agent_{i}/model.safetensors");
+    let dev = candle_core::Device::Cpu;
+    let x = candle_core::safetensors::load(a.join(&f), &dev).unwrap();
+    let y = candle_core::safetensors::load(b.join(&f), &dev).unwrap();
+    assert_eq!(
+        x.keys().collect::<std::collections::BTreeSet<_>>(),
+        y.keys().collect::<std::collections::BTreeSet<_>>()
+    );
+    let flat = |t: &candle_core::Tensor| {
+        t.to_dtype(candle_core::DType::F64)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap()
+    };
+    let (mut worst, mut key_bias) = (0f64, 0f64);
+    for (name, t) in &x {
+        let (p, q) = (flat(t), flat(&y[name]));
+        if name.ends_with("k_proj.bias") {
+            let d = p.iter().zip(&q).map(|(a, b)| (a - b).abs());
+            key_bias = d.fold(key_bias, f64::max);
+            continue;
+        }
+        let diff: f64 = p.iter().zip(&q).map(|(a, b)| (a - b).powi(2)).sum::<f64>();
+        let norm: f64 = p.iter().map(|a| a * a).sum::<f64>();
+        worst = worst.max((diff / norm.max(f64::MIN_POSITIVE)).sqrt());
+    }
+    (worst, key_bias)
+}
+
+#[test]
+fn two_replicas_per_agent_on_four_ranks_match_one_process() {
+    if let Err(why) = mpirun_ok() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, four) = (tmp.path().join("one"), tmp.path().join("four"));
+    // One epoch (10 steps); `replicas` is ignored by the one-process run.
+    let sets = [
+        "trainer.num_train_epochs=1",
+        "agents.replicas=2",
+        "checkpoint_every=5",
+    ];
+    let (code, err) = run_np(None, &one, &sets, &[]);
+    assert_eq!(code, Some(0), "one process: {err}");
+    let (code, err) = run_np(Some(4), &four, &sets, &[]);
+    assert_eq!(code, Some(0), "four ranks: {err}");
+    let rows = metrics_without_timing(&one);
+    assert_eq!(rows.len(), 10);
+    let got = metrics_without_timing(&four);
+    let exact = rows_close(&rows, &got);
+    let (mut worst, mut key_bias) = (0f64, 0f64);
+    for i in 0..2 {
+        let (w, k) = weights_diff(&one, &four, i);
+        (worst, key_bias) = (worst.max(w), key_bias.max(k));
+    }
+    eprintln!(
+        "replicas: metrics rows identical: {exact}; largest relative weight difference \
+         {worst:e}, key biases {key_bias:e} apart"
+    );
+    assert!(worst <= 1e-6, "final weights differ by {worst:e} relative");
+    // 5 optimizer steps at lr 1e-4: rounding noise moves a key bias by less than that.
+    assert!(key_bias <= 5e-4, "key biases {key_bias:e} apart");
+    // Agent 0 on ranks 0-1, agent 1 on ranks 2-3: the first replicas wrote the agents' files,
+    // every rank its state.
+    let ck = four.join("checkpoints").join(latest(&four));
+    for f in [
+        "state.json",
+        "state.rank1.json",
+        "state.rank3.json",
+        "agent_0.safetensors",
+        "agent_1.safetensors",
+        "optimizer_1.safetensors",
+    ] {
+        assert!(ck.join(f).is_file(), "{f} missing in {}", ck.display());
+    }
+    assert!(!ck.join("agent_2.safetensors").exists());
+
+    // Rewind to step 5 and resume on 4 ranks: every replica loads its agent from the first
+    // replica's files, and the run ends exactly as the uninterrupted 4-rank run did.
+    let models: Vec<Vec<u8>> = (0..2)
+        .map(|i| std::fs::read(four.join(format!("models/agent_{i}/model.safetensors"))).unwrap())
+        .collect();
+    assert_eq!(checkpoint_names(&four), ["step-00000005", "step-00000010"]);
+    std::fs::write(four.join("checkpoints/latest"), "step-00000005").unwrap();
+    std::fs::remove_dir_all(four.join("checkpoints/step-00000010")).unwrap();
+    let (code, err) = run_np(Some(4), &four, &sets, &["--resume"]);
+    assert_eq!(code, Some(0), "resume on four ranks: {err}");
+    assert_eq!(metrics_without_timing(&four), got, "resumed metrics differ");
+    for (i, m) in models.iter().enumerate() {
+        let f = four.join(format!("models/agent_{i}/model.safetensors"));
+        assert!(std::fs::read(f).unwrap() == *m, "resumed agent {i} differs");
+    }
+}
+
+#[test]
+fn a_world_too_small_for_the_replicas_is_refused() {
+    if let Err(why) = mpirun_ok() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("small");
+    let (code, err) = run_np(Some(2), &out, &["agents.replicas=3"], &[]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(
+        err.contains("agents[0].replicas is 3")
+            && err.contains("the run has 2 ranks")
+            && err.contains("mpirun -np 3"),
+        "{err}"
+    );
 }

@@ -45,7 +45,15 @@ fn every_loss_path_matches_the_reference() {
     let want_norm = r["grad_global_norm"].to_scalar::<f32>().unwrap() as f64;
     for recompute in [false, true] {
         for chunk in [0, 1, 3] {
-            let lg = loss_and_grads(&policy, &vars, &[&sample], chunk, recompute).unwrap();
+            let lg = loss_and_grads(
+                &policy,
+                &vars,
+                &[&sample],
+                chunk,
+                recompute,
+                comlrl::train::loss::Share::ALL,
+            )
+            .unwrap();
             let what = format!("recompute {recompute}, micro-batch {chunk}");
             assert!(
                 (lg.loss - want_loss).abs() < 1e-4 + 1e-5 * want_loss.abs(),
@@ -92,9 +100,27 @@ fn two_samples_average_and_accumulate_in_place() {
     let mut b = a.clone();
     b.prompt_ids.truncate(b.prompt_ids.len().div_ceil(2));
     b.advantages.iter_mut().for_each(|x| *x = -*x * 0.5);
-    let one = |s: &AgentRollout| loss_and_grads(&policy, &vars, &[s], 0, false).unwrap();
+    let one = |s: &AgentRollout| {
+        loss_and_grads(
+            &policy,
+            &vars,
+            &[s],
+            0,
+            false,
+            comlrl::train::loss::Share::ALL,
+        )
+        .unwrap()
+    };
     let (la, lb) = (one(&a), one(&b));
-    let both = loss_and_grads(&policy, &vars, &[&a, &b], 2, true).unwrap();
+    let both = loss_and_grads(
+        &policy,
+        &vars,
+        &[&a, &b],
+        2,
+        true,
+        comlrl::train::loss::Share::ALL,
+    )
+    .unwrap();
     assert!((both.loss - (la.loss + lb.loss) / 2.0).abs() < 1e-5);
     for ((ga, gb), g) in la.grads.iter().zip(&lb.grads).zip(&both.grads) {
         let (ga, gb, g) = (
@@ -108,6 +134,73 @@ fn two_samples_average_and_accumulate_in_place() {
                 (z - want).abs() <= 1e-5 + 1e-3 * want.abs(),
                 "{z} vs {want}"
             );
+        }
+    }
+}
+
+/// Data-parallel shares: each replica computes its passes (round-robin), their pass losses add
+/// up to the one-process loss bit for bit (in pass order) and their gradients sum to the
+/// one-process gradients up to rounding; with micro-batch 0 the K sequences are split into one
+/// pass per replica.
+#[test]
+fn replica_shares_add_up_to_the_whole_mini_batch() {
+    use comlrl::train::loss::Share;
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+    let (sample, _) = fixture_sample();
+    for chunk in [0, 1] {
+        let whole = loss_and_grads(
+            &policy,
+            &vars,
+            &[&sample, &sample],
+            chunk,
+            false,
+            Share::ALL,
+        )
+        .unwrap();
+        let parts: Vec<_> = (0..2)
+            .map(|index| {
+                let share = Share { index, of: 2 };
+                loss_and_grads(&policy, &vars, &[&sample, &sample], chunk, false, share).unwrap()
+            })
+            .collect();
+        let mut passes: Vec<(usize, f64)> = parts.iter().flat_map(|p| p.passes.clone()).collect();
+        passes.sort_by_key(|p| p.0);
+        let numbers: Vec<usize> = passes.iter().map(|p| p.0).collect();
+        assert_eq!(
+            numbers,
+            (0..numbers.len()).collect::<Vec<_>>(),
+            "each pass once"
+        );
+        assert!(
+            parts.iter().all(|p| !p.passes.is_empty()),
+            "micro-batch {chunk}: idle replica"
+        );
+        if chunk == 1 {
+            assert_eq!(passes, whole.passes, "the same passes as one process");
+            let sum = passes.iter().fold(0f64, |a, p| a + p.1);
+            assert_eq!(sum.to_bits(), whole.loss.to_bits());
+        }
+        for (j, g) in whole.grads.iter().enumerate() {
+            let Some(g) = g else { continue };
+            let want = f32s(g);
+            let got: Vec<f32> = parts
+                .iter()
+                .map(|p| p.grads[j].as_ref().map_or(vec![0.0; want.len()], f32s))
+                .fold(vec![0.0; want.len()], |acc, x| {
+                    acc.iter().zip(&x).map(|(a, b)| a + b).collect()
+                });
+            let scale = want.iter().fold(1e-6f32, |m, x| m.max(x.abs()));
+            for (a, b) in want.iter().zip(&got) {
+                assert!(
+                    (a - b).abs() <= 1e-4 * scale,
+                    "micro-batch {chunk}, grad {j}: {a} vs {b}"
+                );
+            }
         }
     }
 }

@@ -32,6 +32,9 @@ pub trait World: Send + Sync + std::fmt::Debug {
     fn all_reduce_sum(&self, buf: &mut [f32]);
     /// Returns once every rank has called it.
     fn barrier(&self);
+    /// The ranks that pass `Some(key)` form a new world of their own, ranked by `key` (e.g. an
+    /// agent's replicas); the others get `None`.
+    fn split(&self, key: Option<usize>) -> Option<Arc<dyn World>>;
     /// Ends the whole run (every rank) after printing `msg`; used when this rank cannot go on.
     fn abort(&self, msg: &str) -> !;
     /// `true` on rank 0, the rank that scores, logs and writes manifests.
@@ -62,6 +65,9 @@ impl World for Single {
     }
     fn all_reduce_sum(&self, _buf: &mut [f32]) {}
     fn barrier(&self) {}
+    fn split(&self, key: Option<usize>) -> Option<Arc<dyn World>> {
+        key.map(|_| Arc::new(Single) as Arc<dyn World>)
+    }
     fn abort(&self, msg: &str) -> ! {
         eprintln!("error: {msg}");
         std::process::exit(1)

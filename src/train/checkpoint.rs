@@ -65,12 +65,13 @@ pub fn checkpoints_dir(output_dir: &Path) -> PathBuf {
 /// kept (by recency, not by step number: a step number says nothing about which run wrote it).
 ///
 /// A collective in a distributed run: every rank calls it at the same step with the agents it
-/// holds (`None` for the others).
+/// holds (`None` for the others); it writes those with `writes[i]` (an agent's first replica).
 pub fn save(
     output_dir: &Path,
     state: &TrainState,
     policies: &[Option<Policy>],
     optims: &[Option<AdamW>],
+    writes: &[bool],
     scenario_yaml: &str,
     world: &dyn World,
 ) -> Result<PathBuf> {
@@ -90,7 +91,11 @@ pub fn save(
     let state_json =
         serde_json::to_string(state).map_err(|e| Error::serialize("the training state", e))?;
     write(&tmp.join(state_file(world.rank())), &state_json)?;
-    let held = policies.iter().zip(optims).enumerate();
+    let held = policies
+        .iter()
+        .zip(optims)
+        .enumerate()
+        .filter(|(i, _)| writes.get(*i).copied().unwrap_or(false));
     for (i, (p, opt)) in held.filter_map(|(i, (p, o))| Some((i, (p.as_ref()?, o.as_ref()?)))) {
         let weights: BTreeMap<String, Tensor> = p
             .vars()

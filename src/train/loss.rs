@@ -4,6 +4,10 @@
 //! A sample's K sequences go through the model `chunk` at a time (sorted by length so a chunk
 //! pads little); gradients are added in place into one buffer per parameter, so only one
 //! chunk's activations and one backward pass's gradients live at a time.
+//!
+//! Data-parallel replicas ([`Share`]) number the mini-batch's passes in order and each computes
+//! the passes `p` with `p mod R` = its replica index; their gradients are then summed across
+//! the replicas (`magrpo::replicas`).
 use super::rollout::AgentRollout;
 use crate::error::Result;
 use crate::model::accumulate::take_grads;
@@ -25,18 +29,40 @@ pub struct LossGrads {
     /// Model FLOPs of the forward and backward (3 × the forward's matmul FLOPs, padding
     /// included, recomputation not counted).
     pub flops: f64,
+    /// The loss of each pass computed here, by its number in the mini-batch (so replicas can
+    /// add them up in the one-process order).
+    pub passes: Vec<(usize, f64)>,
+}
+
+/// Which of a mini-batch's passes this process computes: replica `index` of `of`.
+#[derive(Debug, Clone, Copy)]
+pub struct Share {
+    /// This replica's position, `0..of`.
+    pub index: usize,
+    /// The agent's replicas.
+    pub of: usize,
+}
+
+impl Share {
+    /// The whole mini-batch (one copy of the agent).
+    pub const ALL: Share = Share { index: 0, of: 1 };
 }
 
 /// Forward + backward of the mini-batch `samples` for `policy`, `chunk` sequences per pass
 /// (0: all K sequences of a sample in one pass); with `recompute`, each pass keeps only layer
-/// inputs and re-runs one layer at a time in the backward (see `model::recompute`).
+/// inputs and re-runs one layer at a time in the backward (see `model::recompute`). Only the
+/// passes of `share` are computed; with replicas and `chunk` 0 a sample's sequences are split
+/// into one pass per replica.
 pub fn loss_and_grads(
     policy: &Policy,
     vars: &[Var],
     samples: &[&AgentRollout],
     chunk: usize,
     recompute: bool,
+    share: Share,
 ) -> Result<LossGrads> {
+    let mut pass = 0usize;
+    let mut passes = Vec::new();
     let mut acc: Vec<Option<Tensor>> = vec![None; vars.len()];
     let mut total = 0f64;
     let (mut forward_s, mut backward_s, mut flops) = (0f64, 0f64, 0f64);
@@ -50,8 +76,16 @@ pub fn loss_and_grads(
         // Longest first, so each chunk holds sequences of similar length.
         let mut order: Vec<usize> = (0..k).filter(|&j| !s.completions[j].is_empty()).collect();
         order.sort_by_key(|&j| std::cmp::Reverse(s.completions[j].len()));
-        let per_pass = if chunk == 0 { order.len() } else { chunk };
+        let per_pass = match chunk {
+            0 => order.len().div_ceil(share.of.max(1)),
+            c => c,
+        };
         for part in order.chunks(per_pass) {
+            let number = pass;
+            pass += 1;
+            if number % share.of.max(1) != share.index {
+                continue;
+            }
             let t = Instant::now();
             let prompts: Vec<&[u32]> = vec![s.prompt_ids.as_slice(); part.len()];
             let comps: Vec<&[u32]> = part.iter().map(|&j| s.completions[j].as_slice()).collect();
@@ -71,6 +105,7 @@ pub fn loss_and_grads(
                     .collect();
                 let st = weighted_logprob_grads(&policy.model, &layout, &coef, vars, &mut acc)?;
                 total += st.loss;
+                passes.push((number, st.loss));
                 forward_s += t.elapsed().as_secs_f64() - st.backward_s;
                 backward_s += st.backward_s;
                 continue;
@@ -79,7 +114,9 @@ pub fn loss_and_grads(
             let adv =
                 Tensor::from_vec(adv, part.len(), policy.model.device())?.to_dtype(lp.dtype())?;
             let loss = ((lp.sum(1)? * adv)?.sum_all()?.neg()? * (scale / k as f64))?;
-            total += loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+            let value = loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+            total += value;
+            passes.push((number, value));
             forward_s += t.elapsed().as_secs_f64();
             let t = Instant::now();
             let mut grads = loss.backward()?;
@@ -94,5 +131,6 @@ pub fn loss_and_grads(
         forward_s,
         backward_s,
         flops,
+        passes,
     })
 }

@@ -80,7 +80,7 @@ fn sample_prompts(
 }
 
 /// One prompt's first-turn completions, sampled ahead in a batch with other prompts by
-/// [`sample_group`]: every agent's RNG seed and the rollouts of the agents held here (in
+/// [`sample_group`]: every agent's RNG seed and the rollouts of the agents sampled here (in
 /// agent order; under MPI only this rank's share).
 pub struct Presampled {
     pub(super) seeds: Vec<u64>,
@@ -112,9 +112,11 @@ pub fn sample_group(
         .map(|_| (0..n).map(|_| ahead.next_u64()).collect())
         .collect();
     let t = std::time::Instant::now();
+    // The agents sampled here (an agent's first replica samples it).
     let held: Vec<(usize, &Policy)> = policies
         .iter()
         .enumerate()
+        .filter(|&(i, _)| spec.samples[i])
         .filter_map(|(i, p)| Some((i, p.as_ref()?)))
         .collect();
     let sample = |&(i, policy): &(usize, &Policy)| {

@@ -87,6 +87,9 @@ pub struct RolloutSpec<'a> {
     pub parallel: bool,
     /// The run's processes (a world of one outside `mpirun`).
     pub world: &'a dyn World,
+    /// `samples[i]`: this rank samples agent `i` (holds its first replica); other replicas of
+    /// an agent hold its policy but only train it.
+    pub samples: &'a [bool],
 }
 
 impl RolloutSpec<'_> {
@@ -193,8 +196,9 @@ fn build(
     // One RNG stream per agent, drawn from the run's stream: the same completions whether the
     // agents sample one after the other or at the same time.
     let seeds: Vec<u64> = (0..n).map(|_| rng.next_u64()).collect();
-    // The agents held here: all of them in one process, this rank's share under MPI.
-    let local: Vec<usize> = (0..n).filter(|&i| policies[i].is_some()).collect();
+    // The agents sampled here: all of them in one process, this rank's share under MPI (an
+    // agent's first replica samples it).
+    let local: Vec<usize> = (0..n).filter(|&i| spec.samples[i]).collect();
     let mine: Vec<AgentRollout> = match pre {
         Some(pre) => {
             if pre.seeds != seeds || pre.agents.len() != local.len() {
@@ -378,7 +382,7 @@ fn finish(
     } = node;
     let returns = completion_returns(&joint, &jr, n, spec.k);
     if let Some((refs, _)) = spec.reference {
-        let local: Vec<usize> = (0..n).filter(|&i| policies[i].is_some()).collect();
+        let local: Vec<usize> = (0..n).filter(|&i| spec.samples[i]).collect();
         for &i in &local {
             let t = std::time::Instant::now();
             agents[i].kl = kl_k3(held(policies, i)?, held(refs, i)?, &agents[i])?;

@@ -26,18 +26,17 @@ pub fn load_policies(s: &Scenario, sampling: bool) -> Result<Vec<Policy>> {
         .collect()
 }
 
-/// Loads the policies of the agents `placement` puts on this rank (`None` for the others),
-/// with sampling copies when `sampling`.
+/// Loads the policies of the agents `here` selects (by index; `None` for the others): the
+/// agents a rank holds a replica of, or those it samples; with sampling copies when `sampling`.
 pub fn load_placed(
     s: &Scenario,
-    placement: &crate::dist::Placement,
+    here: impl Fn(usize) -> bool,
     sampling: bool,
 ) -> Result<Vec<Option<Policy>>> {
     s.agents
         .iter()
         .map(|a| {
-            placement
-                .is_local(a.index)
+            here(a.index)
                 .then(|| load_agent(s, a, sampling))
                 .transpose()
         })

@@ -82,10 +82,14 @@ crate::agent_macro::agent_section! {
         /// `chat_template: none`).
         system_prompt: Option<String> = None, kind "string", shown "none", why "";
         /// Under `mpirun -np N` (a build with the `mpi` feature): the rank that holds, samples
-        /// and trains this agent; must be below N (checked when the run starts, where N is
-        /// known). Ignored in a one-process run. See [distributed.md](distributed.md).
-        rank: Option<usize> = None, kind "integer ≥ 0", shown "agent i on rank i mod N",
+        /// and trains this agent (with `replicas` R > 1: its first replica, the others on the
+        /// next R − 1 ranks); must be below N (checked when the run starts, where N is known).
+        /// Ignored in a one-process run. See [distributed.md](distributed.md).
+        rank: Option<usize> = None, kind "integer ≥ 0",
+            shown "agent i on rank i mod N (with replicas: right after the agent before it)",
             why "spreads the agents over the ranks";
+        /// Data-parallel copies of this agent under MPI: its update's passes split over this many ranks, gradients summed, identical weights. Ignored in a one-process run. See [distributed.md](distributed.md).
+        replicas: usize = 1, kind "integer ≥ 1", why "one copy", check at_least(1, "use `replicas: 1` (one copy) or more");
     }
     group
     /// Sampling settings of its rollouts.

@@ -4,7 +4,8 @@
 //!
 //! Under `mpirun` each rank holds only its agents (`None` slots for the others); the loop runs
 //! in lockstep on every rank (see `docs/distributed.md`): rank 0 alone writes metrics, the plot
-//! and the manifests.
+//! and the manifests. An agent with `replicas` > 1 is held by several ranks: its first replica
+//! samples it, all of them train it (`replicas`).
 use super::advantage::Baseline;
 use super::checkpoint::{self, TrainState};
 use super::optim::{AdamW, AdamWConfig};
@@ -29,6 +30,7 @@ use std::time::Instant;
 
 mod eval;
 mod gather;
+mod replicas;
 mod update;
 
 /// Callbacks for progress display (the CLI draws a progress bar; tests pass `()`).
@@ -86,6 +88,10 @@ pub struct Trainer {
     world: Arc<dyn World>,
     /// Which rank holds which agent.
     placement: Placement,
+    /// Each replicated agent's sub-world of replica ranks.
+    replicas: replicas::Replicas,
+    /// `samples[i]`: this rank samples agent `i` and writes its files (its first replica).
+    samples: Vec<bool>,
 }
 
 impl Trainer {
@@ -101,14 +107,19 @@ impl Trainer {
         let placement = Placement::new(&scenario, world.as_ref())?;
         let stack = setup::reward_stack(&scenario)?;
         let transition = setup::transition(&scenario)?;
-        let policies = setup::load_placed(&scenario, &placement, true)?;
+        let policies = setup::load_placed(&scenario, |i| placement.holds(i), true)?;
         for (a, p) in scenario.agents.iter().zip(&policies) {
             if let Some(p) = p {
                 setup::check_agent_prompt_lengths(&scenario, a, p)?;
             }
         }
         let references = if scenario.trainer.kl_coef != 0.0 {
-            Some(setup::load_placed(&scenario, &placement, false)?)
+            // Only the sampling replica computes the reference KL.
+            Some(setup::load_placed(
+                &scenario,
+                |i| placement.is_local(i),
+                false,
+            )?)
         } else {
             None
         };
@@ -135,6 +146,13 @@ impl Trainer {
             .collect();
         let yaml = scenario.to_yaml();
         let prompts = Arc::new(super::prompt::Prompts::for_placed(&scenario, &policies)?);
+        let replicas = match placement.replicated() {
+            true => replicas::Replicas::new(&placement, world.as_ref()),
+            false => replicas::Replicas::none(scenario.agents.len()),
+        };
+        let samples = (0..scenario.agents.len())
+            .map(|i| placement.is_local(i))
+            .collect();
         Ok(Self {
             scenario,
             policies,
@@ -151,6 +169,8 @@ impl Trainer {
             lock: None,
             world,
             placement,
+            replicas,
+            samples,
         })
     }
 
@@ -343,6 +363,7 @@ impl Trainer {
         let references = self.references.take();
         let transition = self.transition.take();
         let prompts = self.prompts.clone();
+        let samples = self.samples.clone();
         let spec = RolloutSpec {
             k: t.num_generations,
             cross: t.joint_mode == JointMode::Cross,
@@ -363,6 +384,7 @@ impl Trainer {
             passthrough: t.external_prompt_passthrough,
             parallel: t.parallel_sampling,
             world: world.as_ref(),
+            samples: &samples,
         };
         log::debug!("models loaded; {}", crate::runtime::memory_line());
         obs.start(total, state.step);
@@ -492,11 +514,14 @@ impl Trainer {
             let benchmark = self.stop_after.is_some();
             if !benchmark && ((every > 0 && state.step % every == 0) || stop || state.step == total)
             {
+                self.replicas
+                    .check_identical(&self.policies, &self.placement, state.step)?;
                 checkpoint::save(
                     &out,
                     &state,
                     &self.policies,
                     &self.optims,
+                    &self.samples,
                     &self.yaml,
                     world.as_ref(),
                 )?;
@@ -511,7 +536,12 @@ impl Trainer {
             }
         }
         if !interrupted && self.stop_after.is_none() {
-            save_models(&self.policies, &self.scenario.models_dir(), world.as_ref())?;
+            save_models(
+                &self.policies,
+                &self.samples,
+                &self.scenario.models_dir(),
+                world.as_ref(),
+            )?;
         }
         let rows_json = match root {
             true => read_jsonl(&out.join("metrics.jsonl")).unwrap_or_default(),
@@ -539,9 +569,10 @@ impl Trainer {
 
 /// Saves every agent into one temporary `models` directory, then renames it into place: the
 /// final models are all there or none is. A collective: each rank saves the agents it holds,
-/// rank 0 renames once all are written.
+/// rank 0 renames once all are written. Only an agent's first replica (`writes[i]`) saves it.
 fn save_models(
     policies: &[Option<Policy>],
+    writes: &[bool],
     models: &std::path::Path,
     world: &dyn World,
 ) -> Result<()> {
@@ -552,7 +583,7 @@ fn save_models(
     }
     world.barrier();
     for (i, p) in policies.iter().enumerate() {
-        if let Some(p) = p {
+        if let (Some(p), true) = (p, writes[i]) {
             p.save(&tmp.join(format!("agent_{i}")))?;
         }
     }

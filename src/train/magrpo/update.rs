@@ -1,5 +1,6 @@
 //! One update round: every agent's policy-gradient loss over the buffered rollouts, in
-//! mini-batches, with an AdamW step and the LR schedule per mini-batch.
+//! mini-batches, with an AdamW step and the LR schedule per mini-batch. A replicated agent's
+//! passes are split over its replicas and their gradients summed before the step.
 use super::Trainer;
 use crate::error::Result;
 use crate::model::Policy;
@@ -20,6 +21,7 @@ impl Trainer {
         let total_opt = self.total_opt_steps();
         let start = Instant::now();
         let opt_steps = state.opt_steps.clone();
+        let replicas = &self.replicas;
         let work =
             |(i, (policy, opt)): (usize, (&Policy, &mut AdamW))| -> Result<(usize, AgentUpdate)> {
                 let vars: Vec<candle_core::Var> =
@@ -31,13 +33,17 @@ impl Trainer {
                 for chunk in buffer.chunks(t.train_batch_size.max(1)) {
                     let samples: Vec<&crate::train::rollout::AgentRollout> =
                         chunk.iter().map(|s| &s.agents[i]).collect();
-                    let lg = loss_and_grads(
+                    let mut lg = loss_and_grads(
                         policy,
                         &vars,
                         &samples,
                         t.micro_batch_size,
                         t.gradient_checkpointing,
+                        replicas.share(i),
                     )?;
+                    let tick = Instant::now();
+                    replicas.reduce(i, &vars, &mut lg)?;
+                    u.phases.comm += since(tick);
                     let tick = Instant::now();
                     let lr = lr_at(
                         opt.cfg.lr,
@@ -69,7 +75,9 @@ impl Trainer {
             .enumerate()
             .filter_map(|(i, (p, o))| Some((i, (p.as_ref()?, o.as_mut()?))))
             .collect();
-        let results: Vec<(usize, AgentUpdate)> = if t.parallel_updates && pairs.len() > 1 {
+        // Replicated agents' collectives run on this (MPI's) thread, one agent after another.
+        let parallel = t.parallel_updates && !self.placement.replicated();
+        let results: Vec<(usize, AgentUpdate)> = if parallel && pairs.len() > 1 {
             pairs.into_par_iter().map(work).collect::<Result<_>>()?
         } else {
             pairs.into_iter().map(work).collect::<Result<_>>()?

@@ -27,6 +27,12 @@ pub mod sandbox;
 pub mod script;
 /// The reward section's plain data, declared by the scenario crate.
 pub use comlrl_scenario::spec;
+
+/// The rewards guide, docs/rewards.md: its Rust examples compile as this crate's doctests
+/// (`cargo test --doc -p comlrl-reward`), its Rhai examples in `tests/guide_examples.rs`.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/rewards.md")]
+pub struct RewardsGuide;
 pub mod stack;
 pub mod transition;
 

@@ -6,31 +6,27 @@
 //! in lockstep on every rank (see `docs/distributed.md`): rank 0 alone writes metrics, the plot
 //! and the manifests. An agent with `replicas` > 1 is held by several ranks: its first replica
 //! samples it, all of them train it (`replicas`).
-use super::advantage::Baseline;
-use super::checkpoint::{self, TrainState};
 use super::optim::{AdamW, AdamWConfig};
-use super::presample::sample_group;
-use super::rollout::{rollout_presampled, NodeSample, RolloutSpec, RowInput};
-use super::rundir::{self, RunLock, StartMode};
+use super::rundir::RunLock;
 use super::setup;
-use super::timing::Phases;
 use super::verify::Expect;
-use super::window::Window;
 use crate::dist::{Placement, World};
 use crate::error::{Error, Result};
-use crate::metrics::{read_jsonl, MetricsSink};
 use crate::model::{Policy, SamplingParams};
 use comlrl_reward::RewardStack;
-use comlrl_scenario::{AdvantageMode, JointMode, Scenario};
-use rand::SeedableRng;
+use comlrl_scenario::{JointMode, Scenario};
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 mod eval;
+mod finish;
 mod gather;
 mod replicas;
+mod start;
+mod step;
 mod update;
 
 /// Callbacks for progress display (the CLI draws a progress bar; tests pass `()`).
@@ -274,258 +270,49 @@ impl Trainer {
         result
     }
 
+    /// The algorithm: resume or start, then per training prompt one step (rollouts, rewards,
+    /// advantages; an update round when the buffer is full), evaluation when due, the logging
+    /// window, a checkpoint when due or on a signal; at the end the final models and the plot.
     fn run_inner(&mut self, resume: bool, obs: &mut dyn Observer) -> Result<RunSummary> {
-        let out = self.scenario.output_dir.clone();
-        let n_agents = self.scenario.agents.len();
-        let world = self.world.clone();
-        let root = world.is_root();
-        // Rank 0 claims the output directory and tells the others the run id. Held until this
-        // run ends (dropping it releases the output directory).
-        let claimed = match (self.lock.take(), root) {
-            (Some(l), _) => Some(Ok(l)),
-            (None, true) => {
-                let mode = if resume {
-                    StartMode::Resume
-                } else {
-                    StartMode::Fresh
-                };
-                Some(rundir::claim(&out, mode))
-            }
-            (None, false) => None,
-        };
-        let (run_id, _lock) = gather::share_claim(world.as_ref(), claimed)?;
-        let expect = self.expect();
-        let mut state = match (resume, checkpoint::latest(&out)?) {
-            (true, Some(dir)) => {
-                let (st, yaml) = checkpoint::load(
-                    &dir,
-                    &self.policies,
-                    &mut self.optims,
-                    &expect,
-                    &run_id,
-                    world.rank(),
-                )?;
-                if yaml != self.yaml {
-                    obs.message(&format!(
-                        "warning: the scenario differs from the one saved in {}; continuing with the current one",
-                        dir.display()
-                    ));
-                }
-                obs.message(&format!(
-                    "resuming from {} (step {})",
-                    dir.display(),
-                    st.step
-                ));
-                st
-            }
-            (true, None) => {
-                return Err(Error::run_dir(
-                    &out,
-                    format!(
-                        "--resume: no checkpoint in {}; start a new run with --overwrite",
-                        checkpoint::checkpoints_dir(&out).display()
-                    ),
-                ))
-            }
-            (false, _) => TrainState {
-                run_id,
-                step: 0,
-                opt_steps: vec![0; n_agents],
-                rng: rand_chacha::ChaCha8Rng::seed_from_u64(self.scenario.seed),
-                buffer: vec![],
-                window: Window::new(
-                    n_agents,
-                    self.component_names.len(),
-                    self.eval_enabled(),
-                    self.scenario.trainer.kl_coef != 0.0,
-                ),
-                metrics_rows: 0,
-                epoch_rewards: vec![],
-                ranks: self.state_ranks(),
-            },
-        };
-        // Only rank 0 writes metrics.jsonl.
-        let mut sink = match root {
-            true => {
-                let (sink, note) = MetricsSink::open(&out, state.metrics_rows, state.step)?;
-                if let Some(note) = note {
-                    obs.message(&note);
-                }
-                Some(sink)
-            }
-            false => None,
-        };
+        let (mut state, _lock) = self.start(resume, obs)?;
+        let mut sink = self.open_metrics(&state, obs)?;
         let total = self.total_steps();
-        let rows = self.scenario.dataset.train.rows.len();
-        let t = self.scenario.trainer.clone();
-        let spec_sampling = self.sampling.clone();
+        let limit = self.stop_after.map_or(total, |n| n.min(total));
         // Moved out for the loop (the loop borrows `self` mutably); put back at the end.
         let references = self.references.take();
         let transition = self.transition.take();
-        let prompts = self.prompts.clone();
-        let samples = self.samples.clone();
-        let spec = RolloutSpec {
-            k: t.num_generations,
-            cross: t.joint_mode == JointMode::Cross,
-            baseline: match t.advantage_mode {
-                AdvantageMode::Mean => Baseline::Mean,
-                AdvantageMode::Raw => Baseline::Raw,
-                AdvantageMode::Max => Baseline::Max,
-                AdvantageMode::Rloo => Baseline::Rloo,
-            },
-            normalize: t.advantage_normalization,
-            sampling: &spec_sampling,
-            reference: references.as_deref().map(|r| (r, t.kl_coef)),
-            turns: t.num_turns,
-            discount: t.discount,
-            early_termination: t.early_termination_threshold,
-            transition: transition.as_deref(),
-            prompts: &prompts.0,
-            passthrough: t.external_prompt_passthrough,
-            parallel: t.parallel_sampling,
-            world: world.as_ref(),
-            samples: &samples,
-        };
+        let (prompts, samples) = (self.prompts.clone(), self.samples.clone());
+        let sampling = self.sampling.clone();
+        let world = self.world.clone();
+        let spec = self.rollout_spec(
+            &sampling,
+            references.as_deref(),
+            transition.as_deref(),
+            &prompts.0,
+            &samples,
+            world.as_ref(),
+        );
         log::debug!("models loaded; {}", crate::runtime::memory_line());
         obs.start(total, state.step);
-        let mut interrupted = false;
-        let limit = self.stop_after.map_or(total, |n| n.min(total));
         // First-turn completions of the next prompts, sampled together ahead of their steps.
-        let mut pending = std::collections::VecDeque::new();
+        let mut pending = VecDeque::new();
+        let mut interrupted = false;
         while state.step < limit {
-            let step = state.step;
-            let (epoch, r) = (step / rows, step % rows);
-            let row = &self.scenario.dataset.train.rows[r];
-            let prompts = self.prompts.render(row)?;
             let t0 = Instant::now();
-            let input = RowInput {
-                prompt: &row.prompt,
-                fields: &row.fields,
-            };
-            let mut phases = Phases::default();
-            let where_ = format!("step {} (epoch {}, prompt {})", step + 1, epoch + 1, r + 1);
-            // The prompts up to the next update see the same policies: sample them in one batch.
-            let group = t
-                .rollout_buffer_size
-                .max(1)
-                .saturating_sub(state.buffer.len())
-                .min(rows - r)
-                .min(limit - step);
-            if pending.is_empty() && t.batch_buffer_sampling && t.num_turns == 1 && group > 1 {
-                let rendered = (r..r + group)
-                    .map(|i| self.prompts.render(&self.scenario.dataset.train.rows[i]))
-                    .collect::<Result<Vec<_>>>()?;
-                let mut group_phases = Phases::default();
-                let sampled = sample_group(
-                    &self.policies,
-                    &rendered,
-                    &spec,
-                    &state.rng,
-                    &mut group_phases,
-                )
-                .map_err(|e| e.at_step(step + 1, where_.clone()))?;
-                // Each step of the group is charged an equal share of its sampling time.
-                let share = group_phases.sampling / group as f64;
-                pending = sampled.into_iter().map(|p| (p, share)).collect();
-            }
-            let pre = pending.pop_front().map(|(p, share)| {
-                phases.sampling += share;
-                p
-            });
-            let nodes = match rollout_presampled(
-                &self.policies,
-                &prompts,
-                &input,
-                &self.stack,
-                &spec,
-                &mut state.rng,
-                &mut phases,
-                pre,
-            ) {
-                Ok(nodes) => nodes,
-                // A term with `on_error: skip_step` failed: this prompt trains nothing.
-                Err(Error::Reward(e @ comlrl_reward::RewardError::SkipStep { .. })) => {
-                    obs.message(&format!("warning: {where_} skipped: {e}"));
-                    state.window.skipped_steps += 1;
-                    Vec::new()
-                }
-                Err(e) => return Err(e.at_step(step + 1, where_)),
-            };
-            state.window.phases.add(&phases);
-            log::debug!(
-                "step {}: sampled; {}",
-                step + 1,
-                crate::runtime::memory_line()
-            );
-            for node in nodes {
-                record_rollout(&mut state, &node, epoch);
-                state.buffer.push(node);
-            }
-            let size = t.rollout_buffer_size.max(1);
-            while state.buffer.len() >= size {
-                // Never reached with presampled prompts left (the group ends at the update).
-                pending.clear();
-                let batch: Vec<NodeSample> = state.buffer.drain(..size).collect();
-                self.update(&mut state, batch)?;
-            }
-            // CoMLRL flushes what is left at the end of every epoch.
-            if r + 1 == rows && !state.buffer.is_empty() {
-                pending.clear();
-                let batch = std::mem::take(&mut state.buffer);
-                self.update(&mut state, batch)?;
-            }
+            self.train_step(&mut state, &spec, &mut pending, limit, obs)?;
             state.window.seconds += t0.elapsed().as_secs_f64();
             state.window.steps += 1;
             state.step += 1;
-            if self.eval_enabled() && state.step % t.eval_interval == 0 {
+            if self.eval_enabled() && state.step % self.scenario.trainer.eval_interval == 0 {
                 state.window.eval = Some(self.evaluate(&spec, state.step)?);
             }
             let mean = state.window.rewards.iter().map(|&x| x as f64).sum::<f64>()
                 / state.window.rewards.len().max(1) as f64;
             obs.step(state.step, mean, t0.elapsed().as_secs_f64());
-            let log_now =
-                state.step % self.scenario.logging.steps.max(1) == 0 || state.step == total;
-            if log_now {
-                if self.placement.distributed() {
-                    let t = Instant::now();
-                    gather::merge_window(world.as_ref(), &self.placement, &mut state.window)?;
-                    state.window.phases.comm += t.elapsed().as_secs_f64();
-                }
-                let row = state
-                    .window
-                    .row(state.step, epoch + 1, &self.component_names);
-                if let (Some(row), Some(sink)) = (row, sink.as_mut()) {
-                    sink.write(&row)?;
-                    obs.metrics(&row);
-                }
-                state.window = Window::new(
-                    n_agents,
-                    self.component_names.len(),
-                    self.eval_enabled(),
-                    self.scenario.trainer.kl_coef != 0.0,
-                );
-            }
-            if let Some(sink) = &sink {
-                state.metrics_rows = sink.rows;
-            }
-            let every = self.scenario.checkpoint_every as usize;
+            self.log_window(&mut state, sink.as_mut(), obs)?;
             // A signal may reach the ranks at different steps: stop when any rank has one.
             let stop = gather::any(world.as_ref(), self.interrupt.load(Ordering::SeqCst));
-            let benchmark = self.stop_after.is_some();
-            if !benchmark && ((every > 0 && state.step % every == 0) || stop || state.step == total)
-            {
-                self.replicas
-                    .check_identical(&self.policies, &self.placement, state.step)?;
-                checkpoint::save(
-                    &out,
-                    &state,
-                    &self.policies,
-                    &self.optims,
-                    &self.samples,
-                    &self.yaml,
-                    world.as_ref(),
-                )?;
-            }
+            self.checkpoint_if_due(&state, stop)?;
             if stop && state.step < total {
                 interrupted = true;
                 obs.message(&format!(
@@ -535,103 +322,8 @@ impl Trainer {
                 break;
             }
         }
-        if !interrupted && self.stop_after.is_none() {
-            save_models(
-                &self.policies,
-                &self.samples,
-                &self.scenario.models_dir(),
-                world.as_ref(),
-            )?;
-        }
-        let rows_json = match root {
-            true => read_jsonl(&out.join("metrics.jsonl")).unwrap_or_default(),
-            false => vec![],
-        };
-        if !rows_json.is_empty() {
-            super::plot::plot(&rows_json, n_agents, &out.join("training.svg"))?;
-        }
         self.references = references;
         self.transition = transition;
-        let epoch_reward_means = state
-            .epoch_rewards
-            .iter()
-            .map(|(s, n)| s / (*n).max(1) as f64)
-            .collect();
-        Ok(RunSummary {
-            steps_done: state.step,
-            total_steps: total,
-            interrupted,
-            epoch_reward_means,
-            output_dir: out,
-        })
+        self.finish(state, interrupted)
     }
-}
-
-/// Saves every agent into one temporary `models` directory, then renames it into place: the
-/// final models are all there or none is. A collective: each rank saves the agents it holds,
-/// rank 0 renames once all are written. Only an agent's first replica (`writes[i]`) saves it.
-fn save_models(
-    policies: &[Option<Policy>],
-    writes: &[bool],
-    models: &std::path::Path,
-    world: &dyn World,
-) -> Result<()> {
-    let parent = models.parent().unwrap_or(std::path::Path::new("."));
-    let tmp = parent.join(".models.tmp");
-    if world.is_root() && tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    }
-    world.barrier();
-    for (i, p) in policies.iter().enumerate() {
-        if let (Some(p), true) = (p, writes[i]) {
-            p.save(&tmp.join(format!("agent_{i}")))?;
-        }
-    }
-    world.barrier();
-    if !world.is_root() {
-        return Ok(());
-    }
-    if models.exists() {
-        std::fs::remove_dir_all(models).map_err(|e| Error::io(models, e))?;
-    }
-    std::fs::rename(&tmp, models).map_err(|e| Error::io(models, e))
-}
-
-fn record_rollout(state: &mut TrainState, s: &NodeSample, epoch: usize) {
-    let w = &mut state.window;
-    if s.turn > 0 {
-        // Later turns: their own reward means; agent statistics below cover every node.
-        if w.turn_rewards.len() < s.turn {
-            w.turn_rewards.resize(s.turn, (0.0, 0));
-        }
-        let slot = &mut w.turn_rewards[s.turn - 1];
-        slot.0 += s.rewards.iter().map(|&r| r as f64).sum::<f64>();
-        slot.1 += s.rewards.len();
-    } else {
-        w.rewards.extend_from_slice(&s.rewards);
-    }
-    for comp in &s.components {
-        for (slot, v) in w.components.iter_mut().zip(comp) {
-            slot.0 += *v as f64;
-            slot.1 += 1;
-        }
-    }
-    for (aw, a) in w.agents.iter_mut().zip(&s.agents) {
-        aw.kl_sum += a.kl.iter().map(|&k| k as f64).sum::<f64>();
-        for (c, r) in a.completions.iter().zip(&a.returns) {
-            aw.len_sum += c.len() as f64;
-            aw.returns_sum += *r as f64;
-            aw.completions += 1;
-            w.generated_tokens += c.len();
-        }
-    }
-    if s.turn > 0 {
-        return;
-    }
-    if state.epoch_rewards.len() <= epoch {
-        state.epoch_rewards.resize(epoch + 1, (0.0, 0));
-    }
-    let e = &mut state.epoch_rewards[epoch];
-    e.0 += s.rewards.iter().map(|&r| r as f64).sum::<f64>();
-    e.1 += s.rewards.len();
 }

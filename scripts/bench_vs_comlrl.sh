@@ -51,6 +51,10 @@ fi
 EXTRA=()
 for kv in ${OURS_SET:-}; do EXTRA+=(--set "$kv"); done
 
+# The machine next to every result: CPU model, bf16/AMX flags and the f32 matmul rate.
+"$COMLRL" bench matmul --size 1024 --out "$RESULTS/matmul.json" 2>&1 >/dev/null | grep '^machine:' \
+  | tee "$RESULTS/machine.txt" || echo "machine: (comlrl bench matmul failed)" | tee "$RESULTS/machine.txt"
+
 for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r/$ROUNDS: CoMLRL (peer)"
   bash "$HARNESS/run_bench.sh" "peer-$r" "$MODEL" "$EPOCHS" "$MNT" > "$RESULTS/peer-$r.out" 2>&1 \
@@ -95,7 +99,8 @@ for r in range(1, rounds + 1):
 med = lambda side, k: statistics.median(x[k] for x in rows[side])
 summary = {k: {"peer": med("peer", k), "ours": med("ours", k), "ratio": med("peer", k) / med("ours", k)}
            for k in ("step_s_mean", "wall_s", "peak_rss_bytes")}
-out = {"rounds": rows, "median": summary}
+machine = open(f"{res}/machine.txt").read().strip()
+out = {"machine": machine, "rounds": rows, "median": summary}
 json.dump(out, open(f"{res}/summary.json", "w"), indent=1)
 for side in ("peer", "ours"):
     for i, x in enumerate(rows[side], 1):

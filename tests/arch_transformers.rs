@@ -2,7 +2,7 @@
 //! standard tolerances: logits (valid rows), completion log-probs, and the loss and every
 //! parameter's gradient through the trainer's recomputed loss path. Complements
 //! model_reference.rs / arch_training.rs, whose tiny-qwen3 reference values differ from what
-//! transformers computes from the stored weights. Skipped, with a message, when `python3`
+//! transformers computes from the stored weights. Skipped, with a message, when `$COMLRL_PYTHON` (else `python3`)
 //! cannot import torch, transformers and safetensors (CI never installs them).
 mod common;
 use candle_core::{DType, Device, Tensor, Var};
@@ -47,21 +47,21 @@ save_file(res, out)
 
 /// transformers' values for fixture `name`, or `None` (with a message) without Python.
 fn transformers_values(name: &str) -> Option<std::collections::HashMap<String, Tensor>> {
-    let probe = Command::new("python3")
-        .args(["-c", "import torch, transformers, safetensors"])
-        .output();
-    if !probe.map(|o| o.status.success()).unwrap_or(false) {
-        eprintln!("python3 cannot import torch/transformers/safetensors: {name} check skipped");
-        return None;
-    }
+    let py = match python_with(&["torch", "transformers", "safetensors"]) {
+        Ok(py) => py,
+        Err(why) => {
+            eprintln!("{why}: {name} check skipped");
+            return None;
+        }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("hf.safetensors");
-    let run = Command::new("python3")
+    let run = Command::new(&py)
         .args(["-c", SCRIPT])
         .arg(fixtures().join(name))
         .arg(&out)
         .output()
-        .expect("run python3");
+        .expect("run python");
     assert!(
         run.status.success(),
         "transformers run failed: {}",

@@ -160,23 +160,6 @@ fn trained_run(tmp: &Path) -> PathBuf {
     out
 }
 
-/// `python3` with torch and transformers, if this machine has them (`COMLRL_PYTHON` names
-/// another interpreter).
-fn python_with_transformers() -> Result<String, String> {
-    let py = std::env::var("COMLRL_PYTHON").unwrap_or_else(|_| "python3".into());
-    match Command::new(&py)
-        .args(["-c", "import transformers, torch"])
-        .output()
-    {
-        Ok(o) if o.status.success() => Ok(py),
-        Ok(o) => Err(format!(
-            "{py} cannot import transformers and torch: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        )),
-        Err(e) => Err(format!("{py} not runnable: {e}")),
-    }
-}
-
 const HF_GREEDY: &str = r#"
 import json, sys, torch
 from transformers import AutoModelForCausalLM
@@ -226,7 +209,7 @@ fn saved_agents_keep_the_source_files_and_load_in_transformers() {
             );
         }
     }
-    let py = match python_with_transformers() {
+    let py = match python_with(&["transformers", "torch"]) {
         Ok(py) => py,
         Err(why) => {
             println!("skipped the transformers check: {why}");

@@ -4,6 +4,7 @@
 //! is installed) and must hold the same values as `metrics.jsonl`.
 mod common;
 use comlrl::track::tensorboard::read_dir;
+use common::python_with;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -49,19 +50,18 @@ fn expected(rows: &[serde_json::Map<String, Value>]) -> BTreeMap<(String, u64), 
 
 /// EventAccumulator's view of `dir` as (tag, step) → value, or `None` without tensorboard.
 fn python_scalars(dir: &Path) -> Option<BTreeMap<(String, u64), f32>> {
-    let probe = Command::new("python3")
-        .args(["-c", "import tensorboard"])
-        .output()
-        .ok()?;
-    if !probe.status.success() {
-        eprintln!("python tensorboard not installed: EventAccumulator check skipped");
-        return None;
-    }
+    let py = match python_with(&["tensorboard"]) {
+        Ok(py) => py,
+        Err(why) => {
+            eprintln!("{why}: EventAccumulator check skipped");
+            return None;
+        }
+    };
     let script = "import json,sys\n\
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n\
 ea = EventAccumulator(sys.argv[1], size_guidance={'scalars': 0}); ea.Reload()\n\
 print(json.dumps([[t, e.step, e.value] for t in ea.Tags()['scalars'] for e in ea.Scalars(t)]))\n";
-    let o = Command::new("python3")
+    let o = Command::new(&py)
         .args(["-c", script, dir.to_str()?])
         .output()
         .ok()?;

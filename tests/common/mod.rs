@@ -9,6 +9,24 @@ pub mod cli;
 pub mod grad;
 pub mod tiny_run;
 
+/// A Python interpreter that imports `modules` (`$COMLRL_PYTHON`, else `python3`), or why
+/// there is none: tests that compare with transformers skip with that reason.
+pub fn python_with(modules: &[&str]) -> Result<String, String> {
+    let py = std::env::var("COMLRL_PYTHON").unwrap_or_else(|_| "python3".into());
+    let import = format!("import {}", modules.join(", "));
+    match std::process::Command::new(&py)
+        .args(["-c", &import])
+        .output()
+    {
+        Ok(o) if o.status.success() => Ok(py),
+        Ok(o) => Err(format!(
+            "{py} cannot `{import}`: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Err(format!("{py} not runnable: {e}")),
+    }
+}
+
 #[allow(unused_imports)]
 pub use cli::{comlrl, metrics, metrics_without_timing, on_scenario, run_comlrl, tiny_scenario};
 

@@ -21,7 +21,11 @@ pub fn python_with(modules: &[&str]) -> Result<String, String> {
         Ok(o) if o.status.success() => Ok(py),
         Ok(o) => Err(format!(
             "{py} cannot `{import}`: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+                .trim()
         )),
         Err(e) => Err(format!("{py} not runnable: {e}")),
     }

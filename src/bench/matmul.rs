@@ -67,6 +67,8 @@ pub struct DecodeReport {
     pub bf16_kernel_weight_gb_per_s: f64,
     /// Which bf16 kernel ran.
     pub bf16_kernel: String,
+    /// The AVX-512 BF16 (`vdpbf16ps`) kernel alone, for comparison where AMX ran above.
+    pub vdpbf16ps_gflops_per_s: f64,
 }
 
 fn median_secs(repeats: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
@@ -106,6 +108,10 @@ pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<Decode
         std::hint::black_box(mat.matmul_t(&xv, m));
         Ok(())
     })?;
+    let avx_s = median_secs(repeats, || {
+        std::hint::black_box(mat.matmul_t_with(Kernel::Avx512Bf16, &xv, m));
+        Ok(())
+    })?;
     Ok(DecodeReport {
         m,
         k,
@@ -116,5 +122,6 @@ pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<Decode
         bf16_kernel_gflops_per_s: flops / kern_s / 1e9,
         bf16_kernel_weight_gb_per_s: (n * k * 2) as f64 / kern_s / 1e9,
         bf16_kernel: format!("{:?}", Kernel::detect()),
+        vdpbf16ps_gflops_per_s: flops / avx_s / 1e9,
     })
 }

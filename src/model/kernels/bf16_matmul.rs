@@ -4,6 +4,7 @@
 //! products exact in f32, sums in f32: what `vdpbf16ps` computes). Runtime dispatch: the
 //! AVX-512 BF16 microkernel where the CPU has it, else a portable f32 loop over the same bf16
 //! values (same operands, different summation order).
+use super::amx;
 use half::bf16;
 use rayon::prelude::*;
 
@@ -27,6 +28,9 @@ pub struct Bf16Matrix {
 /// Which implementation [`Bf16Matrix::matmul_t`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
+    /// AMX tiles (`tdpbf16ps`) for whole blocks of 16 W rows, `vdpbf16ps` for the rest;
+    /// chosen at run time where the CPU and the OS allow it.
+    Amx,
     /// AVX-512 BF16 (`vdpbf16ps`), chosen at run time where the CPU has it.
     Avx512Bf16,
     /// Portable f32 loop over the same bf16 operands.
@@ -40,9 +44,24 @@ impl Kernel {
         if std::arch::is_x86_feature_detected!("avx512bf16")
             && std::arch::is_x86_feature_detected!("avx512f")
         {
+            if amx::available() {
+                return Kernel::Amx;
+            }
             return Kernel::Avx512Bf16;
         }
         Kernel::Portable
+    }
+
+    /// `self` where this CPU runs it, else the next one down (AMX → AVX-512 BF16 → portable).
+    fn or_fallback(self) -> Self {
+        let best = Self::detect();
+        match (self, best) {
+            (Kernel::Amx, Kernel::Amx) => Kernel::Amx,
+            (Kernel::Amx | Kernel::Avx512Bf16, Kernel::Amx | Kernel::Avx512Bf16) => {
+                Kernel::Avx512Bf16
+            }
+            _ => Kernel::Portable,
+        }
     }
 }
 
@@ -108,16 +127,13 @@ impl Bf16Matrix {
             m * self.cols,
             "Bf16Matrix: x does not match (m, cols)"
         );
-        let kernel = if kernel == Kernel::Avx512Bf16 && Kernel::detect() != kernel {
-            Kernel::Portable
-        } else {
-            kernel
-        };
+        let kernel = kernel.or_fallback();
         let (n, sd) = (self.rows, self.stride);
         let mut xb = vec![bf16::ZERO; m * sd];
         xb.chunks_mut(sd)
             .zip(x.chunks(self.cols.max(1)))
             .for_each(|(d, s)| round_row(s, d));
+        let packed = (kernel == Kernel::Amx).then(|| amx::PackedX::new(&xb, m, sd));
         // yᵀ (n, m) in tasks of whole W rows, then transposed into y (m, n).
         let mut yt = vec![0f32; n * m];
         yt.par_chunks_mut(TASK_ROWS * m.max(1))
@@ -126,11 +142,25 @@ impl Bf16Matrix {
                 let r0 = task * TASK_ROWS;
                 let nr = out.len() / m.max(1);
                 let w = &self.data[r0 * sd..(r0 + nr) * sd];
-                match kernel {
+                match (kernel, &packed) {
+                    #[cfg(target_arch = "x86_64")]
+                    (Kernel::Amx, Some(px)) => {
+                        let tiled = nr / amx::TILE_ROWS * amx::TILE_ROWS;
+                        let (head, tail) = out.split_at_mut(tiled * m);
+                        // SAFETY: `Amx` survives `or_fallback` only where `amx::available()`
+                        // and the avx512f/avx512bf16 features hold; w has `nr` rows of `sd`
+                        // (a multiple of 32) and `head` tiled·m values; x was packed with `sd`.
+                        unsafe {
+                            amx::rows_xt(w, px, sd, tiled, head);
+                            avx512::block_rows(&w[tiled * sd..], &xb, sd, nr - tiled, m, tail)
+                        }
+                    }
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: `Avx512Bf16` is only used after `Kernel::detect` found the
                     // avx512f and avx512bf16 features on this CPU (checked just above).
-                    Kernel::Avx512Bf16 => unsafe { avx512::block_rows(w, &xb, sd, nr, m, out) },
+                    (Kernel::Avx512Bf16, _) => unsafe {
+                        avx512::block_rows(w, &xb, sd, nr, m, out)
+                    },
                     _ => portable_rows(w, &xb, sd, nr, m, out),
                 }
             });
@@ -313,8 +343,16 @@ mod tests {
 
     #[test]
     fn kernels_match_the_reference_on_odd_shapes() {
-        for kernel in [Kernel::detect(), Kernel::Portable] {
+        for kernel in [Kernel::Amx, Kernel::Avx512Bf16, Kernel::Portable] {
+            if kernel.or_fallback() != kernel {
+                println!("skipped {kernel:?}: this CPU (or OS) does not run it");
+                continue;
+            }
             for (n, k, m) in [
+                (16, 32, 1),
+                (64, 64, 16),
+                (80, 96, 17),
+                (200, 130, 40),
                 (1, 1, 1),
                 (7, 33, 5),
                 (5, 31, 9),
@@ -333,14 +371,16 @@ mod tests {
         let (n, k, m) = (300, 896, 16);
         let (w, x) = (data(n * k, 3), data(m * k, 4));
         let mat = Bf16Matrix::from_f32(&w, n, k);
-        let a = mat.matmul_t_with(Kernel::detect(), &x, m);
         let b = mat.matmul_t_with(Kernel::Portable, &x, m);
-        let worst = a
-            .iter()
-            .zip(&b)
-            .map(|(p, q)| (p - q).abs())
-            .fold(0f32, f32::max);
-        assert!(worst < 1e-3, "{worst}");
+        for kernel in [Kernel::Amx, Kernel::Avx512Bf16] {
+            let a = mat.matmul_t_with(kernel, &x, m);
+            let worst = a
+                .iter()
+                .zip(&b)
+                .map(|(p, q)| (p - q).abs())
+                .fold(0f32, f32::max);
+            assert!(worst < 1e-3, "{kernel:?}: {worst}");
+        }
         assert_eq!(mat.bytes(), n * 896 * 2);
     }
 }

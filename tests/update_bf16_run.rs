@@ -1,7 +1,8 @@
 //! A whole run with `trainer.compute_dtype: bf16` on the tiny scenario: it trains (finite
 //! losses and gradient norms, rewards logged), the setting reaches the update (the first
 //! update's loss differs from the f32 run's on the same samples, by a bf16-sized amount), and
-//! the resolved scenario in the checkpoint records it.
+//! the resolved scenario in the checkpoint records it. A run resumes with another
+//! `compute_dtype`, like any other changed trainer setting (with the scenario-changed warning).
 mod common;
 use common::cli::metrics;
 use common::tiny_run::{latest, run};
@@ -52,6 +53,25 @@ fn tiny_scenario_trains_with_a_bf16_update() {
         .join("checkpoints")
         .join(latest(&bf16_dir))
         .join("scenario.yaml");
+    let yaml = std::fs::read_to_string(saved).unwrap();
+    assert!(yaml.contains("compute_dtype: bf16"), "{yaml}");
+}
+
+#[test]
+fn resume_with_another_compute_dtype_continues() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let (c, err) = run(&out, &["trainer.num_train_epochs=1", "checkpoint_every=5"], &[]);
+    assert_eq!(c, Some(0), "{err}");
+    let (c, err) = run(
+        &out,
+        &["trainer.compute_dtype=bf16", "checkpoint_every=5"],
+        &["--resume"],
+    );
+    assert_eq!(c, Some(0), "{err}");
+    assert!(err.contains("the scenario differs"), "{err}");
+    assert_eq!(metrics(&out).len(), 20, "{err}");
+    let saved = out.join("checkpoints").join(latest(&out)).join("scenario.yaml");
     let yaml = std::fs::read_to_string(saved).unwrap();
     assert!(yaml.contains("compute_dtype: bf16"), "{yaml}");
 }

@@ -61,7 +61,11 @@ fn tiny_scenario_trains_with_a_bf16_update() {
 fn resume_with_another_compute_dtype_continues() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    let (c, err) = run(&out, &["trainer.num_train_epochs=1", "checkpoint_every=5"], &[]);
+    let (c, err) = run(
+        &out,
+        &["trainer.num_train_epochs=1", "checkpoint_every=5"],
+        &[],
+    );
     assert_eq!(c, Some(0), "{err}");
     let (c, err) = run(
         &out,
@@ -71,7 +75,10 @@ fn resume_with_another_compute_dtype_continues() {
     assert_eq!(c, Some(0), "{err}");
     assert!(err.contains("the scenario differs"), "{err}");
     assert_eq!(metrics(&out).len(), 20, "{err}");
-    let saved = out.join("checkpoints").join(latest(&out)).join("scenario.yaml");
+    let saved = out
+        .join("checkpoints")
+        .join(latest(&out))
+        .join("scenario.yaml");
     let yaml = std::fs::read_to_string(saved).unwrap();
     assert!(yaml.contains("compute_dtype: bf16"), "{yaml}");
 }

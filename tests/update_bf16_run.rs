@@ -2,9 +2,10 @@
 //! losses and gradient norms, rewards logged), the setting reaches the update (the first
 //! update's loss differs from the f32 run's on the same samples, by a bf16-sized amount), and
 //! the resolved scenario in the checkpoint records it. A run resumes with another
-//! `compute_dtype`, like any other changed trainer setting (with the scenario-changed warning).
+//! `compute_dtype`, like any other changed trainer setting (with the scenario-changed warning),
+//! and `comlrl bench train` takes the setting as an override.
 mod common;
-use common::cli::metrics;
+use common::cli::{comlrl, metrics, tiny_scenario};
 use common::tiny_run::{latest, run};
 
 #[test]
@@ -81,4 +82,26 @@ fn resume_with_another_compute_dtype_continues() {
         .join("scenario.yaml");
     let yaml = std::fs::read_to_string(saved).unwrap();
     assert!(yaml.contains("compute_dtype: bf16"), "{yaml}");
+}
+
+#[test]
+fn bench_train_takes_the_setting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("train.json");
+    let (ok, _, err) = comlrl(&["bench", "train", tiny_scenario().to_str().unwrap()])
+        .set("trainer.compute_dtype=bf16")
+        .set("agents.max_new_tokens=16")
+        .flags(&["--steps", "4", "--out", report.to_str().unwrap()])
+        .output()
+        .parts();
+    assert!(ok, "{err}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(r["overrides"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|o| o == "trainer.compute_dtype=bf16"));
+    let update = r["train"]["phases_per_step"]["update"].as_f64().unwrap();
+    assert!(update.is_finite() && update > 0.0, "{r}");
 }

@@ -1,7 +1,8 @@
 //! `trainer.compute_dtype: bf16` against the f32 update on the fixture models: the loss and
 //! every parameter's gradient of the trainer's recomputed loss (`loss_and_grads_in`), as the
 //! relative norm error ‖g_bf16 − g_f32‖ / ‖g_f32‖ per tensor (table with `--nocapture`); and
-//! `F32` through the new entry point is the default path bit for bit.
+//! `F32` through the new entry point is the default path bit for bit; bf16 where it has no
+//! path (the plain autograd loss, bf16 weights) is an error.
 mod common;
 use candle_core::{DType, Tensor, Var};
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy};
@@ -167,4 +168,56 @@ fn bf16_gradients_are_close_to_f32_and_f32_is_unchanged() {
     for (w, name) in worst.iter().zip(["qwen2", "untied", "llama", "qwen3"]) {
         assert!(*w > 1e-4, "{name}: bf16 gradients within {w:.1e} of f32");
     }
+}
+
+/// The plain (autograd) loss has no bf16 path: asking for one is an error, not an f32 update.
+#[test]
+fn bf16_without_recomputation_is_an_error() {
+    let policy = load("tiny-qwen2");
+    let vars: Vec<Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+    let samples = samples("tiny-qwen2");
+    let refs: Vec<&AgentRollout> = samples.iter().collect();
+    let err = loss_and_grads_in(
+        &policy,
+        &vars,
+        &refs,
+        0,
+        false,
+        Share::ALL,
+        ComputeDtype::Bf16,
+    )
+    .err()
+    .expect("bf16 without recomputation must fail")
+    .to_string();
+    assert!(err.contains("gradient_checkpointing: true"), "{err}");
+}
+
+/// bf16 products need the hand-written f32 layers: a bf16-weight model (the autograd layer
+/// path) is refused instead of silently updating through other products.
+#[test]
+fn bf16_products_need_f32_weights() {
+    let opts = LoadOptions {
+        dtype: DType::BF16,
+        ..LoadOptions::default()
+    };
+    let policy = Policy::load(&ModelSource::Local(fixtures().join("tiny-qwen2")), &opts).unwrap();
+    let vars: Vec<Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+    let (prompt, completions, _) = common::grad::loss_fixture();
+    let p: Vec<&[u32]> = vec![prompt.as_slice(); completions.len()];
+    let c: Vec<&[u32]> = completions.iter().map(|v| v.as_slice()).collect();
+    let layout = comlrl::model::ScoreLayout::new(&policy.model, &p, &c, policy.pad_id).unwrap();
+    let coef = vec![0.5f32; c.len()];
+    let mut acc = vec![None; vars.len()];
+    let err = comlrl::model::recompute::weighted_logprob_grads_in(
+        &policy.model,
+        &layout,
+        &coef,
+        &vars,
+        &mut acc,
+        ComputeDtype::Bf16,
+    )
+    .err()
+    .expect("bf16 products on bf16 weights must fail")
+    .to_string();
+    assert!(err.contains("needs f32 weights"), "{err}");
 }

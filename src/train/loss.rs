@@ -84,11 +84,10 @@ pub fn loss_and_grads_in(
     compute: ComputeDtype,
 ) -> Result<LossGrads> {
     if !recompute && compute != ComputeDtype::F32 {
-        return Err(candle_core::Error::Msg(format!(
+        return Err(crate::error::Error::Config(format!(
             "trainer.compute_dtype {compute} runs on the recomputed loss only: set \
              `gradient_checkpointing: true` or `compute_dtype: f32`"
-        ))
-        .into());
+        )));
     }
     let mut pass = 0usize;
     let mut passes = Vec::new();

@@ -216,8 +216,7 @@ fn bf16_products_need_f32_weights() {
         &mut acc,
         ComputeDtype::Bf16,
     )
-    .err()
-    .expect("bf16 products on bf16 weights must fail")
+    .expect_err("bf16 products on bf16 weights must fail")
     .to_string();
     assert!(err.contains("needs f32 weights"), "{err}");
 }

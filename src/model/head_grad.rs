@@ -4,8 +4,8 @@
 //! into W's accumulator. At most one chunk's logits and G exist at a time, and W's gradient is
 //! never built by candle's backward (which would add a zero-initialised copy and a transposed
 //! product, three vocabulary × hidden buffers, per pass).
+use super::compute::{add_matmul_tn, matmul, ComputeDtype};
 use super::fused_logprob::token_logprob_rows;
-use super::gemm_acc::add_matmul_tn;
 use super::mode::reduce_dtype;
 use candle_core::{Result, Tensor, Var};
 
@@ -26,14 +26,16 @@ pub struct HeadGrad {
 /// `h`: (N, hidden) final hidden states (no graph needed), `w`: the (vocab, hidden) head,
 /// `targets`: (N) u32, `weights`: (N) per-row loss weights (0 for padding). Adds d loss / d W
 /// into `w_acc` (set to it when empty) unless `w_acc` is `None` (the head is not trained).
+/// The three products (logits, d h, d W) run in `dt`; the log-softmax stays f32.
 pub fn head_backward(
     h: &Tensor,
     w: &Tensor,
     targets: &Tensor,
     weights: &Tensor,
     w_acc: Option<&mut Option<Tensor>>,
+    dt: ComputeDtype,
 ) -> Result<HeadGrad> {
-    chunked(h, w, targets, weights, w_acc, CHUNK_ELEMS)
+    chunked(h, w, targets, weights, w_acc, CHUNK_ELEMS, dt)
 }
 
 fn chunked(
@@ -43,6 +45,7 @@ fn chunked(
     weights: &Tensor,
     mut w_acc: Option<&mut Option<Tensor>>,
     chunk_elems: usize,
+    dt: ComputeDtype,
 ) -> Result<HeadGrad> {
     let (n, _) = h.dims2()?;
     let (v, _) = w.dims2()?;
@@ -55,7 +58,7 @@ fn chunked(
     while start < n {
         let len = rows.min(n - start);
         let hc = h.narrow(0, start, len)?;
-        let logits = hc.matmul(&w.t()?)?;
+        let logits = matmul(&hc, &w.t()?, dt)?;
         let logits = Var::from_tensor(&logits.to_dtype(reduce_dtype(logits.dtype()))?)?;
         let lp = token_logprob_rows(logits.as_tensor(), &targets.narrow(0, start, len)?)?;
         let weighted = (lp * weights.narrow(0, start, len)?)?.sum_all()?;
@@ -68,11 +71,11 @@ fn chunked(
             .ok_or_else(|| candle_core::Error::Msg("no gradient reached the logits".into()))?;
         drop(logits);
         let g = g.to_dtype(w.dtype())?;
-        dh.push(g.matmul(&w)?);
+        dh.push(matmul(&g, &w, dt)?);
         if let Some(slot) = w_acc.as_deref_mut() {
             match slot {
-                Some(acc) => add_matmul_tn(acc, &g, &hc)?,
-                None => *slot = Some(g.t()?.matmul(&hc)?.contiguous()?),
+                Some(acc) => add_matmul_tn(acc, &g, &hc, dt)?,
+                None => *slot = Some(matmul(&g.t()?, &hc, dt)?.contiguous()?),
             }
         }
         start += len;
@@ -101,7 +104,15 @@ mod tests {
         let loss = (lp * &wt)?.sum_all()?;
         let grads = loss.backward()?;
         let mut acc = Some(Tensor::ones((v, hd), DType::F64, &dev)?);
-        let got = chunked(h.as_tensor(), w.as_tensor(), &t, &wt, Some(&mut acc), 3 * v)?;
+        let got = chunked(
+            h.as_tensor(),
+            w.as_tensor(),
+            &t,
+            &wt,
+            Some(&mut acc),
+            3 * v,
+            ComputeDtype::F32,
+        )?;
         let close = |a: &Tensor, b: &Tensor| -> Result<f64> {
             (a - b)?.abs()?.max_all()?.to_scalar::<f64>()
         };

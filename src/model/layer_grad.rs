@@ -9,7 +9,7 @@
 use super::accumulate::add_into;
 use super::attention::{Attention, AttnInputs};
 use super::causal_lm::DecoderLayer;
-use super::gemm_acc::add_matmul_tn;
+use super::compute::{add_matmul_tn, matmul, ComputeDtype};
 use super::kernels::fusable;
 use super::kernels::rms_norm::{rms_norm, rms_norm_backward};
 use super::kernels::rope::{rope, rope_inverse};
@@ -73,32 +73,34 @@ pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
     fusable(&ws)
 }
 
-/// y = x · Wᵀ (+ b) for x (rows, in), without a graph.
-fn lin(x: &Tensor, l: &Linear) -> Result<Tensor> {
-    let y = x.matmul(&l.weight.detach().t()?)?;
+/// y = x · Wᵀ (+ b) for x (rows, in), without a graph; the product in `dt`.
+fn lin(x: &Tensor, l: &Linear, dt: ComputeDtype) -> Result<Tensor> {
+    let y = matmul(x, &l.weight.detach().t()?, dt)?;
     match &l.bias {
         Some(b) => y.broadcast_add(&b.detach()),
         None => Ok(y),
     }
 }
 
-/// Backward of [`lin`]: accumulates d W = dyᵀ · x and d b = Σ dy, returns d x = dy · W.
+/// Backward of [`lin`]: accumulates d W = dyᵀ · x and d b = Σ dy, returns d x = dy · W (both
+/// products in `dt`).
 fn lin_back(
     dy: &Tensor,
     x: &Tensor,
     l: &Linear,
     slots: &GradSlots,
     acc: &mut [Option<Tensor>],
+    dt: ComputeDtype,
 ) -> Result<Tensor> {
     if let Some(a) = slots.acc(acc, &l.weight)? {
-        add_matmul_tn(a, dy, x)?;
+        add_matmul_tn(a, dy, x, dt)?;
     }
     if let Some(b) = &l.bias {
         if let Some(a) = slots.acc(acc, b)? {
             add_into(a, &dy.sum(0)?)?;
         }
     }
-    dy.matmul(&l.weight.detach())
+    matmul(dy, &l.weight.detach(), dt)
 }
 
 fn norm(x: &Tensor, n: &RmsNorm) -> Result<Tensor> {
@@ -193,12 +195,14 @@ fn scale(a: &Attention) -> f64 {
     1.0 / (a.head_dim as f64).sqrt()
 }
 
-/// The layer's forward on x (b, s, h) without a graph; with `keep`, also what the backward needs.
+/// The layer's forward on x (b, s, h) without a graph, its projections in `dt`; with `keep`,
+/// also what the backward needs.
 fn forward(
     layer: &DecoderLayer,
     x: &Tensor,
     inp: &AttnInputs,
     keep: bool,
+    dt: ComputeDtype,
 ) -> Result<(Tensor, Option<Saved>)> {
     let (b, s, hd) = x.dims3()?;
     let a = &layer.self_attn;
@@ -206,12 +210,12 @@ fn forward(
     let g = nh / nkv;
     let x = x.reshape((b * s, hd))?;
     let h1 = norm(&x, &layer.input_layernorm)?;
-    let (qp, kp) = (lin(&h1, &a.q_proj)?, lin(&h1, &a.k_proj)?);
+    let (qp, kp) = (lin(&h1, &a.q_proj, dt)?, lin(&h1, &a.k_proj, dt)?);
     let keep_pre = |t: &Tensor, n: &Option<RmsNorm>| (keep && n.is_some()).then(|| t.clone());
     let (q_pre, k_pre) = (keep_pre(&qp, &a.q_norm), keep_pre(&kp, &a.k_norm));
     let q = split_heads(&head_norm(qp, a.q_norm.as_ref(), d)?, b, s, nh, d)?;
     let k = split_heads(&head_norm(kp, a.k_norm.as_ref(), d)?, b, s, nkv, d)?;
-    let v = split_heads(&lin(&h1, &a.v_proj)?, b, s, nkv, d)?;
+    let v = split_heads(&lin(&h1, &a.v_proj, dt)?, b, s, nkv, d)?;
     let rotate = |t: &Tensor| -> Result<Tensor> {
         rope(t, inp.cos, inp.sin)?
             .ok_or_else(|| candle_core::Error::Msg("rope: tables are not f32".into()))
@@ -220,13 +224,13 @@ fn forward(
     let k = rotate(&k)?;
     let p = masked_softmax(&q.matmul(&k.t()?)?, inp.mask, scale(a))?;
     let ya = merge_heads(&p.matmul(&v)?.reshape((b, nh, s, d))?)?;
-    let x2 = (&x + lin(&ya, &a.o_proj)?)?;
+    let x2 = (&x + lin(&ya, &a.o_proj, dt)?)?;
     let h2 = norm(&x2, &layer.post_attention_layernorm)?;
     let mlp = &layer.mlp;
-    let gate = lin(&h2, &mlp.gate_proj)?;
-    let up = lin(&h2, &mlp.up_proj)?;
+    let gate = lin(&h2, &mlp.gate_proj, dt)?;
+    let up = lin(&h2, &mlp.up_proj, dt)?;
     let m = swiglu(&gate, &up)?;
-    let y = (&x2 + lin(&m, &mlp.down_proj)?)?.reshape((b, s, hd))?;
+    let y = (&x2 + lin(&m, &mlp.down_proj, dt)?)?.reshape((b, s, hd))?;
     let saved = keep.then_some(Saved {
         x,
         x2,
@@ -246,13 +250,20 @@ fn forward(
     Ok((y, saved))
 }
 
-/// The layer's output for x (b, s, h), without a graph (the recomputed loss's first pass).
-pub fn layer_forward(layer: &DecoderLayer, x: &Tensor, inp: &AttnInputs) -> Result<Tensor> {
-    Ok(forward(layer, x, inp, false)?.0)
+/// The layer's output for x (b, s, h), without a graph (the recomputed loss's first pass), its
+/// projections in `dt`.
+pub fn layer_forward(
+    layer: &DecoderLayer,
+    x: &Tensor,
+    inp: &AttnInputs,
+    dt: ComputeDtype,
+) -> Result<Tensor> {
+    Ok(forward(layer, x, inp, false, dt)?.0)
 }
 
 /// Re-runs the layer on its input x (b, s, h) and back-propagates dy (b, s, h): the weights'
-/// gradients are added into `acc` (see [`GradSlots`]); returns d x.
+/// gradients are added into `acc` (see [`GradSlots`]); returns d x. Every projection's
+/// products (forward and backward) run in `dt`; attention, norms, RoPE and SwiGLU stay f32.
 pub fn layer_backward(
     layer: &DecoderLayer,
     x: &Tensor,
@@ -260,9 +271,10 @@ pub fn layer_backward(
     inp: &AttnInputs,
     slots: &GradSlots,
     acc: &mut [Option<Tensor>],
+    dt: ComputeDtype,
 ) -> Result<Tensor> {
     let (b, s, hd) = x.dims3()?;
-    let (_, Some(sv)) = forward(layer, x, inp, true)? else {
+    let (_, Some(sv)) = forward(layer, x, inp, true, dt)? else {
         candle_core::bail!("layer forward kept no activations")
     };
     let a = &layer.self_attn;
@@ -272,17 +284,17 @@ pub fn layer_backward(
     let dy = dy.reshape((b * s, hd))?;
 
     // MLP: y = x2 + down(swiglu(gate(h2), up(h2))), h2 = norm(x2).
-    let dm = lin_back(&dy, &sv.m, &mlp.down_proj, slots, acc)?;
+    let dm = lin_back(&dy, &sv.m, &mlp.down_proj, slots, acc, dt)?;
     let (dgate, dup) = swiglu_backward(&sv.gate, &sv.up, &dm)?;
     drop(dm);
-    let dh2 = (lin_back(&dgate, &sv.h2, &mlp.gate_proj, slots, acc)?
-        + lin_back(&dup, &sv.h2, &mlp.up_proj, slots, acc)?)?;
+    let dh2 = (lin_back(&dgate, &sv.h2, &mlp.gate_proj, slots, acc, dt)?
+        + lin_back(&dup, &sv.h2, &mlp.up_proj, slots, acc, dt)?)?;
     drop((dgate, dup));
     let dx2 = (&dy + norm_back(&dh2, &sv.x2, &layer.post_attention_layernorm, slots, acc)?)?;
     drop(dh2);
 
     // Attention: x2 = x + o(attn(q, k, v)), q/k/v = proj(h1), h1 = norm(x).
-    let dya = lin_back(&dx2, &sv.ya, &a.o_proj, slots, acc)?;
+    let dya = lin_back(&dx2, &sv.ya, &a.o_proj, slots, acc, dt)?;
     let dyh = split_heads(&dya, b, s, nh, d)?.reshape((b, nkv, g * s, d))?;
     drop(dya);
     let dp = dyh.matmul(&sv.v.t()?)?;
@@ -298,9 +310,9 @@ pub fn layer_backward(
     let dq = head_norm_back(dq, sv.q_pre.as_ref(), a.q_norm.as_ref(), d, slots, acc)?;
     let dk = head_norm_back(dk, sv.k_pre.as_ref(), a.k_norm.as_ref(), d, slots, acc)?;
     let dv = merge_heads(&dv)?;
-    let dh1 = (lin_back(&dq, &sv.h1, &a.q_proj, slots, acc)?
-        + lin_back(&dk, &sv.h1, &a.k_proj, slots, acc)?)?;
-    let dh1 = (dh1 + lin_back(&dv, &sv.h1, &a.v_proj, slots, acc)?)?;
+    let dh1 = (lin_back(&dq, &sv.h1, &a.q_proj, slots, acc, dt)?
+        + lin_back(&dk, &sv.h1, &a.k_proj, slots, acc, dt)?)?;
+    let dh1 = (dh1 + lin_back(&dv, &sv.h1, &a.v_proj, slots, acc, dt)?)?;
     let dx = (dx2 + norm_back(&dh1, &sv.x, &layer.input_layernorm, slots, acc)?)?;
     dx.reshape((b, s, hd))
 }
@@ -389,7 +401,7 @@ mod tests {
             "{:?} must take the hand-written path",
             f.arch
         );
-        let y = layer_forward(&l32, &x, &inp32)?;
+        let y = layer_forward(&l32, &x, &inp32, ComputeDtype::F32)?;
         let want_y = l64.forward(&x.to_dtype(DType::F64)?, &rope64, &inp64, None, Mode::Train)?;
         let real64 = real.to_dtype(DType::F64)?;
         let y_err = max_diff(&y.broadcast_mul(&real)?, &want_y.broadcast_mul(&real64)?)?;
@@ -400,7 +412,7 @@ mod tests {
             .map(|v| v.as_tensor().ones_like().map(Some))
             .collect::<Result<_>>()?;
         let slots = GradSlots::new(&vars);
-        let dx = layer_backward(&l32, &x, &dy, &inp32, &slots, &mut acc)?;
+        let dx = layer_backward(&l32, &x, &dy, &inp32, &slots, &mut acc, ComputeDtype::F32)?;
         let want_dx = grads
             .get(x64.as_tensor())
             .expect("d x")

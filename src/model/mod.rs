@@ -5,6 +5,7 @@ pub(crate) mod arch;
 pub(crate) mod attention;
 pub mod batch;
 pub(crate) mod causal_lm;
+pub mod compute;
 pub(crate) mod config;
 pub(crate) mod flops;
 pub(crate) mod fused_logprob;
@@ -34,6 +35,7 @@ pub use arch::{Architecture, Features};
 pub use causal_lm::CausalLm;
 /// The model's former name (it was Qwen2-only), kept for existing callers.
 pub use causal_lm::CausalLm as Qwen2;
+pub use compute::ComputeDtype;
 pub use config::{ModelConfig, Qwen2Config};
 pub use logprob::{completion_logprobs, ScoreLayout};
 pub use mode::Mode;

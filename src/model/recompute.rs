@@ -8,6 +8,7 @@
 use super::accumulate::{scatter_rows_add, take_grads};
 use super::attention::AttnInputs;
 use super::causal_lm::CausalLm;
+use super::compute::ComputeDtype;
 use super::head_grad::head_backward;
 use super::layer_grad;
 use super::logprob::ScoreLayout;
@@ -28,13 +29,27 @@ pub struct PassStats {
 
 /// Loss = Σ_b coef_b · Σ_t log π(y_bt | …) over the layout's completions (pads count 0).
 /// The gradient of every tensor in `vars` is added into `acc`. `coef` has one entry per row
-/// of the layout.
+/// of the layout. The products run in f32 (see [`weighted_logprob_grads_in`]).
 pub fn weighted_logprob_grads(
     model: &CausalLm,
     layout: &ScoreLayout,
     coef: &[f32],
     vars: &[Var],
     acc: &mut [Option<Tensor>],
+) -> Result<PassStats> {
+    weighted_logprob_grads_in(model, layout, coef, vars, acc, ComputeDtype::F32)
+}
+
+/// [`weighted_logprob_grads`] with the projections' and the LM head's products (forward and
+/// backward) in `dt` (`model::compute`). `Bf16` needs the hand-written layer path (f32 weights
+/// on the CPU): elsewhere it is an error rather than a silent f32 update.
+pub fn weighted_logprob_grads_in(
+    model: &CausalLm,
+    layout: &ScoreLayout,
+    coef: &[f32],
+    vars: &[Var],
+    acc: &mut [Option<Tensor>],
+    dt: ComputeDtype,
 ) -> Result<PassStats> {
     let start = std::time::Instant::now();
     let (b, _) = layout.ids.dims2()?;
@@ -56,7 +71,14 @@ pub fn weighted_logprob_grads(
     for layer in &model.layers {
         let x = inputs.last().expect("pushed above");
         let y = if layer_grad::supported(layer, x) {
-            layer_grad::layer_forward(layer, x, &inp)?
+            layer_grad::layer_forward(layer, x, &inp, dt)?
+        } else if dt != ComputeDtype::F32 {
+            candle_core::bail!(
+                "trainer.compute_dtype {dt} needs f32 weights on the CPU (this model has {:?} \
+                 weights on {:?}); set `compute_dtype: f32` or `agents.dtype: f32`",
+                model.dtype(),
+                model.device().location()
+            )
         } else {
             layer.forward(x, &model.rope, &inp, None, Mode::Train)?
         };
@@ -84,6 +106,7 @@ pub fn weighted_logprob_grads(
         &layout.targets.flatten_all()?,
         &weights,
         head_slot.map(|i| &mut acc[i]),
+        dt,
     )?;
     let value = head.loss;
     let forward_s = start.elapsed().as_secs_f64();
@@ -105,7 +128,7 @@ pub fn weighted_logprob_grads(
     for layer in model.layers.iter().rev() {
         let x = inputs.pop().expect("one input per layer");
         if layer_grad::supported(layer, &x) {
-            g = layer_grad::layer_backward(layer, &x, &g, &inp, &slots, acc)?;
+            g = layer_grad::layer_backward(layer, &x, &g, &inp, &slots, acc, dt)?;
             continue;
         }
         let x = Var::from_tensor(&x)?;

@@ -11,8 +11,8 @@
 use super::rollout::AgentRollout;
 use crate::error::Result;
 use crate::model::accumulate::take_grads;
-use crate::model::recompute::weighted_logprob_grads;
-use crate::model::{completion_logprobs, Mode, Policy, ScoreLayout};
+use crate::model::recompute::weighted_logprob_grads_in;
+use crate::model::{completion_logprobs, ComputeDtype, Mode, Policy, ScoreLayout};
 use candle_core::{Tensor, Var};
 use std::time::Instant;
 
@@ -52,7 +52,7 @@ impl Share {
 /// (0: all K sequences of a sample in one pass); with `recompute`, each pass keeps only layer
 /// inputs and re-runs one layer at a time in the backward (see `model::recompute`). Only the
 /// passes of `share` are computed; with replicas and `chunk` 0 a sample's sequences are split
-/// into one pass per replica.
+/// into one pass per replica. The products run in f32 (see [`loss_and_grads_in`]).
 pub fn loss_and_grads(
     policy: &Policy,
     vars: &[Var],
@@ -61,6 +61,34 @@ pub fn loss_and_grads(
     recompute: bool,
     share: Share,
 ) -> Result<LossGrads> {
+    loss_and_grads_in(
+        policy,
+        vars,
+        samples,
+        chunk,
+        recompute,
+        share,
+        ComputeDtype::F32,
+    )
+}
+
+/// [`loss_and_grads`] with the big products in `compute` (`trainer.compute_dtype`). `Bf16`
+/// runs on the recomputed path only (`recompute` true); without it, it is an error.
+pub fn loss_and_grads_in(
+    policy: &Policy,
+    vars: &[Var],
+    samples: &[&AgentRollout],
+    chunk: usize,
+    recompute: bool,
+    share: Share,
+    compute: ComputeDtype,
+) -> Result<LossGrads> {
+    if !recompute && compute != ComputeDtype::F32 {
+        return Err(crate::error::Error::Config(format!(
+            "trainer.compute_dtype {compute} runs on the recomputed loss only: set \
+             `gradient_checkpointing: true` or `compute_dtype: f32`"
+        )));
+    }
     let mut pass = 0usize;
     let mut passes = Vec::new();
     let mut acc: Vec<Option<Tensor>> = vec![None; vars.len()];
@@ -103,7 +131,14 @@ pub fn loss_and_grads(
                     .iter()
                     .map(|&a| (-(a as f64) * scale / k as f64) as f32)
                     .collect();
-                let st = weighted_logprob_grads(&policy.model, &layout, &coef, vars, &mut acc)?;
+                let st = weighted_logprob_grads_in(
+                    &policy.model,
+                    &layout,
+                    &coef,
+                    vars,
+                    &mut acc,
+                    compute,
+                )?;
                 total += st.loss;
                 passes.push((number, st.loss));
                 forward_s += t.elapsed().as_secs_f64() - st.backward_s;

@@ -1,7 +1,7 @@
 //! Turning a resolved scenario into what the loop needs: loaded policies, sampling settings,
 //! the reward stack, and a writable output directory — all checked before any training starts.
 use crate::error::{Error, Result};
-use crate::model::{LoadOptions, ModelSource, Policy, SamplingParams};
+use crate::model::{ComputeDtype, LoadOptions, ModelSource, Policy, SamplingParams};
 use comlrl_reward::RewardStack;
 use comlrl_scenario::{AgentPlan, Dtype, Scenario};
 use std::path::Path;
@@ -67,6 +67,15 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
         ..LoadOptions::default()
     };
     Policy::load(&src, &opts).map_err(|e| e.for_agent(a.index, Some(a.model.spec.clone())))
+}
+
+/// The operand type of the update's products (`trainer.compute_dtype`, checked by the
+/// scenario loader to be f32 or bf16).
+pub fn compute_dtype(t: &comlrl_scenario::TrainerPlan) -> ComputeDtype {
+    match t.compute_dtype {
+        Dtype::Bf16 => ComputeDtype::Bf16,
+        _ => ComputeDtype::F32,
+    }
 }
 
 /// The sampling settings of agent `a`'s rollouts.

@@ -2,7 +2,7 @@
 //! checks each key's range and warns about moot keys; this adds what involves several keys or
 //! the rest of the scenario (mini-batch vs buffer, baseline vs normalization, `cross` size).
 use crate::collect::Diags;
-use crate::plan::{AdvantageMode, JointMode, TrainerPlan};
+use crate::plan::{AdvantageMode, Dtype, JointMode, TrainerPlan};
 use crate::positions::KeyPath;
 use crate::raw::RawTrainer;
 use crate::LoadOptions;
@@ -45,6 +45,13 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
         d.warn(
             &at("joint_mode"),
             "`cross` is the same as `aligned` with a single agent",
+        );
+    }
+    if t.compute_dtype == Dtype::Bf16 && !t.gradient_checkpointing {
+        d.invalid(
+            &at("compute_dtype"),
+            "`bf16` runs on the recomputed loss only, and gradient_checkpointing is false",
+            "set `gradient_checkpointing: true` (the default), or `compute_dtype: f32`",
         );
     }
     let max_joint_actions = t.max_joint_actions;

@@ -19,7 +19,7 @@ use crate::error::ErrorKind;
 use crate::keys::{
     at_least, if_set, learning_rate, non_negative, positive, settings_section, unit, Bad, Relevance,
 };
-use crate::plan::{AdvantageMode, CodeSource, JointMode, LrScheduler, TransitionPlan};
+use crate::plan::{AdvantageMode, CodeSource, Dtype, JointMode, LrScheduler, TransitionPlan};
 use crate::positions::KeyPath;
 use crate::raw::RawTransition;
 use crate::trainer::TrainerContext;
@@ -148,6 +148,14 @@ settings_section! {
         /// it cost no measurable time (update 3.87 vs 3.80 s per step) and cut the update's
         /// peak from 1.95 to 1.33 GB.
         gradient_checkpointing: bool = true, kind "bool", why "a fraction of the memory";
+        /// Operand type of the update's big products: `f32` is the exact path; `bf16` rounds
+        /// both operands of every projection's x·Wᵀ, dy·W and dyᵀ·x and of the LM head's
+        /// products to bf16 and sums in f32 (TRL's `bf16=True` autocast). Weights, gradients and
+        /// AdamW state stay f32; norms, softmax, attention scores, RoPE, SwiGLU and the loss stay
+        /// f32; sampling and scoring are not affected (see `agents.sampling_dtype`). Needs
+        /// `gradient_checkpointing: true` and f32 weights. See docs/performance.md.
+        compute_dtype: Dtype = Dtype::F32, kind "`f32` \\| `bf16`",
+            why "exact: the update in f32", check compute_precision;
         /// Most joint actions a rollout node may score (`cross`: num_generations^agents). Each
         /// is one reward call over N completions; 4096 keeps a node's scoring to seconds and
         /// its memory to a few MB with a wide margin for multi-turn trees (joint^turns nodes).
@@ -209,6 +217,21 @@ fn group_size(_key: &str, n: &usize) -> Option<Bad> {
     (*n < 2).then(|| Bad {
         message: format!("num_generations must be at least 2 (got {n}): the group baseline compares several generations of the same prompt"),
         hint: "set `num_generations: 2` or more (CoMLRL default 4; the story example uses 8)".into(),
+    })
+}
+
+/// `compute_dtype`: f32 or bf16; `auto` and f16 have no update path.
+fn compute_precision(_key: &str, d: &Dtype) -> Option<Bad> {
+    let name = match d {
+        Dtype::F32 | Dtype::Bf16 => return None,
+        Dtype::Auto => "auto",
+        Dtype::F16 => "f16",
+    };
+    Some(Bad {
+        message: format!("compute_dtype {name} is not supported"),
+        hint: "use `compute_dtype: f32` (the exact update) or `bf16` (bf16 operands, f32 sums, \
+               f32 weights and optimizer state)"
+            .into(),
     })
 }
 

@@ -5,10 +5,11 @@ use super::Trainer;
 use crate::error::Result;
 use crate::model::Policy;
 use crate::train::checkpoint::TrainState;
-use crate::train::loss::loss_and_grads;
+use crate::train::loss::loss_and_grads_in;
 use crate::train::optim::AdamW;
 use crate::train::rollout::NodeSample;
 use crate::train::schedule::lr_at;
+use crate::train::setup::compute_dtype;
 use crate::train::timing::{since, Phases};
 use rayon::prelude::*;
 use std::time::Instant;
@@ -22,6 +23,7 @@ impl Trainer {
         let start = Instant::now();
         let opt_steps = state.opt_steps.clone();
         let replicas = &self.replicas;
+        let compute = compute_dtype(t);
         let work =
             |(i, (policy, opt)): (usize, (&Policy, &mut AdamW))| -> Result<(usize, AgentUpdate)> {
                 let vars: Vec<candle_core::Var> =
@@ -33,13 +35,14 @@ impl Trainer {
                 for chunk in buffer.chunks(t.train_batch_size.max(1)) {
                     let samples: Vec<&crate::train::rollout::AgentRollout> =
                         chunk.iter().map(|s| &s.agents[i]).collect();
-                    let mut lg = loss_and_grads(
+                    let mut lg = loss_and_grads_in(
                         policy,
                         &vars,
                         &samples,
                         t.micro_batch_size,
                         t.gradient_checkpointing,
                         replicas.share(i),
+                        compute,
                     )?;
                     let tick = Instant::now();
                     replicas.reduce(i, &vars, &mut lg)?;

@@ -1,0 +1,113 @@
+//! Which numeric type the update's big products run in (`trainer.compute_dtype`): `F32` is the
+//! exact f32 path; `Bf16` rounds both operands to bf16 (round-to-nearest-even) and sums the
+//! products in f32, the autocast TRL users get with `bf16=True`. Weights, gradients and the
+//! optimizer state stay f32 either way; only the operands of the matmuls routed through here
+//! (every Linear's x·Wᵀ, dy·W and dyᵀ·x, the LM head's h·Wᵀ, G·W and Gᵀ·h) are rounded.
+use super::gemm_acc;
+use candle_core::{DType, Result, Tensor};
+
+/// The operand type of the update's products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ComputeDtype {
+    /// f32 operands and sums: the exact path.
+    #[default]
+    F32,
+    /// bf16 operands, f32 sums.
+    Bf16,
+}
+
+impl std::fmt::Display for ComputeDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ComputeDtype::F32 => "f32",
+            ComputeDtype::Bf16 => "bf16",
+        })
+    }
+}
+
+/// a (m, k) · b (k, n) as f32 (m, n); `F32` is exactly `a.matmul(b)`.
+pub fn matmul(a: &Tensor, b: &Tensor, dt: ComputeDtype) -> Result<Tensor> {
+    match dt {
+        ComputeDtype::F32 => a.matmul(b),
+        ComputeDtype::Bf16 => bf16_matmul(a, b),
+    }
+}
+
+/// acc (m, n) += aᵀ · b for a (k, m), b (k, n), in place; `F32` is exactly
+/// `gemm_acc::add_matmul_tn`.
+pub fn add_matmul_tn(acc: &Tensor, a: &Tensor, b: &Tensor, dt: ComputeDtype) -> Result<()> {
+    match dt {
+        ComputeDtype::F32 => gemm_acc::add_matmul_tn(acc, a, b),
+        ComputeDtype::Bf16 => bf16_add_matmul_tn(acc, a, b),
+    }
+}
+
+// ---- bf16 EMULATION (swap at merge) -------------------------------------------------------
+// The two functions below stand in for the real kernel `super::kernels::bf16_gemm`. At merge,
+// replace them with
+//     use super::kernels::bf16_gemm::{add_matmul_tn as bf16_add_matmul_tn, matmul as bf16_matmul};
+// They give the same numbers up to summation order: each operand is rounded to bf16
+// (round-to-nearest-even) and widened back, and a product of two bf16 values is exact in f32,
+// so only the order of the f32 sums differs. They are not a speed path (two extra copies).
+
+/// bf16(a) · bf16(b) with f32 sums, contiguous f32.
+fn bf16_matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    round_bf16(a)?.matmul(&round_bf16(b)?)?.contiguous()
+}
+
+/// acc += bf16(a)ᵀ · bf16(b) with f32 sums.
+fn bf16_add_matmul_tn(acc: &Tensor, a: &Tensor, b: &Tensor) -> Result<()> {
+    gemm_acc::add_matmul_tn(acc, &round_bf16(a)?, &round_bf16(b)?)
+}
+
+/// `t` rounded to the nearest bf16 (ties to even), as f32.
+fn round_bf16(t: &Tensor) -> Result<Tensor> {
+    t.to_dtype(DType::BF16)?.to_dtype(DType::F32)
+}
+// ---- end of bf16 EMULATION ----------------------------------------------------------------
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
+        (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+    }
+
+    /// f32 is the plain product bit for bit; bf16 equals the product of rounded operands and
+    /// differs from the f32 one.
+    #[test]
+    fn f32_is_exact_and_bf16_rounds_the_operands() -> Result<()> {
+        let dev = Device::Cpu;
+        let a = Tensor::randn(0f32, 1.0, (9, 40), &dev)?;
+        let w = Tensor::randn(0f32, 1.0, (13, 40), &dev)?;
+        let exact = a.matmul(&w.t()?)?;
+        assert_eq!(
+            max_diff(&matmul(&a, &w.t()?, ComputeDtype::F32)?, &exact)?,
+            0.0
+        );
+        let got = matmul(&a, &w.t()?, ComputeDtype::Bf16)?;
+        let (a16, w16) = (
+            a.to_dtype(DType::BF16)?.to_dtype(DType::F64)?,
+            w.to_dtype(DType::BF16)?.to_dtype(DType::F64)?,
+        );
+        let want = a16.matmul(&w16.t()?)?.to_dtype(DType::F32)?;
+        assert!(max_diff(&got, &want)? < 1e-4);
+        assert!(max_diff(&got, &exact)? > 1e-4, "bf16 must round");
+
+        let acc0 = Tensor::randn(0f32, 1.0, (40, 13), &dev)?;
+        let dy = Tensor::randn(0f32, 1.0, (9, 13), &dev)?;
+        let (acc32, acc16) = (acc0.copy()?, acc0.copy()?);
+        add_matmul_tn(&acc32, &a, &dy, ComputeDtype::F32)?;
+        let plain = acc0.copy()?;
+        gemm_acc::add_matmul_tn(&plain, &a, &dy)?;
+        assert_eq!(max_diff(&acc32, &plain)?, 0.0);
+        add_matmul_tn(&acc16, &a, &dy, ComputeDtype::Bf16)?;
+        let dy16 = dy.to_dtype(DType::BF16)?.to_dtype(DType::F64)?;
+        let want = (acc0.to_dtype(DType::F64)? + a16.t()?.matmul(&dy16)?)?;
+        assert!(max_diff(&acc16, &want.to_dtype(DType::F32)?)? < 1e-4);
+        assert!(max_diff(&acc16, &acc32)? > 1e-4, "bf16 must round");
+        Ok(())
+    }
+}

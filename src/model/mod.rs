@@ -11,7 +11,7 @@ pub(crate) mod fused_logprob;
 mod gemm_acc;
 pub mod gguf;
 mod head_grad;
-pub(crate) mod kernels;
+pub mod kernels;
 pub(crate) mod kv_cache;
 mod layer_grad;
 pub(crate) mod linear;

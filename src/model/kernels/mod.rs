@@ -6,6 +6,7 @@
 //!
 //! Every op takes the fused path only for contiguous-able f32 CPU tensors ([`fusable`]); callers
 //! keep the op-by-op version for other dtypes (bf16, and the f64 finite-difference tests).
+pub mod bf16_gemm;
 pub(crate) mod bf16_matmul;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;

@@ -240,3 +240,37 @@ fn bad_input_is_an_error_naming_the_problem() {
         assert!(e.contains("does not run on this machine"), "{e}");
     }
 }
+
+#[test]
+fn prepacked_operands_give_the_unpacked_result() {
+    for backend in backends() {
+        for (m, k, n) in [(1, 33, 100), (16, 64, 17), (100, 70, 300)] {
+            let a = tensor(m, k, 16);
+            let w = tensor(n, k, 17);
+            let packed = bf16_gemm::pack_weight(&w).unwrap();
+            assert_eq!((packed.k(), packed.n()), (k, n));
+            let got = bf16_gemm::matmul_packed_with(backend, &a, &packed).unwrap();
+            let plain = bf16_gemm::matmul_with(backend, &a, &w.t().unwrap()).unwrap();
+            // Same packed operands, same blocks: the same bits.
+            assert_eq!(
+                got.to_vec2::<f32>().unwrap(),
+                plain.to_vec2::<f32>().unwrap()
+            );
+            let want = reference(&bf16_round(&a), &bf16_round(&w.t().unwrap()));
+            assert_close(
+                &format!("{} packed {m}x{k}x{n}", backend.name()),
+                &got,
+                None,
+                &want,
+            );
+            let b = tensor(k, n, 18);
+            let pb = bf16_gemm::pack_rhs(&b).unwrap();
+            let got = bf16_gemm::matmul_packed_with(backend, &a, &pb).unwrap();
+            let want = reference(&bf16_round(&a), &bf16_round(&b));
+            assert_close(&format!("{} packed rhs", backend.name()), &got, None, &want);
+        }
+        let packed = bf16_gemm::pack_weight(&tensor(5, 7, 19)).unwrap();
+        let e = bf16_gemm::matmul_packed(&tensor(3, 8, 20), &packed).unwrap_err();
+        assert!(format!("{e}").contains("inner sizes differ"), "{e}");
+    }
+}

@@ -8,7 +8,7 @@ pub(crate) mod causal_lm;
 pub(crate) mod config;
 pub(crate) mod flops;
 pub(crate) mod fused_logprob;
-mod gemm_acc;
+pub(crate) mod gemm_acc;
 pub mod gguf;
 mod head_grad;
 pub mod kernels;

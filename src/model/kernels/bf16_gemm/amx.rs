@@ -67,31 +67,68 @@ pub(super) unsafe fn release() {
     unsafe { asm!("tilerelease", options(nostack, nomem)) };
 }
 
-/// [`super::portable::block`] with `tdpbf16ps`, always all 32 rows.
+/// Where a block's four tiles come from and go to.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Dest {
+    /// Start from zero and store into a 32 × 32 f32 buffer (row stride 32).
+    Tile(*mut f32),
+    /// Start from C's 32 × 32 block and store back into it: C += A · B in place, the block's
+    /// first element at the pointer, rows `ldc` f32 apart.
+    C(*mut f32, usize),
+}
+
+/// [`super::portable::block`] with `tdpbf16ps`, always all 32 rows and columns.
 ///
 /// # Safety
 /// [`configure`] must have run on this thread (and no [`release`] since). `a` and `b` must be
-/// readable for two panels of `ps` elements each, with `(s0 + steps) * 512 <= ps`.
+/// readable for two panels of `ps` elements each, with `(s0 + steps) * 512 <= ps`. The
+/// destination must be writable (and, for [`Dest::C`], readable) for 32 rows of 32 f32 at its
+/// row stride, and nothing else may access it meanwhile.
 pub(super) unsafe fn block(
     a: *const u16,
     b: *const u16,
     ps: usize,
     (s0, steps): (usize, usize),
-    out: &mut [f32; 1024],
+    dest: Dest,
 ) {
-    // SAFETY: the tiles are configured (the caller's contract). Each tileloadd reads 16 rows of
-    // 64 bytes at a 64-byte stride: one 1 KiB k-step of a panel, at offsets below
+    let (c, ld) = match dest {
+        Dest::Tile(p) => (p, 2 * PANEL),
+        Dest::C(p, ld) => (p, ld),
+    };
+    // SAFETY: the tiles are configured (the caller's contract). Each tileloadd of A or B reads
+    // 16 rows of 64 bytes at a 64-byte stride: one 1 KiB k-step of a panel, at offsets below
     // (s0 + steps) * 512 elements in panels 0 and 1 of `a` and `b` (the caller's contract).
-    // The stores write four 16 × 16 f32 tiles at a 128-byte stride into `out` (32 × 32 f32):
-    // offsets 0, 64, 2048 and 2112 bytes, the last row ending at byte 4096.
+    // The C tiles are 16 rows of 16 f32 at row stride `ld` f32, at element offsets 0, 16,
+    // 16 · ld and 16 · ld + 16 of the 32 × 32 destination the caller guarantees.
     unsafe {
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
-            options(nostack, nomem)
+        let (c0, c1, c2, c3) = (
+            c,
+            c.add(PANEL),
+            c.add(PANEL * ld),
+            c.add(PANEL * ld + PANEL),
         );
+        let st = ld * 4;
+        match dest {
+            Dest::Tile(_) => asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem)
+            ),
+            Dest::C(..) => asm!(
+                "tileloadd tmm0, [{c0} + {st}*1]",
+                "tileloadd tmm1, [{c1} + {st}*1]",
+                "tileloadd tmm2, [{c2} + {st}*1]",
+                "tileloadd tmm3, [{c3} + {st}*1]",
+                c0 = in(reg) c0,
+                c1 = in(reg) c1,
+                c2 = in(reg) c2,
+                c3 = in(reg) c3,
+                st = in(reg) st,
+                options(nostack, readonly)
+            ),
+        }
         for s in s0..s0 + steps {
             let o = s * STEP_ELEMS;
             asm!(
@@ -111,17 +148,16 @@ pub(super) unsafe fn block(
                 options(nostack, readonly)
             );
         }
-        let c = out.as_mut_ptr();
         asm!(
             "tilestored [{c0} + {st}*1], tmm0",
             "tilestored [{c1} + {st}*1], tmm1",
             "tilestored [{c2} + {st}*1], tmm2",
             "tilestored [{c3} + {st}*1], tmm3",
-            c0 = in(reg) c,
-            c1 = in(reg) c.add(PANEL),
-            c2 = in(reg) c.add(PANEL * 2 * PANEL),
-            c3 = in(reg) c.add(PANEL * 2 * PANEL + PANEL),
-            st = in(reg) 2 * ROW_BYTES,
+            c0 = in(reg) c0,
+            c1 = in(reg) c1,
+            c2 = in(reg) c2,
+            c3 = in(reg) c3,
+            st = in(reg) st,
             options(nostack)
         );
     }

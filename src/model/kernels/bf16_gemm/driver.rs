@@ -86,6 +86,26 @@ fn run_task(
                 let ap = &a.data[(i / PANEL) * ps..(i / PANEL + 2) * ps];
                 let mr = (m - i).min(BLOCK);
                 debug_assert!((s0 + steps) * STEP_ELEMS <= ps);
+                #[cfg(target_arch = "x86_64")]
+                if backend == Backend::Amx && mr == BLOCK && nr == BLOCK {
+                    assert!(ap.len() == 2 * ps && bp.len() == 2 * ps);
+                    // SAFETY: AMX is usable and configured on this thread (above); `ap` and `bp`
+                    // hold two panels of `ps` elements with the k-steps inside (asserted, and
+                    // s0 + steps <= a.steps). C's rows i..i + 32 × columns j..j + 32 lie inside
+                    // C (i + 32 <= m, j + 32 <= n), belong to this task alone, and C is
+                    // borrowed for the whole of `gemm`.
+                    unsafe {
+                        let c = out.0.add(i * n + j);
+                        super::amx::block(
+                            ap.as_ptr(),
+                            bp.as_ptr(),
+                            ps,
+                            (s0, steps),
+                            super::amx::Dest::C(c, n),
+                        );
+                    }
+                    continue;
+                }
                 block(backend, ap, bp, ps, (s0, steps), &mut tile, mr);
                 for r in 0..mr {
                     // SAFETY: i + r < m and j + nr <= n, so the row segment lies inside C
@@ -123,8 +143,12 @@ fn block(
     match backend {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Backend::Amx` implies `amx::usable()` and `run_task` configured the tiles on
-        // this thread; `ap` and `bp` hold two panels of `ps` elements with the k-steps inside.
-        Backend::Amx => unsafe { super::amx::block(ap.as_ptr(), bp.as_ptr(), ps, ks, tile) },
+        // this thread; `ap` and `bp` hold two panels of `ps` elements with the k-steps inside;
+        // `tile` is a 32 × 32 f32 buffer borrowed mutably here.
+        Backend::Amx => unsafe {
+            let dest = super::amx::Dest::Tile(tile.as_mut_ptr());
+            super::amx::block(ap.as_ptr(), bp.as_ptr(), ps, ks, dest)
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Backend::Avx512Bf16` is only chosen where the CPU has avx512f and
         // avx512bf16; `ap` and `bp` hold two panels of `ps` elements with the k-steps inside.

@@ -12,6 +12,8 @@ mod amx;
 mod avx512;
 mod driver;
 pub mod pack;
+#[cfg(target_arch = "x86_64")]
+mod pack_avx512;
 mod portable;
 
 use candle_core::{bail, CpuStorage, DType, Device, InplaceOp1, Layout, Result, Storage, Tensor};
@@ -94,6 +96,63 @@ pub fn matmul_with(backend: Backend, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let mut c = vec![0f32; m * n];
     driver::gemm(backend, &pa, &pb, &mut c);
     Tensor::from_vec(c, (m, n), &Device::Cpu)
+}
+
+/// A right operand (k, n) rounded and packed once, for many products with it
+/// ([`matmul_packed`]): a weight that stays fixed over an update, so its packing (a pass over
+/// all its f32 elements) is not paid per product.
+#[derive(Debug, Clone)]
+pub struct PackedB(Packed);
+
+impl PackedB {
+    /// Rows of the operand (the products' inner size).
+    pub fn k(&self) -> usize {
+        self.0.k
+    }
+
+    /// Columns of the operand (the products' output columns).
+    pub fn n(&self) -> usize {
+        self.0.len
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.0.data.len() * 2
+    }
+}
+
+/// Packs `b` (k, n), any 2-D strides, f32 or bf16, as the right operand of [`matmul_packed`].
+pub fn pack_rhs(b: &Tensor) -> Result<PackedB> {
+    b.dims2()?;
+    Ok(PackedB(with_view(b, "b", pack_b)?))
+}
+
+/// Packs a weight `w` (out, in) for `x · wᵀ` ([`matmul_packed`]): [`pack_rhs`] of `w.t()`.
+pub fn pack_weight(w: &Tensor) -> Result<PackedB> {
+    pack_rhs(&w.t()?)
+}
+
+/// `a · b` with `b` packed beforehand ([`pack_rhs`], [`pack_weight`]): the same result as
+/// [`matmul`] of the unpacked operand.
+pub fn matmul_packed(a: &Tensor, b: &PackedB) -> Result<Tensor> {
+    matmul_packed_with(Backend::detect(), a, b)
+}
+
+/// [`matmul_packed`] with a chosen backend; an error if this machine cannot run it.
+pub fn matmul_packed_with(backend: Backend, a: &Tensor, b: &PackedB) -> Result<Tensor> {
+    check_usable(backend)?;
+    let (m, k) = a.dims2()?;
+    if k != b.k() {
+        bail!(
+            "bf16_gemm::matmul_packed: a is ({m}, {k}) but the packed b is ({}, {}): inner sizes differ",
+            b.k(),
+            b.n()
+        )
+    }
+    let pa = with_view(a, "a", pack_a)?;
+    let mut c = vec![0f32; m * b.n()];
+    driver::gemm(backend, &pa, &b.0, &mut c);
+    Tensor::from_vec(c, (m, b.n()), &Device::Cpu)
 }
 
 /// `acc += aᵀ · b` in place, with bf16(a) and bf16(b) and f32 sums: acc (m, n) a contiguous

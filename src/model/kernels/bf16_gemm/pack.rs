@@ -149,8 +149,32 @@ fn b_index(p: usize, c: usize) -> usize {
 
 /// Packs `a` (m, k) as the left operand: panels of 16 rows.
 pub fn pack_a(a: View<'_>) -> Packed {
+    pack_a_with(a, simd())
+}
+
+/// Whether packing takes the AVX-512 BF16 path (detected once).
+fn simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *S.get_or_init(super::pack_avx512::usable)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// [`pack_a`], the AVX-512 BF16 packer if `simd` (and the CPU has it), else the scalar one.
+pub(super) fn pack_a_with(a: View<'_>, simd: bool) -> Packed {
     let mut p = packed_zeroed(a.rows, a.cols);
+    let fast = simd && self::simd();
     for_panels(&mut p, |panel, d| {
+        #[cfg(target_arch = "x86_64")]
+        if fast {
+            // SAFETY: `simd()` checked the CPU's features.
+            unsafe { super::pack_avx512::panel_a(a, panel * PANEL, d) };
+            return;
+        }
+        let _ = fast;
         pack_panel(a, panel * PANEL, d, a_index);
     });
     p
@@ -158,9 +182,22 @@ pub fn pack_a(a: View<'_>) -> Packed {
 
 /// Packs `b` (k, n) as the right operand: panels of 16 columns in VNNI pairs.
 pub fn pack_b(b: View<'_>) -> Packed {
+    pack_b_with(b, simd())
+}
+
+/// [`pack_b`], the AVX-512 BF16 packer if `simd` (and the CPU has it), else the scalar one.
+pub(super) fn pack_b_with(b: View<'_>, simd: bool) -> Packed {
     let mut p = packed_zeroed(b.cols, b.rows);
     let bt = b.t();
+    let fast = simd && self::simd();
     for_panels(&mut p, |panel, d| {
+        #[cfg(target_arch = "x86_64")]
+        if fast {
+            // SAFETY: `simd()` checked the CPU's features.
+            unsafe { super::pack_avx512::panel_b(bt, panel * PANEL, d) };
+            return;
+        }
+        let _ = fast;
         pack_panel(bt, panel * PANEL, d, |c, k| b_index(k, c));
     });
     p
@@ -260,5 +297,30 @@ mod tests {
         // b[33, 2] = a[2, 33]: k-step 1, pair 0, column 2, second of the pair.
         assert_eq!(get(pb.data[STEP_ELEMS + 2 * 2 + 1]), (2 * k + 33) as f32);
         assert!(View::new(&data, 1, (m, k), (k, 1)).is_none());
+    }
+
+    #[test]
+    fn simd_and_scalar_packing_agree() {
+        if !simd() {
+            eprintln!("skipping: no AVX-512 BF16 packer on this CPU");
+            return;
+        }
+        let mut h = 7u32;
+        let data: Vec<f32> = (0..70 * 90)
+            .map(|_| {
+                h = h.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (h >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+            })
+            .collect();
+        // Row-major, transposed and a strided window, odd sizes on both sides.
+        let views = [
+            View::new(&data, 0, (70, 90), (90, 1)).unwrap(),
+            View::new(&data, 0, (70, 90), (90, 1)).unwrap().t(),
+            View::new(&data, 3, (33, 17), (180, 2)).unwrap(),
+        ];
+        for v in views {
+            assert_eq!(pack_a_with(v, true).data, pack_a_with(v, false).data);
+            assert_eq!(pack_b_with(v, true).data, pack_b_with(v, false).data);
+        }
     }
 }

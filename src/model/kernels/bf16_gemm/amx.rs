@@ -133,11 +133,11 @@ pub(super) unsafe fn block(
             let o = s * STEP_ELEMS;
             asm!(
                 "tileloadd tmm4, [{a0} + {st}*1]",
-                "tileloadd tmm5, [{a1} + {st}*1]",
                 "tileloadd tmm6, [{b0} + {st}*1]",
-                "tileloadd tmm7, [{b1} + {st}*1]",
                 "tdpbf16ps tmm0, tmm4, tmm6",
+                "tileloadd tmm7, [{b1} + {st}*1]",
                 "tdpbf16ps tmm1, tmm4, tmm7",
+                "tileloadd tmm5, [{a1} + {st}*1]",
                 "tdpbf16ps tmm2, tmm5, tmm6",
                 "tdpbf16ps tmm3, tmm5, tmm7",
                 a0 = in(reg) a.add(o),

@@ -125,3 +125,122 @@ pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<Decode
         vdpbf16ps_gflops_per_s: flops / avx_s / 1e9,
     })
 }
+
+/// How a timed product's operands are laid out (the training update's three kinds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GemmLayout {
+    /// a (m, k) · b (k, n), both contiguous (e.g. dy · W).
+    Nn,
+    /// a (m, k) · wᵀ with w (n, k) contiguous (e.g. x · Wᵀ).
+    Nt,
+    /// acc (m, n) += aᵀ · b with a (k, m), b (k, n) contiguous (e.g. dWᵀ += dyᵀ · x).
+    Tn,
+}
+
+impl std::str::FromStr for GemmLayout {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "nn" => Ok(Self::Nn),
+            "nt" => Ok(Self::Nt),
+            "tn" => Ok(Self::Tn),
+            _ => Err(format!("unknown layout {s:?}: expected nn, nt or tn")),
+        }
+    }
+}
+
+/// One bf16 backend's rate on a product.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendRate {
+    /// "amx", "avx512bf16" or "portable".
+    pub backend: String,
+    /// GFLOP/s at the median time, rounding and packing both operands included.
+    pub gflops_per_s: f64,
+    /// GFLOP/s with the right operand packed beforehand (`matmul_packed`; not for `tn`).
+    pub prepacked_gflops_per_s: Option<f64>,
+}
+
+/// One product shape timed through the f32 path and every bf16 backend this machine runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct GemmReport {
+    /// Output rows, inner size, output columns.
+    pub m: usize,
+    /// Inner size.
+    pub k: usize,
+    /// Output columns.
+    pub n: usize,
+    /// Operand layout.
+    pub layout: GemmLayout,
+    /// f32 through candle + gemm (`tn`: gemm's accumulate mode, as the update runs it).
+    pub f32_gflops_per_s: f64,
+    /// The bf16 GEMM, per backend (fastest first; the first is the one `matmul` picks).
+    pub bf16: Vec<BackendRate>,
+}
+
+/// Times an (m, k, n) product laid out as `layout`: f32 and each usable bf16 backend, median
+/// of `repeats` after a warm-up. The portable backend is skipped above 2^30 multiply-adds
+/// (minutes per product).
+pub fn run_gemm(
+    m: usize,
+    k: usize,
+    n: usize,
+    layout: GemmLayout,
+    repeats: usize,
+) -> Result<GemmReport> {
+    use crate::model::kernels::bf16_gemm::{self as g, Backend};
+    let dev = Device::Cpu;
+    let r = |rows, cols| Tensor::randn(0f32, 1.0, (rows, cols), &dev);
+    let (a, b) = match layout {
+        GemmLayout::Nn => (r(m, k)?, r(k, n)?),
+        GemmLayout::Nt => (r(m, k)?, r(n, k)?.t()?),
+        GemmLayout::Tn => (r(k, m)?, r(k, n)?),
+    };
+    let acc = Tensor::zeros((m, n), DType::F32, &dev)?;
+    let flops = 2.0 * (m * k * n) as f64;
+    let f32_s = median_secs(repeats, || {
+        match layout {
+            GemmLayout::Tn => crate::model::gemm_acc::add_matmul_tn(&acc, &a, &b)?,
+            _ => drop(a.matmul(&b)?),
+        }
+        Ok(())
+    })?;
+    let mut bf16 = vec![];
+    for backend in Backend::ALL.into_iter().filter(|b| b.usable()) {
+        if backend == Backend::Portable && m * k * n > 1 << 30 {
+            continue;
+        }
+        let s = median_secs(repeats, || {
+            match layout {
+                GemmLayout::Tn => g::add_matmul_tn_with(backend, &acc, &a, &b)?,
+                _ => drop(g::matmul_with(backend, &a, &b)?),
+            }
+            Ok(())
+        })?;
+        let prepacked = match layout {
+            GemmLayout::Tn => None,
+            _ => {
+                let pb = g::pack_rhs(&b)?;
+                let s = median_secs(repeats, || {
+                    drop(g::matmul_packed_with(backend, &a, &pb)?);
+                    Ok(())
+                })?;
+                Some(flops / s / 1e9)
+            }
+        };
+        bf16.push(BackendRate {
+            backend: backend.name().to_string(),
+            gflops_per_s: flops / s / 1e9,
+            prepacked_gflops_per_s: prepacked,
+        });
+    }
+    Ok(GemmReport {
+        m,
+        k,
+        n,
+        layout,
+        f32_gflops_per_s: flops / f32_s / 1e9,
+        bf16,
+    })
+}

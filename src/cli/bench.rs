@@ -35,6 +35,15 @@ pub struct MatmulArgs {
     /// `16,896,4864`: f32 (the sampling path), candle's bf16 matmul and the bf16 sampling kernel.
     #[arg(long, num_args = 1..)]
     pub decode: Vec<String>,
+    /// `bf16`: also time the square product with the bf16 GEMM (bf16 operands, f32 sums), each
+    /// backend this machine runs (AMX, AVX-512 BF16, portable) against f32.
+    #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
+    pub dtype: String,
+    /// Also time products `M,K,N[,LAYOUT]` f32 vs the bf16 GEMM, LAYOUT `nn` (a · b, the
+    /// default), `nt` (a · wᵀ, w of N × K) or `tn` (acc += aᵀ · b, a of K × M), e.g.
+    /// `1280,896,4864,nt`.
+    #[arg(long, num_args = 1..)]
+    pub gemm: Vec<String>,
     /// Where to write the JSON report.
     #[arg(long, default_value = "bench-results/matmul.json")]
     pub out: PathBuf,
@@ -132,10 +141,60 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 );
                 decode.push(r);
             }
-            let json = serde_json::json!({"machine": comlrl::bench::sys::machine(), "matmul": r, "decode": decode});
+            let mut gemm = vec![];
+            if m.dtype == "bf16" {
+                gemm.push(bench_gemm(m.size, m.size, m.size, "nn", m.repeats)?);
+            }
+            for shape in &m.gemm {
+                let parts: Vec<&str> = shape.split(',').map(str::trim).collect();
+                let dims: Option<Vec<usize>> = parts
+                    .iter()
+                    .take(3)
+                    .map(|v| v.parse::<usize>().ok().filter(|&v| v > 0))
+                    .collect();
+                let (Some(d), 3 | 4) = (dims.filter(|d| d.len() == 3), parts.len()) else {
+                    anyhow::bail!(
+                        "--gemm {shape}: expected M,K,N or M,K,N,LAYOUT (three positive integers, LAYOUT nn, nt or tn)"
+                    )
+                };
+                let layout = parts.get(3).copied().unwrap_or("nn");
+                gemm.push(bench_gemm(d[0], d[1], d[2], layout, m.repeats)?);
+            }
+            let json = serde_json::json!({"machine": comlrl::bench::sys::machine(), "matmul": r, "decode": decode, "gemm": gemm});
             write_report(&m.out, &json)
         }
     }
+}
+
+/// Times one bf16-GEMM shape and prints its line.
+fn bench_gemm(
+    m: usize,
+    k: usize,
+    n: usize,
+    layout: &str,
+    repeats: usize,
+) -> anyhow::Result<comlrl::bench::matmul::GemmReport> {
+    let l: comlrl::bench::matmul::GemmLayout = layout
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--gemm {m},{k},{n},{layout}: {e}"))?;
+    let r = comlrl::bench::matmul::run_gemm(m, k, n, l, repeats)?;
+    let rates: Vec<String> = r
+        .bf16
+        .iter()
+        .map(|b| {
+            let pre = b
+                .prepacked_gflops_per_s
+                .map_or(String::new(), |p| format!(" ({p:.1} with b pre-packed)"));
+            format!("{} {:.1}{pre}", b.backend, b.gflops_per_s)
+        })
+        .collect();
+    eprintln!(
+        "gemm {m}x{k}x{n} {layout}: f32 {:.1} GFLOP/s; bf16 (default {}): {} GFLOP/s",
+        r.f32_gflops_per_s,
+        comlrl::model::kernels::bf16_gemm::backend(),
+        rates.join(", ")
+    );
+    Ok(r)
 }
 
 fn run_train(a: TrainArgs) -> anyhow::Result<()> {

@@ -4,7 +4,8 @@
 //! optimizer state stay f32 either way; only the operands of the matmuls routed through here
 //! (every Linear's x·Wᵀ, dy·W and dyᵀ·x, the LM head's h·Wᵀ, G·W and Gᵀ·h) are rounded.
 use super::gemm_acc;
-use candle_core::{DType, Result, Tensor};
+use super::kernels::bf16_gemm::{add_matmul_tn as bf16_add_matmul_tn, matmul as bf16_matmul};
+use candle_core::{Result, Tensor};
 
 /// The operand type of the update's products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,34 +43,10 @@ pub fn add_matmul_tn(acc: &Tensor, a: &Tensor, b: &Tensor, dt: ComputeDtype) -> 
     }
 }
 
-// ---- bf16 EMULATION (swap at merge) -------------------------------------------------------
-// The two functions below stand in for the real kernel `super::kernels::bf16_gemm`. At merge,
-// replace them with
-//     use super::kernels::bf16_gemm::{add_matmul_tn as bf16_add_matmul_tn, matmul as bf16_matmul};
-// They give the same numbers up to summation order: each operand is rounded to bf16
-// (round-to-nearest-even) and widened back, and a product of two bf16 values is exact in f32,
-// so only the order of the f32 sums differs. They are not a speed path (two extra copies).
-
-/// bf16(a) · bf16(b) with f32 sums, contiguous f32.
-fn bf16_matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    round_bf16(a)?.matmul(&round_bf16(b)?)?.contiguous()
-}
-
-/// acc += bf16(a)ᵀ · bf16(b) with f32 sums.
-fn bf16_add_matmul_tn(acc: &Tensor, a: &Tensor, b: &Tensor) -> Result<()> {
-    gemm_acc::add_matmul_tn(acc, &round_bf16(a)?, &round_bf16(b)?)
-}
-
-/// `t` rounded to the nearest bf16 (ties to even), as f32.
-fn round_bf16(t: &Tensor) -> Result<Tensor> {
-    t.to_dtype(DType::BF16)?.to_dtype(DType::F32)
-}
-// ---- end of bf16 EMULATION ----------------------------------------------------------------
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::Device;
+    use candle_core::{DType, Device};
 
     fn max_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
         (a - b)?.abs()?.max_all()?.to_scalar::<f32>()

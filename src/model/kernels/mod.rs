@@ -7,6 +7,7 @@
 //! Every op takes the fused path only for contiguous-able f32 CPU tensors ([`fusable`]); callers
 //! keep the op-by-op version for other dtypes (bf16, and the f64 finite-difference tests).
 pub(crate) mod amx;
+pub mod bf16_gemm;
 pub(crate) mod bf16_matmul;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;

@@ -1,0 +1,164 @@
+//! The AMX microkernel: one 32 × 32 block of C as four 16 × 16 f32 tiles (tmm0–3), fed per
+//! k-step by two A tiles (tmm4–5, 16 rows × 32 bf16) and two B tiles (tmm6–7, 16 k-pairs × 16
+//! columns' VNNI pairs) straight from the packed panels, with `tdpbf16ps`. Rust has no stable
+//! AMX intrinsics: the instructions are written with `asm!` (the compiler never allocates tmm
+//! registers, so tile state persists between blocks). Also the one-time detection and the
+//! per-process permission request the Linux kernel requires before a thread may use tiles.
+use super::pack::{PANEL, STEP_ELEMS};
+use std::arch::asm;
+use std::sync::OnceLock;
+
+/// Bytes per tile row (32 bf16, 16 f32).
+const ROW_BYTES: usize = 64;
+
+/// Whether this CPU and OS run AMX BF16: cpuid leaf 7 reports AMX-BF16 (EDX bit 22) and
+/// AMX-TILE (bit 24), and Linux grants this process the tile data state
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`). Asked once per process.
+pub(super) fn usable() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+            const XFEATURE_XTILEDATA: libc::c_long = 18;
+            // `__cpuid_count` is safe from Rust 1.94 on; older toolchains need the block.
+            #[allow(unused_unsafe)]
+            // SAFETY: cpuid exists on every x86_64 CPU; leaf 7 is read-only.
+            let edx = unsafe { std::arch::x86_64::__cpuid_count(7, 0) }.edx;
+            let cpu = edx & (1 << 22) != 0 && edx & (1 << 24) != 0;
+            // SAFETY: arch_prctl with ARCH_REQ_XCOMP_PERM takes two integers and touches no
+            // memory of ours; it fails (non-zero) where the kernel does not offer AMX.
+            cpu && unsafe {
+                libc::syscall(
+                    libc::SYS_arch_prctl,
+                    ARCH_REQ_XCOMP_PERM,
+                    XFEATURE_XTILEDATA,
+                )
+            } == 0
+        }
+        #[cfg(not(target_os = "linux"))]
+        false
+    })
+}
+
+/// Loads the tile configuration on this thread: palette 1, tiles 0–7 each 16 rows × 64 bytes.
+/// Call on the thread that then runs [`block`], before its first block.
+///
+/// # Safety
+/// [`usable`] must have returned true.
+pub(super) unsafe fn configure() {
+    let mut cfg = [0u8; 64];
+    cfg[0] = 1;
+    for t in 0..8 {
+        cfg[16 + 2 * t..18 + 2 * t].copy_from_slice(&(ROW_BYTES as u16).to_le_bytes());
+        cfg[48 + t] = PANEL as u8;
+    }
+    // SAFETY: AMX is usable (the caller's contract); `cfg` is a valid 64-byte palette-1
+    // configuration that ldtilecfg only reads.
+    unsafe { asm!("ldtilecfg [{}]", in(reg) cfg.as_ptr(), options(nostack, readonly)) };
+}
+
+/// Returns the tile state to its initial (unconfigured) state, so context switches save less.
+///
+/// # Safety
+/// [`configure`] must have run on this thread.
+pub(super) unsafe fn release() {
+    // SAFETY: AMX is usable and configured on this thread (the caller's contract).
+    unsafe { asm!("tilerelease", options(nostack, nomem)) };
+}
+
+/// Where a block's four tiles come from and go to.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Dest {
+    /// Start from zero and store into a 32 × 32 f32 buffer (row stride 32).
+    Tile(*mut f32),
+    /// Start from C's 32 × 32 block and store back into it: C += A · B in place, the block's
+    /// first element at the pointer, rows `ldc` f32 apart.
+    C(*mut f32, usize),
+}
+
+/// [`super::portable::block`] with `tdpbf16ps`, always all 32 rows and columns.
+///
+/// # Safety
+/// [`configure`] must have run on this thread (and no [`release`] since). `a` and `b` must be
+/// readable for two panels of `ps` elements each, with `(s0 + steps) * 512 <= ps`. The
+/// destination must be writable (and, for [`Dest::C`], readable) for 32 rows of 32 f32 at its
+/// row stride, and nothing else may access it meanwhile.
+pub(super) unsafe fn block(
+    a: *const u16,
+    b: *const u16,
+    ps: usize,
+    (s0, steps): (usize, usize),
+    dest: Dest,
+) {
+    let (c, ld) = match dest {
+        Dest::Tile(p) => (p, 2 * PANEL),
+        Dest::C(p, ld) => (p, ld),
+    };
+    // SAFETY: the tiles are configured (the caller's contract). Each tileloadd of A or B reads
+    // 16 rows of 64 bytes at a 64-byte stride: one 1 KiB k-step of a panel, at offsets below
+    // (s0 + steps) * 512 elements in panels 0 and 1 of `a` and `b` (the caller's contract).
+    // The C tiles are 16 rows of 16 f32 at row stride `ld` f32, at element offsets 0, 16,
+    // 16 · ld and 16 · ld + 16 of the 32 × 32 destination the caller guarantees.
+    unsafe {
+        let (c0, c1, c2, c3) = (
+            c,
+            c.add(PANEL),
+            c.add(PANEL * ld),
+            c.add(PANEL * ld + PANEL),
+        );
+        let st = ld * 4;
+        match dest {
+            Dest::Tile(_) => asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem)
+            ),
+            Dest::C(..) => asm!(
+                "tileloadd tmm0, [{c0} + {st}*1]",
+                "tileloadd tmm1, [{c1} + {st}*1]",
+                "tileloadd tmm2, [{c2} + {st}*1]",
+                "tileloadd tmm3, [{c3} + {st}*1]",
+                c0 = in(reg) c0,
+                c1 = in(reg) c1,
+                c2 = in(reg) c2,
+                c3 = in(reg) c3,
+                st = in(reg) st,
+                options(nostack, readonly)
+            ),
+        }
+        for s in s0..s0 + steps {
+            let o = s * STEP_ELEMS;
+            asm!(
+                "tileloadd tmm4, [{a0} + {st}*1]",
+                "tileloadd tmm6, [{b0} + {st}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tileloadd tmm7, [{b1} + {st}*1]",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tileloadd tmm5, [{a1} + {st}*1]",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                a0 = in(reg) a.add(o),
+                a1 = in(reg) a.add(ps + o),
+                b0 = in(reg) b.add(o),
+                b1 = in(reg) b.add(ps + o),
+                st = in(reg) ROW_BYTES,
+                options(nostack, readonly)
+            );
+        }
+        asm!(
+            "tilestored [{c0} + {st}*1], tmm0",
+            "tilestored [{c1} + {st}*1], tmm1",
+            "tilestored [{c2} + {st}*1], tmm2",
+            "tilestored [{c3} + {st}*1], tmm3",
+            c0 = in(reg) c0,
+            c1 = in(reg) c1,
+            c2 = in(reg) c2,
+            c3 = in(reg) c3,
+            st = in(reg) st,
+            options(nostack)
+        );
+    }
+}

@@ -1,0 +1,64 @@
+//! The AVX-512 BF16 microkernel: one 32 × 32 block of C from the packed panels with
+//! `vdpbf16ps`, 8 rows × 32 columns (16 zmm accumulators) at a time: per k-pair, two zmm of 16
+//! columns' VNNI pairs against each row's pair broadcast as one 32-bit value.
+use super::pack::{KSTEP, PANEL, STEP_ELEMS};
+use std::arch::x86_64::*;
+
+/// Rows per register block.
+const RB: usize = 8;
+
+/// [`super::portable::block`] with `vdpbf16ps`; writes rows in whole register blocks of 8.
+///
+/// # Safety
+/// The CPU must have avx512f and avx512bf16. `a` and `b` must be readable for two panels of
+/// `ps` elements each, with `(s0 + steps) * 512 <= ps`.
+#[target_feature(enable = "avx512f,avx512bf16")]
+// Indexed loops over const-size register arrays: unrolled, the accumulators stay in registers.
+#[allow(clippy::needless_range_loop)]
+pub(super) unsafe fn block(
+    a: *const u16,
+    b: *const u16,
+    ps: usize,
+    (s0, steps): (usize, usize),
+    out: &mut [f32; 1024],
+    rows: usize,
+) {
+    let mut r0 = 0;
+    while r0 < rows.min(2 * PANEL) {
+        let mut acc = [[_mm512_setzero_ps(); 2]; RB];
+        // SAFETY: rows r0..r0 + 8 lie in one panel (8 divides 16), at most the second of the
+        // two the caller guarantees; every offset below stays below (s0 + steps) * 512 inside
+        // its panel. The transmutes reinterpret 512 bits of bf16 pairs as `__m512bh`.
+        unsafe {
+            let ap = a.add((r0 / PANEL) * ps + (r0 % PANEL) * KSTEP);
+            for s in s0..s0 + steps {
+                let (asp, b0p, b1p) = (
+                    ap.add(s * STEP_ELEMS),
+                    b.add(s * STEP_ELEMS),
+                    b.add(ps + s * STEP_ELEMS),
+                );
+                for q in 0..KSTEP / 2 {
+                    let b0: __m512bh =
+                        std::mem::transmute(_mm512_loadu_si512(b0p.add(q * 2 * PANEL).cast()));
+                    let b1: __m512bh =
+                        std::mem::transmute(_mm512_loadu_si512(b1p.add(q * 2 * PANEL).cast()));
+                    for r in 0..RB {
+                        let pair = asp.add(r * KSTEP + 2 * q).cast::<i32>().read_unaligned();
+                        let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
+                        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+                        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+                    }
+                }
+            }
+        }
+        for r in 0..RB {
+            let o = &mut out[(r0 + r) * 2 * PANEL..(r0 + r + 1) * 2 * PANEL];
+            // SAFETY: `o` holds 32 f32: two unaligned 64-byte stores fit.
+            unsafe {
+                _mm512_storeu_ps(o.as_mut_ptr(), acc[r][0]);
+                _mm512_storeu_ps(o.as_mut_ptr().add(PANEL), acc[r][1]);
+            }
+        }
+        r0 += RB;
+    }
+}

@@ -1,0 +1,239 @@
+//! A bf16-operand, f32-accumulate matrix product for the CPU: both operands rounded to bf16
+//! (nearest even) while they are packed, every product exact in f32, every sum in f32. For
+//! the training update's large products under `trainer.compute_dtype: bf16`.
+//!
+//! Backends, chosen once at run time ([`backend`]), all over the same packed layout
+//! ([`pack`]): AMX tiles (`tdpbf16ps`, via `asm!`) where the CPU and OS allow them, else
+//! AVX-512 BF16 (`vdpbf16ps`), else a portable f32 loop. They differ only in the order of the
+//! f32 sums (and AMX/AVX-512 BF16 flush denormal inputs and results to zero).
+#[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod driver;
+pub mod pack;
+#[cfg(target_arch = "x86_64")]
+mod pack_avx512;
+mod portable;
+
+use candle_core::{bail, CpuStorage, DType, Device, InplaceOp1, Layout, Result, Storage, Tensor};
+use pack::{pack_a, pack_b, Packed, View};
+use std::sync::OnceLock;
+
+/// Which microkernel runs the blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// AMX tiles (`tdpbf16ps`): Sapphire Rapids and later, with the OS's permission.
+    Amx,
+    /// AVX-512 BF16 (`vdpbf16ps`).
+    Avx512Bf16,
+    /// Plain f32 arithmetic over the same bf16 operands: every CPU.
+    Portable,
+}
+
+impl Backend {
+    /// Every backend, fastest first.
+    pub const ALL: [Backend; 3] = [Backend::Amx, Backend::Avx512Bf16, Backend::Portable];
+
+    /// The fastest backend this machine runs (detected once).
+    pub fn detect() -> Self {
+        static B: OnceLock<Backend> = OnceLock::new();
+        *B.get_or_init(|| {
+            Self::ALL
+                .into_iter()
+                .find(|b| b.usable())
+                .unwrap_or(Backend::Portable)
+        })
+    }
+
+    /// Whether this CPU (and OS) can run the backend.
+    pub fn usable(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Amx => amx::usable(),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512Bf16 => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bf16")
+            }
+            Backend::Portable => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// The backend's name: "amx", "avx512bf16" or "portable".
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Amx => "amx",
+            Backend::Avx512Bf16 => "avx512bf16",
+            Backend::Portable => "portable",
+        }
+    }
+}
+
+/// The name of the backend [`matmul`] and [`add_matmul_tn`] use on this machine.
+pub fn backend() -> &'static str {
+    Backend::detect().name()
+}
+
+/// `a · b` for a (m, k) and b (k, n), f32 (or bf16) CPU tensors with any 2-D strides: a new
+/// contiguous f32 (m, n) = bf16(a) · bf16(b), summed in f32.
+pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    matmul_with(Backend::detect(), a, b)
+}
+
+/// [`matmul`] with a chosen backend; an error if this machine cannot run it.
+pub fn matmul_with(backend: Backend, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    check_usable(backend)?;
+    let (m, k) = a.dims2()?;
+    let (k2, n) = b.dims2()?;
+    if k != k2 {
+        bail!("bf16_gemm::matmul: a is ({m}, {k}) but b is ({k2}, {n}): inner sizes differ")
+    }
+    let pa = with_view(a, "a", pack_a)?;
+    let pb = with_view(b, "b", pack_b)?;
+    let mut c = vec![0f32; m * n];
+    driver::gemm(backend, &pa, &pb, &mut c);
+    Tensor::from_vec(c, (m, n), &Device::Cpu)
+}
+
+/// A right operand (k, n) rounded and packed once, for many products with it
+/// ([`matmul_packed`]): a weight that stays fixed over an update, so its packing (a pass over
+/// all its f32 elements) is not paid per product.
+#[derive(Debug, Clone)]
+pub struct PackedB(Packed);
+
+impl PackedB {
+    /// Rows of the operand (the products' inner size).
+    pub fn k(&self) -> usize {
+        self.0.k
+    }
+
+    /// Columns of the operand (the products' output columns).
+    pub fn n(&self) -> usize {
+        self.0.len
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.0.data.len() * 2
+    }
+}
+
+/// Packs `b` (k, n), any 2-D strides, f32 or bf16, as the right operand of [`matmul_packed`].
+pub fn pack_rhs(b: &Tensor) -> Result<PackedB> {
+    b.dims2()?;
+    Ok(PackedB(with_view(b, "b", pack_b)?))
+}
+
+/// Packs a weight `w` (out, in) for `x · wᵀ` ([`matmul_packed`]): [`pack_rhs`] of `w.t()`.
+pub fn pack_weight(w: &Tensor) -> Result<PackedB> {
+    pack_rhs(&w.t()?)
+}
+
+/// `a · b` with `b` packed beforehand ([`pack_rhs`], [`pack_weight`]): the same result as
+/// [`matmul`] of the unpacked operand.
+pub fn matmul_packed(a: &Tensor, b: &PackedB) -> Result<Tensor> {
+    matmul_packed_with(Backend::detect(), a, b)
+}
+
+/// [`matmul_packed`] with a chosen backend; an error if this machine cannot run it.
+pub fn matmul_packed_with(backend: Backend, a: &Tensor, b: &PackedB) -> Result<Tensor> {
+    check_usable(backend)?;
+    let (m, k) = a.dims2()?;
+    if k != b.k() {
+        bail!(
+            "bf16_gemm::matmul_packed: a is ({m}, {k}) but the packed b is ({}, {}): inner sizes differ",
+            b.k(),
+            b.n()
+        )
+    }
+    let pa = with_view(a, "a", pack_a)?;
+    let mut c = vec![0f32; m * b.n()];
+    driver::gemm(backend, &pa, &b.0, &mut c);
+    Tensor::from_vec(c, (m, b.n()), &Device::Cpu)
+}
+
+/// `acc += aᵀ · b` in place, with bf16(a) and bf16(b) and f32 sums: acc (m, n) a contiguous
+/// f32 CPU tensor, a (k, m) and b (k, n) with any 2-D strides.
+pub fn add_matmul_tn(acc: &Tensor, a: &Tensor, b: &Tensor) -> Result<()> {
+    add_matmul_tn_with(Backend::detect(), acc, a, b)
+}
+
+/// [`add_matmul_tn`] with a chosen backend; an error if this machine cannot run it.
+pub fn add_matmul_tn_with(backend: Backend, acc: &Tensor, a: &Tensor, b: &Tensor) -> Result<()> {
+    check_usable(backend)?;
+    let (m, n) = acc.dims2()?;
+    let (k, m2) = a.dims2()?;
+    let (k2, n2) = b.dims2()?;
+    if (m, n, k) != (m2, n2, k2) {
+        bail!("bf16_gemm::add_matmul_tn: ({m}, {n}) += ({k}, {m2})ᵀ · ({k2}, {n2}): shapes differ")
+    }
+    if acc.dtype() != DType::F32 || !acc.device().is_cpu() {
+        bail!(
+            "bf16_gemm::add_matmul_tn: the accumulator must be an f32 CPU tensor, not {:?} on {:?}",
+            acc.dtype(),
+            acc.device()
+        )
+    }
+    let a = with_view(a, "a", |v| pack_a(v.t()))?;
+    let b = with_view(b, "b", pack_b)?;
+    acc.inplace_op1(&AddPacked { backend, a, b })
+}
+
+fn check_usable(backend: Backend) -> Result<()> {
+    if !backend.usable() {
+        bail!(
+            "bf16_gemm: the {} backend does not run on this machine (detected: {})",
+            backend.name(),
+            Backend::detect().name()
+        )
+    }
+    Ok(())
+}
+
+/// Runs `f` on a strided view of `t`'s f32 elements (bf16 tensors are widened first, exactly).
+fn with_view<R>(t: &Tensor, what: &str, f: impl FnOnce(View<'_>) -> R) -> Result<R> {
+    if !t.device().is_cpu() {
+        bail!(
+            "bf16_gemm: {what} must be a CPU tensor, not on {:?}",
+            t.device()
+        )
+    }
+    let t = match t.dtype() {
+        DType::F32 => t.clone(),
+        DType::BF16 => t.to_dtype(DType::F32)?,
+        d => bail!("bf16_gemm: {what} must be f32 or bf16, not {d:?}"),
+    };
+    let (st, l) = t.storage_and_layout();
+    let Storage::Cpu(cs) = &*st else {
+        bail!("bf16_gemm: {what} must be a CPU tensor")
+    };
+    let data = cs.as_slice::<f32>()?;
+    let dims = l.shape().dims2()?;
+    let s = l.stride();
+    let Some(v) = View::new(data, l.start_offset(), dims, (s[0], s[1])) else {
+        bail!("bf16_gemm: {what}'s layout {l:?} reaches past its storage")
+    };
+    Ok(f(v))
+}
+
+/// `acc += A · B` from packed operands, as an in-place op on the accumulator's storage.
+struct AddPacked {
+    backend: Backend,
+    a: Packed,
+    b: Packed,
+}
+
+impl InplaceOp1 for AddPacked {
+    fn name(&self) -> &'static str {
+        "bf16-add-matmul-tn"
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
+        let c = crate::model::storage::f32s_mut(s, l, self.name())?;
+        driver::gemm(self.backend, &self.a, &self.b, c);
+        Ok(())
+    }
+}

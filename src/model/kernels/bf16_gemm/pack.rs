@@ -1,0 +1,326 @@
+//! Packing f32 operands into the bf16 layouts every microkernel reads: rounding (nearest even)
+//! and re-ordering in one pass over any 2-D strides, zero-padded to whole tiles.
+//!
+//! Both operands are cut into panels of 16 rows of A (16 columns of B) over the whole padded K,
+//! each panel a run of 1 KiB k-steps of 32 k:
+//! - A panel, k-step s: `[16 rows][32 k]` (row-major, k contiguous: an AMX A tile);
+//! - B panel, k-step s: `[16 k-pairs][16 columns][2]` (VNNI pairs `b[2p, j], b[2p+1, j]`: an AMX
+//!   B tile, and for `vdpbf16ps` one zmm of 16 columns per k-pair).
+//!
+//! Rows (columns) are padded to a multiple of 32 and K to a multiple of 32, so a 32 × 32 block
+//! and every k-step exist in full; padding is zero and adds nothing.
+use rayon::prelude::*;
+
+/// Elements of K per k-step (one AMX tile's depth).
+pub const KSTEP: usize = 32;
+/// Rows (columns) per panel.
+pub const PANEL: usize = 16;
+/// Elements in one panel's k-step (1 KiB of bf16).
+pub const STEP_ELEMS: usize = KSTEP * PANEL;
+/// Rows and columns are padded to a multiple of this (one microkernel block).
+pub const BLOCK: usize = 32;
+/// Below this many packed elements, packing stays on the calling thread.
+const PAR_ELEMS: usize = 1 << 16;
+
+/// `x` rounded to bf16 (round to nearest, ties to even), as its bits; NaN stays a (quiet) NaN.
+/// The same value as `half::bf16::from_f32`, written branch-light so packing loops vectorise.
+#[inline(always)]
+pub fn round_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        ((b >> 16) | 0x40) as u16
+    } else {
+        (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16
+    }
+}
+
+/// A read-only 2-D view of f32 elements: element (i, j) is `data[off + i * rs + j * cs]`.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    /// The backing elements.
+    pub data: &'a [f32],
+    /// Offset of element (0, 0).
+    pub off: usize,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// Element stride between rows.
+    pub rs: usize,
+    /// Element stride between columns.
+    pub cs: usize,
+}
+
+impl<'a> View<'a> {
+    /// A view, checked to stay inside `data`.
+    pub fn new(
+        data: &'a [f32],
+        off: usize,
+        (rows, cols): (usize, usize),
+        (rs, cs): (usize, usize),
+    ) -> Option<Self> {
+        if rows > 0 && cols > 0 {
+            let last = off + (rows - 1) * rs + (cols - 1) * cs;
+            if last >= data.len() {
+                return None;
+            }
+        }
+        Some(Self {
+            data,
+            off,
+            rows,
+            cols,
+            rs,
+            cs,
+        })
+    }
+
+    /// The transposed view (no copy).
+    pub fn t(self) -> Self {
+        Self {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+}
+
+/// A packed operand: `panels` panels of 16 rows (A) or 16 columns (B), `steps` k-steps each.
+#[derive(Debug, Clone)]
+pub struct Packed {
+    /// bf16 bits, panel after panel.
+    pub data: Vec<u16>,
+    /// Logical rows of A (columns of B).
+    pub len: usize,
+    /// Logical K.
+    pub k: usize,
+    /// k-steps per panel (`k` padded to 32, over 32).
+    pub steps: usize,
+}
+
+impl Packed {
+    /// Elements per panel.
+    pub fn panel_elems(&self) -> usize {
+        self.steps * STEP_ELEMS
+    }
+}
+
+fn padded(len: usize, to: usize) -> usize {
+    len.div_ceil(to).max(1) * to
+}
+
+fn packed_zeroed(len: usize, k: usize) -> Packed {
+    let steps = padded(k, KSTEP) / KSTEP;
+    let panels = padded(len, BLOCK) / PANEL;
+    Packed {
+        data: vec![0u16; panels * steps * STEP_ELEMS],
+        len,
+        k,
+        steps,
+    }
+}
+
+/// Runs `f(panel index, panel)` over the panels, in parallel for large operands.
+fn for_panels(p: &mut Packed, f: impl Fn(usize, &mut [u16]) + Sync + Send) {
+    let pe = p.panel_elems();
+    if p.data.len() >= PAR_ELEMS {
+        p.data
+            .par_chunks_mut(pe)
+            .enumerate()
+            .for_each(|(i, d)| f(i, d));
+    } else {
+        p.data.chunks_mut(pe).enumerate().for_each(|(i, d)| f(i, d));
+    }
+}
+
+/// Index in an A panel of (row r < 16, k p).
+#[inline(always)]
+fn a_index(r: usize, p: usize) -> usize {
+    (p / KSTEP) * STEP_ELEMS + r * KSTEP + p % KSTEP
+}
+
+/// Index in a B panel of (k p, column c < 16).
+#[inline(always)]
+fn b_index(p: usize, c: usize) -> usize {
+    (p / 2) * (2 * PANEL) + c * 2 + p % 2
+}
+
+/// Packs `a` (m, k) as the left operand: panels of 16 rows.
+pub fn pack_a(a: View<'_>) -> Packed {
+    pack_a_with(a, simd())
+}
+
+/// Whether packing takes the AVX-512 BF16 path (detected once).
+fn simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *S.get_or_init(super::pack_avx512::usable)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// [`pack_a`], the AVX-512 BF16 packer if `simd` (and the CPU has it), else the scalar one.
+pub(super) fn pack_a_with(a: View<'_>, simd: bool) -> Packed {
+    let mut p = packed_zeroed(a.rows, a.cols);
+    let fast = simd && self::simd();
+    for_panels(&mut p, |panel, d| {
+        #[cfg(target_arch = "x86_64")]
+        if fast {
+            // SAFETY: `simd()` checked the CPU's features.
+            unsafe { super::pack_avx512::panel_a(a, panel * PANEL, d) };
+            return;
+        }
+        let _ = fast;
+        pack_panel(a, panel * PANEL, d, a_index);
+    });
+    p
+}
+
+/// Packs `b` (k, n) as the right operand: panels of 16 columns in VNNI pairs.
+pub fn pack_b(b: View<'_>) -> Packed {
+    pack_b_with(b, simd())
+}
+
+/// [`pack_b`], the AVX-512 BF16 packer if `simd` (and the CPU has it), else the scalar one.
+pub(super) fn pack_b_with(b: View<'_>, simd: bool) -> Packed {
+    let mut p = packed_zeroed(b.cols, b.rows);
+    let bt = b.t();
+    let fast = simd && self::simd();
+    for_panels(&mut p, |panel, d| {
+        #[cfg(target_arch = "x86_64")]
+        if fast {
+            // SAFETY: `simd()` checked the CPU's features.
+            unsafe { super::pack_avx512::panel_b(bt, panel * PANEL, d) };
+            return;
+        }
+        let _ = fast;
+        pack_panel(bt, panel * PANEL, d, |c, k| b_index(k, c));
+    });
+    p
+}
+
+/// Fills one panel from rows `r0..r0 + 16` of `v` (rows × K), element (r, p) going to
+/// `d[index(r - r0, p)]`; the loop order follows the smaller stride.
+fn pack_panel(v: View<'_>, r0: usize, d: &mut [u16], index: impl Fn(usize, usize) -> usize) {
+    let nr = v.rows.saturating_sub(r0).min(PANEL);
+    if nr == 0 {
+        return;
+    }
+    if v.cs <= v.rs {
+        for r in 0..nr {
+            let base = v.off + (r0 + r) * v.rs;
+            if v.cs == 1 {
+                let row = &v.data[base..base + v.cols];
+                for (p, &x) in row.iter().enumerate() {
+                    d[index(r, p)] = round_bf16(x);
+                }
+            } else {
+                for p in 0..v.cols {
+                    d[index(r, p)] = round_bf16(v.data[base + p * v.cs]);
+                }
+            }
+        }
+    } else {
+        for p in 0..v.cols {
+            let base = v.off + p * v.cs + r0 * v.rs;
+            if v.rs == 1 {
+                let col = &v.data[base..base + nr];
+                for (r, &x) in col.iter().enumerate() {
+                    d[index(r, p)] = round_bf16(x);
+                }
+            } else {
+                for r in 0..nr {
+                    d[index(r, p)] = round_bf16(v.data[base + r * v.rs]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_matches_half() {
+        let mut vals = vec![
+            0.0f32,
+            -0.0,
+            1.0,
+            f32::MAX,
+            f32::MIN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e-40,
+            f32::from_bits(0x3f80_8000), // a tie: stays even
+            f32::from_bits(0x3f81_8000), // a tie: rounds up to even
+            f32::from_bits(0x3f80_8001),
+        ];
+        let mut h = 12345u32;
+        for _ in 0..10_000 {
+            h = h.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            vals.push(f32::from_bits(h));
+        }
+        for x in vals {
+            let want = half::bf16::from_f32(x);
+            let got = round_bf16(x);
+            if x.is_nan() {
+                assert!(half::bf16::from_bits(got).is_nan(), "{x:?}");
+            } else {
+                assert_eq!(got, want.to_bits(), "{x:?} ({:#x})", x.to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn packs_a_and_b_in_tile_order() {
+        let (m, k) = (3usize, 35usize);
+        let data: Vec<f32> = (0..m * k).map(|i| i as f32).collect();
+        let a = View::new(&data, 0, (m, k), (k, 1)).unwrap();
+        let pa = pack_a(a);
+        assert_eq!(pa.steps, 2);
+        assert_eq!(pa.data.len(), 2 * 2 * STEP_ELEMS);
+        let get = |bits: u16| half::bf16::from_bits(bits).to_f32();
+        // Row 2, k 33: second k-step, row 2, column 1.
+        assert_eq!(
+            get(pa.data[STEP_ELEMS + 2 * KSTEP + 1]),
+            (2 * k + 33) as f32
+        );
+        // Padding is zero.
+        assert_eq!(get(pa.data[STEP_ELEMS + 2 * KSTEP + 3]), 0.0);
+        // The same matrix as B = aᵀ (k, m) through a transposed view.
+        let pb = pack_b(a.t());
+        // b[33, 2] = a[2, 33]: k-step 1, pair 0, column 2, second of the pair.
+        assert_eq!(get(pb.data[STEP_ELEMS + 2 * 2 + 1]), (2 * k + 33) as f32);
+        assert!(View::new(&data, 1, (m, k), (k, 1)).is_none());
+    }
+
+    #[test]
+    fn simd_and_scalar_packing_agree() {
+        if !simd() {
+            eprintln!("skipping: no AVX-512 BF16 packer on this CPU");
+            return;
+        }
+        let mut h = 7u32;
+        let data: Vec<f32> = (0..70 * 90)
+            .map(|_| {
+                h = h.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (h >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+            })
+            .collect();
+        // Row-major, transposed and a strided window, odd sizes on both sides.
+        let views = [
+            View::new(&data, 0, (70, 90), (90, 1)).unwrap(),
+            View::new(&data, 0, (70, 90), (90, 1)).unwrap().t(),
+            View::new(&data, 3, (33, 17), (180, 2)).unwrap(),
+        ];
+        for v in views {
+            assert_eq!(pack_a_with(v, true).data, pack_a_with(v, false).data);
+            assert_eq!(pack_b_with(v, true).data, pack_b_with(v, false).data);
+        }
+    }
+}

@@ -41,6 +41,10 @@ impl Trainer {
                         t.gradient_checkpointing,
                         replicas.share(i),
                     )?;
+                    log::debug!(
+                        "agent {i}: gradients accumulated; {}",
+                        crate::runtime::memory_line()
+                    );
                     let tick = Instant::now();
                     replicas.reduce(i, &vars, &mut lg)?;
                     u.phases.comm += since(tick);

@@ -20,6 +20,8 @@ impl Trainer {
         let t = &self.scenario.trainer;
         let total_opt = self.total_opt_steps();
         let start = Instant::now();
+        crate::runtime::release_free_memory();
+        log::debug!("update round starts; {}", crate::runtime::memory_line());
         let opt_steps = state.opt_steps.clone();
         let replicas = &self.replicas;
         let work =

@@ -136,12 +136,12 @@ settings_section! {
         /// agents' weights + AdamW moments, 12 GB, plus one agent's gradients under 15 GB).
         parallel_updates: bool = true, kind "bool", why "same results, faster";
         /// Numeric type of AdamW's two moment buffers: `f32` is torch's AdamW exactly; `bf16`
-        /// halves their memory (4 of the 12 bytes each parameter costs; 2 GB per agent at
-        /// Qwen2.5-0.5B) by storing them as bf16 with stochastic rounding (update in f32, round
-        /// up or down at random in proportion to the distance, so small updates are not lost;
-        /// the random bits are keyed by seed, step and parameter, so runs and resumes are
-        /// reproducible). A checkpoint written with the other setting is converted on resume,
-        /// with a note. See docs/performance.md.
+        /// halves them (8 → 4 bytes per parameter, 2 GB less per agent at Qwen2.5-0.5B) by
+        /// storing bf16 with stochastic rounding: read exactly, updated in f32, rounded up or
+        /// down at random in proportion to the distance, so small updates are not lost on
+        /// average. The random bits are keyed by seed, step and parameter: runs and resumes are
+        /// reproducible, whatever the thread count. A checkpoint written with the other setting
+        /// is converted on resume, with a note. See docs/performance.md.
         optimizer_state_dtype: Dtype = Dtype::F32, kind "`f32` \\| `bf16`",
             why "torch's AdamW exactly", check state_precision;
         /// Completions per forward/backward pass in the loss; `0` = all K of a node sample in

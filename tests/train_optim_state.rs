@@ -41,15 +41,17 @@ fn quadratic(state: StateDtype, n: usize, steps: usize, seed: u64) -> (Vec<f32>,
 #[test]
 fn bf16_moments_track_f32_adamw() {
     // 300 steps at lr 1e-2 from 0 towards targets in [-1, 1]. Stated tolerance: every
-    // parameter within 0.02 of the f32 run's (most of a 0.01-per-step move, 2% of the range),
-    // and the mean distance below 0.002.
+    // parameter within 2e-3 of the f32 run's (a fifth of one 0.01 step) and the mean distance
+    // below 2e-4. Measured: max 4.1e-4, mean 5.3e-5; plain truncation instead of stochastic
+    // rounding gives max 3.8e-3, mean 1.4e-3 and fails both.
     let n = 5000;
     let (pf, mf) = quadratic(StateDtype::F32, n, 300, 1);
     let (pb, mb) = quadratic(StateDtype::Bf16, n, 300, 1);
     let diffs: Vec<f32> = pf.iter().zip(&pb).map(|(a, b)| (a - b).abs()).collect();
     let max = diffs.iter().cloned().fold(0f32, f32::max);
     let mean = diffs.iter().sum::<f32>() / n as f32;
-    assert!(max < 0.02 && mean < 0.002, "max {max}, mean {mean}");
+    eprintln!("bf16 vs f32 AdamW after 300 steps: max {max}, mean {mean}");
+    assert!(max < 2e-3 && mean < 2e-4, "max {max}, mean {mean}");
     // The bf16 run really stores bf16 (its moments differ in the low bits), yet both converge.
     assert!(mf != mb);
     let target_err = |p: &[f32]| {

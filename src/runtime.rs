@@ -86,6 +86,22 @@ pub fn rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// Hands the allocator's free pages back to the OS (glibc `malloc_trim`), which otherwise keeps
+/// them (see `malloc_keep_memory`): called between sampling and the update round, whose peak
+/// then counts only the pages it touches again, not the sampling's freed ones.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn release_free_memory() {
+    // SAFETY: malloc_trim only returns free memory of the allocator's arenas to the OS; it
+    // touches no live allocation and is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Nothing to do on other allocators.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn release_free_memory() {}
+
 /// "rss X MB, peak Y MB" for debug logs.
 pub fn memory_line() -> String {
     let mb = |b: Option<u64>| b.map_or("?".into(), |b| format!("{:.0} MB", b as f64 / 1e6));

@@ -2,7 +2,8 @@
 //! `mpirun --oversubscribe -np 2`, each rank single-threaded, gives the same metrics rows and
 //! bit-identical final weights as the one-process run; a resume from a checkpoint written by
 //! two ranks continues exactly (also with the KL penalty and two turns, where rank 0 runs the
-//! transition); a bad placement ends the job with an error naming the rank.
+//! transition); with bf16 optimizer state as well; a bad placement ends the job with an error
+//! naming the rank.
 //! Skips, saying why, when `mpirun` is missing.
 #![cfg(feature = "mpi")]
 mod common;
@@ -321,4 +322,37 @@ fn a_world_too_small_for_the_replicas_is_refused() {
             && err.contains("mpirun -np 3"),
         "{err}"
     );
+}
+
+#[test]
+fn bf16_optimizer_state_on_ranks_and_replicas() {
+    if let Err(why) = mpirun_ok() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    // The rounding streams are keyed by the run seed and the agent, never the rank: two ranks
+    // give the one-process run's bits, and an agent's two replicas round alike (their weight
+    // checksums, compared at every checkpoint, agree).
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, two, four) = (
+        tmp.path().join("one"),
+        tmp.path().join("two"),
+        tmp.path().join("four"),
+    );
+    let sets = [
+        "trainer.num_train_epochs=1",
+        "checkpoint_every=5",
+        "trainer.optimizer_state_dtype=bf16",
+    ];
+    let (code, err) = run_np(None, &one, &sets, &[]);
+    assert_eq!(code, Some(0), "one process: {err}");
+    let (code, err) = run_np(Some(2), &two, &sets, &[]);
+    assert_eq!(code, Some(0), "two ranks: {err}");
+    assert_eq!(metrics_without_timing(&two), metrics_without_timing(&one));
+    same_models(&one, &two, "bf16 state on two ranks");
+    let mut replicated = sets.to_vec();
+    replicated.push("agents.replicas=2");
+    let (code, err) = run_np(Some(4), &four, &replicated, &[]);
+    assert_eq!(code, Some(0), "two replicas per agent: {err}");
+    assert_eq!(checkpoint_names(&four), ["step-00000005", "step-00000010"]);
 }

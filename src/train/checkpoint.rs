@@ -8,6 +8,8 @@
 //! directory must be on a filesystem every rank sees); rank 0 writes the manifest last, once
 //! every rank's part is there, so a checkpoint is complete only with all of them.
 use super::manifest;
+use super::moment_io::{self, dtype_name, MomentView};
+use super::moments::{Moments, StateDtype};
 use super::optim::AdamW;
 use super::rollout::NodeSample;
 use super::verify::{check_state, Expect};
@@ -113,8 +115,8 @@ pub fn save(
         let mut moments = Vec::with_capacity(2 * guards.len());
         for (ps, m, v) in &guards {
             let shape = ps.var.as_tensor().dims().to_vec();
-            moments.push((format!("m.{}", ps.name), F32View::new(m, shape.clone())));
-            moments.push((format!("v.{}", ps.name), F32View::new(v, shape)));
+            moments.push((format!("m.{}", ps.name), MomentView::new(m, shape.clone())));
+            moments.push((format!("v.{}", ps.name), MomentView::new(v, shape)));
         }
         let path = tmp.join(format!("optimizer_{i}.safetensors"));
         safetensors::serialize_to_file(moments, None, &path)
@@ -163,44 +165,9 @@ fn valid_name(name: &str) -> bool {
         .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
-fn lock(m: &std::sync::Mutex<Vec<f32>>) -> Result<std::sync::MutexGuard<'_, Vec<f32>>> {
+fn lock(m: &std::sync::Mutex<Moments>) -> Result<std::sync::MutexGuard<'_, Moments>> {
     m.lock()
         .map_err(|_| Error::Internal("optimizer state lock poisoned".into()))
-}
-
-/// A borrowed f32 buffer as a safetensors tensor (written without a copy on little-endian
-/// machines, as safetensors stores little-endian).
-struct F32View<'a> {
-    data: &'a [f32],
-    shape: Vec<usize>,
-}
-
-impl<'a> F32View<'a> {
-    fn new(data: &'a [f32], shape: Vec<usize>) -> Self {
-        Self { data, shape }
-    }
-}
-
-impl safetensors::View for F32View<'_> {
-    fn dtype(&self) -> safetensors::Dtype {
-        safetensors::Dtype::F32
-    }
-
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-
-    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
-        if cfg!(target_endian = "little") {
-            std::borrow::Cow::Borrowed(bytemuck::cast_slice(self.data))
-        } else {
-            self.data.iter().flat_map(|x| x.to_le_bytes()).collect()
-        }
-    }
-
-    fn data_len(&self) -> usize {
-        std::mem::size_of_val(self.data)
-    }
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {
@@ -234,7 +201,9 @@ pub fn latest(output_dir: &Path) -> Result<Option<PathBuf>> {
 }
 
 /// Verifies the checkpoint in `dir` (manifest hashes, run id, state against `expect`), then
-/// restores weights and optimizer moments in place and returns the saved state and scenario.
+/// restores weights and optimizer moments in place and returns the saved state and scenario,
+/// plus a note for each agent whose moments were stored in the other `optimizer_state_dtype`
+/// (they are converted: bf16 → f32 exactly, f32 → bf16 rounded to nearest).
 ///
 /// `rank` reads its own state file and restores the agents it holds (`Some` in `policies`).
 pub fn load(
@@ -244,8 +213,9 @@ pub fn load(
     expect: &Expect,
     run_id: &str,
     rank: usize,
-) -> Result<(TrainState, String)> {
+) -> Result<(TrainState, String, Vec<String>)> {
     let sfile = state_file(rank);
+    let mut notes = Vec::new();
     let mpath = dir.join(manifest::MANIFEST);
     let mut required = vec![sfile.clone(), "scenario.yaml".to_string()];
     for i in (0..policies.len()).filter(|&i| policies[i].is_some()) {
@@ -326,30 +296,50 @@ pub fn load(
         let opath = dir.join(format!("optimizer_{i}.safetensors"));
         let moments = candle_core::safetensors::load(&opath, &Device::Cpu)
             .map_err(|e| Error::checkpoint_by(&opath, "unreadable optimizer state", e))?;
+        let mut converted = None;
         for ps in &opt.params {
             for (key, slot) in [("m", &ps.m), ("v", &ps.v)] {
                 let t = moments.get(&format!("{key}.{}", ps.name)).ok_or_else(|| {
                     Error::checkpoint(&opath, format!("`{key}.{}` missing", ps.name))
                 })?;
                 let want = ps.var.as_tensor().dims();
-                if t.dims() != want || t.dtype() != candle_core::DType::F32 {
+                let stored = match t.dims() == want {
+                    true => moment_io::read(t)?,
+                    false => None,
+                };
+                let Some(stored) = stored else {
                     return Err(Error::checkpoint(
                         &opath,
                         format!(
-                            "`{key}.{}` is {:?} {:?}, the parameter is F32 {want:?}",
+                            "`{key}.{}` is {:?} {:?}, the parameter is {want:?} (moments are F32 or BF16)",
                             ps.name,
                             t.dtype(),
                             t.dims()
                         ),
                     ));
+                };
+                if stored.dtype() != opt.state_dtype {
+                    converted = Some(stored.dtype());
                 }
-                let data: Vec<f32> = t.flatten_all()?.to_vec1()?;
-                *slot
-                    .lock()
-                    .map_err(|_| Error::Internal("optimizer state lock poisoned".into()))? = data;
+                *lock(slot)? = stored.converted(opt.state_dtype);
             }
+        }
+        if let Some(was) = converted {
+            notes.push(format!(
+                "note: {} holds AdamW moments in {}, trainer.optimizer_state_dtype is {}: converted \
+                 them ({}), so the resumed run does not continue the original bit for bit; \
+                 resume with `--set trainer.optimizer_state_dtype={}` to keep them as written",
+                opath.display(),
+                dtype_name(was),
+                dtype_name(opt.state_dtype),
+                match was {
+                    StateDtype::Bf16 => "bf16 to f32 is exact",
+                    StateDtype::F32 => "f32 to bf16, rounded to nearest",
+                },
+                dtype_name(was)
+            ));
         }
         opt.step = state.opt_steps[i];
     }
-    Ok((state, scenario))
+    Ok((state, scenario, notes))
 }

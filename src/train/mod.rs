@@ -7,6 +7,8 @@ pub(crate) mod joint;
 pub mod loss;
 pub(crate) mod magrpo;
 pub mod manifest;
+pub(crate) mod moment_io;
+pub mod moments;
 pub mod optim;
 pub(crate) mod plot;
 pub(crate) mod presample;

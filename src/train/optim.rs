@@ -1,6 +1,8 @@
 //! In-place AdamW (torch semantics: decoupled weight decay applied first, bias-corrected moments)
-//! with global-norm gradient clipping folded into the same pass. Moments live in plain `Vec<f32>`
-//! so an update allocates nothing and the state serialises into checkpoints.
+//! with global-norm gradient clipping folded into the same pass. Moments live in plain vectors
+//! (f32, or bf16 with stochastic rounding: see `moments`) so an update allocates nothing and
+//! the state serialises into checkpoints.
+use super::moments::{bf16_to_f32, round_bf16, ChunkRng, Moments, StateDtype};
 use crate::error::{Error, Result};
 use crate::model::storage::{f32s, f32s_mut};
 use candle_core::backprop::GradStore;
@@ -42,12 +44,12 @@ pub struct ParamState {
     /// The variable.
     pub var: Var,
     /// First-moment estimate, one entry per element.
-    pub m: Mutex<Vec<f32>>,
+    pub m: Mutex<Moments>,
     /// Second-moment estimate, one entry per element.
-    pub v: Mutex<Vec<f32>>,
+    pub v: Mutex<Moments>,
 }
 
-/// AdamW over a set of variables, with its state in f32.
+/// AdamW over a set of variables, with its state in f32 or bf16.
 pub struct AdamW {
     /// Each variable's state.
     pub params: Vec<ParamState>,
@@ -55,13 +57,19 @@ pub struct AdamW {
     pub step: u64,
     /// Hyper-parameters.
     pub cfg: AdamWConfig,
+    /// Storage type of the moments.
+    pub state_dtype: StateDtype,
+    /// Seed of the stochastic rounding of bf16 moments (unused with f32).
+    pub seed: u64,
 }
 
 const CHUNK: usize = 1 << 14;
 
 struct Kernel<'a> {
-    m: &'a Mutex<Vec<f32>>,
-    v: &'a Mutex<Vec<f32>>,
+    m: &'a Mutex<Moments>,
+    v: &'a Mutex<Moments>,
+    /// (seed, optimizer step, parameter index): the key of the bf16 rounding streams.
+    key: (u64, u64, usize),
     decay: f32,
     b1: f32,
     b2: f32,
@@ -96,6 +104,21 @@ impl candle_core::InplaceOp2 for Kernel<'_> {
             .v
             .lock()
             .map_err(|_| candle_core::Error::Msg("adamw state poisoned".into()))?;
+        if m.len() != theta.len() || v.len() != theta.len() {
+            candle_core::bail!("adamw: {} parameters, {} moments", theta.len(), m.len())
+        }
+        match (&mut *m, &mut *v) {
+            (Moments::F32(m), Moments::F32(v)) => self.f32_state(theta, g, m, v),
+            (Moments::Bf16(m), Moments::Bf16(v)) => self.bf16_state(theta, g, m, v),
+            _ => candle_core::bail!("adamw: the two moments are stored in different dtypes"),
+        }
+        Ok(())
+    }
+}
+
+impl Kernel<'_> {
+    /// torch's AdamW on f32 moments.
+    fn f32_state(&self, theta: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
         let k = self;
         theta
             .par_chunks_mut(CHUNK)
@@ -113,22 +136,53 @@ impl candle_core::InplaceOp2 for Kernel<'_> {
                     th[i] += -k.step_size * m[i] / denom;
                 }
             });
-        Ok(())
+    }
+
+    /// The same arithmetic on bf16 moments: read exactly, updated in f32, the step taken with
+    /// the f32 values, written back with stochastic rounding. Each chunk draws from its own
+    /// stream, so the result does not depend on the thread count.
+    fn bf16_state(&self, theta: &mut [f32], g: &[f32], m: &mut [u16], v: &mut [u16]) {
+        let k = self;
+        let (seed, step, param) = k.key;
+        theta
+            .par_chunks_mut(CHUNK)
+            .zip(g.par_chunks(CHUNK))
+            .zip(m.par_chunks_mut(CHUNK))
+            .zip(v.par_chunks_mut(CHUNK))
+            .enumerate()
+            .for_each(|(c, (((th, g), m), v))| {
+                let mut rng = ChunkRng::new(seed, step, param, c);
+                for i in 0..th.len() {
+                    let gi = g[i] * k.gscale;
+                    th[i] *= k.decay;
+                    let mut mi = bf16_to_f32(m[i]);
+                    let mut vi = bf16_to_f32(v[i]);
+                    mi += (1.0 - k.b1) * (gi - mi);
+                    vi = vi * k.b2 + (1.0 - k.b2) * gi * gi;
+                    let r = rng.next_u64();
+                    m[i] = round_bf16(mi, r as u16);
+                    v[i] = round_bf16(vi, (r >> 16) as u16);
+                    let denom = vi.sqrt() / k.bc2_sqrt + k.eps;
+                    th[i] += -k.step_size * mi / denom;
+                }
+            });
     }
 }
 
-/// `n` zeros, written now. `vec![0.0; n]` would calloc untouched pages that the first step reads
-/// (mapping the shared zero page) and then writes: a second, copy-on-write fault per page with
-/// a TLB flush across cores, which made the first 0.5B optimizer step take ~10 s.
-fn zeroed(n: usize) -> Vec<f32> {
-    let mut v = Vec::with_capacity(n);
-    v.resize(n, 0.0);
-    v
-}
-
 impl AdamW {
-    /// Fresh (zero) state for `vars`.
+    /// Fresh (zero) f32 state for `vars`: torch's AdamW.
     pub fn new(vars: Vec<(String, Var)>, cfg: AdamWConfig) -> Self {
+        Self::with_state(vars, cfg, StateDtype::F32, 0)
+    }
+
+    /// Fresh (zero) state for `vars` stored as `state_dtype`; `seed` keys the stochastic
+    /// rounding of bf16 moments (give every replica of an agent the same one).
+    pub fn with_state(
+        vars: Vec<(String, Var)>,
+        cfg: AdamWConfig,
+        state_dtype: StateDtype,
+        seed: u64,
+    ) -> Self {
         let params = vars
             .into_iter()
             .map(|(name, var)| {
@@ -136,8 +190,8 @@ impl AdamW {
                 ParamState {
                     name,
                     var,
-                    m: Mutex::new(zeroed(n)),
-                    v: Mutex::new(zeroed(n)),
+                    m: Mutex::new(Moments::zeros(n, state_dtype)),
+                    v: Mutex::new(Moments::zeros(n, state_dtype)),
                 }
             })
             .collect();
@@ -145,6 +199,8 @@ impl AdamW {
             params,
             step: 0,
             cfg,
+            state_dtype,
+            seed,
         }
     }
 
@@ -219,11 +275,12 @@ impl AdamW {
         let c = self.cfg;
         let bc1 = 1.0 - c.beta1.powi(t);
         let bc2 = 1.0 - c.beta2.powi(t);
-        for (p, g) in self.params.iter().zip(grads) {
+        for (i, (p, g)) in self.params.iter().zip(grads).enumerate() {
             if let Some(g) = g {
                 let k = Kernel {
                     m: &p.m,
                     v: &p.v,
+                    key: (self.seed, self.step, i),
                     decay: (1.0 - lr * c.weight_decay) as f32,
                     b1: c.beta1 as f32,
                     b2: c.beta2 as f32,

@@ -6,6 +6,7 @@
 //! in lockstep on every rank (see `docs/distributed.md`): rank 0 alone writes metrics, the plot
 //! and the manifests. An agent with `replicas` > 1 is held by several ranks: its first replica
 //! samples it, all of them train it (`replicas`).
+use super::moments::StateDtype;
 use super::optim::{AdamW, AdamWConfig};
 use super::rundir::RunLock;
 use super::setup;
@@ -14,7 +15,7 @@ use crate::dist::{Placement, World};
 use crate::error::{Error, Result};
 use crate::model::{Policy, SamplingParams};
 use comlrl_reward::RewardStack;
-use comlrl_scenario::{JointMode, Scenario};
+use comlrl_scenario::{Dtype, JointMode, Scenario};
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,7 +124,8 @@ impl Trainer {
         let optims = policies
             .iter()
             .zip(&scenario.agents)
-            .map(|(p, a)| {
+            .enumerate()
+            .map(|(i, (p, a))| {
                 let cfg = AdamWConfig {
                     lr: a.learning_rate,
                     beta1: t.adam_beta1,
@@ -131,7 +133,14 @@ impl Trainer {
                     eps: t.adam_epsilon,
                     weight_decay: t.weight_decay,
                 };
-                p.as_ref().map(|p| AdamW::new(p.vars(), cfg))
+                let state = match t.optimizer_state_dtype {
+                    Dtype::Bf16 => StateDtype::Bf16,
+                    _ => StateDtype::F32,
+                };
+                // The same seed on every replica of an agent: they round identically.
+                let seed = scenario.seed ^ (i as u64).wrapping_mul(0xa076_1d64_78bd_642f);
+                p.as_ref()
+                    .map(|p| AdamW::with_state(p.vars(), cfg, state, seed))
             })
             .collect();
         let sampling = scenario.agents.iter().map(setup::sampling).collect();

@@ -45,7 +45,7 @@ impl Trainer {
         let expect = self.expect();
         let state = match (resume, checkpoint::latest(&out)?) {
             (true, Some(dir)) => {
-                let (st, yaml) = checkpoint::load(
+                let (st, yaml, notes) = checkpoint::load(
                     &dir,
                     &self.policies,
                     &mut self.optims,
@@ -53,6 +53,9 @@ impl Trainer {
                     &run_id,
                     world.rank(),
                 )?;
+                for note in &notes {
+                    obs.message(note);
+                }
                 if yaml != self.yaml {
                     obs.message(&format!(
                         "warning: the scenario differs from the one saved in {}; continuing with the current one",

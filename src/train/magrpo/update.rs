@@ -21,6 +21,8 @@ impl Trainer {
         let t = &self.scenario.trainer;
         let total_opt = self.total_opt_steps();
         let start = Instant::now();
+        crate::runtime::release_free_memory();
+        log::debug!("update round starts; {}", crate::runtime::memory_line());
         let opt_steps = state.opt_steps.clone();
         let replicas = &self.replicas;
         let compute = compute_dtype(t);
@@ -44,6 +46,10 @@ impl Trainer {
                         replicas.share(i),
                         compute,
                     )?;
+                    log::debug!(
+                        "agent {i}: gradients accumulated; {}",
+                        crate::runtime::memory_line()
+                    );
                     let tick = Instant::now();
                     replicas.reduce(i, &vars, &mut lg)?;
                     u.phases.comm += since(tick);

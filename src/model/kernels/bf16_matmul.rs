@@ -134,43 +134,68 @@ impl Bf16Matrix {
             .zip(x.chunks(self.cols.max(1)))
             .for_each(|(d, s)| round_row(s, d));
         let packed = (kernel == Kernel::Amx).then(|| amx::PackedX::new(&xb, m, sd));
-        // yᵀ (n, m) in tasks of whole W rows, then transposed into y (m, n).
-        let mut yt = vec![0f32; n * m];
-        yt.par_chunks_mut(TASK_ROWS * m.max(1))
-            .enumerate()
-            .for_each(|(task, out)| {
-                let r0 = task * TASK_ROWS;
-                let nr = out.len() / m.max(1);
-                let w = &self.data[r0 * sd..(r0 + nr) * sd];
-                match (kernel, &packed) {
-                    #[cfg(target_arch = "x86_64")]
-                    (Kernel::Amx, Some(px)) => {
-                        let tiled = nr / amx::TILE_ROWS * amx::TILE_ROWS;
-                        let (head, tail) = out.split_at_mut(tiled * m);
-                        // SAFETY: `Amx` survives `or_fallback` only where `amx::available()`
-                        // and the avx512f/avx512bf16 features hold; w has `nr` rows of `sd`
-                        // (a multiple of 32) and `head` tiled·m values; x was packed with `sd`.
-                        unsafe {
-                            amx::rows_xt(w, px, sd, tiled, head);
-                            avx512::block_rows(&w[tiled * sd..], &xb, sd, nr - tiled, m, tail)
-                        }
-                    }
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: `Avx512Bf16` is only used after `Kernel::detect` found the
-                    // avx512f and avx512bf16 features on this CPU (checked just above).
-                    (Kernel::Avx512Bf16, _) => unsafe {
-                        avx512::block_rows(w, &xb, sd, nr, m, out)
-                    },
-                    _ => portable_rows(w, &xb, sd, nr, m, out),
-                }
-            });
+        // Tasks of whole W rows: each computes its block of yᵀ (rows, m) locally and writes it
+        // transposed into its own columns of y (m, n).
         let mut y = vec![0f32; m * n];
-        for (j, col) in yt.chunks(m.max(1)).enumerate() {
-            for (i, &v) in col.iter().enumerate() {
-                y[i * n + j] = v;
+        let cols = Columns(y.as_mut_ptr());
+        (0..n.div_ceil(TASK_ROWS)).into_par_iter().for_each(|task| {
+            let r0 = task * TASK_ROWS;
+            let nr = TASK_ROWS.min(n - r0);
+            let mut out = vec![0f32; nr * m];
+            let w = &self.data[r0 * sd..(r0 + nr) * sd];
+            match (kernel, &packed) {
+                #[cfg(target_arch = "x86_64")]
+                (Kernel::Amx, Some(px)) => {
+                    let tiled = nr / amx::TILE_ROWS * amx::TILE_ROWS;
+                    let (head, tail) = out.split_at_mut(tiled * m);
+                    // SAFETY: `Amx` survives `or_fallback` only where `amx::available()`
+                    // and the avx512f/avx512bf16 features hold; w has `nr` rows of `sd`
+                    // (a multiple of 32) and `head` tiled·m values; x was packed with `sd`.
+                    unsafe {
+                        amx::rows_xt(w, px, sd, tiled, head);
+                        avx512::block_rows(&w[tiled * sd..], &xb, sd, nr - tiled, m, tail)
+                    }
+                }
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Avx512Bf16` is only used after `Kernel::detect` found the
+                // avx512f and avx512bf16 features on this CPU (checked just above).
+                (Kernel::Avx512Bf16, _) => unsafe {
+                    avx512::block_rows(w, &xb, sd, nr, m, &mut out)
+                },
+                _ => portable_rows(w, &xb, sd, nr, m, &mut out),
+            }
+            // SAFETY: this task alone writes columns r0..r0 + nr of y (tasks cover disjoint
+            // W-row ranges), y holds m·n values and outlives the parallel loop.
+            unsafe { cols.write_transposed(&out, r0, nr, m, n) };
+        });
+        y
+    }
+}
+
+/// y's buffer, shared by tasks that each write their own columns.
+#[derive(Clone, Copy)]
+struct Columns(*mut f32);
+
+// SAFETY: `Columns` is only used by `matmul_t_with`'s tasks, which write disjoint column
+// ranges of a buffer that outlives them: no element is touched by two threads.
+unsafe impl Send for Columns {}
+// SAFETY: as above; shared references only hand out the pointer for disjoint writes.
+unsafe impl Sync for Columns {}
+
+impl Columns {
+    /// y[i·n + r0 + j] = block[j·m + i] for j < nr, i < m.
+    ///
+    /// # Safety
+    /// The buffer holds m·n values, r0 + nr ≤ n, and no other thread writes these columns.
+    unsafe fn write_transposed(self, block: &[f32], r0: usize, nr: usize, m: usize, n: usize) {
+        for i in 0..m {
+            // SAFETY: row i's columns r0..r0 + nr lie inside the m·n buffer (caller's bounds)
+            // and belong to this task alone.
+            let row = unsafe { std::slice::from_raw_parts_mut(self.0.add(i * n + r0), nr) };
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = block[j * m + i];
             }
         }
-        y
     }
 }
 

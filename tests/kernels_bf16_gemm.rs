@@ -275,3 +275,17 @@ fn prepacked_operands_give_the_unpacked_result() {
         assert!(format!("{e}").contains("inner sizes differ"), "{e}");
     }
 }
+
+#[test]
+fn empty_dimensions_give_empty_or_zero_products() {
+    for backend in backends() {
+        let z = bf16_gemm::matmul_with(backend, &tensor(4, 0, 1), &tensor(0, 3, 2)).unwrap();
+        assert_eq!(z.to_vec2::<f32>().unwrap(), vec![vec![0f32; 3]; 4]);
+        let e = bf16_gemm::matmul_with(backend, &tensor(0, 5, 1), &tensor(5, 3, 2)).unwrap();
+        assert_eq!(e.dims2().unwrap(), (0, 3));
+        let acc = tensor(2, 3, 3);
+        let before = acc.to_vec2::<f32>().unwrap();
+        bf16_gemm::add_matmul_tn_with(backend, &acc, &tensor(0, 2, 4), &tensor(0, 3, 5)).unwrap();
+        assert_eq!(acc.to_vec2::<f32>().unwrap(), before);
+    }
+}

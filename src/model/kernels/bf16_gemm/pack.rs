@@ -183,10 +183,12 @@ pub(super) fn pack_a_with(a: View<'_>, simd: bool) -> Packed {
 
 /// Panels packed side by side, k-step by k-step: a group's 8 panels read 128 neighbouring
 /// rows (columns) of the source at each k, so a source laid out along them is read in runs.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const GROUP: usize = 8;
 
 /// Runs `f(panel, step, out)` for every k-step of every panel (`out`: that step's 512
 /// elements), groups of panels in parallel for large operands, steps outer within a group.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn by_steps(p: &mut Packed, f: impl Fn(usize, usize, &mut [u16]) + Sync + Send) {
     let (pe, steps) = (p.panel_elems(), p.steps);
     let group = |gi: usize, d: &mut [u16]| {

@@ -244,7 +244,8 @@ fn bad_input_is_an_error_naming_the_problem() {
 #[test]
 fn prepacked_operands_give_the_unpacked_result() {
     for backend in backends() {
-        for (m, k, n) in [(1, 33, 100), (16, 64, 17), (100, 70, 300)] {
+        // 130 rows: a last task of 2 rows (AMX configures 2-row tiles for it).
+        for (m, k, n) in [(1, 33, 100), (16, 64, 17), (100, 70, 300), (130, 70, 300)] {
             let a = tensor(m, k, 16);
             let w = tensor(n, k, 17);
             let packed = bf16_gemm::pack_weight(&w).unwrap();
@@ -272,5 +273,19 @@ fn prepacked_operands_give_the_unpacked_result() {
         let packed = bf16_gemm::pack_weight(&tensor(5, 7, 19)).unwrap();
         let e = bf16_gemm::matmul_packed(&tensor(3, 8, 20), &packed).unwrap_err();
         assert!(format!("{e}").contains("inner sizes differ"), "{e}");
+    }
+}
+
+#[test]
+fn empty_dimensions_give_empty_or_zero_products() {
+    for backend in backends() {
+        let z = bf16_gemm::matmul_with(backend, &tensor(4, 0, 1), &tensor(0, 3, 2)).unwrap();
+        assert_eq!(z.to_vec2::<f32>().unwrap(), vec![vec![0f32; 3]; 4]);
+        let e = bf16_gemm::matmul_with(backend, &tensor(0, 5, 1), &tensor(5, 3, 2)).unwrap();
+        assert_eq!(e.dims2().unwrap(), (0, 3));
+        let acc = tensor(2, 3, 3);
+        let before = acc.to_vec2::<f32>().unwrap();
+        bf16_gemm::add_matmul_tn_with(backend, &acc, &tensor(0, 2, 4), &tensor(0, 3, 5)).unwrap();
+        assert_eq!(acc.to_vec2::<f32>().unwrap(), before);
     }
 }

@@ -41,17 +41,20 @@ pub(super) fn usable() -> bool {
     })
 }
 
-/// Loads the tile configuration on this thread: palette 1, tiles 0–7 each 16 rows × 64 bytes.
-/// Call on the thread that then runs [`block`], before its first block.
+/// Loads the tile configuration on this thread: palette 1, tiles 0–7 each 16 rows × 64 bytes,
+/// except that tiles 0, 1 and 4 (the first A tile and its two C tiles) have `rows` (1–16)
+/// rows: fewer rows, fewer cycles per `tdpbf16ps`, for products of few rows ([`block_rows`]).
+/// Call on the thread that then runs [`block`] or [`block_rows`], before its first block.
 ///
 /// # Safety
 /// [`usable`] must have returned true.
-pub(super) unsafe fn configure() {
+pub(super) unsafe fn configure(rows: usize) {
+    assert!((1..=PANEL).contains(&rows), "amx: 1-16 rows per tile");
     let mut cfg = [0u8; 64];
     cfg[0] = 1;
     for t in 0..8 {
         cfg[16 + 2 * t..18 + 2 * t].copy_from_slice(&(ROW_BYTES as u16).to_le_bytes());
-        cfg[48 + t] = PANEL as u8;
+        cfg[48 + t] = if matches!(t, 0 | 1 | 4) { rows } else { PANEL } as u8;
     }
     // SAFETY: AMX is usable (the caller's contract); `cfg` is a valid 64-byte palette-1
     // configuration that ldtilecfg only reads.
@@ -158,6 +161,51 @@ pub(super) unsafe fn block(
             c2 = in(reg) c2,
             c3 = in(reg) c3,
             st = in(reg) st,
+            options(nostack)
+        );
+    }
+}
+
+/// The first `r` rows of a 32 × 32 block (r ≤ 16, the rows [`configure`] gave tiles 0, 1 and
+/// 4): one A tile against both B tiles per k-step, half the work of [`block`]. Stores rows
+/// 0..r of the block into `out` (row stride 32); the rest of `out` is left as it is.
+///
+/// # Safety
+/// As [`block`] with [`Dest::Tile`], with `out` a 32 × 32 f32 buffer.
+pub(super) unsafe fn block_rows(
+    a: *const u16,
+    b: *const u16,
+    ps: usize,
+    (s0, steps): (usize, usize),
+    out: &mut [f32; 1024],
+) {
+    // SAFETY: as in `block`: A tile 0 and both B tiles of each k-step lie inside the panels
+    // the caller guarantees (tile 4 reads at most 16 rows of 64 bytes); the two C tiles are
+    // stored at offsets 0 and 64 bytes of `out` with a 128-byte stride, at most 16 rows.
+    unsafe {
+        asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+        for s in s0..s0 + steps {
+            let o = s * STEP_ELEMS;
+            asm!(
+                "tileloadd tmm4, [{a0} + {st}*1]",
+                "tileloadd tmm6, [{b0} + {st}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tileloadd tmm7, [{b1} + {st}*1]",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                a0 = in(reg) a.add(o),
+                b0 = in(reg) b.add(o),
+                b1 = in(reg) b.add(ps + o),
+                st = in(reg) ROW_BYTES,
+                options(nostack, readonly)
+            );
+        }
+        let c = out.as_mut_ptr();
+        asm!(
+            "tilestored [{c0} + {st}*1], tmm0",
+            "tilestored [{c1} + {st}*1], tmm1",
+            c0 = in(reg) c,
+            c1 = in(reg) c.add(PANEL),
+            st = in(reg) 2 * ROW_BYTES,
             options(nostack)
         );
     }

@@ -71,9 +71,12 @@ fn run_task(
     let mut tile = [0f32; BLOCK * BLOCK];
     #[cfg(target_arch = "x86_64")]
     if backend == Backend::Amx {
+        // A task of at most 16 rows (a product of few rows) configures its A and C tiles
+        // with just those rows.
+        let rows = if m - i0 <= PANEL { m - i0 } else { PANEL };
         // SAFETY: `Backend::Amx` is only chosen after `amx::usable()` returned true; the
         // configuration is per thread, and this task runs start to end on this thread.
-        unsafe { super::amx::configure() };
+        unsafe { super::amx::configure(rows) };
     }
     let mut s0 = 0;
     while s0 < a.steps {
@@ -145,9 +148,14 @@ fn block(
         // SAFETY: `Backend::Amx` implies `amx::usable()` and `run_task` configured the tiles on
         // this thread; `ap` and `bp` hold two panels of `ps` elements with the k-steps inside;
         // `tile` is a 32 × 32 f32 buffer borrowed mutably here.
+        // With rows <= 16, `run_task` configured tiles 0, 1 and 4 with at least `rows` rows.
         Backend::Amx => unsafe {
-            let dest = super::amx::Dest::Tile(tile.as_mut_ptr());
-            super::amx::block(ap.as_ptr(), bp.as_ptr(), ps, ks, dest)
+            if rows <= PANEL {
+                super::amx::block_rows(ap.as_ptr(), bp.as_ptr(), ps, ks, tile)
+            } else {
+                let dest = super::amx::Dest::Tile(tile.as_mut_ptr());
+                super::amx::block(ap.as_ptr(), bp.as_ptr(), ps, ks, dest)
+            }
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Backend::Avx512Bf16` is only chosen where the CPU has avx512f and

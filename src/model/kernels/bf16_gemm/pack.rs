@@ -166,18 +166,53 @@ fn simd() -> bool {
 /// [`pack_a`], the AVX-512 BF16 packer if `simd` (and the CPU has it), else the scalar one.
 pub(super) fn pack_a_with(a: View<'_>, simd: bool) -> Packed {
     let mut p = packed_zeroed(a.rows, a.cols);
-    let fast = simd && self::simd();
-    for_panels(&mut p, |panel, d| {
-        #[cfg(target_arch = "x86_64")]
-        if fast {
+    #[cfg(target_arch = "x86_64")]
+    if simd && self::simd() {
+        by_steps(&mut p, |panel, s, out| {
             // SAFETY: `simd()` checked the CPU's features.
-            unsafe { super::pack_avx512::panel_a(a, panel * PANEL, d) };
-            return;
-        }
-        let _ = fast;
+            unsafe { super::pack_avx512::step_a(a, panel * PANEL, s, out) }
+        });
+        return p;
+    }
+    let _ = simd;
+    for_panels(&mut p, |panel, d| {
         pack_panel(a, panel * PANEL, d, a_index);
     });
     p
+}
+
+/// Panels packed side by side, k-step by k-step: a group's 8 panels read 128 neighbouring
+/// rows (columns) of the source at each k, so a source laid out along them is read in runs.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const GROUP: usize = 8;
+
+/// Runs `f(panel, step, out)` for every k-step of every panel (`out`: that step's 512
+/// elements), groups of panels in parallel for large operands, steps outer within a group.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn by_steps(p: &mut Packed, f: impl Fn(usize, usize, &mut [u16]) + Sync + Send) {
+    let (pe, steps) = (p.panel_elems(), p.steps);
+    let group = |gi: usize, d: &mut [u16]| {
+        for s in 0..steps {
+            for (g, panel) in d.chunks_exact_mut(pe).enumerate() {
+                f(
+                    gi * GROUP + g,
+                    s,
+                    &mut panel[s * STEP_ELEMS..(s + 1) * STEP_ELEMS],
+                );
+            }
+        }
+    };
+    if p.data.len() >= PAR_ELEMS {
+        p.data
+            .par_chunks_mut(pe * GROUP)
+            .enumerate()
+            .for_each(|(i, d)| group(i, d));
+    } else {
+        p.data
+            .chunks_mut(pe * GROUP)
+            .enumerate()
+            .for_each(|(i, d)| group(i, d));
+    }
 }
 
 /// Packs `b` (k, n) as the right operand: panels of 16 columns in VNNI pairs.
@@ -189,15 +224,16 @@ pub fn pack_b(b: View<'_>) -> Packed {
 pub(super) fn pack_b_with(b: View<'_>, simd: bool) -> Packed {
     let mut p = packed_zeroed(b.cols, b.rows);
     let bt = b.t();
-    let fast = simd && self::simd();
-    for_panels(&mut p, |panel, d| {
-        #[cfg(target_arch = "x86_64")]
-        if fast {
+    #[cfg(target_arch = "x86_64")]
+    if simd && self::simd() {
+        by_steps(&mut p, |panel, s, out| {
             // SAFETY: `simd()` checked the CPU's features.
-            unsafe { super::pack_avx512::panel_b(bt, panel * PANEL, d) };
-            return;
-        }
-        let _ = fast;
+            unsafe { super::pack_avx512::step_b(bt, panel * PANEL, s, out) }
+        });
+        return p;
+    }
+    let _ = simd;
+    for_panels(&mut p, |panel, d| {
         pack_panel(bt, panel * PANEL, d, |c, k| b_index(k, c));
     });
     p

@@ -49,35 +49,34 @@ fn gather<const RO: usize, const PO: usize>(
     }
 }
 
-/// One A panel: rows `r0..r0 + 16` of `v` (rows × K) into `d` (`[step][16 rows][32 k]`).
+/// One k-step `s` of an A panel: rows `r0..r0 + 16` of `v` (rows × K), k `32s..32s + 32`,
+/// into `out` (512 elements: `[16 rows][32 k]`).
 ///
 /// # Safety
 /// [`usable`] must have returned true.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-pub(super) unsafe fn panel_a(v: View<'_>, r0: usize, d: &mut [u16]) {
+pub(super) unsafe fn step_a(v: View<'_>, r0: usize, s: usize, out: &mut [u16]) {
     let mut blk = [0f32; STEP_ELEMS];
-    for (s, out) in d.chunks_exact_mut(STEP_ELEMS).enumerate() {
-        gather::<KSTEP, 1>(v, r0, s * KSTEP, &mut blk);
-        for (row, o) in blk.chunks_exact(KSTEP).zip(out.chunks_exact_mut(KSTEP)) {
-            // SAFETY: `row` holds 32 f32 and `o` 32 u16: two 64-byte loads, one 64-byte store,
-            // all unaligned-tolerant. The transmute reinterprets 32 bf16 as 512 bits.
-            unsafe {
-                let lo = _mm512_loadu_ps(row.as_ptr());
-                let hi = _mm512_loadu_ps(row.as_ptr().add(16));
-                let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
-                _mm512_storeu_si512(o.as_mut_ptr().cast(), v);
-            }
+    gather::<KSTEP, 1>(v, r0, s * KSTEP, &mut blk);
+    for (row, o) in blk.chunks_exact(KSTEP).zip(out.chunks_exact_mut(KSTEP)) {
+        // SAFETY: `row` holds 32 f32 and `o` 32 u16: two 64-byte loads, one 64-byte store,
+        // all unaligned-tolerant. The transmute reinterprets 32 bf16 as 512 bits.
+        unsafe {
+            let lo = _mm512_loadu_ps(row.as_ptr());
+            let hi = _mm512_loadu_ps(row.as_ptr().add(16));
+            let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+            _mm512_storeu_si512(o.as_mut_ptr().cast(), v);
         }
     }
 }
 
-/// One B panel: columns `c0..c0 + 16` of b, given as `bt` (columns × K), into `d`
-/// (`[step][16 k-pairs][16 columns][2]`).
+/// One k-step `s` of a B panel: columns `c0..c0 + 16` of b, given as `bt` (columns × K), into
+/// `out` (512 elements: `[16 k-pairs][16 columns][2]`).
 ///
 /// # Safety
 /// [`usable`] must have returned true.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-pub(super) unsafe fn panel_b(bt: View<'_>, c0: usize, d: &mut [u16]) {
+pub(super) unsafe fn step_b(bt: View<'_>, c0: usize, s: usize, out: &mut [u16]) {
     let mut blk = [0f32; STEP_ELEMS];
     // Output lane 2c takes column c of k 2q (input lane c), lane 2c + 1 that of k 2q + 1
     // (input lane 16 + c).
@@ -88,21 +87,18 @@ pub(super) unsafe fn panel_b(bt: View<'_>, c0: usize, d: &mut [u16]) {
     }
     // SAFETY: `idx` is 64 bytes.
     let idx = unsafe { _mm512_loadu_si512(idx.as_ptr().cast()) };
-    for (s, out) in d.chunks_exact_mut(STEP_ELEMS).enumerate() {
-        gather::<1, PANEL>(bt, c0, s * KSTEP, &mut blk);
-        for (pair, o) in blk
-            .chunks_exact(2 * PANEL)
-            .zip(out.chunks_exact_mut(2 * PANEL))
-        {
-            // SAFETY: `pair` holds 32 f32 (k 2q's 16 columns, then k 2q + 1's) and `o` 32
-            // u16: two 64-byte loads, one 64-byte store. The transmute reinterprets 32 bf16
-            // as 512 bits.
-            unsafe {
-                let lo = _mm512_loadu_ps(pair.as_ptr());
-                let hi = _mm512_loadu_ps(pair.as_ptr().add(16));
-                let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
-                _mm512_storeu_si512(o.as_mut_ptr().cast(), _mm512_permutexvar_epi16(idx, v));
-            }
+    gather::<1, PANEL>(bt, c0, s * KSTEP, &mut blk);
+    for (pair, o) in blk
+        .chunks_exact(2 * PANEL)
+        .zip(out.chunks_exact_mut(2 * PANEL))
+    {
+        // SAFETY: `pair` holds 32 f32 (k 2q's 16 columns, then k 2q + 1's) and `o` 32 u16:
+        // two 64-byte loads, one 64-byte store. The transmute reinterprets 32 bf16 as 512 bits.
+        unsafe {
+            let lo = _mm512_loadu_ps(pair.as_ptr());
+            let hi = _mm512_loadu_ps(pair.as_ptr().add(16));
+            let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+            _mm512_storeu_si512(o.as_mut_ptr().cast(), _mm512_permutexvar_epi16(idx, v));
         }
     }
 }

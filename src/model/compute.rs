@@ -4,7 +4,9 @@
 //! optimizer state stay f32 either way; only the operands of the matmuls routed through here
 //! (every Linear's x·Wᵀ, dy·W and dyᵀ·x, the LM head's h·Wᵀ, G·W and Gᵀ·h) are rounded.
 use super::gemm_acc;
-use super::kernels::bf16_gemm::{add_matmul_tn as bf16_add_matmul_tn, matmul as bf16_matmul};
+use super::kernels::bf16_gemm::{
+    self, add_matmul_tn as bf16_add_matmul_tn, matmul as bf16_matmul, PackedB,
+};
 use candle_core::{Result, Tensor};
 
 /// The operand type of the update's products.
@@ -40,6 +42,47 @@ pub fn add_matmul_tn(acc: &Tensor, a: &Tensor, b: &Tensor, dt: ComputeDtype) -> 
     match dt {
         ComputeDtype::F32 => gemm_acc::add_matmul_tn(acc, a, b),
         ComputeDtype::Bf16 => bf16_add_matmul_tn(acc, a, b),
+    }
+}
+
+/// A weight W (out, in) made ready for repeated x·Wᵀ and dy·W products in one dtype: in bf16,
+/// W is packed once for each product (bf16, the kernel's panel layout) instead of once per
+/// call. For the LM head, multiplied once per chunk of ~110 positions at a 152k vocabulary,
+/// packing its 136 M elements per call made the bf16 products slower than f32 (0.7–0.9×,
+/// `comlrl bench matmul --dtype bf16 --gemm 110,896,151936,nt`); packed once, 2.7–4.1×.
+pub struct Prepared {
+    w: Tensor,
+    /// (Wᵀ for x·Wᵀ, W for dy·W), packed; `None` in f32.
+    packed: Option<(PackedB, PackedB)>,
+}
+
+impl Prepared {
+    /// Prepares `w` for products in `dt` (f32: nothing to do).
+    pub fn new(w: &Tensor, dt: ComputeDtype) -> Result<Self> {
+        let packed = match dt {
+            ComputeDtype::F32 => None,
+            ComputeDtype::Bf16 => Some((bf16_gemm::pack_weight(w)?, bf16_gemm::pack_rhs(w)?)),
+        };
+        Ok(Self {
+            w: w.clone(),
+            packed,
+        })
+    }
+
+    /// x (m, in) · Wᵀ: (m, out); f32 is exactly `x.matmul(&w.t())`.
+    pub fn x_wt(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.packed {
+            None => x.matmul(&self.w.t()?),
+            Some((wt, _)) => bf16_gemm::matmul_packed(x, wt),
+        }
+    }
+
+    /// dy (m, out) · W: (m, in); f32 is exactly `dy.matmul(&w)`.
+    pub fn dy_w(&self, dy: &Tensor) -> Result<Tensor> {
+        match &self.packed {
+            None => dy.matmul(&self.w),
+            Some((_, w)) => bf16_gemm::matmul_packed(dy, w),
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! into W's accumulator. At most one chunk's logits and G exist at a time, and W's gradient is
 //! never built by candle's backward (which would add a zero-initialised copy and a transposed
 //! product, three vocabulary × hidden buffers, per pass).
-use super::compute::{add_matmul_tn, matmul, ComputeDtype};
+use super::compute::{add_matmul_tn, matmul, ComputeDtype, Prepared};
 use super::fused_logprob::token_logprob_rows;
 use super::mode::reduce_dtype;
 use candle_core::{Result, Tensor, Var};
@@ -51,6 +51,7 @@ fn chunked(
     let (v, _) = w.dims2()?;
     let h = h.detach().contiguous()?;
     let w = w.detach();
+    let head = Prepared::new(&w, dt)?;
     let rows = (chunk_elems / v.max(1)).max(1);
     let mut loss = 0f64;
     let mut dh = Vec::with_capacity(n.div_ceil(rows));
@@ -58,7 +59,7 @@ fn chunked(
     while start < n {
         let len = rows.min(n - start);
         let hc = h.narrow(0, start, len)?;
-        let logits = matmul(&hc, &w.t()?, dt)?;
+        let logits = head.x_wt(&hc)?;
         let logits = Var::from_tensor(&logits.to_dtype(reduce_dtype(logits.dtype()))?)?;
         let lp = token_logprob_rows(logits.as_tensor(), &targets.narrow(0, start, len)?)?;
         let weighted = (lp * weights.narrow(0, start, len)?)?.sum_all()?;
@@ -71,7 +72,7 @@ fn chunked(
             .ok_or_else(|| candle_core::Error::Msg("no gradient reached the logits".into()))?;
         drop(logits);
         let g = g.to_dtype(w.dtype())?;
-        dh.push(matmul(&g, &w, dt)?);
+        dh.push(head.dy_w(&g)?);
         if let Some(slot) = w_acc.as_deref_mut() {
             match slot {
                 Some(acc) => add_matmul_tn(acc, &g, &hc, dt)?,

@@ -98,6 +98,19 @@ impl Bf16Matrix {
         }
     }
 
+    /// Overwrites the values with a new (rows, cols) f32 matrix of the same shape (after a
+    /// weight update); false, untouched, when the shape differs.
+    pub fn refill(&mut self, w: &[f32], rows: usize, cols: usize) -> bool {
+        if (rows, cols) != (self.rows, self.cols) || w.len() != rows * cols {
+            return false;
+        }
+        self.data
+            .par_chunks_mut(self.stride)
+            .zip(w.par_chunks(cols.max(1)))
+            .for_each(|(d, s)| round_row(s, d));
+        true
+    }
+
     /// Output features (rows of W).
     pub fn rows(&self) -> usize {
         self.rows

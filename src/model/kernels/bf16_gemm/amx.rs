@@ -6,39 +6,14 @@
 //! per-process permission request the Linux kernel requires before a thread may use tiles.
 use super::pack::{PANEL, STEP_ELEMS};
 use std::arch::asm;
-use std::sync::OnceLock;
 
 /// Bytes per tile row (32 bf16, 16 f32).
 const ROW_BYTES: usize = 64;
 
-/// Whether this CPU and OS run AMX BF16: cpuid leaf 7 reports AMX-BF16 (EDX bit 22) and
-/// AMX-TILE (bit 24), and Linux grants this process the tile data state
-/// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`). Asked once per process.
+/// Whether this CPU and OS run AMX BF16 (one detection for every AMX user:
+/// [`crate::model::kernels::amx::available`]).
 pub(super) fn usable() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| {
-        #[cfg(target_os = "linux")]
-        {
-            const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
-            const XFEATURE_XTILEDATA: libc::c_long = 18;
-            // `__cpuid_count` is safe from Rust 1.94 on; older toolchains need the block.
-            #[allow(unused_unsafe)]
-            // SAFETY: cpuid exists on every x86_64 CPU; leaf 7 is read-only.
-            let edx = unsafe { std::arch::x86_64::__cpuid_count(7, 0) }.edx;
-            let cpu = edx & (1 << 22) != 0 && edx & (1 << 24) != 0;
-            // SAFETY: arch_prctl with ARCH_REQ_XCOMP_PERM takes two integers and touches no
-            // memory of ours; it fails (non-zero) where the kernel does not offer AMX.
-            cpu && unsafe {
-                libc::syscall(
-                    libc::SYS_arch_prctl,
-                    ARCH_REQ_XCOMP_PERM,
-                    XFEATURE_XTILEDATA,
-                )
-            } == 0
-        }
-        #[cfg(not(target_os = "linux"))]
-        false
-    })
+    super::super::amx::available()
 }
 
 /// Loads the tile configuration on this thread: palette 1, tiles 0–7 each 16 rows × 64 bytes,

@@ -22,13 +22,27 @@ pub struct MatmulReport {
 
 /// Times `repeats` products of two random `size` × `size` f32 matrices (after one warm-up).
 pub fn run(size: usize, repeats: usize) -> Result<MatmulReport> {
+    square(size, repeats, |a, b| a.matmul(b))
+}
+
+/// [`run`] through the bf16 GEMM the bf16 update uses (`trainer.compute_dtype: bf16`): bf16
+/// operands rounded and packed on every call, f32 sums.
+pub fn run_bf16(size: usize, repeats: usize) -> Result<MatmulReport> {
+    square(size, repeats, crate::model::kernels::bf16_gemm::matmul)
+}
+
+fn square(
+    size: usize,
+    repeats: usize,
+    product: impl Fn(&Tensor, &Tensor) -> candle_core::Result<Tensor>,
+) -> Result<MatmulReport> {
     let a = Tensor::randn(0f32, 1.0, (size, size), &Device::Cpu)?;
     let b = Tensor::randn(0f32, 1.0, (size, size), &Device::Cpu)?;
-    a.matmul(&b)?.to_dtype(DType::F32)?;
+    product(&a, &b)?.to_dtype(DType::F32)?;
     let mut secs: Vec<f64> = (0..repeats.max(1))
         .map(|_| {
             let t = Instant::now();
-            let c = a.matmul(&b)?;
+            let c = product(&a, &b)?;
             let s = t.elapsed().as_secs_f64();
             drop(c);
             Ok(s)

@@ -23,6 +23,8 @@ pub fn machine() -> serde_json::Value {
         "avx512_bf16": bf16,
         "amx_bf16": amx,
         "f32_matmul_gflops_per_s": f32_rate(),
+        "bf16_gemm_backend": crate::model::kernels::bf16_gemm::backend(),
+        "bf16_matmul_gflops_per_s": bf16_rate(),
         "gemm_avx512_kernels": cfg!(feature = "avx512"),
         "candle_num_threads": std::env::var("CANDLE_NUM_THREADS").ok(),
         "comlrl_no_tuning": std::env::var_os("COMLRL_NO_TUNING").is_some(),
@@ -63,16 +65,28 @@ pub fn f32_rate() -> Option<f64> {
     })
 }
 
-/// One line for the console: CPU model, threads, bf16 support and the f32 matmul rate.
+/// The same for the bf16 GEMM (`trainer.compute_dtype: bf16`; its backend is in the machine line).
+pub fn bf16_rate() -> Option<f64> {
+    static RATE: std::sync::OnceLock<Option<f64>> = std::sync::OnceLock::new();
+    *RATE.get_or_init(|| {
+        super::matmul::run_bf16(1024, 5)
+            .ok()
+            .map(|r| (r.gflops_per_s * 10.0).round() / 10.0)
+    })
+}
+
+/// One line for the console: CPU model, threads, bf16 support, the f32 and bf16 matmul rates.
 pub fn machine_line() -> String {
     let m = machine();
     format!(
-        "machine: {} ({} logical CPUs, {} rayon threads, avx512_bf16 {}, amx_bf16 {}), f32 matmul 1024³ {} GFLOP/s",
+        "machine: {} ({} logical CPUs, {} rayon threads, avx512_bf16 {}, amx_bf16 {}), f32 matmul 1024³ {} GFLOP/s, bf16 ({}) {} GFLOP/s",
         m["cpu_model"].as_str().unwrap_or("unknown CPU"),
         m["logical_cpus"],
         m["rayon_threads"],
         m["avx512_bf16"],
         m["amx_bf16"],
         m["f32_matmul_gflops_per_s"],
+        m["bf16_gemm_backend"].as_str().unwrap_or("?"),
+        m["bf16_matmul_gflops_per_s"],
     )
 }

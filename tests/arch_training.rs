@@ -32,17 +32,7 @@ fn cases(name: &str) -> (Vec<Vec<u32>>, Vec<Vec<u32>>, Vec<f32>) {
         .iter()
         .map(|p| ids(&p["ids"]))
         .collect();
-    let comps = rows_i64(&r["completion_ids"])
-        .iter()
-        .zip(rows_i64(&r["completion_mask"]))
-        .map(|(ids, m)| {
-            ids.iter()
-                .zip(m)
-                .filter(|(_, m)| *m == 1)
-                .map(|(&i, _)| i as u32)
-                .collect()
-        })
-        .collect();
+    let comps = masked_completions(&r);
     let adv = refj["loss_grads"]["advantages"]
         .as_array()
         .unwrap()

@@ -2,7 +2,7 @@
 //! interruption or Ctrl-C, evaluation rows, the KL penalty, and multi-turn transitions.
 mod common;
 use comlrl::train::{Observer, Trainer};
-use common::tiny_run::{finish, load_small, signal, small, steps, wait_rows};
+use common::tiny_run::{finish, load_small, resume_matches, signal, small, steps, wait_rows};
 use common::*;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,17 +124,7 @@ fn interrupted_and_resumed_run_matches_uninterrupted() {
         "an interrupted run saves no final models"
     );
     // Odd step, mid rollout buffer: the buffered rollout is in the checkpoint.
-    let sb = Trainer::new(load_small(&b, &extra))
-        .unwrap()
-        .run(true, &mut ())
-        .unwrap();
-    assert_eq!(sb.steps_done, 20);
-    assert_eq!(metrics_without_timing(&a), metrics_without_timing(&b));
-    for i in 0..2 {
-        let wa = std::fs::read(a.join(format!("models/agent_{i}/model.safetensors"))).unwrap();
-        let wb = std::fs::read(b.join(format!("models/agent_{i}/model.safetensors"))).unwrap();
-        assert!(wa == wb, "agent {i}: resumed weights differ");
-    }
+    resume_matches(&a, &b, &extra);
 }
 
 struct StopAt(usize, Arc<AtomicBool>);

@@ -6,7 +6,7 @@ use candle_core::{Device, Tensor, Var};
 use comlrl::train::moments::{Moments, StateDtype};
 use comlrl::train::optim::{AdamW, AdamWConfig};
 use comlrl::train::{Observer, Trainer};
-use common::tiny_run::{load_small, small};
+use common::tiny_run::{load_small, resume_matches, small};
 use common::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -118,10 +118,6 @@ fn interrupt_at_7(out: &std::path::Path, sets: &[&str]) {
     assert!(s.interrupted && s.steps_done == 7);
 }
 
-fn weights(out: &std::path::Path, i: usize) -> Vec<u8> {
-    std::fs::read(out.join(format!("models/agent_{i}/model.safetensors"))).unwrap()
-}
-
 #[test]
 fn bf16_state_resumes_bit_for_bit() {
     let tmp = tempfile::tempdir().unwrap();
@@ -143,18 +139,7 @@ fn bf16_state_resumes_bit_for_bit() {
         dtypes.iter().all(|d| *d == safetensors::Dtype::BF16),
         "{dtypes:?}"
     );
-    let sb = Trainer::new(load_small(&b, &sets))
-        .unwrap()
-        .run(true, &mut ())
-        .unwrap();
-    assert_eq!(sb.steps_done, 20);
-    assert_eq!(metrics_without_timing(&a), metrics_without_timing(&b));
-    for i in 0..2 {
-        assert!(
-            weights(&a, i) == weights(&b, i),
-            "agent {i}: resumed weights differ"
-        );
-    }
+    resume_matches(&a, &b, &sets);
 }
 
 #[test]

@@ -56,17 +56,7 @@ fn samples(name: &str) -> Vec<AgentRollout> {
     let dir = fixtures().join(name);
     let refj = json(&dir.join("reference.json"));
     let r = load_st(&dir.join("reference.safetensors"));
-    let comps = rows_i64(&r["completion_ids"])
-        .iter()
-        .zip(rows_i64(&r["completion_mask"]))
-        .map(|(ids, m)| {
-            ids.iter()
-                .zip(m)
-                .filter(|(_, m)| *m == 1)
-                .map(|(&i, _)| i as u32)
-                .collect::<Vec<u32>>()
-        })
-        .collect::<Vec<_>>();
+    let comps = masked_completions(&r);
     let adv = refj["loss_grads"]["advantages"].as_array().unwrap();
     refj["prompts"]
         .as_array()

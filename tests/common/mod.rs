@@ -49,6 +49,21 @@ pub fn rows_i64(t: &Tensor) -> Vec<Vec<i64>> {
     t.to_vec2::<i64>().expect("i64 matrix")
 }
 
+/// The completions of a reference set (`completion_ids` where `completion_mask` is 1).
+pub fn masked_completions(r: &HashMap<String, Tensor>) -> Vec<Vec<u32>> {
+    rows_i64(&r["completion_ids"])
+        .iter()
+        .zip(rows_i64(&r["completion_mask"]))
+        .map(|(ids, m)| {
+            ids.iter()
+                .zip(m)
+                .filter(|(_, m)| *m == 1)
+                .map(|(&i, _)| i as u32)
+                .collect()
+        })
+        .collect()
+}
+
 pub fn f32s(t: &Tensor) -> Vec<f32> {
     t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
 }

@@ -100,3 +100,23 @@ pub fn small<S: AsRef<str>>(out: &Path, sets: &[S]) -> Comlrl {
 pub fn load_small<S: AsRef<str>>(out: &Path, sets: &[S]) -> comlrl_scenario::Scenario {
     comlrl_scenario::load(&tiny_scenario(), &small(out, sets).overrides()).unwrap()
 }
+
+/// Resumes the interrupted [`small`] run in `b` in-process to its end (20 steps) and asserts it
+/// matches the uninterrupted run in `a`: the same metrics (timing aside) and final weights.
+#[allow(dead_code)]
+pub fn resume_matches<S: AsRef<str>>(a: &Path, b: &Path, sets: &[S]) {
+    let done = comlrl::train::Trainer::new(load_small(b, sets))
+        .unwrap()
+        .run(true, &mut ())
+        .unwrap();
+    assert_eq!(done.steps_done, 20);
+    assert_eq!(metrics_without_timing(a), metrics_without_timing(b));
+    for i in 0..2 {
+        let file = format!("models/agent_{i}/model.safetensors");
+        let (wa, wb) = (std::fs::read(a.join(&file)), std::fs::read(b.join(&file)));
+        assert!(
+            wa.unwrap() == wb.unwrap(),
+            "agent {i}: resumed weights differ"
+        );
+    }
+}

@@ -204,3 +204,47 @@ fn replica_shares_add_up_to_the_whole_mini_batch() {
         }
     }
 }
+
+/// Keeping layer activations from the first forward (`trainer.activation_budget_mb`) instead
+/// of re-running the layers gives the same loss and gradients, bit for bit, whether every
+/// layer, only the bottom one, or none fits the budget.
+#[test]
+fn kept_activations_give_the_rerun_gradients_exactly() {
+    use comlrl::model::recompute::PassPlan;
+    use comlrl::model::ComputeDtype;
+    use comlrl::train::loss::{loss_and_grads_in, Share};
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+    let (sample, _) = fixture_sample();
+    let run = |keep_bytes: usize| {
+        let plan = PassPlan {
+            dtype: ComputeDtype::F32,
+            keep_bytes,
+        };
+        loss_and_grads_in(&policy, &vars, &[&sample], 0, true, Share::ALL, plan).unwrap()
+    };
+    let rerun = run(0);
+    assert_eq!(rerun.kept_layers, 0);
+    let all = run(1 << 30);
+    let layers = policy.config.num_hidden_layers;
+    assert_eq!(all.kept_layers, layers, "one pass keeps every layer");
+    // The layers have equal shapes: half the bytes keep the bottom layer only.
+    let half = run(all.kept_bytes_max / 2);
+    assert_eq!(half.kept_layers, 1, "half the budget keeps one layer");
+    for kept in [all, half] {
+        assert_eq!(kept.loss.to_bits(), rerun.loss.to_bits(), "loss");
+        for (i, (a, b)) in kept.grads.iter().zip(&rerun.grads).enumerate() {
+            let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+            assert_eq!(
+                f32s(a),
+                f32s(b),
+                "{} kept layers: gradient {i} differs",
+                kept.kept_layers
+            );
+        }
+    }
+}

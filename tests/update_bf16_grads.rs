@@ -5,6 +5,7 @@
 //! path (the plain autograd loss, bf16 weights) is an error.
 mod common;
 use candle_core::{DType, Tensor, Var};
+use comlrl::model::recompute::PassPlan;
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy};
 use comlrl::train::loss::{loss_and_grads, loss_and_grads_in, LossGrads, Share};
 use comlrl::train::rollout::AgentRollout;
@@ -75,7 +76,8 @@ fn samples(name: &str) -> Vec<AgentRollout> {
 
 fn run(policy: &Policy, vars: &[Var], samples: &[AgentRollout], dt: ComputeDtype) -> LossGrads {
     let refs: Vec<&AgentRollout> = samples.iter().collect();
-    loss_and_grads_in(policy, vars, &refs, 0, true, Share::ALL, dt).expect("loss and gradients")
+    let plan = PassPlan::rerun_all(dt);
+    loss_and_grads_in(policy, vars, &refs, 0, true, Share::ALL, plan).expect("loss and gradients")
 }
 
 fn norm(t: &Tensor) -> f64 {
@@ -174,7 +176,7 @@ fn bf16_without_recomputation_is_an_error() {
         0,
         false,
         Share::ALL,
-        ComputeDtype::Bf16,
+        PassPlan::rerun_all(ComputeDtype::Bf16),
     )
     .err()
     .expect("bf16 without recomputation must fail")
@@ -204,7 +206,7 @@ fn bf16_products_need_f32_weights() {
         &coef,
         &vars,
         &mut acc,
-        ComputeDtype::Bf16,
+        PassPlan::rerun_all(ComputeDtype::Bf16),
     )
     .expect_err("bf16 products on bf16 weights must fail")
     .to_string();

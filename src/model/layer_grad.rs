@@ -250,6 +250,22 @@ fn forward(
     Ok((y, saved))
 }
 
+/// The activations one layer's forward kept for its backward (see [`layer_forward_keep`]).
+pub struct Kept(Saved);
+
+impl Kept {
+    /// Bytes held by the kept tensors.
+    pub fn bytes(&self) -> usize {
+        let s = &self.0;
+        [&s.x, &s.x2, &s.h1, &s.h2, &s.q, &s.k, &s.v, &s.p, &s.ya]
+            .into_iter()
+            .chain([&s.gate, &s.up, &s.m])
+            .chain(s.q_pre.iter().chain(s.k_pre.iter()))
+            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
+            .sum()
+    }
+}
+
 /// The layer's output for x (b, s, h), without a graph (the recomputed loss's first pass), its
 /// projections in `dt`.
 pub fn layer_forward(
@@ -261,9 +277,26 @@ pub fn layer_forward(
     Ok(forward(layer, x, inp, false, dt)?.0)
 }
 
-/// Re-runs the layer on its input x (b, s, h) and back-propagates dy (b, s, h): the weights'
-/// gradients are added into `acc` (see [`GradSlots`]); returns d x. Every projection's
-/// products (forward and backward) run in `dt`; attention, norms, RoPE and SwiGLU stay f32.
+/// [`layer_forward`] that also returns what the layer's backward reads, so that
+/// [`layer_backward`] can skip re-running it. The same computation: the output is bit for bit
+/// the one `layer_forward` gives, and a backward from kept activations equals one that re-runs.
+pub fn layer_forward_keep(
+    layer: &DecoderLayer,
+    x: &Tensor,
+    inp: &AttnInputs,
+    dt: ComputeDtype,
+) -> Result<(Tensor, Kept)> {
+    match forward(layer, x, inp, true, dt)? {
+        (y, Some(sv)) => Ok((y, Kept(sv))),
+        (_, None) => candle_core::bail!("layer forward kept no activations"),
+    }
+}
+
+/// Back-propagates dy (b, s, h) through the layer at input x (b, s, h), from `kept`
+/// activations or else by re-running the layer: the weights' gradients are added into `acc`
+/// (see [`GradSlots`]); returns d x. Every projection's products (forward and backward) run in
+/// `dt`; attention, norms, RoPE and SwiGLU stay f32.
+#[allow(clippy::too_many_arguments)]
 pub fn layer_backward(
     layer: &DecoderLayer,
     x: &Tensor,
@@ -272,10 +305,12 @@ pub fn layer_backward(
     slots: &GradSlots,
     acc: &mut [Option<Tensor>],
     dt: ComputeDtype,
+    kept: Option<Kept>,
 ) -> Result<Tensor> {
     let (b, s, hd) = x.dims3()?;
-    let (_, Some(sv)) = forward(layer, x, inp, true, dt)? else {
-        candle_core::bail!("layer forward kept no activations")
+    let sv = match kept {
+        Some(Kept(sv)) => sv,
+        None => layer_forward_keep(layer, x, inp, dt)?.1 .0,
     };
     let a = &layer.self_attn;
     let (nh, nkv, d) = (a.heads, a.kv_heads, a.head_dim);
@@ -412,7 +447,16 @@ mod tests {
             .map(|v| v.as_tensor().ones_like().map(Some))
             .collect::<Result<_>>()?;
         let slots = GradSlots::new(&vars);
-        let dx = layer_backward(&l32, &x, &dy, &inp32, &slots, &mut acc, ComputeDtype::F32)?;
+        let dx = layer_backward(
+            &l32,
+            &x,
+            &dy,
+            &inp32,
+            &slots,
+            &mut acc,
+            ComputeDtype::F32,
+            None,
+        )?;
         let want_dx = grads
             .get(x64.as_tensor())
             .expect("d x")

@@ -5,6 +5,9 @@
 //! activations plus the layer inputs, instead of every layer's, for one extra forward pass.
 //! Gradients are added into the caller's accumulators, so one pass's gradients never exist
 //! twice (the plain path holds a whole backward pass's gradients next to the accumulators).
+//! Within a byte budget ([`PassPlan::keep_bytes`]) the first forward keeps layers' activations
+//! (bottom layer first) and those layers skip their re-run: the same numbers, less compute
+//! where activations are small (the extra forward is a quarter of a small model's update).
 use super::accumulate::{scatter_rows_add, take_grads};
 use super::attention::AttnInputs;
 use super::causal_lm::CausalLm;
@@ -25,11 +28,36 @@ pub struct PassStats {
     pub forward_s: f64,
     /// Seconds in the rest: the final norm's backward and every layer's re-run + backward.
     pub backward_s: f64,
+    /// Layers whose activations the forward kept (they were not re-run), and their bytes.
+    pub kept_layers: usize,
+    /// See `kept_layers`.
+    pub kept_bytes: usize,
+}
+
+/// How a recomputed pass runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassPlan {
+    /// The projections' and the LM head's products, forward and backward (`model::compute`).
+    pub dtype: ComputeDtype,
+    /// Bytes of layer activations the first forward may keep (layers whose activations no
+    /// longer fit are re-run in the backward); 0 re-runs every layer.
+    pub keep_bytes: usize,
+}
+
+impl PassPlan {
+    /// Products in `dtype`, every layer re-run in the backward.
+    pub fn rerun_all(dtype: ComputeDtype) -> Self {
+        Self {
+            dtype,
+            keep_bytes: 0,
+        }
+    }
 }
 
 /// Loss = Σ_b coef_b · Σ_t log π(y_bt | …) over the layout's completions (pads count 0).
 /// The gradient of every tensor in `vars` is added into `acc`. `coef` has one entry per row
-/// of the layout. The products run in f32 (see [`weighted_logprob_grads_in`]).
+/// of the layout. The products run in f32, every layer re-run (see
+/// [`weighted_logprob_grads_in`]).
 pub fn weighted_logprob_grads(
     model: &CausalLm,
     layout: &ScoreLayout,
@@ -37,20 +65,22 @@ pub fn weighted_logprob_grads(
     vars: &[Var],
     acc: &mut [Option<Tensor>],
 ) -> Result<PassStats> {
-    weighted_logprob_grads_in(model, layout, coef, vars, acc, ComputeDtype::F32)
+    let plan = PassPlan::rerun_all(ComputeDtype::F32);
+    weighted_logprob_grads_in(model, layout, coef, vars, acc, plan)
 }
 
-/// [`weighted_logprob_grads`] with the projections' and the LM head's products (forward and
-/// backward) in `dt` (`model::compute`). `Bf16` needs the hand-written layer path (f32 weights
-/// on the CPU): elsewhere it is an error rather than a silent f32 update.
+/// [`weighted_logprob_grads`] run as `plan` says. `plan.dtype` `Bf16` needs the hand-written
+/// layer path (f32 weights on the CPU): elsewhere it is an error rather than a silent f32
+/// update.
 pub fn weighted_logprob_grads_in(
     model: &CausalLm,
     layout: &ScoreLayout,
     coef: &[f32],
     vars: &[Var],
     acc: &mut [Option<Tensor>],
-    dt: ComputeDtype,
+    plan: PassPlan,
 ) -> Result<PassStats> {
+    let dt = plan.dtype;
     let start = std::time::Instant::now();
     let (b, _) = layout.ids.dims2()?;
     if coef.len() != b {
@@ -65,12 +95,28 @@ pub fn weighted_logprob_grads_in(
     };
     let embedding = candle_nn::Embedding::new(model.embed_tokens.clone(), model.cfg.hidden_size);
 
-    // Forward, keeping only layer inputs (detached: each layer's graph is freed at once).
+    // Forward, keeping layer inputs (detached: each layer's graph is freed at once) and, while
+    // they fit the budget, the hand-written layers' activations.
     let mut inputs = Vec::with_capacity(model.layers.len() + 1);
+    let mut kept: Vec<Option<layer_grad::Kept>> = Vec::with_capacity(model.layers.len());
+    let mut budget = plan.keep_bytes;
+    let (mut kept_layers, mut kept_bytes) = (0, 0);
     inputs.push(embedding.forward(&layout.ids)?.detach());
     for layer in &model.layers {
         let x = inputs.last().expect("pushed above");
-        let y = if layer_grad::supported(layer, x) {
+        let supported = layer_grad::supported(layer, x);
+        let y = if supported && budget > 0 {
+            let (y, k) = layer_grad::layer_forward_keep(layer, x, &inp, dt)?;
+            let fits = k.bytes() <= budget;
+            budget = if fits { budget - k.bytes() } else { 0 };
+            if fits {
+                kept_layers += 1;
+                kept_bytes += k.bytes();
+            }
+            kept.push(fits.then_some(k));
+            y
+        } else if supported {
+            kept.push(None);
             layer_grad::layer_forward(layer, x, &inp, dt)?
         } else if dt != ComputeDtype::F32 {
             candle_core::bail!(
@@ -80,6 +126,7 @@ pub fn weighted_logprob_grads_in(
                 model.device().location()
             )
         } else {
+            kept.push(None);
             layer.forward(x, &model.rope, &inp, None, Mode::Train)?
         };
         inputs.push(y.detach());
@@ -127,8 +174,9 @@ pub fn weighted_logprob_grads_in(
     let slots = layer_grad::GradSlots::new(vars);
     for layer in model.layers.iter().rev() {
         let x = inputs.pop().expect("one input per layer");
+        let k = kept.pop().expect("one entry per layer");
         if layer_grad::supported(layer, &x) {
-            g = layer_grad::layer_backward(layer, &x, &g, &inp, &slots, acc, dt)?;
+            g = layer_grad::layer_backward(layer, &x, &g, &inp, &slots, acc, dt, k)?;
             continue;
         }
         let x = Var::from_tensor(&x)?;
@@ -159,5 +207,7 @@ pub fn weighted_logprob_grads_in(
         loss: value,
         forward_s,
         backward_s: start.elapsed().as_secs_f64(),
+        kept_layers,
+        kept_bytes,
     })
 }

@@ -11,7 +11,7 @@
 use super::rollout::AgentRollout;
 use crate::error::Result;
 use crate::model::accumulate::take_grads;
-use crate::model::recompute::weighted_logprob_grads_in;
+use crate::model::recompute::{weighted_logprob_grads_in, PassPlan};
 use crate::model::{completion_logprobs, ComputeDtype, Mode, Policy, ScoreLayout};
 use candle_core::{Tensor, Var};
 use std::time::Instant;
@@ -29,6 +29,11 @@ pub struct LossGrads {
     /// Model FLOPs of the forward and backward (3 × the forward's matmul FLOPs, padding
     /// included, recomputation not counted).
     pub flops: f64,
+    /// Layers of the recomputed passes that kept their activations instead of re-running
+    /// (summed over passes), and the most bytes one pass kept.
+    pub kept_layers: usize,
+    /// See `kept_layers`.
+    pub kept_bytes_max: usize,
     /// The loss of each pass computed here, by its number in the mini-batch (so replicas can
     /// add them up in the one-process order).
     pub passes: Vec<(usize, f64)>,
@@ -52,7 +57,8 @@ impl Share {
 /// (0: all K sequences of a sample in one pass); with `recompute`, each pass keeps only layer
 /// inputs and re-runs one layer at a time in the backward (see `model::recompute`). Only the
 /// passes of `share` are computed; with replicas and `chunk` 0 a sample's sequences are split
-/// into one pass per replica. The products run in f32 (see [`loss_and_grads_in`]).
+/// into one pass per replica. The products run in f32, every layer re-run (see
+/// [`loss_and_grads_in`]).
 pub fn loss_and_grads(
     policy: &Policy,
     vars: &[Var],
@@ -68,12 +74,14 @@ pub fn loss_and_grads(
         chunk,
         recompute,
         share,
-        ComputeDtype::F32,
+        PassPlan::rerun_all(ComputeDtype::F32),
     )
 }
 
-/// [`loss_and_grads`] with the big products in `compute` (`trainer.compute_dtype`). `Bf16`
-/// runs on the recomputed path only (`recompute` true); without it, it is an error.
+/// [`loss_and_grads`] with the recomputed passes run as `plan` says: the big products in
+/// `plan.dtype` (`trainer.compute_dtype`; `Bf16` runs on the recomputed path only, `recompute`
+/// true, else it is an error) and up to `plan.keep_bytes` of kept layer activations per pass
+/// (`trainer.activation_budget_mb`).
 pub fn loss_and_grads_in(
     policy: &Policy,
     vars: &[Var],
@@ -81,8 +89,9 @@ pub fn loss_and_grads_in(
     chunk: usize,
     recompute: bool,
     share: Share,
-    compute: ComputeDtype,
+    plan: PassPlan,
 ) -> Result<LossGrads> {
+    let compute = plan.dtype;
     if !recompute && compute != ComputeDtype::F32 {
         return Err(crate::error::Error::Config(format!(
             "trainer.compute_dtype {compute} runs on the recomputed loss only: set \
@@ -94,6 +103,7 @@ pub fn loss_and_grads_in(
     let mut acc: Vec<Option<Tensor>> = vec![None; vars.len()];
     let mut total = 0f64;
     let (mut forward_s, mut backward_s, mut flops) = (0f64, 0f64, 0f64);
+    let (mut kept_layers, mut kept_bytes_max) = (0, 0);
     let scale = 1.0 / samples.len().max(1) as f64;
     for s in samples {
         let k = s.completions.len();
@@ -131,15 +141,11 @@ pub fn loss_and_grads_in(
                     .iter()
                     .map(|&a| (-(a as f64) * scale / k as f64) as f32)
                     .collect();
-                let st = weighted_logprob_grads_in(
-                    &policy.model,
-                    &layout,
-                    &coef,
-                    vars,
-                    &mut acc,
-                    compute,
-                )?;
+                let st =
+                    weighted_logprob_grads_in(&policy.model, &layout, &coef, vars, &mut acc, plan)?;
                 total += st.loss;
+                kept_layers += st.kept_layers;
+                kept_bytes_max = kept_bytes_max.max(st.kept_bytes);
                 passes.push((number, st.loss));
                 forward_s += t.elapsed().as_secs_f64() - st.backward_s;
                 backward_s += st.backward_s;
@@ -166,6 +172,8 @@ pub fn loss_and_grads_in(
         forward_s,
         backward_s,
         flops,
+        kept_layers,
+        kept_bytes_max,
         passes,
     })
 }

@@ -1,6 +1,7 @@
 //! Turning a resolved scenario into what the loop needs: loaded policies, sampling settings,
 //! the reward stack, and a writable output directory — all checked before any training starts.
 use crate::error::{Error, Result};
+use crate::model::recompute::PassPlan;
 use crate::model::{ComputeDtype, LoadOptions, ModelSource, Policy, SamplingParams};
 use comlrl_reward::RewardStack;
 use comlrl_scenario::{AgentPlan, Dtype, Scenario};
@@ -75,6 +76,15 @@ pub fn compute_dtype(t: &comlrl_scenario::TrainerPlan) -> ComputeDtype {
     match t.compute_dtype {
         Dtype::Bf16 => ComputeDtype::Bf16,
         _ => ComputeDtype::F32,
+    }
+}
+
+/// How the update's recomputed passes run: products in `trainer.compute_dtype`, up to
+/// `trainer.activation_budget_mb` MiB of kept layer activations per pass.
+pub fn pass_plan(t: &comlrl_scenario::TrainerPlan) -> PassPlan {
+    PassPlan {
+        dtype: compute_dtype(t),
+        keep_bytes: t.activation_budget_mb.saturating_mul(1 << 20),
     }
 }
 

@@ -161,6 +161,7 @@ trainer:
   parallel_updates: false
   micro_batch_size: 0
   gradient_checkpointing: false
+  activation_budget_mb: 7
   max_joint_actions: 100
 ";
     let s = f.ok(text, &[]);

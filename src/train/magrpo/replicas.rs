@@ -248,6 +248,8 @@ mod tests {
             forward_s: 0.0,
             backward_s: 0.0,
             flops: 0.0,
+            kept_layers: 0,
+            kept_bytes_max: 0,
             passes: vec![(0, 0.5), (2, 0.125)],
         };
         // The other replica computed pass 1.

@@ -9,7 +9,7 @@ use crate::train::loss::loss_and_grads_in;
 use crate::train::optim::AdamW;
 use crate::train::rollout::NodeSample;
 use crate::train::schedule::lr_at;
-use crate::train::setup::compute_dtype;
+use crate::train::setup::pass_plan;
 use crate::train::timing::{since, Phases};
 use rayon::prelude::*;
 use std::time::Instant;
@@ -25,7 +25,7 @@ impl Trainer {
         log::debug!("update round starts; {}", crate::runtime::memory_line());
         let opt_steps = state.opt_steps.clone();
         let replicas = &self.replicas;
-        let compute = compute_dtype(t);
+        let plan = pass_plan(t);
         let work =
             |(i, (policy, opt)): (usize, (&Policy, &mut AdamW))| -> Result<(usize, AgentUpdate)> {
                 let vars: Vec<candle_core::Var> =
@@ -44,10 +44,13 @@ impl Trainer {
                         t.micro_batch_size,
                         t.gradient_checkpointing,
                         replicas.share(i),
-                        compute,
+                        plan,
                     )?;
                     log::debug!(
-                        "agent {i}: gradients accumulated; {}",
+                        "agent {i}: gradients accumulated ({} layer passes kept their \
+                         activations, at most {:.1} MB a pass); {}",
+                        lg.kept_layers,
+                        lg.kept_bytes_max as f64 / 1e6,
                         crate::runtime::memory_line()
                     );
                     let tick = Instant::now();

@@ -2,7 +2,7 @@
 mod common;
 use candle_core::{DType, Device, Tensor};
 use comlrl::model::batch::{causal_mask, position_ids};
-use comlrl::model::{parse_dtype, LoadOptions, Mode, ModelSource, Policy};
+use comlrl::model::{parse_dtype, LoadOptions, Mode, ModelSource, Policy, RolloutCopies};
 use common::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -262,10 +262,14 @@ fn scale_some_weights(p: &Policy) {
 
 #[test]
 fn sampling_without_copies_reads_the_trained_weights() {
-    // The default: sampling multiplies by the checkpoint-layout weights themselves.
+    // Without copies (the default above 64 MiB of weights): sampling multiplies by the
+    // checkpoint-layout weights themselves.
     let p = Policy::load(
         &ModelSource::Builtin("tiny".into()),
-        &LoadOptions::default(),
+        &LoadOptions {
+            rollout_copies: RolloutCopies::Never,
+            ..LoadOptions::default()
+        },
     )
     .unwrap();
     let before = logits_in(&p, Mode::Infer);
@@ -281,7 +285,7 @@ fn sampling_copies_follow_weight_updates() {
     let p = Policy::load(
         &ModelSource::Builtin("tiny".into()),
         &LoadOptions {
-            rollout_copies: true,
+            rollout_copies: RolloutCopies::Always,
             ..LoadOptions::default()
         },
     )

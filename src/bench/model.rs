@@ -23,17 +23,17 @@ pub struct ModelBenchOptions {
     pub train_seq: usize,
     /// Timed repetitions after one warm-up; the median is reported.
     pub repeats: usize,
-    /// Sample with contiguous transposed weight copies.
-    pub rollout_copies: bool,
+    /// Sample with contiguous transposed weight copies (by model size with `Auto`).
+    pub rollout_copies: crate::model::RolloutCopies,
     /// Sample with bf16 copies of the weights (f32 accumulation).
     pub sampling_bf16: bool,
 }
 
 impl ModelBenchOptions {
-    /// The sampling weight copies these options ask for.
-    pub fn sampling_weights(&self) -> crate::model::SamplingWeights {
+    /// The sampling weight copies these options ask for, for a model of `weight_bytes`.
+    pub fn sampling_weights(&self, weight_bytes: usize) -> crate::model::SamplingWeights {
         use crate::model::SamplingWeights as W;
-        match (self.sampling_bf16, self.rollout_copies) {
+        match (self.sampling_bf16, self.rollout_copies.wanted(weight_bytes)) {
             (true, _) => W::Bf16,
             (false, true) => W::Transposed,
             (false, false) => W::Checkpoint,
@@ -50,7 +50,7 @@ impl Default for ModelBenchOptions {
             train_batch: 8,
             train_seq: 160,
             repeats: 3,
-            rollout_copies: false,
+            rollout_copies: crate::model::RolloutCopies::Auto,
             sampling_bf16: false,
         }
     }
@@ -131,7 +131,10 @@ pub fn run(policy: &Policy, o: &ModelBenchOptions) -> Result<ModelBenchReport> {
         ignore_eos: true,
         ..SamplingParams::default()
     };
-    policy.model.refresh_rollout_weights(o.sampling_weights())?;
+    let weight_bytes = policy.num_parameters() * policy.model.dtype().size_in_bytes();
+    policy
+        .model
+        .refresh_rollout_weights(o.sampling_weights(weight_bytes))?;
     let mut times = vec![];
     for rep in 0..=o.repeats {
         let t0 = Instant::now();
@@ -195,7 +198,8 @@ pub fn run(policy: &Policy, o: &ModelBenchOptions) -> Result<ModelBenchReport> {
             batch: o.sample_batch,
             prompt_tokens: o.prompt_tokens,
             new_tokens: o.new_tokens,
-            rollout_copies: o.rollout_copies,
+            rollout_copies: o.sampling_weights(weight_bytes)
+                == crate::model::SamplingWeights::Transposed,
             sampling_dtype: if o.sampling_bf16 { "bf16" } else { "f32" },
             seconds: s_sec,
             tokens_per_s: new / s_sec,

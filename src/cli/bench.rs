@@ -1,7 +1,7 @@
 //! `comlrl bench`: run the benchmarks (models, rewards) and write their JSON reports.
 use anyhow::Context;
 use comlrl::bench::model::{run as bench_model, ModelBenchOptions};
-use comlrl::model::{LoadOptions, ModelSource, Policy};
+use comlrl::model::{LoadOptions, ModelSource, Policy, RolloutCopies};
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -98,10 +98,12 @@ pub struct ModelsArgs {
     pub train_batch: usize,
     #[arg(long, default_value_t = 160)]
     pub train_seq: usize,
-    /// Sample with contiguous transposed copies of the weights (one extra copy of the weights;
-    /// the default samples as training does, without them).
-    #[arg(long)]
-    pub rollout_copies: bool,
+    /// Sample with contiguous transposed copies of the weights (one extra copy of the weights):
+    /// `auto` decides as training does (copies for models of at most 64 MiB), `always`
+    /// (also `--rollout-copies` alone) or `never`.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"],
+          num_args = 0..=1, default_missing_value = "always")]
+    pub rollout_copies: String,
     /// The dtype sampling decodes in: f32, or bf16 (bf16 weight copies, f32 accumulation).
     #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
     pub sampling_dtype: String,
@@ -292,7 +294,11 @@ fn run_models(a: ModelsArgs) -> anyhow::Result<()> {
         train_batch: a.train_batch,
         train_seq: a.train_seq,
         repeats: a.repeats.max(1),
-        rollout_copies: a.rollout_copies,
+        rollout_copies: match a.rollout_copies.as_str() {
+            "always" => RolloutCopies::Always,
+            "never" => RolloutCopies::Never,
+            _ => RolloutCopies::Auto,
+        },
         sampling_bf16: a.sampling_dtype == "bf16",
     };
     let cwd = std::env::current_dir()?;

@@ -39,7 +39,7 @@ pub use compute::ComputeDtype;
 pub use config::{ModelConfig, Qwen2Config};
 pub use logprob::{completion_logprobs, ScoreLayout};
 pub use mode::Mode;
-pub use policy::{parse_dtype, LoadOptions, Policy};
+pub use policy::{parse_dtype, LoadOptions, Policy, RolloutCopies};
 pub use sample::{generate, generate_streams, SamplingParams};
 pub use sampling_weights::SamplingWeights;
 pub use source::ModelSource;

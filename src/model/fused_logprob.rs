@@ -170,6 +170,86 @@ impl CustomOp3 for Backward {
     }
 }
 
+/// The op of [`logprob_grad_in_place`]: each row's log-prob into `lp`, the row overwritten
+/// by its gradient.
+struct GradInPlace {
+    targets: Vec<usize>,
+    weights: Vec<f32>,
+    lp: std::sync::Mutex<Vec<f32>>,
+}
+
+impl candle_core::InplaceOp1 for GradInPlace {
+    fn name(&self) -> &'static str {
+        "token-logprob-grad-in-place"
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
+        let (n, v) = l.shape().dims2()?;
+        let x = super::storage::f32s_mut(s, l, OP)?;
+        if let Some(&bad) = self.targets.iter().find(|&&t| t >= v) {
+            candle_core::bail!("token-logprob: target {bad} outside the vocabulary of {v}")
+        }
+        let mut lp = vec![0f32; n];
+        lp.par_chunks_mut(ROWS)
+            .zip(x.par_chunks_mut(ROWS * v))
+            .zip(self.targets.par_chunks(ROWS))
+            .zip(self.weights.par_chunks(ROWS))
+            .for_each(|(((lp, x), t), w)| {
+                for (((lp, row), &t), &g) in lp.iter_mut().zip(x.chunks_mut(v)).zip(t).zip(w) {
+                    // The same values, in the same order, as the forward and backward ops.
+                    *lp = row[t] - lse_f32(row);
+                    if g == 0.0 {
+                        row.fill(0.0);
+                        continue;
+                    }
+                    let lse = row[t] - *lp;
+                    softmax_grad_in_place(row, lse, g);
+                    row[t] += g;
+                }
+            });
+        *self.lp.lock().unwrap_or_else(|e| e.into_inner()) = lp;
+        Ok(())
+    }
+}
+
+/// [`softmax_grad_f32`] with the row as its own output.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn softmax_grad_in_place(row: &mut [f32], lse: f32, g: f32) {
+    use crate::model::kernels::vexp::exp;
+    for x in row.iter_mut() {
+        *x = -g * exp(*x - lse);
+    }
+}
+
+/// For f32 logits (N, V) on the CPU: returns log softmax(logits)[target] per row (N) and
+/// overwrites `logits` with d (Σ_r weights_r · logprob_r) / d logits, the values
+/// [`token_logprob_rows`]'s backward gives, without its (N, V) gradient buffer. `logits` must
+/// not be shared with any other tensor.
+pub fn logprob_grad_in_place(logits: &Tensor, targets: &Tensor, weights: &[f32]) -> Result<Tensor> {
+    let targets: Vec<usize> = targets
+        .to_dtype(candle_core::DType::U32)?
+        .to_vec1::<u32>()?
+        .into_iter()
+        .map(|t| t as usize)
+        .collect();
+    let (n, _) = logits.dims2()?;
+    if targets.len() != n || weights.len() != n {
+        candle_core::bail!(
+            "token-logprob: {} targets and {} weights for {n} rows",
+            targets.len(),
+            weights.len()
+        )
+    }
+    let op = GradInPlace {
+        targets,
+        weights: weights.to_vec(),
+        lp: std::sync::Mutex::new(Vec::new()),
+    };
+    logits.inplace_op1(&op)?;
+    let lp = std::mem::take(&mut *op.lp.lock().unwrap_or_else(|e| e.into_inner()));
+    Tensor::from_vec(lp, n, logits.device())
+}
+
 /// log softmax(logits)[target] for every row: logits (N, V) f32/f64, targets (N) u32 → (N).
 pub fn token_logprob_rows(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     logits
@@ -239,6 +319,28 @@ mod tests {
             .to_scalar::<f64>()?;
         assert!(diff < 1e-5, "gradients differ by {diff}");
         assert!(a.get(2)?.abs()?.max_all()?.to_scalar::<f32>()? == 0.0);
+        Ok(())
+    }
+
+    /// In place: the same log-probs and the same gradient as the op and its backward, bit for
+    /// bit, a zero weight giving a zero row.
+    #[test]
+    fn in_place_gradient_is_the_backward_bit_for_bit() -> Result<()> {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&(Tensor::randn(0f32, 3.0, (7, 75), &dev)?))?;
+        let t = Tensor::new(&[0u32, 74, 3, 3, 17, 60, 5], &dev)?;
+        let w = [0.5f32, -2.0, 0.0, 1.5, 3.0, -1.0, 0.25];
+        let lp = token_logprob_rows(x.as_tensor(), &t)?;
+        let grads = (&lp * Tensor::new(&w, &dev)?)?.sum_all()?.backward()?;
+        let want = grads.get(x.as_tensor()).unwrap().to_vec2::<f32>()?;
+        let logits = x.as_tensor().copy()?;
+        let got_lp = logprob_grad_in_place(&logits, &t, &w)?;
+        assert_eq!(got_lp.to_vec1::<f32>()?, lp.to_vec1::<f32>()?);
+        assert_eq!(logits.to_vec2::<f32>()?, want);
+        assert!(want[2].iter().all(|&g| g == 0.0));
+        let bad = Tensor::new(&[0u32, 75, 3, 3, 17, 60, 5], &dev)?;
+        let err = logprob_grad_in_place(&logits, &bad, &w).unwrap_err();
+        assert!(err.to_string().contains("target 75 outside"), "{err}");
         Ok(())
     }
 

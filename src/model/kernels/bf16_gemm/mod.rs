@@ -15,6 +15,7 @@ pub mod pack;
 #[cfg(target_arch = "x86_64")]
 mod pack_avx512;
 mod portable;
+mod scratch;
 
 use candle_core::{bail, CpuStorage, DType, Device, InplaceOp1, Layout, Result, Storage, Tensor};
 use pack::{pack_a, pack_b, Packed, View};

@@ -115,10 +115,16 @@ fn packed_zeroed(len: usize, k: usize) -> Packed {
     let steps = padded(k, KSTEP) / KSTEP;
     let panels = padded(len, BLOCK) / PANEL;
     Packed {
-        data: vec![0u16; panels * steps * STEP_ELEMS],
+        data: super::scratch::take(panels * steps * STEP_ELEMS),
         len,
         k,
         steps,
+    }
+}
+
+impl Drop for Packed {
+    fn drop(&mut self) {
+        super::scratch::give(std::mem::take(&mut self.data));
     }
 }
 

@@ -22,8 +22,11 @@ pub struct Tuning {
 ///   using rayon's pool (`RAYON_NUM_THREADS`).
 /// - `RAYON_NUM_THREADS` = physical cores unless set: candle's own default, but read once
 ///   instead of from /proc/cpuinfo on every matmul.
-/// - glibc `M_MMAP_MAX=0`, `M_TRIM_THRESHOLD=64 GiB`: every op output is a fresh buffer; by
-///   default large ones are mmap'd and unmapped again, so each op page-faults its output in.
+/// - glibc `M_MMAP_MAX=0`, `M_TRIM_THRESHOLD=-1` (never trim on free; mallopt(3)): every op
+///   output is a fresh buffer; by default large ones are mmap'd and unmapped again, so each op
+///   page-faults its output in. A finite threshold (it was 2 GiB) still let every 0.5B pass
+///   free more than that at once and hand it back, so the next pass faulted it all in again;
+///   [`release_free_memory`] trims once per update round instead.
 pub fn tune() -> Tuning {
     if std::env::var_os("COMLRL_NO_TUNING").is_some() {
         return Tuning {
@@ -60,7 +63,7 @@ fn malloc_keep_memory() -> bool {
     // valid parameter constants and values.
     unsafe {
         let a = libc::mallopt(libc::M_MMAP_MAX, 0);
-        let b = libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+        let b = libc::mallopt(libc::M_TRIM_THRESHOLD, -1);
         a == 1 && b == 1
     }
 }

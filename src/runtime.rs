@@ -91,15 +91,23 @@ pub fn rss_bytes() -> Option<u64> {
 
 /// Hands the allocator's free pages back to the OS (glibc `malloc_trim`), which otherwise keeps
 /// them (see `malloc_keep_memory`): called between sampling and the update round, whose peak
-/// then counts only the pages it touches again, not the sampling's freed ones.
+/// then counts only the pages it touches again, not the sampling's freed ones. Skipped while
+/// the process holds less than [`TRIM_ABOVE_BYTES`]: what it could return is small there, and
+/// faulting it back in is not (tiny-qwen2: update 17.2 -> 15.8 ms per step without it).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn release_free_memory() {
+    if rss_bytes().is_some_and(|rss| rss < TRIM_ABOVE_BYTES) {
+        return;
+    }
     // SAFETY: malloc_trim only returns free memory of the allocator's arenas to the OS; it
     // touches no live allocation and is thread-safe.
     unsafe {
         libc::malloc_trim(0);
     }
 }
+
+/// Resident size below which [`release_free_memory`] does nothing.
+pub const TRIM_ABOVE_BYTES: u64 = 1 << 30;
 
 /// Nothing to do on other allocators.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]

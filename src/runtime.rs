@@ -24,9 +24,10 @@ pub struct Tuning {
 ///   instead of from /proc/cpuinfo on every matmul.
 /// - glibc `M_MMAP_MAX=0`, `M_TRIM_THRESHOLD=-1` (never trim on free; mallopt(3)): every op
 ///   output is a fresh buffer; by default large ones are mmap'd and unmapped again, so each op
-///   page-faults its output in. A finite threshold (it was 2 GiB) still let every 0.5B pass
-///   free more than that at once and hand it back, so the next pass faulted it all in again;
-///   [`release_free_memory`] trims once per update round instead.
+///   page-faults its output in. A finite threshold (it was 2 GiB) still let a 0.5B pass free
+///   more than that at once and hand it back, for the next pass to fault in again (~0.6 M of
+///   ~3.9 M faults over a 2-step 0.5B bench); [`release_free_memory`] trims at most once per
+///   update round instead.
 pub fn tune() -> Tuning {
     if std::env::var_os("COMLRL_NO_TUNING").is_some() {
         return Tuning {

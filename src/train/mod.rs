@@ -1,5 +1,6 @@
 //! MAGRPO training: advantages, joint actions, rollouts, the policy-gradient loss, the optimizer,
 //! checkpoints, metrics and the training loop.
+mod adamw_chunk;
 pub mod advantage;
 pub mod checkpoint;
 pub mod exchange;

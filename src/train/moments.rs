@@ -99,15 +99,20 @@ pub fn bf16_to_f32(b: u16) -> f32 {
 /// step of the largest finite value may round to infinity, as it would to nearest.
 #[inline(always)]
 pub fn round_bf16(x: f32, r: u16) -> u16 {
-    if x.is_nan() {
-        return 0x7fc0;
-    }
     let bits = x.to_bits();
-    if bits & 0x7f80_0000 == 0x7f80_0000 {
-        // ±infinity: adding would carry into a NaN pattern.
-        return (bits >> 16) as u16;
+    // ±infinity (and NaN) get nothing added: it would carry into a NaN pattern. Selects, not
+    // branches, so the optimizer's loops vectorise.
+    let add = if bits & 0x7f80_0000 == 0x7f80_0000 {
+        0
+    } else {
+        r as u32
+    };
+    let rounded = (bits.wrapping_add(add) >> 16) as u16;
+    if x.is_nan() {
+        0x7fc0
+    } else {
+        rounded
     }
-    (bits.wrapping_add(r as u32) >> 16) as u16
 }
 
 /// SplitMix64's finaliser: a bijective mix of 64 bits.
@@ -117,6 +122,9 @@ fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
 }
+
+/// SplitMix64's increment.
+const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// The random stream of one chunk of one parameter at one optimizer step (SplitMix64).
 pub struct ChunkRng(u64);
@@ -133,8 +141,17 @@ impl ChunkRng {
     /// The next 64 random bits.
     #[inline(always)]
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        self.0 = self.0.wrapping_add(GAMMA);
         mix(self.0)
+    }
+
+    /// The stream's output number `i` (from 0) without advancing it: what the (i + 1)-th call
+    /// of [`ChunkRng::next_u64`] on a fresh stream returns.
+    #[inline(always)]
+    pub fn at(&self, i: usize) -> u64 {
+        mix(self
+            .0
+            .wrapping_add((i as u64).wrapping_add(1).wrapping_mul(GAMMA)))
     }
 }
 

@@ -2,7 +2,8 @@
 //! with global-norm gradient clipping folded into the same pass. Moments live in plain vectors
 //! (f32, or bf16 with stochastic rounding: see `moments`) so an update allocates nothing and
 //! the state serialises into checkpoints.
-use super::moments::{bf16_to_f32, round_bf16, ChunkRng, Moments, StateDtype};
+use super::adamw_chunk::{self, Coeffs};
+use super::moments::{ChunkRng, Moments, StateDtype};
 use crate::error::{Error, Result};
 use crate::model::storage::{f32s, f32s_mut};
 use candle_core::backprop::GradStore;
@@ -117,54 +118,44 @@ impl candle_core::InplaceOp2 for Kernel<'_> {
 }
 
 impl Kernel<'_> {
+    fn coeffs(&self) -> Coeffs {
+        Coeffs {
+            decay: self.decay,
+            b1: self.b1,
+            b2: self.b2,
+            step_size: self.step_size,
+            bc2_sqrt: self.bc2_sqrt,
+            eps: self.eps,
+            gscale: self.gscale,
+        }
+    }
+
     /// torch's AdamW on f32 moments.
     fn f32_state(&self, theta: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
-        let k = self;
+        let c = self.coeffs();
         theta
             .par_chunks_mut(CHUNK)
             .zip(g.par_chunks(CHUNK))
             .zip(m.par_chunks_mut(CHUNK))
             .zip(v.par_chunks_mut(CHUNK))
-            .for_each(|(((th, g), m), v)| {
-                for i in 0..th.len() {
-                    let gi = g[i] * k.gscale;
-                    th[i] *= k.decay;
-                    // torch: exp_avg.lerp_(g, 1 - b1); exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2)
-                    m[i] += (1.0 - k.b1) * (gi - m[i]);
-                    v[i] = v[i] * k.b2 + (1.0 - k.b2) * gi * gi;
-                    let denom = v[i].sqrt() / k.bc2_sqrt + k.eps;
-                    th[i] += -k.step_size * m[i] / denom;
-                }
-            });
+            .for_each(|(((th, g), m), v)| adamw_chunk::f32_moments(&c, th, g, m, v));
     }
 
     /// The same arithmetic on bf16 moments: read exactly, updated in f32, the step taken with
     /// the f32 values, written back with stochastic rounding. Each chunk draws from its own
     /// stream, so the result does not depend on the thread count.
     fn bf16_state(&self, theta: &mut [f32], g: &[f32], m: &mut [u16], v: &mut [u16]) {
-        let k = self;
-        let (seed, step, param) = k.key;
+        let c = self.coeffs();
+        let (seed, step, param) = self.key;
         theta
             .par_chunks_mut(CHUNK)
             .zip(g.par_chunks(CHUNK))
             .zip(m.par_chunks_mut(CHUNK))
             .zip(v.par_chunks_mut(CHUNK))
             .enumerate()
-            .for_each(|(c, (((th, g), m), v))| {
-                let mut rng = ChunkRng::new(seed, step, param, c);
-                for i in 0..th.len() {
-                    let gi = g[i] * k.gscale;
-                    th[i] *= k.decay;
-                    let mut mi = bf16_to_f32(m[i]);
-                    let mut vi = bf16_to_f32(v[i]);
-                    mi += (1.0 - k.b1) * (gi - mi);
-                    vi = vi * k.b2 + (1.0 - k.b2) * gi * gi;
-                    let r = rng.next_u64();
-                    m[i] = round_bf16(mi, r as u16);
-                    v[i] = round_bf16(vi, (r >> 16) as u16);
-                    let denom = vi.sqrt() / k.bc2_sqrt + k.eps;
-                    th[i] += -k.step_size * mi / denom;
-                }
+            .for_each(|(i, (((th, g), m), v))| {
+                let rng = ChunkRng::new(seed, step, param, i);
+                adamw_chunk::bf16_moments(&c, &rng, th, g, m, v)
             });
     }
 }

@@ -88,6 +88,22 @@ fn bf16_copies_follow_weight_updates() {
     assert!(rel_diff(&after, &exact) < 3e-2);
 }
 
+/// An update round frees the copies (`release_sampling_copies`) and rebuilds them after its
+/// last step (`weights_changed`): without them sampling reads the f32 weights, rebuilt it reads
+/// the same bf16 copies as before, bit for bit.
+#[test]
+fn released_copies_come_back_with_weights_changed() {
+    let p = load("builtin:tiny", DType::BF16);
+    let with_copies = logits_in(&p, Mode::Sample);
+    p.release_sampling_copies().unwrap();
+    assert!(
+        logits_in(&p, Mode::Sample) == logits_in(&p, Mode::Infer),
+        "released: sampling must read the f32 weights"
+    );
+    p.weights_changed().unwrap();
+    assert!(logits_in(&p, Mode::Sample) == with_copies);
+}
+
 #[test]
 fn bf16_greedy_decoding_starts_like_f32() {
     // The policies differ by rounding only: greedy continuations agree on most tokens (they

@@ -1,5 +1,6 @@
 //! One update round: every agent's policy-gradient loss over the buffered rollouts, in
-//! mini-batches, with an AdamW step and the LR schedule per mini-batch. A replicated agent's
+//! mini-batches, with an AdamW step and the LR schedule per mini-batch; the sampling copies of
+//! the weights are freed for the round and rebuilt after it. A replicated agent's
 //! passes are split over its replicas and their gradients summed before the step.
 use super::Trainer;
 use crate::error::Result;
@@ -26,6 +27,11 @@ impl Trainer {
         let opt_steps = state.opt_steps.clone();
         let replicas = &self.replicas;
         let plan = pass_plan(t);
+        // The round never samples: every agent's sampling copies are freed for its length
+        // (their pages serve the gradients) and rebuilt once at its end, after the last step.
+        for p in self.policies.iter().flatten() {
+            p.release_sampling_copies()?;
+        }
         let work =
             |(i, (policy, opt)): (usize, (&Policy, &mut AdamW))| -> Result<(usize, AgentUpdate)> {
                 let vars: Vec<candle_core::Var> =
@@ -66,7 +72,6 @@ impl Trainer {
                     );
                     let norm = opt.step_grads(&lg.grads, lr, t.max_grad_norm)?;
                     drop(lg.grads);
-                    policy.weights_changed()?;
                     u.phases.optimizer += since(tick);
                     u.phases.forward += lg.forward_s;
                     u.phases.backward += lg.backward_s;
@@ -89,12 +94,18 @@ impl Trainer {
             .collect();
         // Replicated agents' collectives run on this (MPI's) thread, one agent after another.
         let parallel = t.parallel_updates && !self.placement.replicated();
-        let results: Vec<(usize, AgentUpdate)> = if parallel && pairs.len() > 1 {
-            pairs.into_par_iter().map(work).collect::<Result<_>>()?
+        let results: Result<Vec<(usize, AgentUpdate)>> = if parallel && pairs.len() > 1 {
+            pairs.into_par_iter().map(work).collect()
         } else {
-            pairs.into_iter().map(work).collect::<Result<_>>()?
+            pairs.into_iter().map(work).collect()
         };
-        for (i, u) in results {
+        // Rebuilt even when the round failed, so no later sampling runs without them.
+        let tick = Instant::now();
+        for p in self.policies.iter().flatten() {
+            p.weights_changed()?;
+        }
+        state.window.phases.optimizer += since(tick);
+        for (i, u) in results? {
             state.opt_steps[i] = u.opt_steps;
             let w = &mut state.window.agents[i];
             w.loss += u.loss;

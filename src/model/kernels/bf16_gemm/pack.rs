@@ -122,6 +122,20 @@ fn packed_zeroed(len: usize, k: usize) -> Packed {
     }
 }
 
+/// [`packed_zeroed`] for a packer that writes every element (padding included): a reused
+/// buffer keeps its old contents instead of being cleared first.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn packed_for_overwrite(len: usize, k: usize) -> Packed {
+    let steps = padded(k, KSTEP) / KSTEP;
+    let panels = padded(len, BLOCK) / PANEL;
+    Packed {
+        data: super::scratch::take_for_overwrite(panels * steps * STEP_ELEMS),
+        len,
+        k,
+        steps,
+    }
+}
+
 impl Drop for Packed {
     fn drop(&mut self) {
         super::scratch::give(std::mem::take(&mut self.data));
@@ -171,16 +185,17 @@ fn simd() -> bool {
 
 /// [`pack_a`], the AVX-512 BF16 packer if `simd` (and the CPU has it), else the scalar one.
 pub(super) fn pack_a_with(a: View<'_>, simd: bool) -> Packed {
-    let mut p = packed_zeroed(a.rows, a.cols);
     #[cfg(target_arch = "x86_64")]
     if simd && self::simd() {
-        by_steps(&mut p, |panel, s, out| {
+        let mut p = packed_for_overwrite(a.rows, a.cols);
+        by_steps(&mut p, |panel, s, out, blk| {
             // SAFETY: `simd()` checked the CPU's features.
-            unsafe { super::pack_avx512::step_a(a, panel * PANEL, s, out) }
+            unsafe { super::pack_avx512::step_a(a, panel * PANEL, s, out, blk) }
         });
         return p;
     }
     let _ = simd;
+    let mut p = packed_zeroed(a.rows, a.cols);
     for_panels(&mut p, |panel, d| {
         pack_panel(a, panel * PANEL, d, a_index);
     });
@@ -192,18 +207,24 @@ pub(super) fn pack_a_with(a: View<'_>, simd: bool) -> Packed {
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const GROUP: usize = 8;
 
-/// Runs `f(panel, step, out)` for every k-step of every panel (`out`: that step's 512
-/// elements), groups of panels in parallel for large operands, steps outer within a group.
+/// Runs `f(panel, step, out, blk)` for every k-step of every panel (`out`: that step's 512
+/// elements, every one of which `f` writes; `blk`: a scratch block of the group's), groups of
+/// panels in parallel for large operands, steps outer within a group.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-fn by_steps(p: &mut Packed, f: impl Fn(usize, usize, &mut [u16]) + Sync + Send) {
+fn by_steps(
+    p: &mut Packed,
+    f: impl Fn(usize, usize, &mut [u16], &mut [f32; STEP_ELEMS]) + Sync + Send,
+) {
     let (pe, steps) = (p.panel_elems(), p.steps);
     let group = |gi: usize, d: &mut [u16]| {
+        let mut blk = [0f32; STEP_ELEMS];
         for s in 0..steps {
             for (g, panel) in d.chunks_exact_mut(pe).enumerate() {
                 f(
                     gi * GROUP + g,
                     s,
                     &mut panel[s * STEP_ELEMS..(s + 1) * STEP_ELEMS],
+                    &mut blk,
                 );
             }
         }
@@ -228,17 +249,18 @@ pub fn pack_b(b: View<'_>) -> Packed {
 
 /// [`pack_b`], the AVX-512 BF16 packer if `simd` (and the CPU has it), else the scalar one.
 pub(super) fn pack_b_with(b: View<'_>, simd: bool) -> Packed {
-    let mut p = packed_zeroed(b.cols, b.rows);
     let bt = b.t();
     #[cfg(target_arch = "x86_64")]
     if simd && self::simd() {
-        by_steps(&mut p, |panel, s, out| {
+        let mut p = packed_for_overwrite(b.cols, b.rows);
+        by_steps(&mut p, |panel, s, out, blk| {
             // SAFETY: `simd()` checked the CPU's features.
-            unsafe { super::pack_avx512::step_b(bt, panel * PANEL, s, out) }
+            unsafe { super::pack_avx512::step_b(bt, panel * PANEL, s, out, blk) }
         });
         return p;
     }
     let _ = simd;
+    let mut p = packed_zeroed(b.cols, b.rows);
     for_panels(&mut p, |panel, d| {
         pack_panel(bt, panel * PANEL, d, |c, k| b_index(k, c));
     });
@@ -361,8 +383,14 @@ mod tests {
             View::new(&data, 3, (33, 17), (180, 2)).unwrap(),
         ];
         for v in views {
-            assert_eq!(pack_a_with(v, true).data, pack_a_with(v, false).data);
-            assert_eq!(pack_b_with(v, true).data, pack_b_with(v, false).data);
+            // The SIMD packers write every element: a reused buffer's old contents (here all
+            // ones) must not show through, padding included.
+            let a = pack_a_with(v, false);
+            super::super::scratch::give(vec![0xffff; a.data.len()]);
+            assert_eq!(pack_a_with(v, true).data, a.data);
+            let b = pack_b_with(v, false);
+            super::super::scratch::give(vec![0xffff; b.data.len()]);
+            assert_eq!(pack_b_with(v, true).data, b.data);
         }
     }
 }

@@ -13,16 +13,19 @@ pub(super) fn usable() -> bool {
         && std::arch::is_x86_feature_detected!("avx512bf16")
 }
 
-/// `blk[r * RO + kk * PO]` = v(r0 + r, p0 + kk) for r < 16, kk < 32, zero outside `v`.
+/// `blk[r * RO + kk * PO]` = v(r0 + r, p0 + kk) for r < 16, kk < 32, zero outside `v` (a
+/// block wholly inside `v` is overwritten without being cleared first).
 fn gather<const RO: usize, const PO: usize>(
     v: View<'_>,
     r0: usize,
     p0: usize,
     blk: &mut [f32; STEP_ELEMS],
 ) {
-    blk.fill(0.0);
     let nr = v.rows.saturating_sub(r0).min(PANEL);
     let np = v.cols.saturating_sub(p0).min(KSTEP);
+    if nr < PANEL || np < KSTEP {
+        blk.fill(0.0);
+    }
     if nr == 0 || np == 0 {
         return;
     }
@@ -50,14 +53,19 @@ fn gather<const RO: usize, const PO: usize>(
 }
 
 /// One k-step `s` of an A panel: rows `r0..r0 + 16` of `v` (rows × K), k `32s..32s + 32`,
-/// into `out` (512 elements: `[16 rows][32 k]`).
+/// into `out` (512 elements: `[16 rows][32 k]`), gathered through `blk` (any contents).
 ///
 /// # Safety
 /// [`usable`] must have returned true.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-pub(super) unsafe fn step_a(v: View<'_>, r0: usize, s: usize, out: &mut [u16]) {
-    let mut blk = [0f32; STEP_ELEMS];
-    gather::<KSTEP, 1>(v, r0, s * KSTEP, &mut blk);
+pub(super) unsafe fn step_a(
+    v: View<'_>,
+    r0: usize,
+    s: usize,
+    out: &mut [u16],
+    blk: &mut [f32; STEP_ELEMS],
+) {
+    gather::<KSTEP, 1>(v, r0, s * KSTEP, blk);
     for (row, o) in blk.chunks_exact(KSTEP).zip(out.chunks_exact_mut(KSTEP)) {
         // SAFETY: `row` holds 32 f32 and `o` 32 u16: two 64-byte loads, one 64-byte store,
         // all unaligned-tolerant. The transmute reinterprets 32 bf16 as 512 bits.
@@ -71,13 +79,18 @@ pub(super) unsafe fn step_a(v: View<'_>, r0: usize, s: usize, out: &mut [u16]) {
 }
 
 /// One k-step `s` of a B panel: columns `c0..c0 + 16` of b, given as `bt` (columns × K), into
-/// `out` (512 elements: `[16 k-pairs][16 columns][2]`).
+/// `out` (512 elements: `[16 k-pairs][16 columns][2]`), gathered through `blk` (any contents).
 ///
 /// # Safety
 /// [`usable`] must have returned true.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-pub(super) unsafe fn step_b(bt: View<'_>, c0: usize, s: usize, out: &mut [u16]) {
-    let mut blk = [0f32; STEP_ELEMS];
+pub(super) unsafe fn step_b(
+    bt: View<'_>,
+    c0: usize,
+    s: usize,
+    out: &mut [u16],
+    blk: &mut [f32; STEP_ELEMS],
+) {
     // Output lane 2c takes column c of k 2q (input lane c), lane 2c + 1 that of k 2q + 1
     // (input lane 16 + c).
     let mut idx = [0i16; 32];
@@ -87,7 +100,7 @@ pub(super) unsafe fn step_b(bt: View<'_>, c0: usize, s: usize, out: &mut [u16]) 
     }
     // SAFETY: `idx` is 64 bytes.
     let idx = unsafe { _mm512_loadu_si512(idx.as_ptr().cast()) };
-    gather::<1, PANEL>(bt, c0, s * KSTEP, &mut blk);
+    gather::<1, PANEL>(bt, c0, s * KSTEP, blk);
     for (pair, o) in blk
         .chunks_exact(2 * PANEL)
         .zip(out.chunks_exact_mut(2 * PANEL))

@@ -20,6 +20,24 @@ fn idle() -> std::sync::MutexGuard<'static, Vec<Vec<u16>>> {
 
 /// `len` zeros, in a kept buffer when one of a fitting size waits, else in a new one.
 pub fn take(len: usize) -> Vec<u16> {
+    let mut buf = kept(len);
+    buf.clear();
+    buf.resize(len, 0);
+    buf
+}
+
+/// `len` elements for a caller that writes every one of them: a kept buffer's old values stay
+/// (no pass clearing them), only elements past its previous length are zeroed.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub fn take_for_overwrite(len: usize) -> Vec<u16> {
+    let mut buf = kept(len);
+    buf.truncate(len);
+    buf.resize(len, 0);
+    buf
+}
+
+/// A kept buffer with room for `len` (its contents as left), or a new empty one.
+fn kept(len: usize) -> Vec<u16> {
     let kept = {
         let mut idle = idle();
         let best = idle
@@ -30,10 +48,7 @@ pub fn take(len: usize) -> Vec<u16> {
             .map(|(i, _)| i);
         best.map(|i| idle.swap_remove(i))
     };
-    let mut buf = kept.unwrap_or_else(|| Vec::with_capacity(len));
-    buf.clear();
-    buf.resize(len, 0);
-    buf
+    kept.unwrap_or_else(|| Vec::with_capacity(len))
 }
 
 /// Keeps `buf` for a later [`take`], dropping the smallest idle buffers while more than

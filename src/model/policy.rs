@@ -339,13 +339,17 @@ impl Policy {
         Ok(self.model.refresh_rollout_weights(self.sampling_weights)?)
     }
 
-    /// Frees the sampling copies of the weights (an update round does not read them; at
-    /// Qwen2.5-0.5B the bf16 copies are 1 GB per agent). Sampling needs
-    /// [`Policy::weights_changed`] first, which rebuilds them.
-    pub fn release_sampling_copies(&self) -> Result<()> {
-        Ok(self
-            .model
-            .refresh_rollout_weights(super::SamplingWeights::Checkpoint)?)
+    /// Frees the bf16 sampling copies of the weights (an update round does not read them; at
+    /// Qwen2.5-0.5B they are 1 GB per agent); sampling needs [`Policy::weights_changed`]
+    /// first, which rebuilds them. Returns whether there were any: the transposed f32 copies
+    /// (models of at most 64 MiB, where memory is no concern) stay.
+    pub fn release_sampling_copies(&self) -> Result<bool> {
+        if self.sampling_weights != super::SamplingWeights::Bf16 {
+            return Ok(false);
+        }
+        self.model
+            .refresh_rollout_weights(super::SamplingWeights::Checkpoint)?;
+        Ok(true)
     }
 
     /// Trainable variables in checkpoint order (the tied embedding appears once).

@@ -27,11 +27,17 @@ impl Trainer {
         let opt_steps = state.opt_steps.clone();
         let replicas = &self.replicas;
         let plan = pass_plan(t);
-        // The round never samples: every agent's sampling copies are freed for its length
-        // (their pages serve the gradients) and rebuilt once at its end, after the last step.
-        for p in self.policies.iter().flatten() {
-            p.release_sampling_copies()?;
-        }
+        // The round never samples: every agent's bf16 sampling copies are freed for its length
+        // (their pages serve the gradients) and rebuilt once at its end, after the last step;
+        // other copies follow each step.
+        let released = self
+            .policies
+            .iter()
+            .map(|p| {
+                p.as_ref()
+                    .map_or(Ok(false), |p| p.release_sampling_copies())
+            })
+            .collect::<std::result::Result<Vec<bool>, _>>()?;
         let work =
             |(i, (policy, opt)): (usize, (&Policy, &mut AdamW))| -> Result<(usize, AgentUpdate)> {
                 let vars: Vec<candle_core::Var> =
@@ -72,6 +78,9 @@ impl Trainer {
                     );
                     let norm = opt.step_grads(&lg.grads, lr, t.max_grad_norm)?;
                     drop(lg.grads);
+                    if !released.get(i).copied().unwrap_or(false) {
+                        policy.weights_changed()?;
+                    }
                     u.phases.optimizer += since(tick);
                     u.phases.forward += lg.forward_s;
                     u.phases.backward += lg.backward_s;
@@ -101,8 +110,10 @@ impl Trainer {
         };
         // Rebuilt even when the round failed, so no later sampling runs without them.
         let tick = Instant::now();
-        for p in self.policies.iter().flatten() {
-            p.weights_changed()?;
+        for (p, released) in self.policies.iter().zip(&released) {
+            if let (Some(p), true) = (p, released) {
+                p.weights_changed()?;
+            }
         }
         state.window.phases.optimizer += since(tick);
         for (i, u) in results? {

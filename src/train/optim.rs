@@ -71,13 +71,8 @@ struct Kernel<'a> {
     v: &'a Mutex<Moments>,
     /// (seed, optimizer step, parameter index): the key of the bf16 rounding streams.
     key: (u64, u64, usize),
-    decay: f32,
-    b1: f32,
-    b2: f32,
-    step_size: f32,
-    bc2_sqrt: f32,
-    eps: f32,
-    gscale: f32,
+    /// The step's per-element constants.
+    c: Coeffs,
 }
 
 impl candle_core::InplaceOp2 for Kernel<'_> {
@@ -118,34 +113,22 @@ impl candle_core::InplaceOp2 for Kernel<'_> {
 }
 
 impl Kernel<'_> {
-    fn coeffs(&self) -> Coeffs {
-        Coeffs {
-            decay: self.decay,
-            b1: self.b1,
-            b2: self.b2,
-            step_size: self.step_size,
-            bc2_sqrt: self.bc2_sqrt,
-            eps: self.eps,
-            gscale: self.gscale,
-        }
-    }
-
     /// torch's AdamW on f32 moments.
     fn f32_state(&self, theta: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
-        let c = self.coeffs();
+        let c = &self.c;
         theta
             .par_chunks_mut(CHUNK)
             .zip(g.par_chunks(CHUNK))
             .zip(m.par_chunks_mut(CHUNK))
             .zip(v.par_chunks_mut(CHUNK))
-            .for_each(|(((th, g), m), v)| adamw_chunk::f32_moments(&c, th, g, m, v));
+            .for_each(|(((th, g), m), v)| adamw_chunk::f32_moments(c, th, g, m, v));
     }
 
     /// The same arithmetic on bf16 moments: read exactly, updated in f32, the step taken with
     /// the f32 values, written back with stochastic rounding. Each chunk draws from its own
     /// stream, so the result does not depend on the thread count.
     fn bf16_state(&self, theta: &mut [f32], g: &[f32], m: &mut [u16], v: &mut [u16]) {
-        let c = self.coeffs();
+        let c = &self.c;
         let (seed, step, param) = self.key;
         theta
             .par_chunks_mut(CHUNK)
@@ -155,7 +138,7 @@ impl Kernel<'_> {
             .enumerate()
             .for_each(|(i, (((th, g), m), v))| {
                 let rng = ChunkRng::new(seed, step, param, i);
-                adamw_chunk::bf16_moments(&c, &rng, th, g, m, v)
+                adamw_chunk::bf16_moments(c, &rng, th, g, m, v)
             });
     }
 }
@@ -272,13 +255,15 @@ impl AdamW {
                     m: &p.m,
                     v: &p.v,
                     key: (self.seed, self.step, i),
-                    decay: (1.0 - lr * c.weight_decay) as f32,
-                    b1: c.beta1 as f32,
-                    b2: c.beta2 as f32,
-                    step_size: (lr / bc1) as f32,
-                    bc2_sqrt: bc2.sqrt() as f32,
-                    eps: c.eps as f32,
-                    gscale: gscale as f32,
+                    c: Coeffs {
+                        decay: (1.0 - lr * c.weight_decay) as f32,
+                        b1: c.beta1 as f32,
+                        b2: c.beta2 as f32,
+                        step_size: (lr / bc1) as f32,
+                        bc2_sqrt: bc2.sqrt() as f32,
+                        eps: c.eps as f32,
+                        gscale: gscale as f32,
+                    },
                 };
                 p.var.as_tensor().inplace_op2(&g.contiguous()?, &k)?;
             }

@@ -111,25 +111,24 @@ fn padded(len: usize, to: usize) -> usize {
     len.div_ceil(to).max(1) * to
 }
 
+/// An operand's packed buffer from the scratch pool: zeroed, for a packer that writes only the
+/// operand's own elements.
 fn packed_zeroed(len: usize, k: usize) -> Packed {
-    let steps = padded(k, KSTEP) / KSTEP;
-    let panels = padded(len, BLOCK) / PANEL;
-    Packed {
-        data: super::scratch::take(panels * steps * STEP_ELEMS),
-        len,
-        k,
-        steps,
-    }
+    packed_in(len, k, super::scratch::take)
 }
 
 /// [`packed_zeroed`] for a packer that writes every element (padding included): a reused
 /// buffer keeps its old contents instead of being cleared first.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn packed_for_overwrite(len: usize, k: usize) -> Packed {
+    packed_in(len, k, super::scratch::take_for_overwrite)
+}
+
+fn packed_in(len: usize, k: usize, take: fn(usize) -> Vec<u16>) -> Packed {
     let steps = padded(k, KSTEP) / KSTEP;
     let panels = padded(len, BLOCK) / PANEL;
     Packed {
-        data: super::scratch::take_for_overwrite(panels * steps * STEP_ELEMS),
+        data: take(panels * steps * STEP_ELEMS),
         len,
         k,
         steps,

@@ -1,17 +1,22 @@
 //! The AVX-512 BF16 microkernel: one 32 × 32 block of C from the packed panels with
 //! `vdpbf16ps`, 8 rows × 32 columns (16 zmm accumulators) at a time: per k-pair, two zmm of 16
-//! columns' VNNI pairs against each row's pair broadcast as one 32-bit value.
+//! columns' VNNI pairs against each row's pair broadcast as one 32-bit value. The sums are
+//! added straight into C (masked for a block's last rows and columns), not through a tile
+//! that the caller adds afterwards: that extra pass was 6% of the bf16 update on an EPYC.
 use super::pack::{KSTEP, PANEL, STEP_ELEMS};
 use std::arch::x86_64::*;
 
 /// Rows per register block.
 const RB: usize = 8;
 
-/// [`super::portable::block`] with `vdpbf16ps`; writes rows in whole register blocks of 8.
+/// C (row stride `ldc`) += the block's rows `< rows` × columns `< cols` (both ≤ 32) of A · B
+/// over k-steps `s0..s0 + steps`, with `vdpbf16ps`, in register blocks of 8 rows.
 ///
 /// # Safety
 /// The CPU must have avx512f and avx512bf16. `a` and `b` must be readable for two panels of
-/// `ps` elements each, with `(s0 + steps) * 512 <= ps`.
+/// `ps` elements each, with `(s0 + steps) * 512 <= ps`; `c` must be valid for reads and
+/// writes of `rows` rows of `cols` f32 at stride `ldc`, and not accessed by anyone else
+/// meanwhile.
 #[target_feature(enable = "avx512f,avx512bf16")]
 // Indexed loops over const-size register arrays: unrolled, the accumulators stay in registers.
 #[allow(clippy::needless_range_loop)]
@@ -20,9 +25,15 @@ pub(super) unsafe fn block(
     b: *const u16,
     ps: usize,
     (s0, steps): (usize, usize),
-    out: &mut [f32; 1024],
-    rows: usize,
+    (c, ldc): (*mut f32, usize),
+    (rows, cols): (usize, usize),
 ) {
+    // Lanes of C's two 16-column halves that exist.
+    let half = |h: usize| -> __mmask16 {
+        let n = cols.saturating_sub(h * PANEL).min(PANEL);
+        ((1u32 << n) - 1) as __mmask16
+    };
+    let masks = [half(0), half(1)];
     let mut r0 = 0;
     while r0 < rows.min(2 * PANEL) {
         let mut acc = [[_mm512_setzero_ps(); 2]; RB];
@@ -51,12 +62,15 @@ pub(super) unsafe fn block(
                 }
             }
         }
-        for r in 0..RB {
-            let o = &mut out[(r0 + r) * 2 * PANEL..(r0 + r + 1) * 2 * PANEL];
-            // SAFETY: `o` holds 32 f32: two unaligned 64-byte stores fit.
-            unsafe {
-                _mm512_storeu_ps(o.as_mut_ptr(), acc[r][0]);
-                _mm512_storeu_ps(o.as_mut_ptr().add(PANEL), acc[r][1]);
+        for r in 0..RB.min(rows - r0) {
+            for h in 0..2 {
+                // SAFETY: row r0 + r < rows and the masked lanes are columns < cols: inside
+                // the caller's rectangle of C; masked-off lanes are neither read nor written.
+                unsafe {
+                    let p = c.add((r0 + r) * ldc + h * PANEL);
+                    let old = _mm512_maskz_loadu_ps(masks[h], p);
+                    _mm512_mask_storeu_ps(p, masks[h], _mm512_add_ps(old, acc[r][h]));
+                }
             }
         }
         r0 += RB;

@@ -109,6 +109,26 @@ fn run_task(
                     }
                     continue;
                 }
+                #[cfg(target_arch = "x86_64")]
+                if backend == Backend::Avx512Bf16 {
+                    assert!(ap.len() == 2 * ps && bp.len() == 2 * ps);
+                    // SAFETY: `Backend::Avx512Bf16` is only chosen where the CPU has avx512f
+                    // and avx512bf16; `ap` and `bp` hold two panels of `ps` elements with the
+                    // k-steps inside (asserted, and s0 + steps <= a.steps). C's rows i..i + mr
+                    // × columns j..j + nr lie inside C, belong to this task alone, and C is
+                    // borrowed for the whole of `gemm`.
+                    unsafe {
+                        super::avx512::block(
+                            ap.as_ptr(),
+                            bp.as_ptr(),
+                            ps,
+                            (s0, steps),
+                            (out.0.add(i * n + j), n),
+                            (mr, nr),
+                        );
+                    }
+                    continue;
+                }
                 block(backend, ap, bp, ps, (s0, steps), &mut tile, mr);
                 for r in 0..mr {
                     // SAFETY: i + r < m and j + nr <= n, so the row segment lies inside C
@@ -156,12 +176,6 @@ fn block(
                 let dest = super::amx::Dest::Tile(tile.as_mut_ptr());
                 super::amx::block(ap.as_ptr(), bp.as_ptr(), ps, ks, dest)
             }
-        },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Backend::Avx512Bf16` is only chosen where the CPU has avx512f and
-        // avx512bf16; `ap` and `bp` hold two panels of `ps` elements with the k-steps inside.
-        Backend::Avx512Bf16 => unsafe {
-            super::avx512::block(ap.as_ptr(), bp.as_ptr(), ps, ks, tile, rows)
         },
         _ => super::portable::block(ap, bp, ps, ks, tile, rows),
     }

@@ -380,6 +380,10 @@ mod tests {
             View::new(&data, 0, (70, 90), (90, 1)).unwrap(),
             View::new(&data, 0, (70, 90), (90, 1)).unwrap().t(),
             View::new(&data, 3, (33, 17), (180, 2)).unwrap(),
+            // Whole steps with contiguous rows (A's transposing path) or contiguous k
+            // (B's), at an offset, with a partial step and panel after them.
+            View::new(&data, 5, (40, 70), (1, 90)).unwrap(),
+            View::new(&data, 7, (40, 70), (1, 90)).unwrap().t(),
         ];
         for v in views {
             // The SIMD packers write every element: a reused buffer's old contents (here all

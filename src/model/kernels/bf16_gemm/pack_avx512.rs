@@ -2,7 +2,10 @@
 //! into an f32 block, then rounded 32 values per `vcvtne2ps2bf16` (nearest even, as
 //! [`super::pack::round_bf16`], except that f32 denormals become zero, as the AMX and
 //! `vdpbf16ps` products treat them anyway) and, for B, interleaved into k-pairs with one
-//! `vpermw`.
+//! `vpermw`. A whole k-step whose source runs across the panel's other axis (A from a
+//! transposed view such as dyᵀ, B from a row-major weight W for x · Wᵀ) is transposed in
+//! registers instead: gathered element by element, those two cost 2.7 ns per element on an
+//! AMD EPYC and were most of the bf16 update's packing time.
 use super::pack::{View, KSTEP, PANEL, STEP_ELEMS};
 use std::arch::x86_64::*;
 
@@ -65,6 +68,18 @@ pub(super) unsafe fn step_a(
     out: &mut [u16],
     blk: &mut [f32; STEP_ELEMS],
 ) {
+    if full_step(v, r0, s) {
+        if v.cs == 1 {
+            // SAFETY: the CPU has avx512f and avx512bf16 (caller); the step lies inside `v`.
+            unsafe { step_a_rows(v, r0, s, out) };
+            return;
+        }
+        if v.rs == 1 {
+            // SAFETY: as above.
+            unsafe { step_a_transposing(v, r0, s, out) };
+            return;
+        }
+    }
     gather::<KSTEP, 1>(v, r0, s * KSTEP, blk);
     for (row, o) in blk.chunks_exact(KSTEP).zip(out.chunks_exact_mut(KSTEP)) {
         // SAFETY: `row` holds 32 f32 and `o` 32 u16: two 64-byte loads, one 64-byte store,
@@ -100,6 +115,18 @@ pub(super) unsafe fn step_b(
     }
     // SAFETY: `idx` is 64 bytes.
     let idx = unsafe { _mm512_loadu_si512(idx.as_ptr().cast()) };
+    if full_step(bt, c0, s) {
+        if bt.cs == 1 {
+            // SAFETY: the CPU has avx512f and avx512bf16 (caller); the step lies inside `bt`.
+            unsafe { step_b_transposing(bt, c0, s, out) };
+            return;
+        }
+        if bt.rs == 1 {
+            // SAFETY: as above.
+            unsafe { step_b_pairs(bt, c0, s, out, idx) };
+            return;
+        }
+    }
     gather::<1, PANEL>(bt, c0, s * KSTEP, blk);
     for (pair, o) in blk
         .chunks_exact(2 * PANEL)
@@ -113,5 +140,154 @@ pub(super) unsafe fn step_b(
             let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
             _mm512_storeu_si512(o.as_mut_ptr().cast(), _mm512_permutexvar_epi16(idx, v));
         }
+    }
+}
+
+/// Whether rows `r0..r0 + 16` × k `32s..32s + 32` all lie inside `v`.
+fn full_step(v: View<'_>, r0: usize, s: usize) -> bool {
+    r0 + PANEL <= v.rows && (s + 1) * KSTEP <= v.cols
+}
+
+/// [`step_a`] for a whole step of a row-major source (`v.cs == 1`): each row's 32 k loaded,
+/// rounded and stored.
+///
+/// # Safety
+/// avx512f and avx512bf16; `v.cs == 1` and [`full_step`].
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn step_a_rows(v: View<'_>, r0: usize, s: usize, out: &mut [u16]) {
+    debug_assert!(v.cs == 1 && full_step(v, r0, s) && out.len() >= STEP_ELEMS);
+    for (r, o) in out.chunks_exact_mut(KSTEP).take(PANEL).enumerate() {
+        let b = v.off + (r0 + r) * v.rs + s * KSTEP;
+        let ks = &v.data[b..b + KSTEP];
+        // SAFETY: `ks` holds 32 f32 and `o` 32 u16 (bounds-checked slices): two unaligned
+        // 64-byte loads, one store. The transmute reinterprets 32 bf16 as 512 bits.
+        unsafe {
+            let x: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(
+                _mm512_loadu_ps(ks.as_ptr().add(16)),
+                _mm512_loadu_ps(ks.as_ptr()),
+            ));
+            _mm512_storeu_si512(o.as_mut_ptr().cast(), x);
+        }
+    }
+}
+
+/// [`step_b`] for a whole step of `bt` whose columns are contiguous (`bt.rs == 1`, e.g. a
+/// row-major b): per k-pair, the 16 columns at k 2q and at 2q + 1 loaded, rounded and
+/// interleaved with `idx` (as in [`step_b`]).
+///
+/// # Safety
+/// avx512f, avx512bw and avx512bf16; `bt.rs == 1` and [`full_step`].
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn step_b_pairs(bt: View<'_>, c0: usize, s: usize, out: &mut [u16], idx: __m512i) {
+    debug_assert!(bt.rs == 1 && full_step(bt, c0, s) && out.len() >= STEP_ELEMS);
+    for (q, o) in out.chunks_exact_mut(2 * PANEL).take(KSTEP / 2).enumerate() {
+        let even = bt.off + (s * KSTEP + 2 * q) * bt.cs + c0;
+        let odd = even + bt.cs;
+        let (e, d) = (&bt.data[even..even + PANEL], &bt.data[odd..odd + PANEL]);
+        // SAFETY: `e` and `d` hold 16 f32 and `o` 32 u16 (bounds-checked slices): two
+        // unaligned 64-byte loads, one store. The transmute reinterprets 32 bf16 as 512 bits.
+        unsafe {
+            let x: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(
+                _mm512_loadu_ps(d.as_ptr()),
+                _mm512_loadu_ps(e.as_ptr()),
+            ));
+            _mm512_storeu_si512(o.as_mut_ptr().cast(), _mm512_permutexvar_epi16(idx, x));
+        }
+    }
+}
+
+/// [`step_a`] for a whole step of a source whose rows are contiguous (`v.rs == 1`): 32 loads
+/// of 16 rows at one k, two 16 × 16 transposes, then each row's 32 k rounded and stored.
+///
+/// # Safety
+/// avx512f and avx512bf16; `v.rs == 1` and [`full_step`].
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn step_a_transposing(v: View<'_>, r0: usize, s: usize, out: &mut [u16]) {
+    debug_assert!(v.rs == 1 && full_step(v, r0, s) && out.len() >= STEP_ELEMS);
+    let mut lo = [_mm512_setzero_si512(); 16];
+    let mut hi = [_mm512_setzero_si512(); 16];
+    for kk in 0..KSTEP {
+        let b = v.off + (s * KSTEP + kk) * v.cs + r0;
+        let col = &v.data[b..b + PANEL];
+        // SAFETY: `col` holds 16 f32 (bounds-checked slice): one unaligned 64-byte load.
+        let x = unsafe { _mm512_loadu_si512(col.as_ptr().cast()) };
+        if kk < 16 {
+            lo[kk] = x;
+        } else {
+            hi[kk - 16] = x;
+        }
+    }
+    transpose16(&mut lo);
+    transpose16(&mut hi);
+    for r in 0..PANEL {
+        let o = &mut out[r * KSTEP..(r + 1) * KSTEP];
+        // SAFETY: `o` holds 32 u16: one unaligned 64-byte store. The casts reinterpret
+        // 16 f32 and 32 bf16 as 512 bits.
+        unsafe {
+            let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(
+                _mm512_castsi512_ps(hi[r]),
+                _mm512_castsi512_ps(lo[r]),
+            ));
+            _mm512_storeu_si512(o.as_mut_ptr().cast(), v);
+        }
+    }
+}
+
+/// [`step_b`] for a whole step of `bt` with contiguous k (`bt.cs == 1`, e.g. a row-major
+/// weight W for x · Wᵀ): each column's 32 k rounded into one register of 16 k-pairs, then one
+/// 16 × 16 transpose of the 32-bit pairs gives the `[k-pair][column][2]` rows directly.
+///
+/// # Safety
+/// avx512f and avx512bf16; `bt.cs == 1` and [`full_step`].
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn step_b_transposing(bt: View<'_>, c0: usize, s: usize, out: &mut [u16]) {
+    debug_assert!(bt.cs == 1 && full_step(bt, c0, s) && out.len() >= STEP_ELEMS);
+    let mut cols = [_mm512_setzero_si512(); 16];
+    for (c, reg) in cols.iter_mut().enumerate() {
+        let b = bt.off + (c0 + c) * bt.rs + s * KSTEP;
+        let ks = &bt.data[b..b + KSTEP];
+        // SAFETY: `ks` holds 32 f32 (bounds-checked slice): two unaligned 64-byte loads. The
+        // transmute reinterprets 32 bf16 as 512 bits.
+        *reg = unsafe {
+            std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(
+                _mm512_loadu_ps(ks.as_ptr().add(16)),
+                _mm512_loadu_ps(ks.as_ptr()),
+            ))
+        };
+    }
+    transpose16(&mut cols);
+    for (q, reg) in cols.iter().enumerate() {
+        let o = &mut out[q * 2 * PANEL..(q + 1) * 2 * PANEL];
+        // SAFETY: `o` holds 32 u16: one unaligned 64-byte store.
+        unsafe { _mm512_storeu_si512(o.as_mut_ptr().cast(), *reg) };
+    }
+}
+
+/// Transposes 16 registers of 16 32-bit lanes in place (`r[i]` lane j ↔ `r[j]` lane i):
+/// pairs of 32-bit lanes, then of 64-bit lanes, then two rounds of 128-bit lanes.
+#[target_feature(enable = "avx512f")]
+fn transpose16(r: &mut [__m512i; 16]) {
+    let mut t = [_mm512_setzero_si512(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    // u[4i + j], 128-bit lane l: rows 4i..4i + 4 of column 4l + j.
+    let mut u = [_mm512_setzero_si512(); 16];
+    for i in 0..4 {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for j in 0..4 {
+        let v0 = _mm512_shuffle_i32x4::<0x88>(u[j], u[4 + j]);
+        let v1 = _mm512_shuffle_i32x4::<0xdd>(u[j], u[4 + j]);
+        let w0 = _mm512_shuffle_i32x4::<0x88>(u[8 + j], u[12 + j]);
+        let w1 = _mm512_shuffle_i32x4::<0xdd>(u[8 + j], u[12 + j]);
+        r[j] = _mm512_shuffle_i32x4::<0x88>(v0, w0);
+        r[4 + j] = _mm512_shuffle_i32x4::<0x88>(v1, w1);
+        r[8 + j] = _mm512_shuffle_i32x4::<0xdd>(v0, w0);
+        r[12 + j] = _mm512_shuffle_i32x4::<0xdd>(v1, w1);
     }
 }

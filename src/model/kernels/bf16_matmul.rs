@@ -1,10 +1,11 @@
-//! The bf16 sampling product `y = x · Wᵀ` with W held as bf16 in the checkpoint's (out, in)
-//! layout and f32 accumulation: decode steps stream every weight once per token, so halving
-//! the bytes per weight halves their floor. x is rounded to bf16 as well (both operands bf16,
-//! products exact in f32, sums in f32: what `vdpbf16ps` computes). Runtime dispatch: the
-//! AVX-512 BF16 microkernel where the CPU has it, else a portable f32 loop over the same bf16
-//! values (same operands, different summation order).
+//! The bf16 sampling product `y = x · Wᵀ` with W held as bf16 and f32 accumulation: decode
+//! steps stream every weight once per token, so halving the bytes per weight halves their
+//! floor. x is rounded to bf16 as well (both operands bf16, products exact in f32, sums in f32:
+//! what `vdpbf16ps` computes). Two layouts, chosen by the CPU ([`Layout::detect`]): W's rows
+//! (padded to 32) for the AMX row kernel and the portable loop, or the bf16 GEMM's packed panels
+//! of Wᵀ where the CPU has AVX-512 BF16 without AMX (see [`Layout`] for the measurements).
 use super::amx;
+use super::bf16_gemm::{Backend, PackedB};
 use half::bf16;
 use rayon::prelude::*;
 
@@ -16,13 +17,45 @@ const MR: usize = 4;
 /// W rows per parallel task.
 const TASK_ROWS: usize = 64;
 
-/// A weight matrix (out, in) in bf16, each row zero-padded to a multiple of 32 elements.
+/// A weight matrix (out, in) in bf16, in one of the [`Layout`]s.
 #[derive(Debug, Clone)]
 pub struct Bf16Matrix {
-    data: Vec<bf16>,
     rows: usize,
     cols: usize,
-    stride: usize,
+    stored: Stored,
+}
+
+/// How a [`Bf16Matrix`] lays out its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// W's rows, each zero-padded to a multiple of 32: one `vdpbf16ps` dot product per (W row,
+    /// x row) pair, reduced across lanes at the end; AMX tiles of 16 rows.
+    Rows,
+    /// The bf16 GEMM's panels of Wᵀ (16 output columns of VNNI pairs, k-step after k-step): x's
+    /// pairs broadcast against whole columns, no lane reductions, and each panel one
+    /// contiguous stream. On an AMD EPYC (Zen 4, no AMX) at the 0.5B shape, 16 rows: the
+    /// 272 MB head 167 → 287 GFLOP/s (`comlrl bench matmul --decode 16,896,151936` vs
+    /// `--dtype bf16 --gemm 16,896,151936,nt`), a whole decode 128 → 187 tokens/s (`comlrl
+    /// bench models --sample-batch 16 --sampling-dtype bf16`).
+    Panels,
+}
+
+impl Layout {
+    /// Panels where the CPU has AVX-512 BF16 without AMX (measured above); rows with AMX (the
+    /// row kernel was measured there, the panels at decode shapes were not) and on CPUs
+    /// without AVX-512 BF16.
+    pub fn detect() -> Self {
+        match Kernel::detect() {
+            Kernel::Avx512Bf16 => Layout::Panels,
+            Kernel::Amx | Kernel::Portable => Layout::Rows,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Stored {
+    Rows { data: Vec<bf16>, stride: usize },
+    Panels(PackedB),
 }
 
 /// Which implementation [`Bf16Matrix::matmul_t`] runs.
@@ -78,24 +111,28 @@ fn round_row(src: &[f32], dst: &mut [bf16]) {
 }
 
 impl Bf16Matrix {
-    /// Rounds a row-major (rows, cols) f32 matrix to bf16.
+    /// Rounds a row-major (rows, cols) f32 matrix to bf16, in this CPU's [`Layout`].
     pub fn from_f32(w: &[f32], rows: usize, cols: usize) -> Self {
+        Self::from_f32_in(Layout::detect(), w, rows, cols)
+    }
+
+    /// [`Bf16Matrix::from_f32`] in a chosen layout.
+    pub fn from_f32_in(layout: Layout, w: &[f32], rows: usize, cols: usize) -> Self {
         assert_eq!(
             w.len(),
             rows * cols,
             "Bf16Matrix: data does not match its shape"
         );
-        let stride = padded(cols);
-        let mut data = vec![bf16::ZERO; rows * stride];
-        data.par_chunks_mut(stride)
-            .zip(w.par_chunks(cols.max(1)))
-            .for_each(|(d, s)| round_row(s, d));
-        Self {
-            data,
-            rows,
-            cols,
-            stride,
-        }
+        let stored = match layout {
+            Layout::Rows => {
+                let stride = padded(cols);
+                let mut data = vec![bf16::ZERO; rows * stride];
+                round_rows(w, cols, &mut data, stride);
+                Stored::Rows { data, stride }
+            }
+            Layout::Panels => Stored::Panels(PackedB::weight_rows(w, (rows, cols))),
+        };
+        Self { rows, cols, stored }
     }
 
     /// Overwrites the values with a new (rows, cols) f32 matrix of the same shape (after a
@@ -104,10 +141,10 @@ impl Bf16Matrix {
         if (rows, cols) != (self.rows, self.cols) || w.len() != rows * cols {
             return false;
         }
-        self.data
-            .par_chunks_mut(self.stride)
-            .zip(w.par_chunks(cols.max(1)))
-            .for_each(|(d, s)| round_row(s, d));
+        match &mut self.stored {
+            Stored::Rows { data, stride } => round_rows(w, cols, data, *stride),
+            Stored::Panels(p) => p.refill_weight_rows(w, (rows, cols)),
+        }
         true
     }
 
@@ -121,10 +158,21 @@ impl Bf16Matrix {
         self.cols
     }
 
+    /// The layout the values are held in.
+    pub fn layout(&self) -> Layout {
+        match self.stored {
+            Stored::Rows { .. } => Layout::Rows,
+            Stored::Panels(_) => Layout::Panels,
+        }
+    }
+
     /// Bytes held.
     #[cfg(test)]
     pub fn bytes(&self) -> usize {
-        self.data.len() * 2
+        match &self.stored {
+            Stored::Rows { data, .. } => data.len() * 2,
+            Stored::Panels(p) => p.bytes(),
+        }
     }
 
     /// y (m, rows) = x (m, cols) · Wᵀ, with the CPU's fastest kernel.
@@ -133,15 +181,37 @@ impl Bf16Matrix {
     }
 
     /// [`Bf16Matrix::matmul_t`] with a chosen kernel ([`Kernel::Avx512Bf16`] falls back to the
-    /// portable one on CPUs without it).
+    /// portable one on CPUs without it); over panels, the bf16 GEMM backend of the same name.
     pub fn matmul_t_with(&self, kernel: Kernel, x: &[f32], m: usize) -> Vec<f32> {
         assert_eq!(
             x.len(),
             m * self.cols,
             "Bf16Matrix: x does not match (m, cols)"
         );
+        match &self.stored {
+            Stored::Rows { data, stride } => self.rows_matmul_t(kernel, data, *stride, x, m),
+            Stored::Panels(p) => {
+                let backend = match kernel {
+                    Kernel::Amx => Backend::Amx,
+                    Kernel::Avx512Bf16 => Backend::Avx512Bf16,
+                    Kernel::Portable => Backend::Portable,
+                };
+                p.matmul_rows(backend, x, m)
+            }
+        }
+    }
+
+    /// [`Bf16Matrix::matmul_t_with`] over the rows layout (`data`, row stride `sd`).
+    fn rows_matmul_t(
+        &self,
+        kernel: Kernel,
+        data: &[bf16],
+        sd: usize,
+        x: &[f32],
+        m: usize,
+    ) -> Vec<f32> {
         let kernel = kernel.or_fallback();
-        let (n, sd) = (self.rows, self.stride);
+        let n = self.rows;
         let mut xb = vec![bf16::ZERO; m * sd];
         xb.chunks_mut(sd)
             .zip(x.chunks(self.cols.max(1)))
@@ -155,7 +225,7 @@ impl Bf16Matrix {
             let r0 = task * TASK_ROWS;
             let nr = TASK_ROWS.min(n - r0);
             let mut out = vec![0f32; nr * m];
-            let w = &self.data[r0 * sd..(r0 + nr) * sd];
+            let w = &data[r0 * sd..(r0 + nr) * sd];
             match (kernel, &packed) {
                 #[cfg(target_arch = "x86_64")]
                 (Kernel::Amx, Some(px)) => {
@@ -183,6 +253,14 @@ impl Bf16Matrix {
         });
         y
     }
+}
+
+/// The rows of a row-major f32 matrix with `cols` columns, rounded to bf16 into rows of `stride`
+/// (zero-padded).
+fn round_rows(src: &[f32], cols: usize, dst: &mut [bf16], stride: usize) {
+    dst.par_chunks_mut(stride)
+        .zip(src.par_chunks(cols.max(1)))
+        .for_each(|(d, s)| round_row(s, d));
 }
 
 /// y's buffer, shared by tasks that each write their own columns.
@@ -365,41 +443,43 @@ mod tests {
             .collect()
     }
 
-    fn check(kernel: Kernel, n: usize, k: usize, m: usize) {
+    fn check(layout: Layout, kernel: Kernel, n: usize, k: usize, m: usize) {
         let (w, x) = (data(n * k, 1), data(m * k, 2));
-        let mat = Bf16Matrix::from_f32(&w, n, k);
+        let mat = Bf16Matrix::from_f32_in(layout, &w, n, k);
         let y = mat.matmul_t_with(kernel, &x, m);
         let want = reference(&w, &x, n, k, m);
         for (a, b) in y.iter().zip(&want) {
             // Exact products, f32 sums of ≤ k terms of magnitude ≤ 1.
             assert!(
                 (*a as f64 - b).abs() <= 1e-6 * k as f64,
-                "{kernel:?} n={n} k={k} m={m}: {a} vs {b}"
+                "{layout:?} {kernel:?} n={n} k={k} m={m}: {a} vs {b}"
             );
         }
     }
 
     #[test]
     fn kernels_match_the_reference_on_odd_shapes() {
-        for kernel in [Kernel::Amx, Kernel::Avx512Bf16, Kernel::Portable] {
-            if kernel.or_fallback() != kernel {
-                println!("skipped {kernel:?}: this CPU (or OS) does not run it");
-                continue;
-            }
-            for (n, k, m) in [
-                (16, 32, 1),
-                (64, 64, 16),
-                (80, 96, 17),
-                (200, 130, 40),
-                (1, 1, 1),
-                (7, 33, 5),
-                (5, 31, 9),
-                (130, 96, 3),
-                (67, 65, 17),
-                (4, 32, 4),
-                (9, 200, 2),
-            ] {
-                check(kernel, n, k, m);
+        for layout in [Layout::Rows, Layout::Panels] {
+            for kernel in [Kernel::Amx, Kernel::Avx512Bf16, Kernel::Portable] {
+                if kernel.or_fallback() != kernel {
+                    println!("skipped {kernel:?}: this CPU (or OS) does not run it");
+                    continue;
+                }
+                for (n, k, m) in [
+                    (16, 32, 1),
+                    (64, 64, 16),
+                    (80, 96, 17),
+                    (200, 130, 40),
+                    (1, 1, 1),
+                    (7, 33, 5),
+                    (5, 31, 9),
+                    (130, 96, 3),
+                    (67, 65, 17),
+                    (4, 32, 4),
+                    (9, 200, 2),
+                ] {
+                    check(layout, kernel, n, k, m);
+                }
             }
         }
     }
@@ -408,17 +488,39 @@ mod tests {
     fn fast_and_portable_kernels_agree() {
         let (n, k, m) = (300, 896, 16);
         let (w, x) = (data(n * k, 3), data(m * k, 4));
-        let mat = Bf16Matrix::from_f32(&w, n, k);
-        let b = mat.matmul_t_with(Kernel::Portable, &x, m);
-        for kernel in [Kernel::Amx, Kernel::Avx512Bf16] {
-            let a = mat.matmul_t_with(kernel, &x, m);
-            let worst = a
-                .iter()
-                .zip(&b)
-                .map(|(p, q)| (p - q).abs())
-                .fold(0f32, f32::max);
-            assert!(worst < 1e-3, "{kernel:?}: {worst}");
+        let rows = Bf16Matrix::from_f32_in(Layout::Rows, &w, n, k);
+        let b = rows.matmul_t_with(Kernel::Portable, &x, m);
+        for layout in [Layout::Rows, Layout::Panels] {
+            let mat = Bf16Matrix::from_f32_in(layout, &w, n, k);
+            for kernel in [Kernel::Amx, Kernel::Avx512Bf16] {
+                let a = mat.matmul_t_with(kernel, &x, m);
+                let worst = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(p, q)| (p - q).abs())
+                    .fold(0f32, f32::max);
+                assert!(worst < 1e-3, "{layout:?} {kernel:?}: {worst}");
+            }
         }
-        assert_eq!(mat.bytes(), n * 896 * 2);
+        // Half the f32 bytes (rows padded to 32 elements of K, panels to 32 rows of W).
+        assert_eq!(rows.bytes(), n * 896 * 2);
+        let panels = Bf16Matrix::from_f32_in(Layout::Panels, &w, n, k);
+        assert_eq!(panels.bytes(), n.div_ceil(32) * 32 * 896 * 2);
+    }
+
+    /// A refill after a weight update gives the new weights' product, in either layout, and
+    /// refuses another shape.
+    #[test]
+    fn a_refill_replaces_the_values() {
+        let (n, k, m) = (70, 100, 3);
+        let (w0, w1, x) = (data(n * k, 5), data(n * k, 6), data(m * k, 7));
+        for layout in [Layout::Rows, Layout::Panels] {
+            let mut mat = Bf16Matrix::from_f32_in(layout, &w0, n, k);
+            assert!(mat.refill(&w1, n, k));
+            let fresh = Bf16Matrix::from_f32_in(layout, &w1, n, k);
+            assert_eq!(mat.matmul_t(&x, m), fresh.matmul_t(&x, m), "{layout:?}");
+            assert!(!mat.refill(&w1[..k], 1, k), "{layout:?}");
+            assert_eq!(mat.layout(), layout);
+        }
     }
 }

@@ -18,7 +18,7 @@ mod portable;
 mod scratch;
 
 use candle_core::{bail, CpuStorage, DType, Device, InplaceOp1, Layout, Result, Storage, Tensor};
-use pack::{pack_a, pack_b, Packed, View};
+use pack::{pack_a, pack_b, pack_b_in, Buffer, Packed, View};
 use std::sync::OnceLock;
 
 /// Which microkernel runs the blocks.
@@ -61,6 +61,17 @@ impl Backend {
             #[allow(unreachable_patterns)]
             _ => false,
         }
+    }
+
+    /// `self` where this machine runs it, else the next one down (AMX → AVX-512 BF16 →
+    /// portable).
+    pub fn or_fallback(self) -> Self {
+        let from = Self::ALL.iter().position(|&b| b == self).unwrap_or(0);
+        Self::ALL[from..]
+            .iter()
+            .copied()
+            .find(|b| b.usable())
+            .unwrap_or(Backend::Portable)
     }
 
     /// The backend's name: "amx", "avx512bf16" or "portable".
@@ -120,6 +131,30 @@ impl PackedB {
     pub fn bytes(&self) -> usize {
         self.0.data.len() * 2
     }
+
+    /// A weight W (out, in), row-major f32, packed for `x · Wᵀ` like [`pack_weight`], but in a
+    /// buffer of its own rather than the scratch pool's: a copy that outlives many products
+    /// (the bf16 sampling weights).
+    pub fn weight_rows(w: &[f32], shape: (usize, usize)) -> Self {
+        PackedB(pack_weight_rows(w, shape, Buffer::Own(Vec::new())))
+    }
+
+    /// Packs a new W of the same shape over this one, in place (a refresh after a weight
+    /// update: no fresh pages).
+    pub fn refill_weight_rows(&mut self, w: &[f32], shape: (usize, usize)) {
+        let buf = Buffer::Own(std::mem::take(&mut self.0.data));
+        self.0 = pack_weight_rows(w, shape, buf);
+    }
+
+    /// x (m, k) row-major f32 · this operand: a new row-major (m, n), with `backend` (or the
+    /// next one down where this machine does not run it).
+    pub fn matmul_rows(&self, backend: Backend, x: &[f32], m: usize) -> Vec<f32> {
+        assert_eq!(x.len(), m * self.k(), "PackedB: x does not match (m, k)");
+        let pa = pack_a(View::new(x, 0, (m, self.k()), (self.k(), 1)).expect("len checked above"));
+        let mut c = written_zeros(m * self.n());
+        driver::gemm(backend.or_fallback(), &pa, &self.0, &mut c);
+        c
+    }
 }
 
 /// Packs `b` (k, n), any 2-D strides, f32 or bf16, as the right operand of [`matmul_packed`].
@@ -131,6 +166,13 @@ pub fn pack_rhs(b: &Tensor) -> Result<PackedB> {
 /// Packs a weight `w` (out, in) for `x · wᵀ` ([`matmul_packed`]): [`pack_rhs`] of `w.t()`.
 pub fn pack_weight(w: &Tensor) -> Result<PackedB> {
     pack_rhs(&w.t()?)
+}
+
+/// W (out, in), row-major f32, packed as the right operand of `x · Wᵀ` into `buf`.
+fn pack_weight_rows(w: &[f32], (out, inp): (usize, usize), buf: Buffer) -> Packed {
+    assert_eq!(w.len(), out * inp, "PackedB: data does not match its shape");
+    let view = View::new(w, 0, (out, inp), (inp, 1)).expect("length checked above");
+    pack_b_in(view.t(), true, buf)
 }
 
 /// `a · b` with `b` packed beforehand ([`pack_rhs`], [`pack_weight`]): the same result as

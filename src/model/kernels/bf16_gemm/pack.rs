@@ -98,6 +98,9 @@ pub struct Packed {
     pub k: usize,
     /// k-steps per panel (`k` padded to 32, over 32).
     pub steps: usize,
+    /// Whether `data` goes back to the scratch pool when dropped (a product's operand) or is
+    /// freed (a long-lived copy, which never took a pooled buffer either).
+    pooled: bool,
 }
 
 impl Packed {
@@ -111,33 +114,49 @@ fn padded(len: usize, to: usize) -> usize {
     len.div_ceil(to).max(1) * to
 }
 
-/// An operand's packed buffer from the scratch pool: zeroed, for a packer that writes only the
-/// operand's own elements.
-fn packed_zeroed(len: usize, k: usize) -> Packed {
-    packed_in(len, k, super::scratch::take)
+/// Where a packed operand's buffer comes from.
+pub enum Buffer {
+    /// The scratch pool (and back to it when dropped): a product's operand.
+    Pool,
+    /// This buffer (resized as needed; freed when dropped): a long-lived copy, e.g. a weight
+    /// packed once for many products or re-packed in place after it changed.
+    Own(Vec<u16>),
 }
 
-/// [`packed_zeroed`] for a packer that writes every element (padding included): a reused
-/// buffer keeps its old contents instead of being cleared first.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-fn packed_for_overwrite(len: usize, k: usize) -> Packed {
-    packed_in(len, k, super::scratch::take_for_overwrite)
-}
-
-fn packed_in(len: usize, k: usize, take: fn(usize) -> Vec<u16>) -> Packed {
-    let steps = padded(k, KSTEP) / KSTEP;
-    let panels = padded(len, BLOCK) / PANEL;
-    Packed {
-        data: take(panels * steps * STEP_ELEMS),
-        len,
-        k,
-        steps,
+impl Buffer {
+    /// An operand's packed buffer: zeroed unless `overwrite` (for a packer that writes every
+    /// element, padding included, a reused buffer keeps its old contents instead of being
+    /// cleared first).
+    fn packed(self, len: usize, k: usize, overwrite: bool) -> Packed {
+        let steps = padded(k, KSTEP) / KSTEP;
+        let panels = padded(len, BLOCK) / PANEL;
+        let elems = panels * steps * STEP_ELEMS;
+        let (data, pooled) = match self {
+            Buffer::Pool if overwrite => (super::scratch::take_for_overwrite(elems), true),
+            Buffer::Pool => (super::scratch::take(elems), true),
+            Buffer::Own(mut v) => {
+                if !overwrite {
+                    v.clear();
+                }
+                v.resize(elems, 0);
+                (v, false)
+            }
+        };
+        Packed {
+            data,
+            len,
+            k,
+            steps,
+            pooled,
+        }
     }
 }
 
 impl Drop for Packed {
     fn drop(&mut self) {
-        super::scratch::give(std::mem::take(&mut self.data));
+        if self.pooled {
+            super::scratch::give(std::mem::take(&mut self.data));
+        }
     }
 }
 
@@ -186,7 +205,7 @@ fn simd() -> bool {
 pub(super) fn pack_a_with(a: View<'_>, simd: bool) -> Packed {
     #[cfg(target_arch = "x86_64")]
     if simd && self::simd() {
-        let mut p = packed_for_overwrite(a.rows, a.cols);
+        let mut p = Buffer::Pool.packed(a.rows, a.cols, true);
         by_steps(&mut p, |panel, s, out, blk| {
             // SAFETY: `simd()` checked the CPU's features.
             unsafe { super::pack_avx512::step_a(a, panel * PANEL, s, out, blk) }
@@ -194,7 +213,7 @@ pub(super) fn pack_a_with(a: View<'_>, simd: bool) -> Packed {
         return p;
     }
     let _ = simd;
-    let mut p = packed_zeroed(a.rows, a.cols);
+    let mut p = Buffer::Pool.packed(a.rows, a.cols, false);
     for_panels(&mut p, |panel, d| {
         pack_panel(a, panel * PANEL, d, a_index);
     });
@@ -243,15 +262,16 @@ fn by_steps(
 
 /// Packs `b` (k, n) as the right operand: panels of 16 columns in VNNI pairs.
 pub fn pack_b(b: View<'_>) -> Packed {
-    pack_b_with(b, simd())
+    pack_b_in(b, simd(), Buffer::Pool)
 }
 
-/// [`pack_b`], the AVX-512 BF16 packer if `simd` (and the CPU has it), else the scalar one.
-pub(super) fn pack_b_with(b: View<'_>, simd: bool) -> Packed {
+/// [`pack_b`] into `buf`, the AVX-512 BF16 packer if `simd` (and the CPU has it), else the
+/// scalar one.
+pub(super) fn pack_b_in(b: View<'_>, simd: bool, buf: Buffer) -> Packed {
     let bt = b.t();
     #[cfg(target_arch = "x86_64")]
     if simd && self::simd() {
-        let mut p = packed_for_overwrite(b.cols, b.rows);
+        let mut p = buf.packed(b.cols, b.rows, true);
         by_steps(&mut p, |panel, s, out, blk| {
             // SAFETY: `simd()` checked the CPU's features.
             unsafe { super::pack_avx512::step_b(bt, panel * PANEL, s, out, blk) }
@@ -259,7 +279,7 @@ pub(super) fn pack_b_with(b: View<'_>, simd: bool) -> Packed {
         return p;
     }
     let _ = simd;
-    let mut p = packed_zeroed(b.cols, b.rows);
+    let mut p = buf.packed(b.cols, b.rows, false);
     for_panels(&mut p, |panel, d| {
         pack_panel(bt, panel * PANEL, d, |c, k| b_index(k, c));
     });
@@ -391,9 +411,14 @@ mod tests {
             let a = pack_a_with(v, false);
             super::super::scratch::give(vec![0xffff; a.data.len()]);
             assert_eq!(pack_a_with(v, true).data, a.data);
-            let b = pack_b_with(v, false);
+            let b = pack_b_in(v, false, Buffer::Pool);
             super::super::scratch::give(vec![0xffff; b.data.len()]);
-            assert_eq!(pack_b_with(v, true).data, b.data);
+            assert_eq!(pack_b_in(v, true, Buffer::Pool).data, b.data);
+            // An own buffer (a weight re-packed in place) with other contents and length.
+            for simd in [false, true] {
+                let old = vec![0xffff; b.data.len() + 5];
+                assert_eq!(pack_b_in(v, simd, Buffer::Own(old)).data, b.data);
+            }
         }
     }
 }

@@ -51,17 +51,22 @@ pub fn sum(path: &Path) -> Result<FileSum> {
     Ok(FileSum { bytes, sha256 })
 }
 
-/// Hashes every regular file of `dir` and writes `dir/manifest.json`.
+/// Hashes every regular file of `dir` (in parallel: a 0.5B checkpoint's four 2 GB files took
+/// ~5 s one after the other) and writes `dir/manifest.json`.
 pub fn write(dir: &Path, run_id: &str, step: usize) -> Result<()> {
-    let mut files = BTreeMap::new();
+    use rayon::prelude::*;
+    let mut names = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name == MANIFEST || !entry.path().is_file() {
-            continue;
+        if name != MANIFEST && entry.path().is_file() {
+            names.push(name);
         }
-        files.insert(name, sum(&entry.path())?);
     }
+    let files = names
+        .into_par_iter()
+        .map(|name| sum(&dir.join(&name)).map(|s| (name, s)))
+        .collect::<Result<BTreeMap<_, _>>>()?;
     let m = Manifest {
         format: FORMAT,
         run_id: run_id.to_string(),

@@ -10,13 +10,14 @@ use std::arch::x86_64::*;
 const RB: usize = 8;
 
 /// C (row stride `ldc`) += the block's rows `< rows` × columns `< cols` (both ≤ 32) of A · B
-/// over k-steps `s0..s0 + steps`, with `vdpbf16ps`, in register blocks of 8 rows.
+/// over k-steps `s0..s0 + steps`, with `vdpbf16ps`, in register blocks of 8 rows; with `store`,
+/// C = the sums instead (C's old values not read).
 ///
 /// # Safety
 /// The CPU must have avx512f and avx512bf16. `a` and `b` must be readable for two panels of
-/// `ps` elements each, with `(s0 + steps) * 512 <= ps`; `c` must be valid for reads and
-/// writes of `rows` rows of `cols` f32 at stride `ldc`, and not accessed by anyone else
-/// meanwhile.
+/// `ps` elements each, with `(s0 + steps) * 512 <= ps`; `c` must be valid for writes (and,
+/// unless `store`, reads of initialised values) of `rows` rows of `cols` f32 at stride `ldc`,
+/// and not accessed by anyone else meanwhile.
 #[target_feature(enable = "avx512f,avx512bf16")]
 // Indexed loops over const-size register arrays: unrolled, the accumulators stay in registers.
 #[allow(clippy::needless_range_loop)]
@@ -27,6 +28,7 @@ pub(super) unsafe fn block(
     (s0, steps): (usize, usize),
     (c, ldc): (*mut f32, usize),
     (rows, cols): (usize, usize),
+    store: bool,
 ) {
     // Lanes of C's two 16-column halves that exist.
     let half = |h: usize| -> __mmask16 {
@@ -68,8 +70,12 @@ pub(super) unsafe fn block(
                 // the caller's rectangle of C; masked-off lanes are neither read nor written.
                 unsafe {
                     let p = c.add((r0 + r) * ldc + h * PANEL);
-                    let old = _mm512_maskz_loadu_ps(masks[h], p);
-                    _mm512_mask_storeu_ps(p, masks[h], _mm512_add_ps(old, acc[r][h]));
+                    let sum = if store {
+                        acc[r][h]
+                    } else {
+                        _mm512_add_ps(_mm512_maskz_loadu_ps(masks[h], p), acc[r][h])
+                    };
+                    _mm512_mask_storeu_ps(p, masks[h], sum);
                 }
             }
         }

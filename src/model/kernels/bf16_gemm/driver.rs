@@ -5,6 +5,7 @@
 use super::pack::{Packed, BLOCK, PANEL, STEP_ELEMS};
 use super::Backend;
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// Rows per task (A block: up to 128 × 2048 bf16 = 512 KiB, resident in L2).
 const MC: usize = 128;
@@ -26,18 +27,35 @@ unsafe impl Sync for Out {}
 /// `c` (row-major m × n, m = `a.len`, n = `b.len`) += A · B with `backend`, which must be
 /// usable on this CPU (checked by the caller).
 pub(super) fn gemm(backend: Backend, a: &Packed, b: &Packed, c: &mut [f32]) {
+    assert_eq!(c.len(), a.len * b.len, "bf16_gemm: C does not match (m, n)");
+    run(backend, a, b, Out(c.as_mut_ptr()), false);
+}
+
+/// `c` = A · B into uninitialised memory, every element written: the `vdpbf16ps` kernel stores
+/// its first K chunk instead of adding it to zeros (C is neither zero-filled first nor read
+/// back, two passes over it saved); the other backends zero C, then add.
+pub(super) fn gemm_fresh(backend: Backend, a: &Packed, b: &Packed, c: &mut [MaybeUninit<f32>]) {
+    assert_eq!(c.len(), a.len * b.len, "bf16_gemm: C does not match (m, n)");
+    let stores = backend == Backend::Avx512Bf16;
+    if !stores {
+        c.fill(MaybeUninit::new(0.0));
+    }
+    run(backend, a, b, Out(c.as_mut_ptr().cast()), stores);
+}
+
+/// The tasks of one product; with `fresh`, C's elements are uninitialised and the first K chunk
+/// stores (only the AVX-512 BF16 kernel is asked to).
+fn run(backend: Backend, a: &Packed, b: &Packed, out: Out, fresh: bool) {
     let (m, n) = (a.len, b.len);
     assert!(
         a.steps == b.steps && a.k == b.k,
         "bf16_gemm: packed K differs"
     );
-    assert_eq!(c.len(), m * n, "bf16_gemm: C does not match (m, n)");
     if m == 0 || n == 0 {
         return;
     }
     let (mp, np) = (m.div_ceil(BLOCK) * BLOCK, n.div_ceil(BLOCK) * BLOCK);
     let (ti, tj) = (mp.div_ceil(MC), np.div_ceil(NC));
-    let out = Out(c.as_mut_ptr());
     let task = |t: usize| {
         let (i0, j0) = ((t / tj) * MC, (t % tj) * NC);
         run_task(
@@ -47,6 +65,7 @@ pub(super) fn gemm(backend: Backend, a: &Packed, b: &Packed, c: &mut [f32]) {
             &out,
             (i0, (i0 + MC).min(mp)),
             (j0, (j0 + NC).min(np)),
+            fresh,
         );
     };
     if m * n * a.k.max(1) >= PAR_MACS && ti * tj > 1 {
@@ -64,6 +83,7 @@ fn run_task(
     out: &Out,
     (i0, i1): (usize, usize),
     (j0, j1): (usize, usize),
+    fresh: bool,
 ) {
     let (m, n) = (a.len, b.len);
     let ps = a.panel_elems();
@@ -116,7 +136,8 @@ fn run_task(
                     // and avx512bf16; `ap` and `bp` hold two panels of `ps` elements with the
                     // k-steps inside (asserted, and s0 + steps <= a.steps). C's rows i..i + mr
                     // × columns j..j + nr lie inside C, belong to this task alone, and C is
-                    // borrowed for the whole of `gemm`.
+                    // borrowed for the whole of `gemm`; with `fresh` they are stored in the
+                    // first K chunk (s0 = 0) before any later chunk reads them.
                     unsafe {
                         super::avx512::block(
                             ap.as_ptr(),
@@ -125,6 +146,7 @@ fn run_task(
                             (s0, steps),
                             (out.0.add(i * n + j), n),
                             (mr, nr),
+                            fresh && s0 == 0,
                         );
                     }
                     continue;

@@ -105,9 +105,7 @@ pub fn matmul_with(backend: Backend, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
     let pa = with_view(a, "a", pack_a)?;
     let pb = with_view(b, "b", pack_b)?;
-    let mut c = written_zeros(m * n);
-    driver::gemm(backend, &pa, &pb, &mut c);
-    Tensor::from_vec(c, (m, n), &Device::Cpu)
+    Tensor::from_vec(product(backend, &pa, &pb), (m, n), &Device::Cpu)
 }
 
 /// A right operand (k, n) rounded and packed once, for many products with it
@@ -151,9 +149,7 @@ impl PackedB {
     pub fn matmul_rows(&self, backend: Backend, x: &[f32], m: usize) -> Vec<f32> {
         assert_eq!(x.len(), m * self.k(), "PackedB: x does not match (m, k)");
         let pa = pack_a(View::new(x, 0, (m, self.k()), (self.k(), 1)).expect("len checked above"));
-        let mut c = written_zeros(m * self.n());
-        driver::gemm(backend.or_fallback(), &pa, &self.0, &mut c);
-        c
+        product(backend.or_fallback(), &pa, &self.0)
     }
 }
 
@@ -193,9 +189,7 @@ pub fn matmul_packed_with(backend: Backend, a: &Tensor, b: &PackedB) -> Result<T
         )
     }
     let pa = with_view(a, "a", pack_a)?;
-    let mut c = written_zeros(m * b.n());
-    driver::gemm(backend, &pa, &b.0, &mut c);
-    Tensor::from_vec(c, (m, b.n()), &Device::Cpu)
+    Tensor::from_vec(product(backend, &pa, &b.0), (m, b.n()), &Device::Cpu)
 }
 
 /// `acc += aᵀ · b` in place, with bf16(a) and bf16(b) and f32 sums: acc (m, n) a contiguous
@@ -225,14 +219,16 @@ pub fn add_matmul_tn_with(backend: Backend, acc: &Tensor, a: &Tensor, b: &Tensor
     acc.inplace_op1(&AddPacked { backend, a, b })
 }
 
-/// `n` zeros, written rather than allocated zeroed: `vec![0.0; n]` gets fresh pages that the
-/// kernel maps to its shared zero page on the product's first read of C, then copies on the
-/// first write, with a TLB shootdown (an inter-processor interrupt) per page. At Qwen2.5-0.5B
-/// that read-then-write cost about a sixth of the bf16 update (`perf`: `do_wp_page`,
-/// `flush_tlb_mm_range`); written zeros fault each page once.
-fn written_zeros(n: usize) -> Vec<f32> {
+/// A · B as a new row-major (m, n): written in place by the product (no zero-filled buffer
+/// first, which also faulted each fresh page in with a write instead of a read-then-write:
+/// `vec![0.0; n]` maps fresh pages to the kernel's shared zero page on the first read and
+/// copies them on the first write, a TLB shootdown per page).
+fn product(backend: Backend, a: &Packed, b: &Packed) -> Vec<f32> {
+    let n = a.len * b.len;
     let mut c = Vec::with_capacity(n);
-    c.resize(n, 0f32);
+    driver::gemm_fresh(backend, a, b, &mut c.spare_capacity_mut()[..n]);
+    // SAFETY: `gemm_fresh` wrote all n elements.
+    unsafe { c.set_len(n) };
     c
 }
 

@@ -1,7 +1,7 @@
 //! The blocked loop over packed operands: C (m, n) += A · B, cut into tasks of up to 128 rows ×
 //! 256 columns (run in parallel over rayon's pool for large products), each walking K in
 //! chunks of up to 2048 and, inside, 32 × 32 blocks handed to the chosen microkernel; each
-//! block's result is added into C.
+//! block's result is added into C (or, for a new C, stored by the first K chunk).
 use super::pack::{Packed, BLOCK, PANEL, STEP_ELEMS};
 use super::Backend;
 use rayon::prelude::*;

@@ -34,9 +34,9 @@ pub enum Layout {
     /// The bf16 GEMM's panels of Wᵀ (16 output columns of VNNI pairs, k-step after k-step): x's
     /// pairs broadcast against whole columns, no lane reductions, and each panel one
     /// contiguous stream. On an AMD EPYC (Zen 4, no AMX) at the 0.5B shape, 16 rows: the
-    /// 272 MB head 167 → 287 GFLOP/s (`comlrl bench matmul --decode 16,896,151936` vs
-    /// `--dtype bf16 --gemm 16,896,151936,nt`), a whole decode 128 → 187 tokens/s (`comlrl
-    /// bench models --sample-batch 16 --sampling-dtype bf16`).
+    /// 272 MB head 185 → 325–341 GFLOP/s (`comlrl bench matmul --decode 16,896,151936`, its
+    /// cold rate), a whole decode 128 → 187 tokens/s (`comlrl bench models --sample-batch 16
+    /// --new-tokens 64 --repeats 1 --sampling-dtype bf16`).
     Panels,
 }
 

@@ -248,3 +248,147 @@ fn kept_activations_give_the_rerun_gradients_exactly() {
         }
     }
 }
+
+/// The two orders of a mini-batch's recomputed passes (`model::pass_order`) compute the same
+/// thing: the loss bit for bit, every gradient bit for bit where the LM head and the embedding
+/// do not share an accumulator (an untied model, and every layer of a tied one), the tied
+/// accumulator up to float rounding (its terms are added in another order); in f32 and bf16.
+/// Each waiting pass holds no more than the order's estimate of it.
+#[test]
+fn heads_first_gives_the_one_by_one_gradients() {
+    use comlrl::model::pass_order::{run_passes_in, waiting_bytes, Order, Pass};
+    use comlrl::model::recompute::{forward_and_head, PassPlan};
+    use comlrl::model::{compute::Prepared, ComputeDtype, ScoreLayout};
+    let (prompt, completions, _) = common::grad::loss_fixture();
+    for (name, dtype) in [
+        ("tiny-qwen2", ComputeDtype::F32),
+        ("tiny-qwen2", ComputeDtype::Bf16),
+        ("tiny-qwen2-untied", ComputeDtype::F32),
+    ] {
+        let policy = Policy::load(
+            &ModelSource::Local(fixtures().join(name)),
+            &LoadOptions::default(),
+        )
+        .unwrap();
+        let named = policy.vars();
+        let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+        // Three passes: two sequences, then one each (the fixture has several completions).
+        let n = completions.len();
+        let layouts: Vec<ScoreLayout> = [vec![0, 1], vec![2 % n], vec![3 % n]]
+            .iter()
+            .map(|part| {
+                let p: Vec<&[u32]> = vec![prompt.as_slice(); part.len()];
+                let c: Vec<&[u32]> = part.iter().map(|&j| completions[j].as_slice()).collect();
+                ScoreLayout::new(&policy.model, &p, &c, policy.pad_id).unwrap()
+            })
+            .collect();
+        let passes: Vec<Pass> = layouts
+            .iter()
+            .enumerate()
+            .map(|(i, layout)| Pass {
+                layout,
+                coef: (0..layout.ids.dims()[0])
+                    .map(|r| if (i + r) % 2 == 0 { 0.75 } else { -0.5 })
+                    .collect(),
+            })
+            .collect();
+        let run = |order, plan| {
+            let mut acc = vec![None; vars.len()];
+            let stats =
+                run_passes_in(order, &policy.model, &passes, &vars, &mut acc, plan).unwrap();
+            (stats, acc)
+        };
+        // A budget of one layer of the first (two-sequence) pass: some layers keep their
+        // activations, some re-run.
+        let all = run(
+            Order::OneByOne,
+            PassPlan {
+                dtype,
+                keep_bytes: 1 << 30,
+            },
+        )
+        .0;
+        let layers = policy.config.num_hidden_layers;
+        let plan = PassPlan {
+            dtype,
+            keep_bytes: all[0].kept_bytes / layers,
+        };
+        let run = |order| run(order, plan);
+        let (one, one_acc) = run(Order::OneByOne);
+        let (first, first_acc) = run(Order::HeadsFirst);
+        let kept: usize = one.iter().map(|s| s.kept_layers).sum();
+        assert!(kept > 0 && kept < 3 * layers, "{name}: {kept} layers kept");
+        let what = format!("{name}, {dtype}");
+        for (a, b) in one.iter().zip(&first) {
+            assert_eq!(a.loss.to_bits(), b.loss.to_bits(), "{what}: a pass's loss");
+            assert_eq!(a.kept_layers, b.kept_layers, "{what}: kept layers");
+        }
+        let tied = named.iter().all(|(n, _)| !n.starts_with("lm_head"));
+        assert_eq!(tied, name == "tiny-qwen2", "{what}: tied embeddings");
+        for (((n, v), a), b) in named.iter().zip(&one_acc).zip(&first_acc) {
+            let (a, b) = (f32s(a.as_ref().unwrap()), f32s(b.as_ref().unwrap()));
+            if tied && v.as_tensor().id() == policy.model.lm_head().id() {
+                let scale = a.iter().fold(1e-6f32, |m, x| m.max(x.abs()));
+                for (x, y) in a.iter().zip(&b) {
+                    assert!((x - y).abs() <= 1e-5 * scale, "{what}: {n}: {x} vs {y}");
+                }
+            } else {
+                assert_eq!(a, b, "{what}: {n} differs");
+            }
+        }
+        // The estimate of a waiting pass bounds what it holds.
+        let head = Prepared::new(policy.model.lm_head(), dtype).unwrap();
+        let mut acc = vec![None; vars.len()];
+        let p = &passes[0];
+        let pending = forward_and_head(
+            &policy.model,
+            p.layout,
+            &p.coef,
+            &vars,
+            &mut acc,
+            plan,
+            &head,
+        )
+        .unwrap();
+        let bound = waiting_bytes(&policy.model, p.layout, plan).unwrap();
+        assert!(
+            pending.bytes() > 0 && pending.bytes() <= bound,
+            "{what}: {} > {bound}",
+            pending.bytes()
+        );
+    }
+}
+
+/// The order is heads first where waiting costs less than the LM head's phase (bf16, whose
+/// packed head copies dwarf a tiny model's layer inputs) and one by one where the waiting
+/// passes could hold more (a large activation budget each).
+#[test]
+fn the_pass_order_follows_the_estimated_peak() {
+    use comlrl::model::pass_order::{choose, Order, Pass};
+    use comlrl::model::recompute::PassPlan;
+    use comlrl::model::{ComputeDtype, ScoreLayout};
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let (prompt, completions, _) = common::grad::loss_fixture();
+    let p: Vec<&[u32]> = vec![prompt.as_slice(); 2];
+    let c: Vec<&[u32]> = completions.iter().take(2).map(|v| v.as_slice()).collect();
+    let layout = ScoreLayout::new(&policy.model, &p, &c, policy.pad_id).unwrap();
+    let pass = || Pass {
+        layout: &layout,
+        coef: vec![1.0, -1.0],
+    };
+    let passes = [pass(), pass(), pass()];
+    let plan = |keep_mb: usize| PassPlan {
+        dtype: ComputeDtype::Bf16,
+        keep_bytes: keep_mb << 20,
+    };
+    let order = |keep_mb| choose(&policy.model, &passes, plan(keep_mb)).unwrap();
+    assert_eq!(order(0), Order::HeadsFirst);
+    assert_eq!(order(1024), Order::OneByOne);
+    // One pass waits for nothing.
+    let one = choose(&policy.model, &passes[..1], plan(1024)).unwrap();
+    assert_eq!(one, Order::HeadsFirst);
+}

@@ -106,6 +106,11 @@ impl CausalLm {
         &self.cfg
     }
 
+    /// The LM head's weight (vocab, hidden): the embedding's tensor itself when tied.
+    pub fn lm_head(&self) -> &Tensor {
+        &self.lm_head
+    }
+
     /// The device holding the weights.
     pub fn device(&self) -> &Device {
         self.embed_tokens.device()

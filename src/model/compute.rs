@@ -50,6 +50,8 @@ pub fn add_matmul_tn(acc: &Tensor, a: &Tensor, b: &Tensor, dt: ComputeDtype) -> 
 /// call. For the LM head, multiplied once per chunk of ~110 positions at a 152k vocabulary,
 /// packing its 136 M elements per call made the bf16 products slower than f32 (0.7–0.9×,
 /// `comlrl bench matmul --dtype bf16 --gemm 110,896,151936,nt`); packed once, 2.7–4.1×.
+/// The packed copies own their buffers: dropped, their memory goes back to the allocator
+/// (the layers' gradients take it) rather than idling in the GEMM's scratch pool.
 pub struct Prepared {
     w: Tensor,
     /// (Wᵀ for x·Wᵀ, W for dy·W), packed; `None` in f32.
@@ -61,12 +63,27 @@ impl Prepared {
     pub fn new(w: &Tensor, dt: ComputeDtype) -> Result<Self> {
         let packed = match dt {
             ComputeDtype::F32 => None,
-            ComputeDtype::Bf16 => Some((bf16_gemm::pack_weight(w)?, bf16_gemm::pack_rhs(w)?)),
+            ComputeDtype::Bf16 => Some((
+                bf16_gemm::pack_weight_owned(w)?,
+                bf16_gemm::pack_rhs_owned(w)?,
+            )),
         };
         Ok(Self {
-            w: w.clone(),
+            w: w.detach(),
             packed,
         })
+    }
+
+    /// The weight W (out, in), detached.
+    pub fn weight(&self) -> &Tensor {
+        &self.w
+    }
+
+    /// Bytes of the packed copies (0 in f32).
+    pub fn packed_bytes(&self) -> usize {
+        self.packed
+            .as_ref()
+            .map_or(0, |(a, b)| a.bytes() + b.bytes())
     }
 
     /// x (m, in) · Wᵀ: (m, out); f32 is exactly `x.matmul(&w.t())`.

@@ -29,28 +29,42 @@ pub struct HeadGrad {
     pub dh: Tensor,
 }
 
-/// `h`: (N, hidden) final hidden states (no graph needed), `w`: the (vocab, hidden) head,
+/// `h`: (N, hidden) final hidden states (no graph needed), `head`: the (vocab, hidden) head
+/// prepared for products in `dt` (one preparation serves every pass of a mini-batch),
 /// `targets`: (N) u32, `weights`: (N) per-row loss weights (0 for padding). Adds d loss / d W
 /// into `w_acc` (set to it when empty) unless `w_acc` is `None` (the head is not trained).
 /// The three products (logits, d h, d W) run in `dt`; the log-softmax stays f32.
 pub fn head_backward(
     h: &Tensor,
-    w: &Tensor,
+    head: &Prepared,
     targets: &Tensor,
     weights: &Tensor,
     w_acc: Option<&mut Option<Tensor>>,
     dt: ComputeDtype,
 ) -> Result<HeadGrad> {
-    let chunk = match dt {
+    chunked(h, head, targets, weights, w_acc, chunk_elems(dt), dt)
+}
+
+fn chunk_elems(dt: ComputeDtype) -> usize {
+    match dt {
         ComputeDtype::F32 => CHUNK_ELEMS,
         ComputeDtype::Bf16 => BF16_CHUNK_ELEMS,
-    };
-    chunked(h, w, targets, weights, w_acc, chunk, dt)
+    }
+}
+
+/// Bytes one chunk of [`head_backward`] holds besides `head`: its f32 logits (overwritten by
+/// G) and, in bf16, G's packed copy.
+pub fn chunk_bytes(dt: ComputeDtype) -> usize {
+    let elems = chunk_elems(dt);
+    match dt {
+        ComputeDtype::F32 => elems * 4,
+        ComputeDtype::Bf16 => elems * (4 + 2),
+    }
 }
 
 fn chunked(
     h: &Tensor,
-    w: &Tensor,
+    head: &Prepared,
     targets: &Tensor,
     weights: &Tensor,
     mut w_acc: Option<&mut Option<Tensor>>,
@@ -58,10 +72,9 @@ fn chunked(
     dt: ComputeDtype,
 ) -> Result<HeadGrad> {
     let (n, _) = h.dims2()?;
+    let w = head.weight();
     let (v, _) = w.dims2()?;
     let h = h.detach().contiguous()?;
-    let w = w.detach();
-    let head = Prepared::new(&w, dt)?;
     let rows = (chunk_elems / v.max(1)).max(1);
     let mut loss = 0f64;
     let mut dh = Vec::with_capacity(n.div_ceil(rows));
@@ -138,7 +151,7 @@ mod tests {
         let mut acc = Some(Tensor::ones((v, hd), dt, &dev)?);
         let got = chunked(
             h.as_tensor(),
-            w.as_tensor(),
+            &Prepared::new(w.as_tensor(), ComputeDtype::F32)?,
             &t,
             &wt,
             Some(&mut acc),

@@ -20,6 +20,7 @@ pub(crate) mod logprob;
 pub(crate) mod mlp;
 pub(crate) mod mode;
 pub(crate) mod norm;
+pub mod pass_order;
 pub(crate) mod policy;
 pub mod recompute;
 pub(crate) mod rope;

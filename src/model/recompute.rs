@@ -11,7 +11,7 @@
 use super::accumulate::{scatter_rows_add, take_grads};
 use super::attention::AttnInputs;
 use super::causal_lm::CausalLm;
-use super::compute::ComputeDtype;
+use super::compute::{ComputeDtype, Prepared};
 use super::head_grad::head_backward;
 use super::layer_grad;
 use super::logprob::ScoreLayout;
@@ -80,6 +80,111 @@ pub fn weighted_logprob_grads_in(
     acc: &mut [Option<Tensor>],
     plan: PassPlan,
 ) -> Result<PassStats> {
+    let head = Prepared::new(&model.lm_head, plan.dtype)?;
+    let pending = forward_and_head(model, layout, coef, vars, acc, plan, &head)?;
+    drop(head);
+    pending.backward(model, vars, acc)
+}
+
+/// A pass whose forward and LM head have run: what its layers' backward still needs.
+pub struct Pending<'a> {
+    layout: &'a ScoreLayout,
+    dt: ComputeDtype,
+    cos: Tensor,
+    sin: Tensor,
+    mask: Tensor,
+    /// Every layer's input, bottom first (the top layer's output is gone: `g` replaced it).
+    inputs: Vec<Tensor>,
+    /// Per layer, the activations its forward kept (`None`: re-run in the backward).
+    kept: Vec<Option<layer_grad::Kept>>,
+    /// d loss / d (the top layer's output).
+    g: Tensor,
+    stats: PassStats,
+}
+
+impl Pending<'_> {
+    /// Bytes this pending pass holds: layer inputs, kept activations and the top gradient.
+    pub fn bytes(&self) -> usize {
+        let t = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
+        self.inputs.iter().map(t).sum::<usize>() + t(&self.g) + self.stats.kept_bytes
+    }
+
+    /// The layers' backward, top to bottom (re-running a layer whose activations were not
+    /// kept), then the embedding's gradient rows; every gradient added into `acc`.
+    pub fn backward(
+        self,
+        model: &CausalLm,
+        vars: &[Var],
+        acc: &mut [Option<Tensor>],
+    ) -> Result<PassStats> {
+        let start = std::time::Instant::now();
+        let Pending {
+            layout,
+            dt,
+            cos,
+            sin,
+            mask,
+            mut inputs,
+            mut kept,
+            mut g,
+            mut stats,
+        } = self;
+        let inp = AttnInputs {
+            cos: &cos,
+            sin: &sin,
+            mask: &mask,
+        };
+        // Layers, top to bottom: re-run one layer, back-propagate d(out) (by hand for f32 on
+        // the CPU, else through a graph).
+        let slots = layer_grad::GradSlots::new(vars);
+        for layer in model.layers.iter().rev() {
+            let x = inputs.pop().expect("one input per layer");
+            let k = kept.pop().expect("one entry per layer");
+            if layer_grad::supported(layer, &x) {
+                g = layer_grad::layer_backward(layer, &x, &g, &inp, &slots, acc, dt, k)?;
+                continue;
+            }
+            let x = Var::from_tensor(&x)?;
+            let y = layer.forward(x.as_tensor(), &model.rope, &inp, None, Mode::Train)?;
+            let surrogate = (y * &g)?.sum_all()?;
+            let mut grads = surrogate.backward()?;
+            drop(surrogate);
+            g = grads.remove(x.as_tensor()).ok_or_else(|| {
+                candle_core::Error::Msg("no gradient reached a layer input".into())
+            })?;
+            take_grads(&mut grads, vars, acc)?;
+        }
+
+        // Embedding lookup: its gradient rows go straight into the accumulator.
+        if let Some(i) = vars
+            .iter()
+            .position(|v| v.as_tensor().id() == model.embed_tokens.id())
+        {
+            if acc[i].is_none() {
+                acc[i] = Some(model.embed_tokens.zeros_like()?);
+            }
+            if let Some(a) = &acc[i] {
+                let (b, s, hd) = g.dims3()?;
+                scatter_rows_add(a, &layout.ids, &g.reshape((b * s, hd))?)?;
+            }
+        }
+        stats.backward_s += start.elapsed().as_secs_f64();
+        Ok(stats)
+    }
+}
+
+/// The first half of a recomputed pass: the forward without a graph (keeping layer inputs and,
+/// within `plan.keep_bytes`, layers' activations), then the LM head's loss and gradients with
+/// the prepared `head` (its weight gradient added into `acc`) and the final norm's backward.
+pub fn forward_and_head<'a>(
+    model: &CausalLm,
+    layout: &'a ScoreLayout,
+    coef: &[f32],
+    vars: &[Var],
+    acc: &mut [Option<Tensor>],
+    plan: PassPlan,
+    head: &Prepared,
+) -> Result<Pending<'a>> {
     let dt = plan.dtype;
     let start = std::time::Instant::now();
     let (b, _) = layout.ids.dims2()?;
@@ -134,7 +239,7 @@ pub fn weighted_logprob_grads_in(
 
     // Head: final norm, then the LM head and log-probs in row chunks (see `head_grad`); the
     // norm's backward gives the gradient w.r.t. the last hidden state.
-    let top = Var::from_tensor(inputs.last().expect("one per layer + 1"))?;
+    let top = Var::from_tensor(&inputs.pop().expect("one per layer + 1"))?;
     let hidden = model.norm.forward(top.as_tensor())?;
     let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;
     let (_, c, hd) = h.dims3()?;
@@ -147,67 +252,38 @@ pub fn weighted_logprob_grads_in(
     let head_slot = vars
         .iter()
         .position(|v| v.as_tensor().id() == model.lm_head.id());
-    let head = head_backward(
+    let hg = head_backward(
         &h.reshape((b * c, hd))?,
-        &model.lm_head,
+        head,
         &layout.targets.flatten_all()?,
         &weights,
         head_slot.map(|i| &mut acc[i]),
         dt,
     )?;
-    let value = head.loss;
     let forward_s = start.elapsed().as_secs_f64();
     let start = std::time::Instant::now();
-    let surrogate = (h * head.dh.reshape((b, c, hd))?)?.sum_all()?;
+    let surrogate = (h * hg.dh.reshape((b, c, hd))?)?.sum_all()?;
     let mut grads = surrogate.backward()?;
     drop(surrogate);
-    let mut g = grads
+    let g = grads
         .remove(top.as_tensor())
         .ok_or_else(|| candle_core::Error::Msg("no gradient reached the last layer".into()))?;
     take_grads(&mut grads, vars, acc)?;
-    drop(grads);
-    drop(top);
-    inputs.pop();
-
-    // Layers, top to bottom: re-run one layer, back-propagate d(out) (by hand for f32 on the
-    // CPU, else through a graph).
-    let slots = layer_grad::GradSlots::new(vars);
-    for layer in model.layers.iter().rev() {
-        let x = inputs.pop().expect("one input per layer");
-        let k = kept.pop().expect("one entry per layer");
-        if layer_grad::supported(layer, &x) {
-            g = layer_grad::layer_backward(layer, &x, &g, &inp, &slots, acc, dt, k)?;
-            continue;
-        }
-        let x = Var::from_tensor(&x)?;
-        let y = layer.forward(x.as_tensor(), &model.rope, &inp, None, Mode::Train)?;
-        let surrogate = (y * &g)?.sum_all()?;
-        let mut grads = surrogate.backward()?;
-        drop(surrogate);
-        g = grads
-            .remove(x.as_tensor())
-            .ok_or_else(|| candle_core::Error::Msg("no gradient reached a layer input".into()))?;
-        take_grads(&mut grads, vars, acc)?;
-    }
-
-    // Embedding lookup: its gradient rows go straight into the accumulator.
-    if let Some(i) = vars
-        .iter()
-        .position(|v| v.as_tensor().id() == model.embed_tokens.id())
-    {
-        if acc[i].is_none() {
-            acc[i] = Some(model.embed_tokens.zeros_like()?);
-        }
-        if let Some(a) = &acc[i] {
-            let (b, s, hd) = g.dims3()?;
-            scatter_rows_add(a, &layout.ids, &g.reshape((b * s, hd))?)?;
-        }
-    }
-    Ok(PassStats {
-        loss: value,
-        forward_s,
-        backward_s: start.elapsed().as_secs_f64(),
-        kept_layers,
-        kept_bytes,
+    Ok(Pending {
+        layout,
+        dt,
+        cos,
+        sin,
+        mask,
+        inputs,
+        kept,
+        g,
+        stats: PassStats {
+            loss: hg.loss,
+            forward_s,
+            backward_s: start.elapsed().as_secs_f64(),
+            kept_layers,
+            kept_bytes,
+        },
     })
 }

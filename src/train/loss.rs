@@ -11,7 +11,8 @@
 use super::rollout::AgentRollout;
 use crate::error::Result;
 use crate::model::accumulate::take_grads;
-use crate::model::recompute::{weighted_logprob_grads_in, PassPlan};
+use crate::model::pass_order::{run_passes, Pass};
+use crate::model::recompute::PassPlan;
 use crate::model::{completion_logprobs, ComputeDtype, Mode, Policy, ScoreLayout};
 use candle_core::{Tensor, Var};
 use std::time::Instant;
@@ -98,13 +99,12 @@ pub fn loss_and_grads_in(
              `gradient_checkpointing: true` or `compute_dtype: f32`"
         )));
     }
-    let mut pass = 0usize;
-    let mut passes = Vec::new();
     let mut acc: Vec<Option<Tensor>> = vec![None; vars.len()];
-    let mut total = 0f64;
-    let (mut forward_s, mut backward_s, mut flops) = (0f64, 0f64, 0f64);
-    let (mut kept_layers, mut kept_bytes_max) = (0, 0);
+    let mut out = Tally::default();
     let scale = 1.0 / samples.len().max(1) as f64;
+    // The passes of this share, laid out.
+    let mut mine = Vec::new();
+    let mut pass = 0usize;
     for s in samples {
         let k = s.completions.len();
         // Completions with no tokens (max_new_tokens 0) contribute nothing.
@@ -127,45 +127,75 @@ pub fn loss_and_grads_in(
             let t = Instant::now();
             let prompts: Vec<&[u32]> = vec![s.prompt_ids.as_slice(); part.len()];
             let comps: Vec<&[u32]> = part.iter().map(|&j| s.completions[j].as_slice()).collect();
-            let adv: Vec<f32> = part.iter().map(|&j| s.advantages[j]).collect();
             let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
             let (rows, width) = layout.ids.dims2()?;
-            flops += crate::model::flops::train_flops(
+            out.flops += crate::model::flops::train_flops(
                 &policy.config,
                 rows,
                 width,
                 layout.completion_width,
             );
-            if recompute {
-                let coef: Vec<f32> = adv
-                    .iter()
-                    .map(|&a| (-(a as f64) * scale / k as f64) as f32)
-                    .collect();
-                let st =
-                    weighted_logprob_grads_in(&policy.model, &layout, &coef, vars, &mut acc, plan)?;
-                total += st.loss;
-                kept_layers += st.kept_layers;
-                kept_bytes_max = kept_bytes_max.max(st.kept_bytes);
-                passes.push((number, st.loss));
-                forward_s += t.elapsed().as_secs_f64() - st.backward_s;
-                backward_s += st.backward_s;
-                continue;
-            }
-            let lp = completion_logprobs(&policy.model, &layout, Mode::Train)?;
-            let adv =
-                Tensor::from_vec(adv, part.len(), policy.model.device())?.to_dtype(lp.dtype())?;
-            let loss = ((lp.sum(1)? * adv)?.sum_all()?.neg()? * (scale / k as f64))?;
+            // d loss / d Σ_t log π of each row.
+            let coef: Vec<f32> = part
+                .iter()
+                .map(|&j| (-(s.advantages[j] as f64) * scale / k as f64) as f32)
+                .collect();
+            let adv: Vec<f32> = part.iter().map(|&j| s.advantages[j]).collect();
+            out.forward_s += t.elapsed().as_secs_f64();
+            mine.push(Mine {
+                number,
+                layout,
+                coef,
+                adv,
+                k,
+            });
+        }
+    }
+    if recompute {
+        let passes: Vec<Pass> = mine
+            .iter()
+            .map(|m| Pass {
+                layout: &m.layout,
+                coef: m.coef.clone(),
+            })
+            .collect();
+        let (order, stats) = run_passes(&policy.model, &passes, vars, &mut acc, plan)?;
+        log::debug!("{} passes, {order:?}", passes.len());
+        for (m, st) in mine.iter().zip(stats) {
+            out.loss += st.loss;
+            out.kept_layers += st.kept_layers;
+            out.kept_bytes_max = out.kept_bytes_max.max(st.kept_bytes);
+            out.passes.push((m.number, st.loss));
+            out.forward_s += st.forward_s;
+            out.backward_s += st.backward_s;
+        }
+    } else {
+        for m in &mine {
+            let t = Instant::now();
+            let lp = completion_logprobs(&policy.model, &m.layout, Mode::Train)?;
+            let adv = Tensor::from_vec(m.adv.clone(), m.adv.len(), policy.model.device())?
+                .to_dtype(lp.dtype())?;
+            let loss = ((lp.sum(1)? * adv)?.sum_all()?.neg()? * (scale / m.k as f64))?;
             let value = loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
-            total += value;
-            passes.push((number, value));
-            forward_s += t.elapsed().as_secs_f64();
+            out.loss += value;
+            out.passes.push((m.number, value));
+            out.forward_s += t.elapsed().as_secs_f64();
             let t = Instant::now();
             let mut grads = loss.backward()?;
             drop(loss);
             take_grads(&mut grads, vars, &mut acc)?;
-            backward_s += t.elapsed().as_secs_f64();
+            out.backward_s += t.elapsed().as_secs_f64();
         }
     }
+    let Tally {
+        loss: total,
+        forward_s,
+        backward_s,
+        flops,
+        kept_layers,
+        kept_bytes_max,
+        passes,
+    } = out;
     Ok(LossGrads {
         loss: total,
         grads: acc,
@@ -176,4 +206,26 @@ pub fn loss_and_grads_in(
         kept_bytes_max,
         passes,
     })
+}
+
+/// One pass this process computes: its number in the mini-batch, rows, each row's loss
+/// coefficient (recomputed path) and advantage over the sample's `k` sequences (plain path).
+struct Mine {
+    number: usize,
+    layout: ScoreLayout,
+    coef: Vec<f32>,
+    adv: Vec<f32>,
+    k: usize,
+}
+
+/// What [`loss_and_grads_in`] sums over its passes.
+#[derive(Default)]
+struct Tally {
+    loss: f64,
+    forward_s: f64,
+    backward_s: f64,
+    flops: f64,
+    kept_layers: usize,
+    kept_bytes_max: usize,
+    passes: Vec<(usize, f64)>,
 }

@@ -164,6 +164,21 @@ pub fn pack_weight(w: &Tensor) -> Result<PackedB> {
     pack_rhs(&w.t()?)
 }
 
+/// [`pack_rhs`] into a buffer of its own rather than the scratch pool's: a copy that serves
+/// many products and, once dropped, should leave its memory to the allocator (for the
+/// gradients that follow) instead of waiting idle in the pool.
+pub fn pack_rhs_owned(b: &Tensor) -> Result<PackedB> {
+    b.dims2()?;
+    Ok(PackedB(with_view(b, "b", |v| {
+        pack_b_in(v, true, Buffer::Own(Vec::new()))
+    })?))
+}
+
+/// [`pack_weight`] into a buffer of its own (see [`pack_rhs_owned`]).
+pub fn pack_weight_owned(w: &Tensor) -> Result<PackedB> {
+    pack_rhs_owned(&w.t()?)
+}
+
 /// W (out, in), row-major f32, packed as the right operand of `x · Wᵀ` into `buf`.
 fn pack_weight_rows(w: &[f32], (out, inp): (usize, usize), buf: Buffer) -> Packed {
     assert_eq!(w.len(), out * inp, "PackedB: data does not match its shape");

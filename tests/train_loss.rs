@@ -222,8 +222,8 @@ fn kept_activations_give_the_rerun_gradients_exactly() {
     let (sample, _) = fixture_sample();
     let run = |keep_bytes: usize| {
         let plan = PassPlan {
-            dtype: ComputeDtype::F32,
             keep_bytes,
+            ..PassPlan::rerun_all(ComputeDtype::F32)
         };
         loss_and_grads_in(&policy, &vars, &[&sample], 0, true, Share::ALL, plan).unwrap()
     };
@@ -235,6 +235,70 @@ fn kept_activations_give_the_rerun_gradients_exactly() {
     // The layers have equal shapes: half the bytes keep the bottom layer only.
     let half = run(all.kept_bytes_max / 2);
     assert_eq!(half.kept_layers, 1, "half the budget keeps one layer");
+    // The top budget keeps whole layers from the top (the backward's first), besides the
+    // bottom budget: one layer's bytes keep the top layer only.
+    let layer = all.kept_bytes_max / layers;
+    {
+        use comlrl::model::compute::Prepared;
+        use comlrl::model::recompute::forward_and_head;
+        let plan = PassPlan {
+            keep_top_bytes: layer,
+            ..PassPlan::rerun_all(ComputeDtype::F32)
+        };
+        let (prompt, completions, _) = common::grad::loss_fixture();
+        let p: Vec<&[u32]> = vec![prompt.as_slice(); completions.len()];
+        let c: Vec<&[u32]> = completions.iter().map(|v| v.as_slice()).collect();
+        let layout = comlrl::model::ScoreLayout::new(&policy.model, &p, &c, policy.pad_id).unwrap();
+        let coef: Vec<f32> = sample
+            .advantages
+            .iter()
+            .map(|a| -a / c.len() as f32)
+            .collect();
+        let head = Prepared::new(policy.model.lm_head(), ComputeDtype::F32).unwrap();
+        let mut acc = vec![None; vars.len()];
+        let pending =
+            forward_and_head(&policy.model, &layout, &coef, &vars, &mut acc, plan, &head).unwrap();
+        let mut want = vec![false; layers];
+        want[layers - 1] = true;
+        assert_eq!(pending.kept_layers(), want, "only the top layer kept");
+        drop(pending);
+        let mut rerun_acc = vec![None; vars.len()];
+        let plan0 = PassPlan::rerun_all(ComputeDtype::F32);
+        let again = forward_and_head(
+            &policy.model,
+            &layout,
+            &coef,
+            &vars,
+            &mut rerun_acc,
+            plan0,
+            &head,
+        )
+        .unwrap();
+        assert!(again.kept_layers().iter().all(|k| !k));
+        let mut top_acc = vec![None; vars.len()];
+        forward_and_head(
+            &policy.model,
+            &layout,
+            &coef,
+            &vars,
+            &mut top_acc,
+            plan,
+            &head,
+        )
+        .unwrap()
+        .backward(&policy.model, &vars, &mut top_acc)
+        .unwrap();
+        again
+            .backward(&policy.model, &vars, &mut rerun_acc)
+            .unwrap();
+        for (i, (a, b)) in top_acc.iter().zip(&rerun_acc).enumerate() {
+            assert_eq!(
+                f32s(a.as_ref().unwrap()),
+                f32s(b.as_ref().unwrap()),
+                "top layer kept: gradient {i} differs"
+            );
+        }
+    }
     for kept in [all, half] {
         assert_eq!(kept.loss.to_bits(), rerun.loss.to_bits(), "loss");
         for (i, (a, b)) in kept.grads.iter().zip(&rerun.grads).enumerate() {
@@ -303,15 +367,15 @@ fn heads_first_gives_the_one_by_one_gradients() {
         let all = run(
             Order::OneByOne,
             PassPlan {
-                dtype,
                 keep_bytes: 1 << 30,
+                ..PassPlan::rerun_all(dtype)
             },
         )
         .0;
         let layers = policy.config.num_hidden_layers;
         let plan = PassPlan {
-            dtype,
             keep_bytes: all[0].kept_bytes / layers,
+            ..PassPlan::rerun_all(dtype)
         };
         let run = |order| run(order, plan);
         let (one, one_acc) = run(Order::OneByOne);
@@ -382,8 +446,8 @@ fn the_pass_order_follows_the_estimated_peak() {
     };
     let passes = [pass(), pass(), pass()];
     let plan = |keep_mb: usize| PassPlan {
-        dtype: ComputeDtype::Bf16,
         keep_bytes: keep_mb << 20,
+        ..PassPlan::rerun_all(ComputeDtype::Bf16)
     };
     let order = |keep_mb| choose(&policy.model, &passes, plan(keep_mb)).unwrap();
     assert_eq!(order(0), Order::HeadsFirst);

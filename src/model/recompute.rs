@@ -42,6 +42,11 @@ pub struct PassPlan {
     /// Bytes of layer activations the first forward may keep (layers whose activations no
     /// longer fit are re-run in the backward); 0 re-runs every layer.
     pub keep_bytes: usize,
+    /// Further bytes of the *top* layers' activations to keep: the layers the backward meets
+    /// first, whose activations are freed while the gradients are still being allocated
+    /// (`pass_order` gives it to the pass whose backward runs first). Whole layers, counted
+    /// by the first kept layer's size.
+    pub keep_top_bytes: usize,
 }
 
 impl PassPlan {
@@ -50,6 +55,7 @@ impl PassPlan {
         Self {
             dtype,
             keep_bytes: 0,
+            keep_top_bytes: 0,
         }
     }
 }
@@ -107,6 +113,11 @@ impl Pending<'_> {
     pub fn bytes(&self) -> usize {
         let t = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
         self.inputs.iter().map(t).sum::<usize>() + t(&self.g) + self.stats.kept_bytes
+    }
+
+    /// Per layer, bottom first, whether its activations were kept (it will not re-run).
+    pub fn kept_layers(&self) -> Vec<bool> {
+        self.kept.iter().map(Option::is_some).collect()
     }
 
     /// The layers' backward, top to bottom (re-running a layer whose activations were not
@@ -200,25 +211,32 @@ pub fn forward_and_head<'a>(
     };
     let embedding = candle_nn::Embedding::new(model.embed_tokens.clone(), model.cfg.hidden_size);
 
-    // Forward, keeping layer inputs (detached: each layer's graph is freed at once) and, while
-    // they fit the budget, the hand-written layers' activations.
-    let mut inputs = Vec::with_capacity(model.layers.len() + 1);
-    let mut kept: Vec<Option<layer_grad::Kept>> = Vec::with_capacity(model.layers.len());
+    // Forward, keeping layer inputs (detached: each layer's graph is freed at once) and the
+    // hand-written layers' activations while they fit the budget, bottom first, then those of
+    // the top layers that fit `keep_top_bytes` (known once a layer's size is).
+    let n = model.layers.len();
+    let mut inputs = Vec::with_capacity(n + 1);
+    let mut kept: Vec<Option<layer_grad::Kept>> = Vec::with_capacity(n);
     let mut budget = plan.keep_bytes;
+    let mut top_from: Option<usize> = None;
     let (mut kept_layers, mut kept_bytes) = (0, 0);
     inputs.push(embedding.forward(&layout.ids)?.detach());
-    for layer in &model.layers {
+    for (i, layer) in model.layers.iter().enumerate() {
         let x = inputs.last().expect("pushed above");
         let supported = layer_grad::supported(layer, x);
-        let y = if supported && budget > 0 {
+        let probe = plan.keep_top_bytes > 0 && top_from.is_none();
+        let in_top = top_from.is_some_and(|t| i >= t);
+        let y = if supported && (budget > 0 || probe || in_top) {
             let (y, k) = layer_grad::layer_forward_keep(layer, x, &inp, dt)?;
+            let top = *top_from.get_or_insert(n - (plan.keep_top_bytes / k.bytes().max(1)).min(n));
             let fits = k.bytes() <= budget;
             budget = if fits { budget - k.bytes() } else { 0 };
-            if fits {
+            let keep = fits || i >= top;
+            if keep {
                 kept_layers += 1;
                 kept_bytes += k.bytes();
             }
-            kept.push(fits.then_some(k));
+            kept.push(keep.then_some(k));
             y
         } else if supported {
             kept.push(None);

@@ -85,6 +85,7 @@ pub fn pass_plan(t: &comlrl_scenario::TrainerPlan) -> PassPlan {
     PassPlan {
         dtype: compute_dtype(t),
         keep_bytes: t.activation_budget_mb.saturating_mul(1 << 20),
+        keep_top_bytes: 0,
     }
 }
 

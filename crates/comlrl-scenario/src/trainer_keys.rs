@@ -162,12 +162,13 @@ settings_section! {
         /// layers (bottom first) while one pass's kept activations fit in this many MiB, and
         /// those layers skip their re-run in the backward: identical results, less compute.
         /// It bounds the extra memory: at most this much per pass (per agent updating at the
-        /// same time). Small models keep every layer: tiny-qwen2 ~2 MB a pass (update 21.7 →
-        /// 18.6 ms per step), small-qwen2 92 MB (update 2.11 → 1.68 s per step, peak 1.12 →
-        /// 1.26 GB); a Qwen2.5-0.5B layer of an 8-sequence pass holds more than the default,
-        /// so the seed keeps none there and its peak is unchanged. 0 re-runs every layer.
+        /// same time, and per waiting pass where a mini-batch runs its LM heads first, see
+        /// docs/performance.md). Small models keep every layer: tiny-qwen2 ~2 MB a pass
+        /// (update 21.7 → 18.6 ms per step), small-qwen2 92 MB (update 2.11 → 1.68 s per step,
+        /// peak 1.12 → 1.26 GB); a Qwen2.5-0.5B layer of an 8-sequence pass holds ~97 MB, so
+        /// the seed keeps one layer of 24 there. 0 re-runs every layer.
         activation_budget_mb: usize = 96, kind "integer ≥ 0",
-            why "small models skip the re-run; 0.5B's peak unchanged";
+            why "small models skip the re-run; one 0.5B layer";
         /// Operand type of the update's big products: `f32` is the exact path; `bf16` rounds
         /// both operands of every projection's x·Wᵀ, dy·W and dyᵀ·x and of the LM head's
         /// products to bf16 and sums in f32 (TRL's `bf16=True` autocast). Weights, gradients and

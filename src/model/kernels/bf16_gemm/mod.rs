@@ -164,6 +164,11 @@ pub fn pack_weight(w: &Tensor) -> Result<PackedB> {
     pack_rhs(&w.t()?)
 }
 
+/// Hands the idle packing buffers kept for reuse back to the allocator (see `scratch`).
+pub fn release_scratch() {
+    scratch::release();
+}
+
 /// [`pack_rhs`] into a buffer of its own rather than the scratch pool's: a copy that serves
 /// many products and, once dropped, should leave its memory to the allocator (for the
 /// gradients that follow) instead of waiting idle in the pool.

@@ -68,6 +68,13 @@ pub fn give(buf: Vec<u16>) {
     }
 }
 
+/// Drops every idle buffer, handing its memory back to the allocator: after a phase whose
+/// products were much larger than the next phase's (the LM head's, whose packed G of a chunk
+/// would otherwise wait idle through the layers' backward).
+pub fn release() {
+    idle().clear();
+}
+
 /// Bytes of idle buffers kept now.
 #[cfg(test)]
 pub fn idle_bytes() -> usize {

@@ -52,10 +52,10 @@ fn chunk_elems(dt: ComputeDtype) -> usize {
     }
 }
 
-/// Bytes one chunk of [`head_backward`] holds besides `head`: its f32 logits (overwritten by
-/// G) and, in bf16, G's packed copy.
-pub fn chunk_bytes(dt: ComputeDtype) -> usize {
-    let elems = chunk_elems(dt);
+/// Bytes one chunk of [`head_backward`] over `rows` positions at vocabulary `vocab` holds
+/// besides the prepared head: its f32 logits (overwritten by G) and, in bf16, G's packed copy.
+pub fn chunk_bytes(dt: ComputeDtype, rows: usize, vocab: usize) -> usize {
+    let elems = chunk_elems(dt).max(vocab).min(rows * vocab);
     match dt {
         ComputeDtype::F32 => elems * 4,
         ComputeDtype::Bf16 => elems * (4 + 2),

@@ -58,7 +58,7 @@ pub fn run_passes_in(
     let mut stats = Vec::with_capacity(passes.len());
     // The first pass's backward runs first, while most gradients are not allocated yet.
     let first = PassPlan {
-        keep_top_bytes: top_budget(model, vars, acc, plan.dtype)?,
+        keep_top_bytes: top_budget(model, passes, vars, acc, plan.dtype)?,
         ..plan
     };
     let plan_of = |i: usize| if i == 0 { first } else { plan };
@@ -110,7 +110,7 @@ pub fn choose(model: &CausalLm, passes: &[Pass<'_>], plan: PassPlan) -> Result<O
         .take(passes.len().saturating_sub(1))
         .map(|p| waiting_bytes(model, p.layout, plan))
         .sum::<Result<usize>>()?;
-    Ok(if waiting < head_bytes(model, plan.dtype)? {
+    Ok(if waiting < head_bytes(model, passes, plan.dtype)? {
         Order::HeadsFirst
     } else {
         Order::OneByOne
@@ -125,6 +125,7 @@ pub fn choose(model: &CausalLm, passes: &[Pass<'_>], plan: PassPlan) -> Result<O
 /// bf16: 1.44 GB of layer gradients − 0.74 GB of head phase = 7 layers not re-run.
 fn top_budget(
     model: &CausalLm,
+    passes: &[Pass<'_>],
     vars: &[Var],
     acc: &[Option<Tensor>],
     dt: ComputeDtype,
@@ -137,7 +138,7 @@ fn top_budget(
         .filter(|(v, a)| a.is_none() && v.as_tensor().id() != head)
         .map(|(v, _)| bytes(v.as_tensor()))
         .sum();
-    Ok(unallocated.saturating_sub(head_bytes(model, dt)?))
+    Ok(unallocated.saturating_sub(head_bytes(model, passes, dt)?))
 }
 
 /// Bytes a pass holds between its head and its backward, at most (see
@@ -148,12 +149,17 @@ pub fn waiting_bytes(model: &CausalLm, layout: &ScoreLayout, plan: PassPlan) -> 
     Ok((model.layers.len() + 1) * b * s * hidden + plan.keep_bytes + plan.keep_top_bytes)
 }
 
-/// Bytes the LM head's phase holds: its packed copies (bf16) and one chunk.
-fn head_bytes(model: &CausalLm, dt: ComputeDtype) -> Result<usize> {
+/// Bytes the LM head's phase holds: its packed copies (bf16) and one chunk of the largest pass.
+fn head_bytes(model: &CausalLm, passes: &[Pass<'_>], dt: ComputeDtype) -> Result<usize> {
     let (v, h) = model.lm_head().dims2()?;
     let packed = match dt {
         ComputeDtype::F32 => 0,
         ComputeDtype::Bf16 => 2 * v * h * 2,
     };
-    Ok(packed + head_grad::chunk_bytes(dt))
+    let rows = passes
+        .iter()
+        .map(|p| p.layout.targets.elem_count())
+        .max()
+        .unwrap_or(0);
+    Ok(packed + head_grad::chunk_bytes(dt, rows, v))
 }

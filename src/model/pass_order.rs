@@ -7,6 +7,10 @@
 //! order with the lower peak is taken per mini-batch; heads first also packs the head once per
 //! mini-batch instead of once per pass. Either order adds the same terms into the same
 //! accumulators; only the tied embedding/head accumulator sums them in another order.
+//!
+//! In either order the first pass's backward runs first, while most gradients do not exist
+//! yet: that pass also keeps its top layers' activations in the room they leave
+//! ([`PassPlan::keep_top_bytes`], sized by `top_budget`).
 use super::causal_lm::CausalLm;
 use super::compute::{ComputeDtype, Prepared};
 use super::head_grad;
@@ -46,7 +50,8 @@ pub fn run_passes(
     Ok((order, run_passes_in(order, model, passes, vars, acc, plan)?))
 }
 
-/// [`run_passes`] in a given order.
+/// [`run_passes`] in a given order. `plan.keep_top_bytes` is set here: the first pass's from
+/// the gradients not yet allocated, 0 for the others.
 pub fn run_passes_in(
     order: Order,
     model: &CausalLm,
@@ -61,7 +66,11 @@ pub fn run_passes_in(
         keep_top_bytes: top_budget(model, passes, vars, acc, plan.dtype)?,
         ..plan
     };
-    let plan_of = |i: usize| if i == 0 { first } else { plan };
+    let rest = PassPlan {
+        keep_top_bytes: 0,
+        ..plan
+    };
+    let plan_of = |i: usize| if i == 0 { first } else { rest };
     match order {
         Order::OneByOne => {
             for (i, p) in passes.iter().enumerate() {

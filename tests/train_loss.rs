@@ -8,6 +8,15 @@ use comlrl::train::loss::loss_and_grads;
 use comlrl::train::rollout::AgentRollout;
 use common::*;
 
+/// A fixture model, f32.
+fn load(name: &str) -> Policy {
+    Policy::load(
+        &ModelSource::Local(fixtures().join(name)),
+        &LoadOptions::default(),
+    )
+    .unwrap()
+}
+
 fn fixture_sample() -> (AgentRollout, std::collections::HashMap<String, Tensor>) {
     let (prompt, completions, r) = common::grad::loss_fixture();
     let advantages: Vec<f32> = r["advantages"]
@@ -29,11 +38,7 @@ fn fixture_sample() -> (AgentRollout, std::collections::HashMap<String, Tensor>)
 
 #[test]
 fn every_loss_path_matches_the_reference() {
-    let policy = Policy::load(
-        &ModelSource::Local(fixtures().join("tiny-qwen2")),
-        &LoadOptions::default(),
-    )
-    .unwrap();
+    let policy = load("tiny-qwen2");
     let named = policy.vars();
     let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
     let (sample, r) = fixture_sample();
@@ -90,11 +95,7 @@ fn every_loss_path_matches_the_reference() {
 fn two_samples_average_and_accumulate_in_place() {
     // Two node samples in one mini-batch: the loss and gradients are the mean of each
     // sample's own, whatever the pass layout.
-    let policy = Policy::load(
-        &ModelSource::Local(fixtures().join("tiny-qwen2")),
-        &LoadOptions::default(),
-    )
-    .unwrap();
+    let policy = load("tiny-qwen2");
     let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
     let (a, _) = fixture_sample();
     let mut b = a.clone();
@@ -145,11 +146,7 @@ fn two_samples_average_and_accumulate_in_place() {
 #[test]
 fn replica_shares_add_up_to_the_whole_mini_batch() {
     use comlrl::train::loss::Share;
-    let policy = Policy::load(
-        &ModelSource::Local(fixtures().join("tiny-qwen2")),
-        &LoadOptions::default(),
-    )
-    .unwrap();
+    let policy = load("tiny-qwen2");
     let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
     let (sample, _) = fixture_sample();
     for chunk in [0, 1] {
@@ -213,11 +210,7 @@ fn kept_activations_give_the_rerun_gradients_exactly() {
     use comlrl::model::recompute::PassPlan;
     use comlrl::model::ComputeDtype;
     use comlrl::train::loss::{loss_and_grads_in, Share};
-    let policy = Policy::load(
-        &ModelSource::Local(fixtures().join("tiny-qwen2")),
-        &LoadOptions::default(),
-    )
-    .unwrap();
+    let policy = load("tiny-qwen2");
     let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
     let (sample, _) = fixture_sample();
     let run = |keep_bytes: usize| {
@@ -329,11 +322,7 @@ fn heads_first_gives_the_one_by_one_gradients() {
         ("tiny-qwen2", ComputeDtype::Bf16),
         ("tiny-qwen2-untied", ComputeDtype::F32),
     ] {
-        let policy = Policy::load(
-            &ModelSource::Local(fixtures().join(name)),
-            &LoadOptions::default(),
-        )
-        .unwrap();
+        let policy = load(name);
         let named = policy.vars();
         let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
         // Three passes: two sequences, then one each (the fixture has several completions).
@@ -431,11 +420,7 @@ fn the_pass_order_follows_the_estimated_peak() {
     use comlrl::model::pass_order::{choose, Order, Pass};
     use comlrl::model::recompute::PassPlan;
     use comlrl::model::{ComputeDtype, ScoreLayout};
-    let policy = Policy::load(
-        &ModelSource::Local(fixtures().join("tiny-qwen2")),
-        &LoadOptions::default(),
-    )
-    .unwrap();
+    let policy = load("tiny-qwen2");
     let (prompt, completions, _) = common::grad::loss_fixture();
     let p: Vec<&[u32]> = vec![prompt.as_slice(); 2];
     let c: Vec<&[u32]> = completions.iter().take(2).map(|v| v.as_slice()).collect();

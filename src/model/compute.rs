@@ -79,13 +79,6 @@ impl Prepared {
         &self.w
     }
 
-    /// Bytes of the packed copies (0 in f32).
-    pub fn packed_bytes(&self) -> usize {
-        self.packed
-            .as_ref()
-            .map_or(0, |(a, b)| a.bytes() + b.bytes())
-    }
-
     /// x (m, in) · Wᵀ: (m, out); f32 is exactly `x.matmul(&w.t())`.
     pub fn x_wt(&self, x: &Tensor) -> Result<Tensor> {
         match &self.packed {

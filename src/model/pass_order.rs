@@ -16,7 +16,7 @@ use super::compute::{ComputeDtype, Prepared};
 use super::head_grad;
 use super::kernels::bf16_gemm;
 use super::logprob::ScoreLayout;
-use super::recompute::{forward_and_head, PassPlan, PassStats};
+use super::recompute::{forward_and_head, weighted_logprob_grads_in, PassPlan, PassStats};
 use candle_core::{Result, Tensor, Var};
 
 /// One pass of a mini-batch: its rows and each row's loss coefficient.
@@ -75,10 +75,9 @@ pub fn run_passes_in(
         Order::OneByOne => {
             for (i, p) in passes.iter().enumerate() {
                 let plan = plan_of(i);
-                let head = Prepared::new(model.lm_head(), plan.dtype)?;
-                let pending = forward_and_head(model, p.layout, &p.coef, vars, acc, plan, &head)?;
-                drop(head);
-                stats.push(pending.backward(model, vars, acc)?);
+                stats.push(weighted_logprob_grads_in(
+                    model, p.layout, &p.coef, vars, acc, plan,
+                )?);
             }
         }
         Order::HeadsFirst => {

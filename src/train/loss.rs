@@ -18,6 +18,7 @@ use candle_core::{Tensor, Var};
 use std::time::Instant;
 
 /// Loss value and accumulated gradients (in `vars` order) of one mini-batch.
+#[derive(Default)]
 pub struct LossGrads {
     /// The loss value.
     pub loss: f64,
@@ -100,7 +101,7 @@ pub fn loss_and_grads_in(
         )));
     }
     let mut acc: Vec<Option<Tensor>> = vec![None; vars.len()];
-    let mut out = Tally::default();
+    let mut out = LossGrads::default();
     let scale = 1.0 / samples.len().max(1) as f64;
     // The passes of this share, laid out.
     let mut mine = Vec::new();
@@ -135,17 +136,11 @@ pub fn loss_and_grads_in(
                 width,
                 layout.completion_width,
             );
-            // d loss / d Σ_t log π of each row.
-            let coef: Vec<f32> = part
-                .iter()
-                .map(|&j| (-(s.advantages[j] as f64) * scale / k as f64) as f32)
-                .collect();
             let adv: Vec<f32> = part.iter().map(|&j| s.advantages[j]).collect();
             out.forward_s += t.elapsed().as_secs_f64();
             mine.push(Mine {
                 number,
                 layout,
-                coef,
                 adv,
                 k,
             });
@@ -156,7 +151,12 @@ pub fn loss_and_grads_in(
             .iter()
             .map(|m| Pass {
                 layout: &m.layout,
-                coef: m.coef.clone(),
+                // d loss / d Σ_t log π of each row.
+                coef: m
+                    .adv
+                    .iter()
+                    .map(|&a| (-(a as f64) * scale / m.k as f64) as f32)
+                    .collect(),
             })
             .collect();
         let (order, stats) = run_passes(&policy.model, &passes, vars, &mut acc, plan)?;
@@ -187,45 +187,15 @@ pub fn loss_and_grads_in(
             out.backward_s += t.elapsed().as_secs_f64();
         }
     }
-    let Tally {
-        loss: total,
-        forward_s,
-        backward_s,
-        flops,
-        kept_layers,
-        kept_bytes_max,
-        passes,
-    } = out;
-    Ok(LossGrads {
-        loss: total,
-        grads: acc,
-        forward_s,
-        backward_s,
-        flops,
-        kept_layers,
-        kept_bytes_max,
-        passes,
-    })
+    out.grads = acc;
+    Ok(out)
 }
 
-/// One pass this process computes: its number in the mini-batch, rows, each row's loss
-/// coefficient (recomputed path) and advantage over the sample's `k` sequences (plain path).
+/// One pass this process computes: its number in the mini-batch, rows, and each row's
+/// advantage over the sample's `k` sequences.
 struct Mine {
     number: usize,
     layout: ScoreLayout,
-    coef: Vec<f32>,
     adv: Vec<f32>,
     k: usize,
-}
-
-/// What [`loss_and_grads_in`] sums over its passes.
-#[derive(Default)]
-struct Tally {
-    loss: f64,
-    forward_s: f64,
-    backward_s: f64,
-    flops: f64,
-    kept_layers: usize,
-    kept_bytes_max: usize,
-    passes: Vec<(usize, f64)>,
 }

@@ -204,15 +204,19 @@ fn replica_shares_add_up_to_the_whole_mini_batch() {
 
 /// Keeping layer activations from the first forward (`trainer.activation_budget_mb`) instead
 /// of re-running the layers gives the same loss and gradients, bit for bit, whether every
-/// layer, only the bottom one, or none fits the budget.
+/// layer, only the bottom one (the pass's budget), only the top one (the first pass's top
+/// budget) or none is kept, in f32 and bf16 (kept activations leave out what the backward
+/// recomputes: two norms, the attention probabilities and the SwiGLU).
 #[test]
 fn kept_activations_give_the_rerun_gradients_exactly() {
-    use comlrl::model::recompute::PassPlan;
+    use comlrl::model::compute::Prepared;
+    use comlrl::model::recompute::{forward_and_head, PassPlan};
     use comlrl::model::ComputeDtype;
     use comlrl::train::loss::{loss_and_grads_in, Share};
     let policy = load("tiny-qwen2");
     let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
     let (sample, _) = fixture_sample();
+    let layers = policy.config.num_hidden_layers;
     let run = |keep_bytes: usize| {
         let plan = PassPlan {
             keep_bytes,
@@ -220,88 +224,62 @@ fn kept_activations_give_the_rerun_gradients_exactly() {
         };
         loss_and_grads_in(&policy, &vars, &[&sample], 0, true, Share::ALL, plan).unwrap()
     };
+    // A budget of 0 re-runs every layer (no top budget either); a large one keeps them all.
     let rerun = run(0);
     assert_eq!(rerun.kept_layers, 0);
     let all = run(1 << 30);
-    let layers = policy.config.num_hidden_layers;
     assert_eq!(all.kept_layers, layers, "one pass keeps every layer");
-    // The layers have equal shapes: half the bytes keep the bottom layer only.
-    let half = run(all.kept_bytes_max / 2);
-    assert_eq!(half.kept_layers, 1, "half the budget keeps one layer");
-    // The top budget keeps whole layers from the top (the backward's first), besides the
-    // bottom budget: one layer's bytes keep the top layer only.
-    let layer = all.kept_bytes_max / layers;
-    {
-        use comlrl::model::compute::Prepared;
-        use comlrl::model::recompute::forward_and_head;
-        let plan = PassPlan {
-            keep_top_bytes: layer,
-            ..PassPlan::rerun_all(ComputeDtype::F32)
-        };
-        let (prompt, completions, _) = common::grad::loss_fixture();
-        let p: Vec<&[u32]> = vec![prompt.as_slice(); completions.len()];
-        let c: Vec<&[u32]> = completions.iter().map(|v| v.as_slice()).collect();
-        let layout = comlrl::model::ScoreLayout::new(&policy.model, &p, &c, policy.pad_id).unwrap();
-        let coef: Vec<f32> = sample
-            .advantages
-            .iter()
-            .map(|a| -a / c.len() as f32)
-            .collect();
-        let head = Prepared::new(policy.model.lm_head(), ComputeDtype::F32).unwrap();
-        let mut acc = vec![None; vars.len()];
-        let pending =
-            forward_and_head(&policy.model, &layout, &coef, &vars, &mut acc, plan, &head).unwrap();
-        let mut want = vec![false; layers];
-        want[layers - 1] = true;
-        assert_eq!(pending.kept_layers(), want, "only the top layer kept");
-        drop(pending);
-        let mut rerun_acc = vec![None; vars.len()];
-        let plan0 = PassPlan::rerun_all(ComputeDtype::F32);
-        let again = forward_and_head(
-            &policy.model,
-            &layout,
-            &coef,
-            &vars,
-            &mut rerun_acc,
-            plan0,
-            &head,
-        )
-        .unwrap();
-        assert!(again.kept_layers().iter().all(|k| !k));
-        let mut top_acc = vec![None; vars.len()];
-        forward_and_head(
-            &policy.model,
-            &layout,
-            &coef,
-            &vars,
-            &mut top_acc,
-            plan,
-            &head,
-        )
-        .unwrap()
-        .backward(&policy.model, &vars, &mut top_acc)
-        .unwrap();
-        again
-            .backward(&policy.model, &vars, &mut rerun_acc)
-            .unwrap();
-        for (i, (a, b)) in top_acc.iter().zip(&rerun_acc).enumerate() {
-            assert_eq!(
-                f32s(a.as_ref().unwrap()),
-                f32s(b.as_ref().unwrap()),
-                "top layer kept: gradient {i} differs"
-            );
-        }
+    assert_eq!(all.loss.to_bits(), rerun.loss.to_bits(), "loss");
+    for (i, (a, b)) in all.grads.iter().zip(&rerun.grads).enumerate() {
+        let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+        assert_eq!(f32s(a), f32s(b), "every layer kept: gradient {i} differs");
     }
-    for kept in [all, half] {
-        assert_eq!(kept.loss.to_bits(), rerun.loss.to_bits(), "loss");
-        for (i, (a, b)) in kept.grads.iter().zip(&rerun.grads).enumerate() {
-            let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
-            assert_eq!(
-                f32s(a),
-                f32s(b),
-                "{} kept layers: gradient {i} differs",
-                kept.kept_layers
-            );
+
+    // One pass with each budget: the layers have equal shapes, so one layer's bytes keep the
+    // bottom layer (`keep_bytes`) or the top one (`keep_top_bytes`).
+    let layer = all.kept_bytes_max / layers;
+    let (prompt, completions, _) = common::grad::loss_fixture();
+    let p: Vec<&[u32]> = vec![prompt.as_slice(); completions.len()];
+    let c: Vec<&[u32]> = completions.iter().map(|v| v.as_slice()).collect();
+    let layout = comlrl::model::ScoreLayout::new(&policy.model, &p, &c, policy.pad_id).unwrap();
+    let coef: Vec<f32> = sample
+        .advantages
+        .iter()
+        .map(|a| -a / c.len() as f32)
+        .collect();
+    for dtype in [ComputeDtype::F32, ComputeDtype::Bf16] {
+        let head = Prepared::new(policy.model.lm_head(), dtype).unwrap();
+        let pass = |keep_bytes: usize, keep_top_bytes: usize| {
+            let plan = PassPlan {
+                keep_bytes,
+                keep_top_bytes,
+                dtype,
+            };
+            let mut acc = vec![None; vars.len()];
+            let pending =
+                forward_and_head(&policy.model, &layout, &coef, &vars, &mut acc, plan, &head)
+                    .unwrap();
+            let kept = pending.kept_layers();
+            let stats = pending.backward(&policy.model, &vars, &mut acc).unwrap();
+            (kept, stats.loss, acc)
+        };
+        let (none, loss, want) = pass(0, 0);
+        assert!(none.iter().all(|k| !k));
+        let mut bottom = vec![false; layers];
+        bottom[0] = true;
+        let mut top = vec![false; layers];
+        top[layers - 1] = true;
+        for (budgets, which) in [((layer, 0), bottom), ((0, layer), top)] {
+            let (kept, got_loss, got) = pass(budgets.0, budgets.1);
+            assert_eq!(kept, which, "{dtype}: budgets {budgets:?}");
+            assert_eq!(got_loss.to_bits(), loss.to_bits(), "{dtype}: loss");
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    f32s(a.as_ref().unwrap()),
+                    f32s(b.as_ref().unwrap()),
+                    "{dtype}: layers {kept:?} kept: gradient {i} differs"
+                );
+            }
         }
     }
 }

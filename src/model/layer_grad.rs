@@ -155,14 +155,17 @@ fn head_norm_back(
     }
 }
 
-/// The layer's activations that its backward reads; rows = b·s.
+/// The layer's activations that its backward reads; rows = b·s. Those in `Option`s are
+/// cheap to recompute from the others (two norms, the attention probabilities, the SwiGLU):
+/// a re-run passes them on, kept activations drop them ([`Saved::slim`]) and the backward
+/// recomputes them with the forward's own kernels, bit for bit.
 struct Saved {
     /// Layer input and the residual stream after attention, (rows, h).
     x: Tensor,
     x2: Tensor,
     /// Normed inputs of the attention and of the MLP, (rows, h).
-    h1: Tensor,
-    h2: Tensor,
+    h1: Option<Tensor>,
+    h2: Option<Tensor>,
     /// Projected queries and keys before the per-head norms (rows, heads·d), when there are
     /// such norms.
     q_pre: Option<Tensor>,
@@ -172,12 +175,26 @@ struct Saved {
     k: Tensor,
     v: Tensor,
     /// Attention probabilities (b, nkv, g·s, s) and the heads' merged output (rows, nh·d).
-    p: Tensor,
+    p: Option<Tensor>,
     ya: Tensor,
     /// MLP gate and up projections and their SwiGLU, (rows, i).
     gate: Tensor,
     up: Tensor,
-    m: Tensor,
+    m: Option<Tensor>,
+}
+
+impl Saved {
+    /// Without the activations the backward can recompute: at Qwen2.5-0.5B's shape (s ≈ 140)
+    /// 13.6k instead of 22.2k values a position, so a budget keeps 1.6× the layers.
+    fn slim(self) -> Self {
+        Self {
+            h1: None,
+            h2: None,
+            p: None,
+            m: None,
+            ..self
+        }
+    }
 }
 
 /// (b, s, heads·d) rows → (b, heads, s, d), contiguous.
@@ -193,6 +210,16 @@ fn merge_heads(t: &Tensor) -> Result<Tensor> {
 
 fn scale(a: &Attention) -> f64 {
     1.0 / (a.head_dim as f64).sqrt()
+}
+
+/// Attention probabilities (b, nkv, g·s, s) of rotated q (b, nkv, g·s, d) and k (b, nkv, s, d).
+fn probs(a: &Attention, q: &Tensor, k: &Tensor, inp: &AttnInputs) -> Result<Tensor> {
+    masked_softmax(&q.matmul(&k.t()?)?, inp.mask, scale(a))
+}
+
+/// `t`, or `f()` where it was not kept.
+fn or_recompute(t: Option<Tensor>, f: impl FnOnce() -> Result<Tensor>) -> Result<Tensor> {
+    t.map_or_else(f, Ok)
 }
 
 /// The layer's forward on x (b, s, h) without a graph, its projections in `dt`; with `keep`,
@@ -222,7 +249,7 @@ fn forward(
     };
     let q = rotate(&q)?.reshape((b, nkv, g * s, d))?;
     let k = rotate(&k)?;
-    let p = masked_softmax(&q.matmul(&k.t()?)?, inp.mask, scale(a))?;
+    let p = probs(a, &q, &k, inp)?;
     let ya = merge_heads(&p.matmul(&v)?.reshape((b, nh, s, d))?)?;
     let x2 = (&x + lin(&ya, &a.o_proj, dt)?)?;
     let h2 = norm(&x2, &layer.post_attention_layernorm)?;
@@ -234,18 +261,18 @@ fn forward(
     let saved = keep.then_some(Saved {
         x,
         x2,
-        h1,
-        h2,
+        h1: Some(h1),
+        h2: Some(h2),
         q_pre,
         k_pre,
         q,
         k,
         v,
-        p,
+        p: Some(p),
         ya,
         gate,
         up,
-        m,
+        m: Some(m),
     });
     Ok((y, saved))
 }
@@ -257,10 +284,9 @@ impl Kept {
     /// Bytes held by the kept tensors.
     pub fn bytes(&self) -> usize {
         let s = &self.0;
-        [&s.x, &s.x2, &s.h1, &s.h2, &s.q, &s.k, &s.v, &s.p, &s.ya]
+        [&s.x, &s.x2, &s.q, &s.k, &s.v, &s.ya, &s.gate, &s.up]
             .into_iter()
-            .chain([&s.gate, &s.up, &s.m])
-            .chain(s.q_pre.iter().chain(s.k_pre.iter()))
+            .chain([&s.h1, &s.h2, &s.p, &s.m, &s.q_pre, &s.k_pre].into_iter().flatten())
             .map(|t| t.elem_count() * t.dtype().size_in_bytes())
             .sum()
     }
@@ -287,7 +313,7 @@ pub fn layer_forward_keep(
     dt: ComputeDtype,
 ) -> Result<(Tensor, Kept)> {
     match forward(layer, x, inp, true, dt)? {
-        (y, Some(sv)) => Ok((y, Kept(sv))),
+        (y, Some(sv)) => Ok((y, Kept(sv.slim()))),
         (_, None) => candle_core::bail!("layer forward kept no activations"),
     }
 }
@@ -310,7 +336,10 @@ pub fn layer_backward(
     let (b, s, hd) = x.dims3()?;
     let sv = match kept {
         Some(Kept(sv)) => sv,
-        None => layer_forward_keep(layer, x, inp, dt)?.1 .0,
+        None => match forward(layer, x, inp, true, dt)? {
+            (_, Some(sv)) => sv,
+            (_, None) => candle_core::bail!("layer re-run kept no activations"),
+        },
     };
     let a = &layer.self_attn;
     let (nh, nkv, d) = (a.heads, a.kv_heads, a.head_dim);
@@ -319,12 +348,15 @@ pub fn layer_backward(
     let dy = dy.reshape((b * s, hd))?;
 
     // MLP: y = x2 + down(swiglu(gate(h2), up(h2))), h2 = norm(x2).
-    let dm = lin_back(&dy, &sv.m, &mlp.down_proj, slots, acc, dt)?;
+    let m = or_recompute(sv.m, || swiglu(&sv.gate, &sv.up))?;
+    let dm = lin_back(&dy, &m, &mlp.down_proj, slots, acc, dt)?;
+    drop(m);
     let (dgate, dup) = swiglu_backward(&sv.gate, &sv.up, &dm)?;
     drop(dm);
-    let dh2 = (lin_back(&dgate, &sv.h2, &mlp.gate_proj, slots, acc, dt)?
-        + lin_back(&dup, &sv.h2, &mlp.up_proj, slots, acc, dt)?)?;
-    drop((dgate, dup));
+    let h2 = or_recompute(sv.h2, || norm(&sv.x2, &layer.post_attention_layernorm))?;
+    let dh2 = (lin_back(&dgate, &h2, &mlp.gate_proj, slots, acc, dt)?
+        + lin_back(&dup, &h2, &mlp.up_proj, slots, acc, dt)?)?;
+    drop((dgate, dup, h2));
     let dx2 = (&dy + norm_back(&dh2, &sv.x2, &layer.post_attention_layernorm, slots, acc)?)?;
     drop(dh2);
 
@@ -333,10 +365,11 @@ pub fn layer_backward(
     let dyh = split_heads(&dya, b, s, nh, d)?.reshape((b, nkv, g * s, d))?;
     drop(dya);
     let dp = dyh.matmul(&sv.v.t()?)?;
-    let dv = sv.p.t()?.matmul(&dyh)?; // (b, nkv, s, d): the group's heads summed
+    let p = or_recompute(sv.p, || probs(a, &sv.q, &sv.k, inp))?;
+    let dv = p.t()?.matmul(&dyh)?; // (b, nkv, s, d): the group's heads summed
     drop(dyh);
-    let datt = masked_softmax_backward(&sv.p, &dp, scale(a))?;
-    drop(dp);
+    let datt = masked_softmax_backward(&p, &dp, scale(a))?;
+    drop((dp, p));
     let dq = datt.matmul(&sv.k)?.reshape((b, nh, s, d))?;
     let dk = datt.t()?.matmul(&sv.q)?;
     drop(datt);
@@ -345,9 +378,10 @@ pub fn layer_backward(
     let dq = head_norm_back(dq, sv.q_pre.as_ref(), a.q_norm.as_ref(), d, slots, acc)?;
     let dk = head_norm_back(dk, sv.k_pre.as_ref(), a.k_norm.as_ref(), d, slots, acc)?;
     let dv = merge_heads(&dv)?;
-    let dh1 = (lin_back(&dq, &sv.h1, &a.q_proj, slots, acc, dt)?
-        + lin_back(&dk, &sv.h1, &a.k_proj, slots, acc, dt)?)?;
-    let dh1 = (dh1 + lin_back(&dv, &sv.h1, &a.v_proj, slots, acc, dt)?)?;
+    let h1 = or_recompute(sv.h1, || norm(&sv.x, &layer.input_layernorm))?;
+    let dh1 = (lin_back(&dq, &h1, &a.q_proj, slots, acc, dt)?
+        + lin_back(&dk, &h1, &a.k_proj, slots, acc, dt)?)?;
+    let dh1 = (dh1 + lin_back(&dv, &h1, &a.v_proj, slots, acc, dt)?)?;
     let dx = (dx2 + norm_back(&dh1, &sv.x, &layer.input_layernorm, slots, acc)?)?;
     dx.reshape((b, s, hd))
 }

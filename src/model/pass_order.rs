@@ -51,7 +51,7 @@ pub fn run_passes(
 }
 
 /// [`run_passes`] in a given order. `plan.keep_top_bytes` is set here: the first pass's from
-/// the gradients not yet allocated, 0 for the others.
+/// the gradients not yet allocated (unless `plan.keep_bytes` is 0), 0 for the others.
 pub fn run_passes_in(
     order: Order,
     model: &CausalLm,
@@ -61,9 +61,14 @@ pub fn run_passes_in(
     plan: PassPlan,
 ) -> Result<Vec<PassStats>> {
     let mut stats = Vec::with_capacity(passes.len());
-    // The first pass's backward runs first, while most gradients are not allocated yet.
+    // The first pass's backward runs first, while most gradients are not allocated yet. A
+    // budget of 0 means every layer re-runs (`trainer.activation_budget_mb: 0`).
+    let top = match plan.keep_bytes {
+        0 => 0,
+        _ => top_budget(model, passes, vars, acc, plan.dtype)?,
+    };
     let first = PassPlan {
-        keep_top_bytes: top_budget(model, passes, vars, acc, plan.dtype)?,
+        keep_top_bytes: top,
         ..plan
     };
     let rest = PassPlan {

@@ -69,10 +69,15 @@ pub struct DecodeReport {
     pub k: usize,
     /// Output features.
     pub n: usize,
-    /// f32 W · xᵀ through candle + gemm (the f32 sampling path): GFLOP/s and GB/s of weights.
+    /// f32 x · Wᵀ as the f32 sampling path runs it on the checkpoint-layout W (`f32_decode`
+    /// where it applies, else gemm): GFLOP/s and GB/s of weights.
     pub f32_gflops_per_s: f64,
     /// Weight bytes streamed per second by the f32 product.
     pub f32_weight_gb_per_s: f64,
+    /// The f32 sampling path with W streamed from memory, as `bf16_kernel_cold_gflops_per_s`.
+    pub f32_cold_gflops_per_s: f64,
+    /// W · xᵀ through candle + gemm (the f32 sampling path before `f32_decode`).
+    pub f32_gemm_gflops_per_s: f64,
     /// candle's own bf16 matmul (bf16 x and W).
     pub candle_bf16_gflops_per_s: f64,
     /// The bf16 sampling kernel (`vdpbf16ps` where the CPU has it).
@@ -104,15 +109,36 @@ fn median_secs(repeats: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64>
     Ok(secs[secs.len() / 2])
 }
 
-/// Times x (m, k) · Wᵀ with W (n, k): f32 as the sampling path runs it, candle's bf16
-/// matmul, and the bf16 sampling kernel.
+/// Times x (m, k) · Wᵀ with W (n, k): f32 as the sampling path runs it (warm and cold) and
+/// through gemm, candle's bf16 matmul, and the bf16 sampling kernel.
 pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<DecodeReport> {
     use crate::model::kernels::bf16_matmul::{Bf16Matrix, Kernel};
     let dev = Device::Cpu;
     let w = Tensor::randn(0f32, 1.0, (n, k), &dev)?;
     let x = Tensor::randn(0f32, 1.0, (m, k), &dev)?;
     let flops = 2.0 * (m * k * n) as f64;
+    let f32_path = |w: &Tensor| -> Result<Tensor> {
+        match crate::model::kernels::f32_decode::x_wt(&x, w)? {
+            Some(y) => Ok(y),
+            None => Ok(w.matmul(&x.t()?)?.t()?.contiguous()?),
+        }
+    };
     let f32_s = median_secs(repeats, || {
+        std::hint::black_box(f32_path(&w)?);
+        Ok(())
+    })?;
+    let f32_copies = (256usize << 20).div_ceil(n * k * 4).max(1);
+    let ws = (0..f32_copies)
+        .map(|_| w.copy())
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let f32_cold_s = median_secs(repeats, || {
+        for w in &ws {
+            std::hint::black_box(f32_path(w)?);
+        }
+        Ok(())
+    })? / f32_copies as f64;
+    drop(ws);
+    let gemm_s = median_secs(repeats, || {
         w.matmul(&x.t()?)?.t()?.contiguous()?;
         Ok(())
     })?;
@@ -147,6 +173,8 @@ pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<Decode
         n,
         f32_gflops_per_s: flops / f32_s / 1e9,
         f32_weight_gb_per_s: (n * k * 4) as f64 / f32_s / 1e9,
+        f32_cold_gflops_per_s: flops / f32_cold_s / 1e9,
+        f32_gemm_gflops_per_s: flops / gemm_s / 1e9,
         candle_bf16_gflops_per_s: flops / candle_s / 1e9,
         bf16_kernel_gflops_per_s: flops / kern_s / 1e9,
         bf16_kernel_weight_gb_per_s: (n * k * 2) as f64 / kern_s / 1e9,

@@ -195,12 +195,16 @@ impl CausalLm {
             (Mode::Sample, Some(SamplingCopy::Bf16(w))) => {
                 super::sampling_weights::matmul_bf16(&h2.contiguous()?, &w)?
             }
-            // Without the copy: (W · hᵀ)ᵀ keeps the contiguous head on the left (no packing).
-            _ => self
-                .lm_head
-                .matmul(&h2.contiguous()?.t()?)?
-                .t()?
-                .contiguous()?,
+            // Without the copy: a decode step's rows through `f32_decode`, else (W · hᵀ)ᵀ,
+            // which keeps the contiguous head on the left (no packing).
+            _ => match super::kernels::f32_decode::x_wt(&h2, &self.lm_head)? {
+                Some(y) => y,
+                None => self
+                    .lm_head
+                    .matmul(&h2.contiguous()?.t()?)?
+                    .t()?
+                    .contiguous()?,
+            },
         };
         let mut out = dims;
         let last = out.len() - 1;

@@ -286,7 +286,11 @@ impl Kept {
         let s = &self.0;
         [&s.x, &s.x2, &s.q, &s.k, &s.v, &s.ya, &s.gate, &s.up]
             .into_iter()
-            .chain([&s.h1, &s.h2, &s.p, &s.m, &s.q_pre, &s.k_pre].into_iter().flatten())
+            .chain(
+                [&s.h1, &s.h2, &s.p, &s.m, &s.q_pre, &s.k_pre]
+                    .into_iter()
+                    .flatten(),
+            )
             .map(|t| t.elem_count() * t.dtype().size_in_bytes())
             .sum()
     }

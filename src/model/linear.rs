@@ -1,4 +1,5 @@
 //! A linear layer `y = x·Wᵀ (+ b)` over any leading dims, with W stored as in the checkpoint (out, in).
+use super::kernels::f32_decode;
 use super::mode::Mode;
 use super::sampling_weights::{matmul_bf16, SamplingCopy, SamplingSlot, SamplingWeights};
 use candle_core::{Module, Result, Tensor};
@@ -68,10 +69,15 @@ impl Linear {
         y.reshape(out)
     }
 
-    /// y = (W · xᵀ)ᵀ (+ b): the same product with the contiguous (out, in) weight on the left,
-    /// which gemm runs without packing it; for sampling without the transposed copies.
+    /// y = x · Wᵀ (+ b) on the checkpoint-layout weight, for sampling without the transposed
+    /// copies: a decode step's few rows through `f32_decode` (W read once, nothing packed),
+    /// else (W · xᵀ)ᵀ, the contiguous (out, in) weight on the left, which gemm runs without
+    /// packing it.
     fn apply_swapped(&self, x: &Tensor) -> Result<Tensor> {
         self.with_rows(x, |x2| {
+            if let Some(y) = f32_decode::x_wt(x2, &self.weight)? {
+                return Ok(y);
+            }
             self.weight
                 .matmul(&x2.contiguous()?.t()?)?
                 .t()?

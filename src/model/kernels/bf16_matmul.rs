@@ -265,10 +265,10 @@ fn round_rows(src: &[f32], cols: usize, dst: &mut [bf16], stride: usize) {
 
 /// y's buffer, shared by tasks that each write their own columns.
 #[derive(Clone, Copy)]
-struct Columns(*mut f32);
+pub(crate) struct Columns(pub(crate) *mut f32);
 
-// SAFETY: `Columns` is only used by `matmul_t_with`'s tasks, which write disjoint column
-// ranges of a buffer that outlives them: no element is touched by two threads.
+// SAFETY: `Columns` is only used by `matmul_t_with`'s (and `f32_decode`'s) tasks, which write
+// disjoint column ranges of a buffer that outlives them: no element is touched by two threads.
 unsafe impl Send for Columns {}
 // SAFETY: as above; shared references only hand out the pointer for disjoint writes.
 unsafe impl Sync for Columns {}
@@ -278,7 +278,14 @@ impl Columns {
     ///
     /// # Safety
     /// The buffer holds m·n values, r0 + nr ≤ n, and no other thread writes these columns.
-    unsafe fn write_transposed(self, block: &[f32], r0: usize, nr: usize, m: usize, n: usize) {
+    pub(crate) unsafe fn write_transposed(
+        self,
+        block: &[f32],
+        r0: usize,
+        nr: usize,
+        m: usize,
+        n: usize,
+    ) {
         for i in 0..m {
             // SAFETY: row i's columns r0..r0 + nr lie inside the m·n buffer (caller's bounds)
             // and belong to this task alone.

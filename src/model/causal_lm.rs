@@ -195,9 +195,13 @@ impl CausalLm {
             (Mode::Sample, Some(SamplingCopy::Bf16(w))) => {
                 super::sampling_weights::matmul_bf16(&h2.contiguous()?, &w)?
             }
-            // Without the copy: a decode step's rows through `f32_decode`, else (W · hᵀ)ᵀ,
-            // which keeps the contiguous head on the left (no packing).
-            _ => match super::kernels::f32_decode::x_wt(&h2, &self.lm_head)? {
+            // Without the copy: sampling through `f32_decode`, else (W · hᵀ)ᵀ, which keeps
+            // the contiguous head on the left (no packing).
+            _ => match (mode == Mode::Sample)
+                .then(|| super::kernels::f32_decode::x_wt(&h2, &self.lm_head))
+                .transpose()?
+                .flatten()
+            {
                 Some(y) => y,
                 None => self
                     .lm_head

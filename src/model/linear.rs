@@ -47,7 +47,7 @@ impl Linear {
             Some(SamplingCopy::Bf16(w)) if mode == Mode::Sample => {
                 self.with_rows(x, |x2| matmul_bf16(&x2.contiguous()?, &w))
             }
-            _ => self.apply_swapped(x),
+            _ => self.apply_swapped(x, mode),
         }
     }
 
@@ -69,14 +69,16 @@ impl Linear {
         y.reshape(out)
     }
 
-    /// y = x · Wᵀ (+ b) on the checkpoint-layout weight, for sampling without the transposed
-    /// copies: a decode step's few rows through `f32_decode` (W read once, nothing packed),
-    /// else (W · xᵀ)ᵀ, the contiguous (out, in) weight on the left, which gemm runs without
-    /// packing it.
-    fn apply_swapped(&self, x: &Tensor) -> Result<Tensor> {
+    /// y = x · Wᵀ (+ b) on the checkpoint-layout weight, without the transposed copies: in
+    /// `Mode::Sample` through `f32_decode` (W read once, nothing packed; a row's result does
+    /// not depend on the batch), else (W · xᵀ)ᵀ, the contiguous (out, in) weight on the left,
+    /// which gemm runs without packing it (scoring's many rows).
+    fn apply_swapped(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
         self.with_rows(x, |x2| {
-            if let Some(y) = f32_decode::x_wt(x2, &self.weight)? {
-                return Ok(y);
+            if mode == Mode::Sample {
+                if let Some(y) = f32_decode::x_wt(x2, &self.weight)? {
+                    return Ok(y);
+                }
             }
             self.weight
                 .matmul(&x2.contiguous()?.t()?)?

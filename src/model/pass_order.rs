@@ -133,9 +133,11 @@ pub fn choose(model: &CausalLm, passes: &[Pass<'_>], plan: PassPlan) -> Result<O
 /// Bytes of top-layer activations the first pass may keep besides its budget
 /// (`PassPlan::keep_top_bytes`): the gradients not yet allocated, less the LM head's own and its
 /// phase's working set. Until its backward those bytes stand in for gradients that do not exist
-/// yet, and the backward frees them (97 MB a layer at Qwen2.5-0.5B) faster than it allocates
-/// gradients (60 MB a layer), so the peak stays where the last gradients are added. At 0.5B in
-/// bf16: 1.44 GB of layer gradients − 0.74 GB of head phase = 7 layers not re-run.
+/// yet, and the backward frees them (59 MB a layer at Qwen2.5-0.5B) about as fast as it
+/// allocates gradients (60 MB a layer): after i kept layers it holds at most i MB more than
+/// at the head phase, far inside the head phase's room that is free by then, so the peak stays
+/// where the last gradients are added. At 0.5B in bf16: 1.44 GB of layer gradients − 0.74 GB
+/// of head phase = 12 layers not re-run.
 fn top_budget(
     model: &CausalLm,
     passes: &[Pass<'_>],

@@ -165,8 +165,9 @@ settings_section! {
         /// same time, and per waiting pass where a mini-batch runs its LM heads first, see
         /// docs/performance.md). Small models keep every layer: tiny-qwen2 ~2 MB a pass
         /// (update 21.7 → 18.6 ms per step), small-qwen2 92 MB (update 2.11 → 1.68 s per step,
-        /// peak 1.12 → 1.26 GB); a Qwen2.5-0.5B layer of an 8-sequence pass holds ~97 MB, so
-        /// the seed keeps one layer of 24 there. 0 re-runs every layer.
+        /// peak 1.12 → 1.26 GB); a Qwen2.5-0.5B layer of an 8-sequence pass holds ~59 MB (the
+        /// norms' outputs, attention probabilities and SwiGLU are recomputed, not kept), so the
+        /// seed keeps one layer of 24 there by this budget. 0 re-runs every layer.
         activation_budget_mb: usize = 96, kind "integer ≥ 0",
             why "small models skip the re-run; one 0.5B layer";
         /// Operand type of the update's big products: `f32` is the exact path; `bf16` rounds

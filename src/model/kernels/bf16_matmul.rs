@@ -6,16 +6,12 @@
 //! of Wᵀ where the CPU has AVX-512 BF16 without AMX (see [`Layout`] for the measurements).
 use super::amx;
 use super::bf16_gemm::{Backend, PackedB};
+use super::row_tiles;
 use half::bf16;
 use rayon::prelude::*;
 
 /// Elements of K handled per `vdpbf16ps` (32 bf16 = 16 pairs).
 const KB: usize = 32;
-/// W rows and x rows per register block (16 accumulators + 8 operands of the 32 registers).
-const NR: usize = 4;
-const MR: usize = 4;
-/// W rows per parallel task.
-const TASK_ROWS: usize = 64;
 
 /// A weight matrix (out, in) in bf16, in one of the [`Layout`]s.
 #[derive(Debug, Clone)]
@@ -219,12 +215,7 @@ impl Bf16Matrix {
         let packed = (kernel == Kernel::Amx).then(|| amx::PackedX::new(&xb, m, sd));
         // Tasks of whole W rows: each computes its block of yᵀ (rows, m) locally and writes it
         // transposed into its own columns of y (m, n).
-        let mut y = vec![0f32; m * n];
-        let cols = Columns(y.as_mut_ptr());
-        (0..n.div_ceil(TASK_ROWS)).into_par_iter().for_each(|task| {
-            let r0 = task * TASK_ROWS;
-            let nr = TASK_ROWS.min(n - r0);
-            let mut out = vec![0f32; nr * m];
+        row_tiles::par_row_tasks(n, m, |r0, nr, out| {
             let w = &data[r0 * sd..(r0 + nr) * sd];
             match (kernel, &packed) {
                 #[cfg(target_arch = "x86_64")]
@@ -242,16 +233,10 @@ impl Bf16Matrix {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `Avx512Bf16` is only used after `Kernel::detect` found the
                 // avx512f and avx512bf16 features on this CPU (checked just above).
-                (Kernel::Avx512Bf16, _) => unsafe {
-                    avx512::block_rows(w, &xb, sd, nr, m, &mut out)
-                },
-                _ => portable_rows(w, &xb, sd, nr, m, &mut out),
+                (Kernel::Avx512Bf16, _) => unsafe { avx512::block_rows(w, &xb, sd, nr, m, out) },
+                _ => portable_rows(w, &xb, sd, nr, m, out),
             }
-            // SAFETY: this task alone writes columns r0..r0 + nr of y (tasks cover disjoint
-            // W-row ranges), y holds m·n values and outlives the parallel loop.
-            unsafe { cols.write_transposed(&out, r0, nr, m, n) };
-        });
-        y
+        })
     }
 }
 
@@ -261,40 +246,6 @@ fn round_rows(src: &[f32], cols: usize, dst: &mut [bf16], stride: usize) {
     dst.par_chunks_mut(stride)
         .zip(src.par_chunks(cols.max(1)))
         .for_each(|(d, s)| round_row(s, d));
-}
-
-/// y's buffer, shared by tasks that each write their own columns.
-#[derive(Clone, Copy)]
-pub(crate) struct Columns(pub(crate) *mut f32);
-
-// SAFETY: `Columns` is only used by `matmul_t_with`'s (and `f32_decode`'s) tasks, which write
-// disjoint column ranges of a buffer that outlives them: no element is touched by two threads.
-unsafe impl Send for Columns {}
-// SAFETY: as above; shared references only hand out the pointer for disjoint writes.
-unsafe impl Sync for Columns {}
-
-impl Columns {
-    /// y[i·n + r0 + j] = block[j·m + i] for j < nr, i < m.
-    ///
-    /// # Safety
-    /// The buffer holds m·n values, r0 + nr ≤ n, and no other thread writes these columns.
-    pub(crate) unsafe fn write_transposed(
-        self,
-        block: &[f32],
-        r0: usize,
-        nr: usize,
-        m: usize,
-        n: usize,
-    ) {
-        for i in 0..m {
-            // SAFETY: row i's columns r0..r0 + nr lie inside the m·n buffer (caller's bounds)
-            // and belong to this task alone.
-            let row = unsafe { std::slice::from_raw_parts_mut(self.0.add(i * n + r0), nr) };
-            for (j, v) in row.iter_mut().enumerate() {
-                *v = block[j * m + i];
-            }
-        }
-    }
 }
 
 /// out[j * m + i] = Σ_k w[j][k] · x[i][k] for the `nr` rows of `w` (stride `sd`).
@@ -314,7 +265,8 @@ fn portable_rows(w: &[bf16], x: &[bf16], sd: usize, nr: usize, m: usize, out: &m
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{bf16, KB, MR, NR};
+    use super::super::row_tiles::{by_tiles, Acc};
+    use super::{bf16, KB};
     use std::arch::x86_64::*;
 
     /// [`super::portable_rows`] with `vdpbf16ps`: blocks of up to 4 W rows × 4 x rows, the W
@@ -328,32 +280,19 @@ mod avx512 {
         m: usize,
         out: &mut [f32],
     ) {
-        let mut j = 0;
-        while j < nr {
-            let nb = (nr - j).min(NR);
-            let mut i = 0;
-            while i < m {
-                let mb = (m - i).min(MR);
-                let mut acc = [[0f32; MR]; NR];
-                // SAFETY: rows j..j+nb of w and i..i+mb of x exist, each `sd` long, and `sd`
-                // is a multiple of 32 (the padded stride): every 64-byte load is in bounds.
-                unsafe {
-                    match nb {
-                        4 => tile_m::<4>(mb, w, x, sd, j, i, &mut acc),
-                        3 => tile_m::<3>(mb, w, x, sd, j, i, &mut acc),
-                        2 => tile_m::<2>(mb, w, x, sd, j, i, &mut acc),
-                        _ => tile_m::<1>(mb, w, x, sd, j, i, &mut acc),
-                    }
+        by_tiles(nr, m, out, |nb, mb, j, i, acc| {
+            // SAFETY: rows j..j+nb of w and i..i+mb of x exist, each `sd` long, and `sd` is a
+            // multiple of 32 (the padded stride): every 64-byte load is in bounds; the CPU has
+            // avx512f and avx512bf16 (this function's own contract).
+            unsafe {
+                match nb {
+                    4 => tile_m::<4>(mb, w, x, sd, j, i, acc),
+                    3 => tile_m::<3>(mb, w, x, sd, j, i, acc),
+                    2 => tile_m::<2>(mb, w, x, sd, j, i, acc),
+                    _ => tile_m::<1>(mb, w, x, sd, j, i, acc),
                 }
-                for (jj, row) in acc.iter().enumerate().take(nb) {
-                    for (ii, v) in row.iter().enumerate().take(mb) {
-                        out[(j + jj) * m + i + ii] = *v;
-                    }
-                }
-                i += mb;
             }
-            j += nb;
-        }
+        })
     }
 
     /// [`tile`] with N W rows and `mb` (1–4) x rows.
@@ -366,7 +305,7 @@ mod avx512 {
         sd: usize,
         j: usize,
         i: usize,
-        acc: &mut [[f32; MR]; NR],
+        acc: &mut Acc,
     ) {
         // SAFETY: forwarded from `block_rows`'s bounds.
         unsafe {
@@ -390,7 +329,7 @@ mod avx512 {
         sd: usize,
         j: usize,
         i: usize,
-        acc: &mut [[f32; MR]; NR],
+        acc: &mut Acc,
     ) {
         debug_assert!((j + N) * sd <= w.len() && (i + M) * sd <= x.len() && sd.is_multiple_of(KB));
         let mut s = [[_mm512_setzero_ps(); M]; N];

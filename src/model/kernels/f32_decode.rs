@@ -5,15 +5,8 @@
 //! ~230; here blocks of 4 W rows × 4 x rows keep 16 accumulators in registers, W is read from
 //! memory once (each 4-row block stays in L1/L2 while every x row passes) and nothing is
 //! packed or copied. Plain f32 products and sums (another order than gemm's, as any kernel).
-use super::bf16_matmul::Columns;
+use super::row_tiles;
 use candle_core::{DType, Result, Storage, Tensor};
-use rayon::prelude::*;
-
-/// W rows and x rows per register block (16 accumulators + 8 operands of the 32 registers).
-const NR: usize = 4;
-const MR: usize = 4;
-/// W rows per parallel task.
-const TASK_ROWS: usize = 64;
 
 /// Whether this CPU runs the kernel (AVX-512F).
 pub fn usable() -> bool {
@@ -57,28 +50,19 @@ pub fn matmul_t(w: &[f32], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> 
     assert!(usable(), "f32_decode needs AVX-512F");
     assert_eq!(w.len(), n * k, "f32_decode: W does not match (n, k)");
     assert_eq!(x.len(), m * k, "f32_decode: x does not match (m, k)");
-    let mut y = vec![0f32; m * n];
-    let cols = Columns(y.as_mut_ptr());
-    (0..n.div_ceil(TASK_ROWS)).into_par_iter().for_each(|task| {
-        let r0 = task * TASK_ROWS;
-        let nr = TASK_ROWS.min(n - r0);
-        let mut out = vec![0f32; nr * m];
+    row_tiles::par_row_tasks(n, m, |r0, nr, out| {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `usable()` (asserted above) found AVX-512F; rows r0..r0 + nr of w and all m
         // rows of x are k long (lengths asserted above).
         unsafe {
-            avx512::block_rows(&w[r0 * k..(r0 + nr) * k], x, k, nr, m, &mut out)
+            avx512::block_rows(&w[r0 * k..(r0 + nr) * k], x, k, nr, m, out)
         };
-        // SAFETY: this task alone writes columns r0..r0 + nr of y (tasks cover disjoint
-        // W-row ranges), y holds m·n values and outlives the parallel loop.
-        unsafe { cols.write_transposed(&out, r0, nr, m, n) };
-    });
-    y
+    })
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{MR, NR};
+    use super::super::row_tiles::{by_tiles, Acc};
     use std::arch::x86_64::*;
 
     /// out[j · m + i] = Σ_k w[j][k] · x[i][k] for the `nr` rows of `w`, in blocks of up to 4 W
@@ -93,31 +77,18 @@ mod avx512 {
         out: &mut [f32],
     ) {
         debug_assert!(w.len() >= nr * k && x.len() >= m * k && out.len() >= nr * m);
-        let mut j = 0;
-        while j < nr {
-            let nb = (nr - j).min(NR);
-            let mut i = 0;
-            while i < m {
-                let mb = (m - i).min(MR);
-                let mut acc = [[0f32; MR]; NR];
-                // SAFETY: rows j..j + nb of w and i..i + mb of x exist, each k long.
-                unsafe {
-                    match nb {
-                        4 => tile_m::<4>(mb, w, x, k, j, i, &mut acc),
-                        3 => tile_m::<3>(mb, w, x, k, j, i, &mut acc),
-                        2 => tile_m::<2>(mb, w, x, k, j, i, &mut acc),
-                        _ => tile_m::<1>(mb, w, x, k, j, i, &mut acc),
-                    }
+        by_tiles(nr, m, out, |nb, mb, j, i, acc| {
+            // SAFETY: rows j..j + nb of w and i..i + mb of x exist, each k long; the CPU has
+            // AVX-512F (this function's own contract).
+            unsafe {
+                match nb {
+                    4 => tile_m::<4>(mb, w, x, k, j, i, acc),
+                    3 => tile_m::<3>(mb, w, x, k, j, i, acc),
+                    2 => tile_m::<2>(mb, w, x, k, j, i, acc),
+                    _ => tile_m::<1>(mb, w, x, k, j, i, acc),
                 }
-                for (jj, row) in acc.iter().enumerate().take(nb) {
-                    for (ii, v) in row.iter().enumerate().take(mb) {
-                        out[(j + jj) * m + i + ii] = *v;
-                    }
-                }
-                i += mb;
             }
-            j += nb;
-        }
+        })
     }
 
     /// [`tile`] with N W rows and `mb` (1–4) x rows.
@@ -130,7 +101,7 @@ mod avx512 {
         k: usize,
         j: usize,
         i: usize,
-        acc: &mut [[f32; MR]; NR],
+        acc: &mut Acc,
     ) {
         // SAFETY: forwarded from `block_rows`'s bounds.
         unsafe {
@@ -155,7 +126,7 @@ mod avx512 {
         k: usize,
         j: usize,
         i: usize,
-        acc: &mut [[f32; MR]; NR],
+        acc: &mut Acc,
     ) {
         debug_assert!((j + N) * k <= w.len() && (i + M) * k <= x.len());
         let mut s = [[_mm512_setzero_ps(); M]; N];

@@ -12,6 +12,7 @@ pub(crate) mod bf16_matmul;
 pub mod f32_decode;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
+pub(crate) mod row_tiles;
 pub(crate) mod softmax;
 pub(crate) mod swiglu;
 pub(crate) mod vexp;

@@ -37,12 +37,12 @@ pub enum Layout {
 }
 
 impl Layout {
-    /// Panels where the CPU has AVX-512 BF16 without AMX (measured above); rows with AMX (the
-    /// row kernel was measured there, the panels at decode shapes were not) and on CPUs
-    /// without AVX-512 BF16.
+    /// Panels where the CPU has AVX-512 without AMX (measured above, and the FMA kernel reads
+    /// only panels); rows with AMX (the row kernel was measured there, the panels at decode
+    /// shapes were not) and on CPUs without AVX-512.
     pub fn detect() -> Self {
         match Kernel::detect() {
-            Kernel::Avx512Bf16 => Layout::Panels,
+            Kernel::Avx512Bf16 | Kernel::Avx512Fma => Layout::Panels,
             Kernel::Amx | Kernel::Portable => Layout::Rows,
         }
     }
@@ -60,37 +60,89 @@ pub enum Kernel {
     /// AMX tiles (`tdpbf16ps`) for whole blocks of 16 W rows, `vdpbf16ps` for the rest;
     /// chosen at run time where the CPU and the OS allow it.
     Amx,
-    /// AVX-512 BF16 (`vdpbf16ps`), chosen at run time where the CPU has it.
+    /// AVX-512 BF16 (`vdpbf16ps`), chosen at run time where the CPU has it and issues it at
+    /// the FMA's rate (AMD's Zen 4 and 5).
     Avx512Bf16,
+    /// AVX-512F FMAs over the panels' pairs widened to f32 (`bf16_gemm::fma_rows`): the
+    /// `vdpbf16ps` kernel's sums bit for bit (but for its flushed denormals), twice its rate
+    /// on Intel's cores without AMX (`vdpbf16ps` there issues once per two cycles, the FMA
+    /// twice per cycle: `comlrl bench matmul --decode` shows both), and the fast kernel of
+    /// AVX-512 CPUs without BF16. Over the rows layout it is the `vdpbf16ps` kernel.
+    Avx512Fma,
     /// Portable f32 loop over the same bf16 operands.
     Portable,
 }
 
 impl Kernel {
-    /// The fastest kernel this CPU runs.
+    /// Every kernel, each one's fallback after it.
+    const ALL: [Kernel; 4] = [
+        Kernel::Amx,
+        Kernel::Avx512Bf16,
+        Kernel::Avx512Fma,
+        Kernel::Portable,
+    ];
+
+    /// The fastest kernel this CPU runs (detected once).
     pub fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512bf16")
-            && std::arch::is_x86_feature_detected!("avx512f")
-        {
-            if amx::available() {
-                return Kernel::Amx;
+        static K: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        *K.get_or_init(|| {
+            if Kernel::Amx.usable() {
+                Kernel::Amx
+            } else if Kernel::Avx512Bf16.usable() && !slow_vdpbf16ps() {
+                Kernel::Avx512Bf16
+            } else if Kernel::Avx512Fma.usable() {
+                Kernel::Avx512Fma
+            } else {
+                Kernel::Portable
             }
-            return Kernel::Avx512Bf16;
-        }
-        Kernel::Portable
+        })
     }
 
-    /// `self` where this CPU runs it, else the next one down (AMX → AVX-512 BF16 → portable).
-    fn or_fallback(self) -> Self {
-        let best = Self::detect();
-        match (self, best) {
-            (Kernel::Amx, Kernel::Amx) => Kernel::Amx,
-            (Kernel::Amx | Kernel::Avx512Bf16, Kernel::Amx | Kernel::Avx512Bf16) => {
-                Kernel::Avx512Bf16
+    /// Whether this CPU (and OS) runs the kernel.
+    pub fn usable(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+            let bf16 = avx512 && std::arch::is_x86_feature_detected!("avx512bf16");
+            match self {
+                Kernel::Amx => bf16 && amx::available(),
+                Kernel::Avx512Bf16 => bf16,
+                Kernel::Avx512Fma => avx512,
+                Kernel::Portable => true,
             }
-            _ => Kernel::Portable,
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Kernel::Portable
+        }
+    }
+
+    /// `self` where this CPU runs it, else the next one down (AMX → AVX-512 BF16 → AVX-512
+    /// FMA → portable).
+    fn or_fallback(self) -> Self {
+        let from = Self::ALL.iter().position(|&k| k == self).unwrap_or(0);
+        Self::ALL[from..]
+            .iter()
+            .copied()
+            .find(|k| k.usable())
+            .unwrap_or(Kernel::Portable)
+    }
+}
+
+/// Whether `vdpbf16ps` issues at less than the FMA's rate in flops: on Intel's cores (Cooper
+/// Lake to Granite Rapids) it takes two cycles where two FMAs issue per cycle; AMD's Zen 4 and
+/// 5 issue it at the FMA's rate with twice the flops.
+fn slow_vdpbf16ps() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Leaf 0: the vendor string in EBX, EDX, ECX.
+        let id = std::arch::x86_64::__cpuid(0);
+        let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat();
+        vendor == b"GenuineIntel"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 
@@ -190,6 +242,10 @@ impl Bf16Matrix {
                 let backend = match kernel {
                     Kernel::Amx => Backend::Amx,
                     Kernel::Avx512Bf16 => Backend::Avx512Bf16,
+                    Kernel::Avx512Fma => match p.matmul_rows_fma(x, m) {
+                        Some(y) => return y,
+                        None => Backend::Portable,
+                    },
                     Kernel::Portable => Backend::Portable,
                 };
                 p.matmul_rows(backend, x, m)
@@ -206,7 +262,11 @@ impl Bf16Matrix {
         x: &[f32],
         m: usize,
     ) -> Vec<f32> {
-        let kernel = kernel.or_fallback();
+        let kernel = match kernel {
+            Kernel::Avx512Fma => Kernel::Avx512Bf16,
+            k => k,
+        }
+        .or_fallback();
         let n = self.rows;
         let mut xb = vec![bf16::ZERO; m * sd];
         xb.chunks_mut(sd)
@@ -215,7 +275,7 @@ impl Bf16Matrix {
         let packed = (kernel == Kernel::Amx).then(|| amx::PackedX::new(&xb, m, sd));
         // Tasks of whole W rows: each computes its block of yᵀ (rows, m) locally and writes it
         // transposed into its own columns of y (m, n).
-        row_tiles::par_row_tasks(n, m, |r0, nr, out| {
+        row_tiles::par_row_tasks(n, m, sd, |r0, nr, out| {
             let w = &data[r0 * sd..(r0 + nr) * sd];
             match (kernel, &packed) {
                 #[cfg(target_arch = "x86_64")]
@@ -406,7 +466,7 @@ mod tests {
     #[test]
     fn kernels_match_the_reference_on_odd_shapes() {
         for layout in [Layout::Rows, Layout::Panels] {
-            for kernel in [Kernel::Amx, Kernel::Avx512Bf16, Kernel::Portable] {
+            for kernel in Kernel::ALL {
                 if kernel.or_fallback() != kernel {
                     println!("skipped {kernel:?}: this CPU (or OS) does not run it");
                     continue;
@@ -438,7 +498,7 @@ mod tests {
         let b = rows.matmul_t_with(Kernel::Portable, &x, m);
         for layout in [Layout::Rows, Layout::Panels] {
             let mat = Bf16Matrix::from_f32_in(layout, &w, n, k);
-            for kernel in [Kernel::Amx, Kernel::Avx512Bf16] {
+            for kernel in [Kernel::Amx, Kernel::Avx512Bf16, Kernel::Avx512Fma] {
                 let a = mat.matmul_t_with(kernel, &x, m);
                 let worst = a
                     .iter()
@@ -452,6 +512,39 @@ mod tests {
         assert_eq!(rows.bytes(), n * 896 * 2);
         let panels = Bf16Matrix::from_f32_in(Layout::Panels, &w, n, k);
         assert_eq!(panels.bytes(), n.div_ceil(32) * 32 * 896 * 2);
+    }
+
+    /// The FMA kernel adds what `vdpbf16ps` adds, in its order: the same sums bit for bit, over
+    /// several row blocks and K chunks (k > 2048).
+    #[test]
+    fn fma_and_vdpbf16ps_kernels_give_the_same_bits() {
+        if !Kernel::Avx512Bf16.usable() {
+            println!("skipped: this CPU has no AVX-512 BF16 to compare with");
+            return;
+        }
+        for (n, k, m) in [
+            (48, 4864, 16),
+            (67, 96, 17),
+            (130, 2100, 40),
+            (33, 70, 1),
+            (20, 33, 3),
+        ] {
+            let (w, x) = (data(n * k, 8), data(m * k, 9));
+            let mat = Bf16Matrix::from_f32_in(Layout::Panels, &w, n, k);
+            let a = mat.matmul_t_with(Kernel::Avx512Fma, &x, m);
+            let b = mat.matmul_t_with(Kernel::Avx512Bf16, &x, m);
+            let differ = a
+                .iter()
+                .zip(&b)
+                .filter(|(p, q)| p.to_bits() != q.to_bits())
+                .count();
+            assert_eq!(
+                differ,
+                0,
+                "n={n} k={k} m={m}: {differ} of {} sums differ",
+                a.len()
+            );
+        }
     }
 
     /// A refill after a weight update gives the new weights' product, in either layout, and

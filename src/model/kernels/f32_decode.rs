@@ -50,7 +50,7 @@ pub fn matmul_t(w: &[f32], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> 
     assert!(usable(), "f32_decode needs AVX-512F");
     assert_eq!(w.len(), n * k, "f32_decode: W does not match (n, k)");
     assert_eq!(x.len(), m * k, "f32_decode: x does not match (m, k)");
-    row_tiles::par_row_tasks(n, m, |r0, nr, out| {
+    row_tiles::par_row_tasks(n, m, k, |r0, nr, out| {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `usable()` (asserted above) found AVX-512F; rows r0..r0 + nr of w and all m
         // rows of x are k long (lengths asserted above).

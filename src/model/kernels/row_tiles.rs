@@ -7,22 +7,28 @@ use rayon::prelude::*;
 /// W rows and x rows per register tile (16 accumulators + 8 operands of the 32 registers).
 pub const NR: usize = 4;
 pub const MR: usize = 4;
-/// W rows per parallel task.
-const TASK_ROWS: usize = 64;
+/// W rows per parallel task (tasks start at its multiples).
+pub const TASK_ROWS: usize = 64;
 
 /// One tile's sums: `acc[jj][ii]` = Σ_k W[j + jj][k] · x[i + ii][k].
 pub type Acc = [[f32; MR]; NR];
 
-/// y (m, n), row-major: tasks of whole W rows run `task(r0, nr, out)`, which fills `out`
-/// (nr × m, W row major: out[j · m + i] = y[i][r0 + j]); each block lands in its own columns.
+/// Below this many multiply-adds a product's tasks run on the calling thread: waking the pool
+/// cost more than the product (16 rows × 896 × 128 ran at 50 instead of 84 GFLOP/s).
+const PAR_MACS: usize = 1 << 21;
+
+/// y (m, n), row-major, for W rows of `k`: tasks of whole W rows run `task(r0, nr, out)`, which
+/// fills `out` (nr × m, W row major: out[j · m + i] = y[i][r0 + j]); each block lands in its own
+/// columns.
 pub fn par_row_tasks(
     n: usize,
     m: usize,
+    k: usize,
     task: impl Fn(usize, usize, &mut [f32]) + Sync,
 ) -> Vec<f32> {
     let mut y = vec![0f32; m * n];
     let cols = Columns(y.as_mut_ptr());
-    (0..n.div_ceil(TASK_ROWS)).into_par_iter().for_each(|t| {
+    let run = |t: usize| {
         let r0 = t * TASK_ROWS;
         let nr = TASK_ROWS.min(n - r0);
         let mut out = vec![0f32; nr * m];
@@ -30,7 +36,13 @@ pub fn par_row_tasks(
         // SAFETY: this task alone writes columns r0..r0 + nr of y (tasks cover disjoint W-row
         // ranges), y holds m·n values and outlives the parallel loop.
         unsafe { cols.write_transposed(&out, r0, nr, m, n) };
-    });
+    };
+    let tasks = 0..n.div_ceil(TASK_ROWS);
+    if n * m * k < PAR_MACS {
+        tasks.for_each(run);
+    } else {
+        tasks.into_par_iter().for_each(run);
+    }
     y
 }
 

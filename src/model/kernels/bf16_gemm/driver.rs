@@ -12,7 +12,7 @@ const MC: usize = 128;
 /// Columns per task.
 const NC: usize = 256;
 /// k-steps (of 32) per K chunk.
-const KC: usize = 64;
+pub(super) const KC: usize = 64;
 /// Below this many multiply-adds, the product stays on the calling thread.
 const PAR_MACS: usize = 1 << 21;
 

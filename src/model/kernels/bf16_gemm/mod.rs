@@ -11,6 +11,7 @@ mod amx;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod driver;
+mod fma_rows;
 pub mod pack;
 #[cfg(target_arch = "x86_64")]
 mod pack_avx512;
@@ -150,6 +151,15 @@ impl PackedB {
         assert_eq!(x.len(), m * self.k(), "PackedB: x does not match (m, k)");
         let pa = pack_a(View::new(x, 0, (m, self.k()), (self.k(), 1)).expect("len checked above"));
         product(backend.or_fallback(), &pa, &self.0)
+    }
+
+    /// [`PackedB::matmul_rows`] with AVX-512F FMAs over the widened pairs (`fma_rows`): the
+    /// AVX-512 BF16 backend's sums bit for bit (but for its flushed denormals), for CPUs whose
+    /// `vdpbf16ps` is slower than two FMAs, and for AVX-512 CPUs without BF16; `None` where
+    /// the CPU lacks AVX-512F.
+    pub fn matmul_rows_fma(&self, x: &[f32], m: usize) -> Option<Vec<f32>> {
+        assert_eq!(x.len(), m * self.k(), "PackedB: x does not match (m, k)");
+        fma_rows::usable().then(|| fma_rows::matmul_rows(&self.0, x, m))
     }
 }
 

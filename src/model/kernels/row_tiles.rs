@@ -7,15 +7,15 @@ use rayon::prelude::*;
 /// W rows and x rows per register tile (16 accumulators + 8 operands of the 32 registers).
 pub const NR: usize = 4;
 pub const MR: usize = 4;
-/// W rows per parallel task (tasks start at its multiples).
-pub const TASK_ROWS: usize = 64;
+/// W rows per parallel task.
+const TASK_ROWS: usize = 64;
 
 /// One tile's sums: `acc[jj][ii]` = Σ_k W[j + jj][k] · x[i + ii][k].
 pub type Acc = [[f32; MR]; NR];
 
 /// Below this many multiply-adds a product's tasks run on the calling thread: waking the pool
 /// cost more than the product (16 rows × 896 × 128 ran at 50 instead of 84 GFLOP/s).
-const PAR_MACS: usize = 1 << 21;
+pub const PAR_MACS: usize = 1 << 21;
 
 /// y (m, n), row-major, for W rows of `k`: tasks of whole W rows run `task(r0, nr, out)`, which
 /// fills `out` (nr × m, W row major: out[j · m + i] = y[i][r0 + j]); each block lands in its own

@@ -13,14 +13,14 @@
 use super::super::row_tiles;
 use super::driver::KC;
 use super::pack::{round_bf16, Packed, KSTEP, PANEL};
+use rayon::prelude::*;
 
 /// Rows of x per register block (one accumulator each).
 const MB: usize = 16;
 /// k-pairs per K chunk (the driver's `KC` k-steps of 32).
 const CHUNK_PAIRS: usize = KC * KSTEP / 2;
-
-// Tasks of whole panels: `par_row_tasks` starts each task at a multiple of its task size.
-const _: () = assert!(row_tiles::TASK_ROWS.is_multiple_of(PANEL));
+/// Panels (of 16 columns) per parallel task.
+const TASK_PANELS: usize = 4;
 
 /// Whether this CPU runs the kernel (AVX-512F).
 pub fn usable() -> bool {
@@ -43,28 +43,76 @@ pub(super) fn matmul_rows(b: &Packed, x: &[f32], m: usize) -> Vec<f32> {
     let pairs = b.steps * KSTEP / 2;
     let xw = widen(x, m, k, pairs);
     let ps = b.panel_elems();
-    row_tiles::par_row_tasks(n, m, k, |c0, nc, out| {
-        let mut sums = [0f32; MB * PANEL];
-        for panel in c0 / PANEL..(c0 + nc).div_ceil(PANEL) {
-            let cols = (n - panel * PANEL).min(PANEL);
-            let bp = &b.data[panel * ps..(panel + 1) * ps];
-            for (blk, xb) in xw.chunks_exact(pairs * MB * 2).enumerate() {
-                let rows = (m - blk * MB).min(MB);
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `usable()` holds (asserted above); `bp` is one panel of `pairs` k-pairs
-                // × 32 elements and `xb` one block of `pairs` × 16 rows × 2 values (lengths
-                // from `b.steps` and `widen`).
-                unsafe {
-                    avx512::panel(bp, xb, pairs, rows, &mut sums)
-                };
-                for r in 0..rows {
-                    for c in 0..cols {
-                        out[(panel * PANEL - c0 + c) * m + blk * MB + r] = sums[r * PANEL + c];
+    let panels = n.div_ceil(PANEL);
+    let mut y = vec![0f32; m * n];
+    let out = Rows(y.as_mut_ptr());
+    let task = |t: usize| {
+        let (first, last) = (t * TASK_PANELS, ((t + 1) * TASK_PANELS).min(panels));
+        let mut acc = [[0f32; MB * PANEL]; TASK_PANELS];
+        let mut total = [[0f32; MB * PANEL]; TASK_PANELS];
+        for (blk, xb) in xw.chunks_exact(pairs * MB * 2).enumerate() {
+            let rows = (m - blk * MB).min(MB);
+            // The driver's K chunks, each summed from zero, then added to the total in order.
+            for c0 in (0..pairs).step_by(CHUNK_PAIRS) {
+                let span = (c0, (c0 + CHUNK_PAIRS).min(pairs));
+                // Panel after panel: each one streams from memory in order (interleaving the
+                // panels over shorter spans of k, for x to stay in L1, measured slower).
+                for (a, panel) in acc.iter_mut().zip(first..last) {
+                    let bp = &b.data[panel * ps..(panel + 1) * ps];
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `usable()` holds (asserted above); `bp` is one panel of `pairs`
+                    // k-pairs × 32 elements and `xb` one block of `pairs` × 16 rows × 2 values
+                    // (lengths from `b.steps` and `widen`); span.1 <= pairs.
+                    unsafe {
+                        avx512::pairs(bp, xb, span, rows, a)
+                    };
+                }
+                for (t, a) in total.iter_mut().zip(&acc).take(last - first) {
+                    for (t, a) in t.iter_mut().zip(a) {
+                        *t = if c0 == 0 { *a } else { *t + *a };
                     }
                 }
             }
+            for (t, panel) in total.iter().zip(first..last) {
+                let cols = (n - panel * PANEL).min(PANEL);
+                for r in 0..rows {
+                    // SAFETY: row blk·16 + r < m and columns panel·16 .. + cols <= n lie inside
+                    // y (m · n), which outlives the tasks; only this task writes these columns.
+                    unsafe {
+                        out.write((blk * MB + r) * n + panel * PANEL, &t[r * PANEL..][..cols])
+                    };
+                }
+            }
         }
-    })
+    };
+    let tasks = 0..panels.div_ceil(TASK_PANELS);
+    if m * n * k < row_tiles::PAR_MACS {
+        tasks.for_each(task);
+    } else {
+        tasks.into_par_iter().for_each(task);
+    }
+    y
+}
+
+/// y's buffer, shared by tasks that each write their own columns.
+#[derive(Clone, Copy)]
+struct Rows(*mut f32);
+
+// SAFETY: `Rows` is only used by `matmul_rows`'s tasks, which write disjoint column ranges of a
+// buffer that outlives them: no element is touched by two threads.
+unsafe impl Send for Rows {}
+// SAFETY: as above; shared references only hand out the pointer for disjoint writes.
+unsafe impl Sync for Rows {}
+
+impl Rows {
+    /// y[at..at + v.len()] = v.
+    ///
+    /// # Safety
+    /// The range lies inside the buffer and no other thread writes it.
+    unsafe fn write(self, at: usize, v: &[f32]) {
+        // SAFETY: the caller's bounds; `v` is a separate array, so the copy does not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.0.add(at), v.len()) };
+    }
 }
 
 /// x rounded to bf16 and widened back to f32, in blocks of 16 rows, each `[k-pair][row][2]`
@@ -87,39 +135,39 @@ fn widen(x: &[f32], m: usize, k: usize, pairs: usize) -> Vec<f32> {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{CHUNK_PAIRS, MB, PANEL};
+    use super::{MB, PANEL};
     use std::arch::x86_64::*;
 
     /// k-pairs (64-byte lines of the panel) prefetched ahead of the one being read.
     const AHEAD: usize = 128;
 
-    /// `sums[r * 16 + c]` = Σ over the `pairs` k-pairs of x row r · column c of the panel, for
+    /// `sums[r * 16 + c]` = Σ over k-pairs `p0..p1` of x row r · column c of the panel, for
     /// `rows` (≤ 16) rows.
     ///
     /// # Safety
-    /// The CPU has AVX-512F; `bp` holds `pairs` × 32 elements, `xb` `pairs` × 32 values.
+    /// The CPU has AVX-512F; `bp` holds at least `p1` × 32 elements, `xb` `p1` × 32 values.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn panel(
+    pub(super) unsafe fn pairs(
         bp: &[u16],
         xb: &[f32],
-        pairs: usize,
+        (p0, p1): (usize, usize),
         rows: usize,
         sums: &mut [f32; MB * PANEL],
     ) {
-        debug_assert!(bp.len() >= pairs * 2 * PANEL && xb.len() >= pairs * MB * 2);
+        debug_assert!(bp.len() >= p1 * 2 * PANEL && xb.len() >= p1 * MB * 2);
         // SAFETY: forwarded from this function's contract.
         unsafe {
             match rows {
-                9.. => rows_of::<16>(bp, xb, pairs, sums),
-                5..=8 => rows_of::<8>(bp, xb, pairs, sums),
-                3 | 4 => rows_of::<4>(bp, xb, pairs, sums),
-                2 => rows_of::<2>(bp, xb, pairs, sums),
-                _ => rows_of::<1>(bp, xb, pairs, sums),
+                9.. => rows_of::<16>(bp, xb, (p0, p1), sums),
+                5..=8 => rows_of::<8>(bp, xb, (p0, p1), sums),
+                3 | 4 => rows_of::<4>(bp, xb, (p0, p1), sums),
+                2 => rows_of::<2>(bp, xb, (p0, p1), sums),
+                _ => rows_of::<1>(bp, xb, (p0, p1), sums),
             }
         }
     }
 
-    /// [`panel`] for the first R rows of the block (R ≤ 16; the rows past the caller's are
+    /// [`pairs`] for the first R rows of the block (R ≤ 16; the rows past the caller's are
     /// zero in `xb` and their sums unused).
     #[target_feature(enable = "avx512f")]
     // Indexed loops over const-size register arrays: unrolled, the accumulators stay in zmm.
@@ -127,44 +175,32 @@ mod avx512 {
     unsafe fn rows_of<const R: usize>(
         bp: &[u16],
         xb: &[f32],
-        pairs: usize,
+        (p0, p1): (usize, usize),
         sums: &mut [f32; MB * PANEL],
     ) {
         let odd_mask = _mm512_set1_epi32(0xffff_0000_u32 as i32);
-        let mut total = [_mm512_setzero_ps(); R];
-        let mut p0 = 0;
-        while p0 < pairs {
-            let end = (p0 + CHUNK_PAIRS).min(pairs);
-            let mut acc = [_mm512_setzero_ps(); R];
-            for p in p0..end {
-                // SAFETY: p < pairs: the 32 elements at p · 32 lie inside `bp`, and the 32
-                // values at p · 32 inside `xb` (the caller's lengths); loads are unaligned.
-                unsafe {
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        bp.as_ptr().wrapping_add((p + AHEAD) * 2 * PANEL).cast(),
-                    );
-                    let w = _mm512_loadu_si512(bp.as_ptr().add(p * 2 * PANEL).cast());
-                    let even = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w));
-                    let odd = _mm512_castsi512_ps(_mm512_and_si512(w, odd_mask));
-                    let xp = xb.as_ptr().add(p * MB * 2);
-                    for r in 0..R {
-                        acc[r] = _mm512_fmadd_ps(odd, _mm512_set1_ps(*xp.add(2 * r + 1)), acc[r]);
-                        acc[r] = _mm512_fmadd_ps(even, _mm512_set1_ps(*xp.add(2 * r)), acc[r]);
-                    }
+        let mut acc = [_mm512_setzero_ps(); R];
+        for p in p0..p1 {
+            // SAFETY: p < p1: the 32 elements at p · 32 lie inside `bp`, and the 32 values at
+            // p · 32 inside `xb` (the caller's lengths); loads are unaligned, and a prefetch
+            // past the end reads nothing.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(
+                    bp.as_ptr().wrapping_add((p + AHEAD) * 2 * PANEL).cast(),
+                );
+                let w = _mm512_loadu_si512(bp.as_ptr().add(p * 2 * PANEL).cast());
+                let even = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w));
+                let odd = _mm512_castsi512_ps(_mm512_and_si512(w, odd_mask));
+                let xp = xb.as_ptr().add(p * MB * 2);
+                for r in 0..R {
+                    acc[r] = _mm512_fmadd_ps(odd, _mm512_set1_ps(*xp.add(2 * r + 1)), acc[r]);
+                    acc[r] = _mm512_fmadd_ps(even, _mm512_set1_ps(*xp.add(2 * r)), acc[r]);
                 }
             }
-            for r in 0..R {
-                total[r] = if p0 == 0 {
-                    acc[r]
-                } else {
-                    _mm512_add_ps(total[r], acc[r])
-                };
-            }
-            p0 = end;
         }
         for r in 0..R {
             // SAFETY: r < R ≤ 16: the 16 values at r · 16 lie inside `sums` (256 values).
-            unsafe { _mm512_storeu_ps(sums.as_mut_ptr().add(r * PANEL), total[r]) };
+            unsafe { _mm512_storeu_ps(sums.as_mut_ptr().add(r * PANEL), acc[r]) };
         }
     }
 }

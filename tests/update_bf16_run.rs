@@ -1,7 +1,8 @@
 //! A whole run with `trainer.compute_dtype: bf16` on the tiny scenario: it trains (finite
 //! losses and gradient norms, rewards logged), the setting reaches the update (the first
 //! update's loss differs from the f32 run's on the same samples, by a bf16-sized amount), and
-//! the resolved scenario in the checkpoint records it. A run resumes with another
+//! the resolved scenario in the checkpoint records it; on a CPU where bf16 products are slower
+//! than f32 the run says so. A run resumes with another
 //! `compute_dtype`, like any other changed trainer setting (with the scenario-changed warning),
 //! and `comlrl bench train` takes the setting as an override.
 mod common;
@@ -14,8 +15,17 @@ fn tiny_scenario_trains_with_a_bf16_update() {
     let (f32_dir, bf16_dir) = (tmp.path().join("f32"), tmp.path().join("bf16"));
     let (c, err) = run(&f32_dir, &[], &[]);
     assert_eq!(c, Some(0), "{err}");
+    let note = "trainer.compute_dtype is bf16, but this CPU";
+    assert!(!err.contains(note), "{err}");
     let (c, err) = run(&bf16_dir, &["trainer.compute_dtype=bf16"], &[]);
     assert_eq!(c, Some(0), "{err}");
+    // The run says so where bf16 products are slower than f32 on this CPU, and only there.
+    let slow = comlrl::model::kernels::bf16_gemm::slower_than_f32();
+    assert_eq!(
+        err.contains(note),
+        slow,
+        "slower than f32 here: {slow}; {err}"
+    );
 
     let rows = metrics(&bf16_dir);
     assert_eq!(rows.len(), 20, "one row per step (logging.steps 1)");

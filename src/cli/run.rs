@@ -63,8 +63,9 @@ impl Observer for Bar {
     }
     fn message(&mut self, msg: &str) {
         match &self.bar {
-            Some(b) => b.println(msg),
-            None => eprintln!("{msg}"),
+            // A hidden bar (output not a terminal) drops what it is asked to print.
+            Some(b) if !b.is_hidden() => b.println(msg),
+            _ => eprintln!("{msg}"),
         }
     }
     fn metrics(&mut self, row: &Row) {

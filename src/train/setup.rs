@@ -79,6 +79,19 @@ pub fn compute_dtype(t: &comlrl_scenario::TrainerPlan) -> ComputeDtype {
     }
 }
 
+/// A note for a run whose `trainer.compute_dtype: bf16` makes the update slower than f32 would
+/// on this CPU (its bf16 GEMM runs on a `vdpbf16ps` that issues at half the FMA's flops).
+pub fn compute_dtype_note(t: &comlrl_scenario::TrainerPlan) -> Option<String> {
+    (compute_dtype(t) == ComputeDtype::Bf16 && crate::model::kernels::bf16_gemm::slower_than_f32())
+        .then(|| {
+            "note: trainer.compute_dtype is bf16, but this CPU (no AMX) runs bf16 dot products \
+             at half its f32 rate, so the update is slower than with `compute_dtype: f32` \
+             (Qwen2.5-0.5B: 55 against 34 s a step); `comlrl bench matmul --dtype bf16` \
+             compares the two"
+                .to_string()
+        })
+}
+
 /// How the update's recomputed passes run: products in `trainer.compute_dtype`, up to
 /// `trainer.activation_budget_mb` MiB of kept layer activations per pass.
 pub fn pass_plan(t: &comlrl_scenario::TrainerPlan) -> PassPlan {

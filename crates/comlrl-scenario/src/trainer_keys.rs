@@ -175,7 +175,10 @@ settings_section! {
         /// products to bf16 and sums in f32 (TRL's `bf16=True` autocast). Weights, gradients and
         /// AdamW state stay f32; norms, softmax, attention scores, RoPE, SwiGLU and the loss stay
         /// f32; sampling and scoring are not affected (see `agents.sampling_dtype`). Needs
-        /// `gradient_checkpointing: true` and f32 weights. See docs/performance.md.
+        /// `gradient_checkpointing: true` and f32 weights. It pays where the CPU multiplies bf16
+        /// faster than f32 (AMX, AMD's `vdpbf16ps`); Intel's cores without AMX run it at half
+        /// the f32 rate, so there `f32` is faster and the run says so. See
+        /// docs/performance.md.
         compute_dtype: Dtype = Dtype::F32, kind "`f32` \\| `bf16`",
             why "exact: the update in f32", check compute_precision;
         /// Most joint actions a rollout node may score (`cross`: num_generations^agents). Each

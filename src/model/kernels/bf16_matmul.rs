@@ -88,7 +88,7 @@ impl Kernel {
         *K.get_or_init(|| {
             if Kernel::Amx.usable() {
                 Kernel::Amx
-            } else if Kernel::Avx512Bf16.usable() && !slow_vdpbf16ps() {
+            } else if Kernel::Avx512Bf16.usable() && !super::bf16_gemm::vdpbf16ps_is_slow() {
                 Kernel::Avx512Bf16
             } else if Kernel::Avx512Fma.usable() {
                 Kernel::Avx512Fma
@@ -126,23 +126,6 @@ impl Kernel {
             .copied()
             .find(|k| k.usable())
             .unwrap_or(Kernel::Portable)
-    }
-}
-
-/// Whether `vdpbf16ps` issues at less than the FMA's rate in flops: on Intel's cores (Cooper
-/// Lake to Granite Rapids) it takes two cycles where two FMAs issue per cycle; AMD's Zen 4 and
-/// 5 issue it at the FMA's rate with twice the flops.
-fn slow_vdpbf16ps() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // Leaf 0: the vendor string in EBX, EDX, ECX.
-        let id = std::arch::x86_64::__cpuid(0);
-        let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat();
-        vendor == b"GenuineIntel"
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
     }
 }
 

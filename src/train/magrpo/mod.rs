@@ -302,6 +302,9 @@ impl Trainer {
             world.as_ref(),
         );
         log::debug!("models loaded; {}", crate::runtime::memory_line());
+        if let Some(note) = crate::train::setup::compute_dtype_note(&self.scenario.trainer) {
+            obs.message(&note);
+        }
         obs.start(total, state.step);
         // First-turn completions of the next prompts, sampled together ahead of their steps.
         let mut pending = VecDeque::new();

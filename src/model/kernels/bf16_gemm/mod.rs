@@ -85,6 +85,31 @@ impl Backend {
     }
 }
 
+/// Whether `vdpbf16ps` issues at less than the FMA's rate in flops: on Intel's cores (Cooper
+/// Lake to Granite Rapids) it takes two cycles where two FMAs issue per cycle (on a Xeon of
+/// family 6 model 207, one core: 1.35 G `vdpbf16ps` against 5.5 G `vfmadd231ps` a second);
+/// AMD's Zen 4 and 5 issue it at the FMA's rate with twice the flops.
+pub fn vdpbf16ps_is_slow() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Leaf 0: the vendor string in EBX, EDX, ECX.
+        let id = std::arch::x86_64::__cpuid(0);
+        let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat();
+        vendor == b"GenuineIntel"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether the bf16 GEMM is slower than f32 on this machine: its backend is `vdpbf16ps` where
+/// that runs at half the f32 FMA's flops ([`vdpbf16ps_is_slow`]; `comlrl bench matmul --dtype
+/// bf16` measures both).
+pub fn slower_than_f32() -> bool {
+    Backend::detect() == Backend::Avx512Bf16 && vdpbf16ps_is_slow()
+}
+
 /// The name of the backend [`matmul`] and [`add_matmul_tn`] use on this machine.
 pub fn backend() -> &'static str {
     Backend::detect().name()

@@ -3,7 +3,8 @@
 //! floor. x is rounded to bf16 as well (both operands bf16, products exact in f32, sums in f32:
 //! what `vdpbf16ps` computes). Two layouts, chosen by the CPU ([`Layout::detect`]): W's rows
 //! (padded to 32) for the AMX row kernel and the portable loop, or the bf16 GEMM's packed panels
-//! of Wᵀ where the CPU has AVX-512 BF16 without AMX (see [`Layout`] for the measurements).
+//! of Wᵀ where the CPU has AVX-512 without AMX (see [`Layout`] for the measurements), read by
+//! `vdpbf16ps` or, where that is slow, by FMAs over the widened pairs ([`Kernel`]).
 use super::amx;
 use super::bf16_gemm::{Backend, PackedB};
 use super::row_tiles;

@@ -62,7 +62,7 @@ pub enum Kernel {
     /// chosen at run time where the CPU and the OS allow it.
     Amx,
     /// AVX-512 BF16 (`vdpbf16ps`), chosen at run time where the CPU has it and issues it at
-    /// the FMA's rate (AMD's Zen 4 and 5).
+    /// the FMA's rate (AMD's Zen 4).
     Avx512Bf16,
     /// AVX-512F FMAs over the panels' pairs widened to f32 (`bf16_gemm::fma_rows`): the
     /// `vdpbf16ps` kernel's sums bit for bit (but for its flushed denormals), twice its rate

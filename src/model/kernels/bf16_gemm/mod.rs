@@ -85,10 +85,11 @@ impl Backend {
     }
 }
 
-/// Whether `vdpbf16ps` issues at less than the FMA's rate in flops: on Intel's cores (Cooper
-/// Lake to Granite Rapids) it takes two cycles where two FMAs issue per cycle (on a Xeon of
-/// family 6 model 207, one core: 1.35 G `vdpbf16ps` against 5.5 G `vfmadd231ps` a second);
-/// AMD's Zen 4 and 5 issue it at the FMA's rate with twice the flops.
+/// Whether `vdpbf16ps` issues at less than the FMA's rate in flops, taken to hold on every
+/// Intel CPU: on a Xeon of family 6 model 207 it takes two cycles where two FMAs issue per cycle
+/// (one core: 1.35 G `vdpbf16ps` against 5.5 G `vfmadd231ps` a second); AMD's Zen 4 (the EPYC
+/// measured in docs/performance.md) runs it at twice the f32 GEMM's rate. A wrong guess costs
+/// speed only: the FMA sampling kernel gives the same sums.
 pub fn vdpbf16ps_is_slow() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

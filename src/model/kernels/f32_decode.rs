@@ -1,10 +1,11 @@
 //! The f32 sampling product `y = x · Wᵀ` for rows of x against W (out, in) exactly as the
 //! checkpoint stores it: the sampling path of models too large for transposed copies (f32
-//! sampling at Qwen2.5-0.5B streams its 2 GB of weights once per decode step, 8–16 rows). The gemm crate,
-//! given W · xᵀ with 16 columns, ran at 80–130 GFLOP/s on an AMD EPYC whose f32 FMA peak is
-//! ~230; here blocks of 4 W rows × 4 x rows keep 16 accumulators in registers, W is read from
-//! memory once (each 4-row block stays in L1/L2 while every x row passes, the next block
-//! prefetched a share per x tile) and nothing is packed or copied. Plain f32 products and sums (another order than gemm's, as any kernel).
+//! sampling at Qwen2.5-0.5B streams its 2 GB of weights once per decode step, 8–16 rows). The
+//! gemm crate, given W · xᵀ with 16 columns, ran at 80–130 GFLOP/s on an AMD EPYC whose f32 FMA
+//! peak is ~230; here blocks of 4 W rows × 4 x rows keep 16 accumulators in registers, W is read
+//! from memory once (each 4-row block stays in L1/L2 while every x row passes, the next block
+//! prefetched a share per x tile) and nothing is packed or copied. Plain f32 products and sums
+//! (another order than gemm's, as any kernel).
 use super::row_tiles;
 use candle_core::{DType, Result, Storage, Tensor};
 
@@ -69,7 +70,8 @@ mod avx512 {
     /// over the x tiles, so that the memory reads spread over the whole time the block is in
     /// use. Prefetching all of them during the first x tile left the memory idle for the rest
     /// (Xeon, 0.5B exact-f32 sampling 19.2–20.4 → 17.3–18.2 s a step; a decode step's
-    /// products over the 2 GB of weights 170–180 → 145–150 ms).
+    /// products over the 2 GB of weights 170–181 → 145–150 ms). With more than 4 x tiles
+    /// (over 16 rows) the later tiles prefetch nothing.
     #[derive(Clone, Copy)]
     struct Share {
         tile: usize,

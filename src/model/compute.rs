@@ -3,10 +3,10 @@
 //! products in f32, the autocast TRL users get with `bf16=True`. Weights, gradients and the
 //! optimizer state stay f32 either way; only the operands of the matmuls routed through here
 //! (every Linear's x·Wᵀ, dy·W and dyᵀ·x, the LM head's h·Wᵀ, G·W and Gᵀ·h) are rounded.
-use super::gemm_acc;
 use super::kernels::bf16_gemm::{
     self, add_matmul_tn as bf16_add_matmul_tn, matmul as bf16_matmul, PackedB,
 };
+use super::{gemm_acc, gemm_new};
 use candle_core::{Result, Tensor};
 
 /// The operand type of the update's products.
@@ -28,10 +28,11 @@ impl std::fmt::Display for ComputeDtype {
     }
 }
 
-/// a (m, k) · b (k, n) as f32 (m, n); `F32` is exactly `a.matmul(b)`.
+/// a (m, k) · b (k, n) as f32 (m, n); `F32` is exactly `a.matmul(b)` (through
+/// [`gemm_new`], which skips candle's zero-fill of the output).
 pub fn matmul(a: &Tensor, b: &Tensor, dt: ComputeDtype) -> Result<Tensor> {
     match dt {
-        ComputeDtype::F32 => a.matmul(b),
+        ComputeDtype::F32 => gemm_new::matmul(a, b),
         ComputeDtype::Bf16 => bf16_matmul(a, b),
     }
 }
@@ -82,7 +83,7 @@ impl Prepared {
     /// x (m, in) · Wᵀ: (m, out); f32 is exactly `x.matmul(&w.t())`.
     pub fn x_wt(&self, x: &Tensor) -> Result<Tensor> {
         match &self.packed {
-            None => x.matmul(&self.w.t()?),
+            None => gemm_new::matmul(x, &self.w.t()?),
             Some((wt, _)) => bf16_gemm::matmul_packed(x, wt),
         }
     }
@@ -90,7 +91,7 @@ impl Prepared {
     /// dy (m, out) · W: (m, in); f32 is exactly `dy.matmul(&w)`.
     pub fn dy_w(&self, dy: &Tensor) -> Result<Tensor> {
         match &self.packed {
-            None => dy.matmul(&self.w),
+            None => gemm_new::matmul(dy, &self.w),
             Some((_, w)) => bf16_gemm::matmul_packed(dy, w),
         }
     }

@@ -10,6 +10,7 @@ pub(crate) mod config;
 pub(crate) mod flops;
 pub(crate) mod fused_logprob;
 pub(crate) mod gemm_acc;
+pub(crate) mod gemm_new;
 pub mod gguf;
 mod head_grad;
 pub mod kernels;

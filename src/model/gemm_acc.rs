@@ -29,12 +29,7 @@ impl InplaceOp3 for AddMatmulTn {
         let a = f32s(s2, l2, self.name())?;
         let b = f32s(s3, l3, self.name())?;
         // The slices' lengths are exactly m·n, k·m and k·n: contiguous layouts of those shapes.
-        let threads = rayon::current_num_threads();
-        let parallelism = if threads > 1 {
-            gemm::Parallelism::Rayon(threads)
-        } else {
-            gemm::Parallelism::None
-        };
+        let parallelism = super::gemm_new::parallelism();
         // SAFETY: d, a and b are live, non-overlapping slices (d is borrowed mutably) holding
         // row-major (m, n), (k, m) and (k, n) matrices, checked above; the strides below stay
         // inside them: dst[i, j] = d[i·n + j], lhs = aᵀ so lhs[i, p] = a[p·m + i],

@@ -89,16 +89,19 @@ impl CustomOp2 for NoZeroFill {
     }
 }
 
+/// The threads gemm splits a product over: candle's choice for its own matmul.
+pub(super) fn parallelism() -> gemm::Parallelism {
+    match candle_core::utils::get_num_threads() {
+        0 | 1 => gemm::Parallelism::None,
+        threads => gemm::Parallelism::Rayon(threads),
+    }
+}
+
 /// dst (m, n) row-major = a · b, overwriting dst without reading it.
 fn product_into(dst: &mut [std::mem::MaybeUninit<f32>], a: &Operand, b: &Operand) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert!(dst.len() >= m * n && a.cols == b.rows);
-    let threads = candle_core::utils::get_num_threads();
-    let parallelism = if threads > 1 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
+    let parallelism = parallelism();
     // SAFETY: dst holds m·n elements (asserted), written at i·n + j; a's and b's elements are
     // read at start + i·rs + p·cs, inside their slices (checked in `Operand::new`); dst is a
     // fresh buffer that overlaps neither. `read_dst` false: gemm never reads dst.

@@ -1,6 +1,7 @@
 //! The machine's achievable f32 matmul rate: a large square product through the same candle +
 //! gemm path the model uses, as the reference for the training step's GFLOP/s.
 use crate::error::Result;
+use crate::model::ComputeDtype;
 use candle_core::{DType, Device, Tensor};
 use serde::Serialize;
 use std::time::Instant;
@@ -232,7 +233,8 @@ pub struct GemmReport {
     pub n: usize,
     /// Operand layout.
     pub layout: GemmLayout,
-    /// f32 through candle + gemm (`tn`: gemm's accumulate mode, as the update runs it).
+    /// f32 through gemm as the update runs it (`model::compute`: candle's gemm call without the
+    /// output's zero-fill; `tn`: gemm's accumulate mode).
     pub f32_gflops_per_s: f64,
     /// The bf16 GEMM, per backend (fastest first; the first is the one `matmul` picks).
     pub bf16: Vec<BackendRate>,
@@ -261,7 +263,7 @@ pub fn run_gemm(
     let f32_s = median_secs(repeats, || {
         match layout {
             GemmLayout::Tn => crate::model::gemm_acc::add_matmul_tn(&acc, &a, &b)?,
-            _ => drop(a.matmul(&b)?),
+            _ => drop(crate::model::compute::matmul(&a, &b, ComputeDtype::F32)?),
         }
         Ok(())
     })?;

@@ -222,15 +222,18 @@ fn or_recompute(t: Option<Tensor>, f: impl FnOnce() -> Result<Tensor>) -> Result
     t.map_or_else(f, Ok)
 }
 
-/// The layer's forward on x (b, s, h) without a graph, its projections in `dt`; with `keep`,
-/// also what the backward needs.
-fn forward(
+/// What the layer's backward reads for input x (b, s, h), without a graph, its projections in
+/// `dt`: everything the forward computes except the output's down projection and residual add,
+/// which nothing downstream of the backward needs (a re-run stops here, skipping the layer's
+/// third-largest product). `keep_pre`: also keep the pre-norm queries and keys where the layer
+/// has per-head norms (only a backward reads them).
+fn activations(
     layer: &DecoderLayer,
     x: &Tensor,
     inp: &AttnInputs,
-    keep: bool,
+    keep_pre: bool,
     dt: ComputeDtype,
-) -> Result<(Tensor, Option<Saved>)> {
+) -> Result<Saved> {
     let (b, s, hd) = x.dims3()?;
     let a = &layer.self_attn;
     let (nh, nkv, d) = (a.heads, a.kv_heads, a.head_dim);
@@ -238,8 +241,8 @@ fn forward(
     let x = x.reshape((b * s, hd))?;
     let h1 = norm(&x, &layer.input_layernorm)?;
     let (qp, kp) = (lin(&h1, &a.q_proj, dt)?, lin(&h1, &a.k_proj, dt)?);
-    let keep_pre = |t: &Tensor, n: &Option<RmsNorm>| (keep && n.is_some()).then(|| t.clone());
-    let (q_pre, k_pre) = (keep_pre(&qp, &a.q_norm), keep_pre(&kp, &a.k_norm));
+    let pre = |t: &Tensor, n: &Option<RmsNorm>| (keep_pre && n.is_some()).then(|| t.clone());
+    let (q_pre, k_pre) = (pre(&qp, &a.q_norm), pre(&kp, &a.k_norm));
     let q = split_heads(&head_norm(qp, a.q_norm.as_ref(), d)?, b, s, nh, d)?;
     let k = split_heads(&head_norm(kp, a.k_norm.as_ref(), d)?, b, s, nkv, d)?;
     let v = split_heads(&lin(&h1, &a.v_proj, dt)?, b, s, nkv, d)?;
@@ -257,8 +260,7 @@ fn forward(
     let gate = lin(&h2, &mlp.gate_proj, dt)?;
     let up = lin(&h2, &mlp.up_proj, dt)?;
     let m = swiglu(&gate, &up)?;
-    let y = (&x2 + lin(&m, &mlp.down_proj, dt)?)?.reshape((b, s, hd))?;
-    let saved = keep.then_some(Saved {
+    Ok(Saved {
         x,
         x2,
         h1: Some(h1),
@@ -273,8 +275,29 @@ fn forward(
         gate,
         up,
         m: Some(m),
-    });
-    Ok((y, saved))
+    })
+}
+
+/// The layer's output (b, s, h) from its activations: x2 + down(SwiGLU).
+fn output(layer: &DecoderLayer, sv: &Saved, shape: &[usize], dt: ComputeDtype) -> Result<Tensor> {
+    let m =
+        sv.m.as_ref()
+            .ok_or_else(|| candle_core::Error::Msg("layer output without its SwiGLU".into()))?;
+    (&sv.x2 + lin(m, &layer.mlp.down_proj, dt)?)?.reshape(shape)
+}
+
+/// The layer's forward on x (b, s, h) without a graph, its projections in `dt`; with `keep`,
+/// also what the backward needs.
+fn forward(
+    layer: &DecoderLayer,
+    x: &Tensor,
+    inp: &AttnInputs,
+    keep: bool,
+    dt: ComputeDtype,
+) -> Result<(Tensor, Option<Saved>)> {
+    let sv = activations(layer, x, inp, keep, dt)?;
+    let y = output(layer, &sv, x.dims(), dt)?;
+    Ok((y, keep.then_some(sv)))
 }
 
 /// The activations one layer's forward kept for its backward (see [`layer_forward_keep`]).
@@ -323,7 +346,7 @@ pub fn layer_forward_keep(
 }
 
 /// Back-propagates dy (b, s, h) through the layer at input x (b, s, h), from `kept`
-/// activations or else by re-running the layer: the weights' gradients are added into `acc`
+/// activations or else by re-running the layer (up to its SwiGLU): the weights' gradients are added into `acc`
 /// (see [`GradSlots`]); returns d x. Every projection's products (forward and backward) run in
 /// `dt`; attention, norms, RoPE and SwiGLU stay f32.
 #[allow(clippy::too_many_arguments)]
@@ -340,10 +363,7 @@ pub fn layer_backward(
     let (b, s, hd) = x.dims3()?;
     let sv = match kept {
         Some(Kept(sv)) => sv,
-        None => match forward(layer, x, inp, true, dt)? {
-            (_, Some(sv)) => sv,
-            (_, None) => candle_core::bail!("layer re-run kept no activations"),
-        },
+        None => activations(layer, x, inp, true, dt)?,
     };
     let a = &layer.self_attn;
     let (nh, nkv, d) = (a.heads, a.kv_heads, a.head_dim);

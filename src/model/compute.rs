@@ -46,6 +46,22 @@ pub fn add_matmul_tn(acc: &Tensor, a: &Tensor, b: &Tensor, dt: ComputeDtype) -> 
     }
 }
 
+/// aᵀ · b (m, n) for a (k, m), b (k, n) as a fresh tensor: exactly what [`add_matmul_tn`] adds
+/// into zeros, without zeroing a buffer first. A gradient's first contribution: at 0.5B the
+/// zero-filled accumulators were a single-threaded memset of ~2 GB per agent per update.
+pub fn matmul_tn(a: &Tensor, b: &Tensor, dt: ComputeDtype) -> Result<Tensor> {
+    match dt {
+        // The same gemm call as `gemm_acc::add_matmul_tn` (aᵀ as a strided view), writing
+        // instead of adding: 0 + s = s.
+        ComputeDtype::F32 => gemm_new::matmul(&a.t()?, b),
+        ComputeDtype::Bf16 => {
+            let acc = Tensor::zeros((a.dim(1)?, b.dim(1)?), a.dtype(), a.device())?;
+            bf16_add_matmul_tn(&acc, a, b)?;
+            Ok(acc)
+        }
+    }
+}
+
 /// A weight W (out, in) made ready for repeated x·Wᵀ and dy·W products in one dtype: in bf16,
 /// W is packed once for each product (bf16, the kernel's panel layout) instead of once per
 /// call. For the LM head, multiplied once per chunk of ~110 positions at a 152k vocabulary,
@@ -139,6 +155,22 @@ mod tests {
         let want = (acc0.to_dtype(DType::F64)? + a16.t()?.matmul(&dy16)?)?;
         assert!(max_diff(&acc16, &want.to_dtype(DType::F32)?)? < 1e-4);
         assert!(max_diff(&acc16, &acc32)? > 1e-4, "bf16 must round");
+
+        // The first contribution, written: the bits of adding into zeros.
+        for dt in [ComputeDtype::F32, ComputeDtype::Bf16] {
+            let zeros = Tensor::zeros((40, 13), DType::F32, &dev)?;
+            add_matmul_tn(&zeros, &a, &dy, dt)?;
+            let fresh = matmul_tn(&a, &dy, dt)?;
+            assert!(fresh.is_contiguous());
+            let bits = |t: &Tensor| -> Result<Vec<u32>> {
+                Ok(t.flatten_all()?
+                    .to_vec1::<f32>()?
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect())
+            };
+            assert_eq!(bits(&fresh)?, bits(&zeros)?, "{dt}");
+        }
         Ok(())
     }
 }

@@ -9,7 +9,7 @@
 use super::accumulate::add_into;
 use super::attention::{Attention, AttnInputs};
 use super::causal_lm::DecoderLayer;
-use super::compute::{add_matmul_tn, matmul, ComputeDtype};
+use super::compute::{add_matmul_tn, matmul, matmul_tn, ComputeDtype};
 use super::kernels::fusable;
 use super::kernels::rms_norm::{rms_norm, rms_norm_backward};
 use super::kernels::rope::{rope, rope_inverse};
@@ -31,6 +31,16 @@ impl GradSlots {
                 .map(|(i, v)| (v.as_tensor().id(), i))
                 .collect(),
         )
+    }
+
+    /// The accumulator slot of `w` (`None` inside until its first gradient), or `None` when `w`
+    /// is frozen.
+    fn slot<'a>(
+        &self,
+        acc: &'a mut [Option<Tensor>],
+        w: &Tensor,
+    ) -> Option<&'a mut Option<Tensor>> {
+        self.0.get(&w.id()).map(|&i| &mut acc[i])
     }
 
     /// The accumulator of `w` (created as zeros on first use), or `None` when `w` is frozen.
@@ -82,7 +92,8 @@ fn lin(x: &Tensor, l: &Linear, dt: ComputeDtype) -> Result<Tensor> {
     }
 }
 
-/// Backward of [`lin`]: accumulates d W = dyᵀ · x and d b = Σ dy, returns d x = dy · W (both
+/// Backward of [`lin`]: accumulates d W = dyᵀ · x (the first one written, not added to
+/// zeros) and d b = Σ dy, returns d x = dy · W (both
 /// products in `dt`).
 fn lin_back(
     dy: &Tensor,
@@ -92,8 +103,10 @@ fn lin_back(
     acc: &mut [Option<Tensor>],
     dt: ComputeDtype,
 ) -> Result<Tensor> {
-    if let Some(a) = slots.acc(acc, &l.weight)? {
-        add_matmul_tn(a, dy, x, dt)?;
+    match slots.slot(acc, &l.weight) {
+        Some(Some(a)) => add_matmul_tn(a, dy, x, dt)?,
+        Some(empty) => *empty = Some(matmul_tn(dy, x, dt)?),
+        None => {}
     }
     if let Some(b) = &l.bias {
         if let Some(a) = slots.acc(acc, b)? {

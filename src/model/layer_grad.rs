@@ -237,8 +237,8 @@ fn or_recompute(t: Option<Tensor>, f: impl FnOnce() -> Result<Tensor>) -> Result
 
 /// What the layer's backward reads for input x (b, s, h), without a graph, its projections in
 /// `dt`: everything the forward computes except the output's down projection and residual add,
-/// which nothing downstream of the backward needs (a re-run stops here, skipping the layer's
-/// third-largest product). `keep_pre`: also keep the pre-norm queries and keys where the layer
+/// which nothing downstream of the backward needs (a re-run stops here, skipping one of
+/// the layer's three largest products). `keep_pre`: also keep the pre-norm queries and keys where the layer
 /// has per-head norms (only a backward reads them).
 fn activations(
     layer: &DecoderLayer,
@@ -359,8 +359,8 @@ pub fn layer_forward_keep(
 }
 
 /// Back-propagates dy (b, s, h) through the layer at input x (b, s, h), from `kept`
-/// activations or else by re-running the layer (up to its SwiGLU): the weights' gradients are added into `acc`
-/// (see [`GradSlots`]); returns d x. Every projection's products (forward and backward) run in
+/// activations or else by re-running the layer (up to its SwiGLU): the weights' gradients are
+/// added into `acc` (see [`GradSlots`]); returns d x. Every projection's products (forward and backward) run in
 /// `dt`; attention, norms, RoPE and SwiGLU stay f32.
 #[allow(clippy::too_many_arguments)]
 pub fn layer_backward(

@@ -173,3 +173,34 @@ fn training_run_is_the_same_with_and_without_batched_buffer_sampling() {
     assert_eq!(ma.len(), 20);
     assert_eq!(ma, mb);
 }
+
+/// The MLP's f32 panel copies (the large-model f32 sampling path) against the checkpoint-layout
+/// products: the same greedy tokens up to the last bits of the sums (another summation order),
+/// rows independent of the batch as before, and the copies dropped and rebuilt on request.
+#[test]
+fn mlp_panels_sample_as_the_checkpoint_layout_does() {
+    use comlrl::model::SamplingWeights;
+    let p = load("builtin:small");
+    let params = SamplingParams {
+        max_new_tokens: 24,
+        greedy: true,
+        ignore_eos: true,
+        ..Default::default()
+    };
+    p.model
+        .refresh_rollout_weights(SamplingWeights::Checkpoint)
+        .unwrap();
+    let [checkpoint, _] = alone_and_batched(&p, &params, 2);
+    p.model
+        .refresh_rollout_weights(SamplingWeights::MlpPanels)
+        .unwrap();
+    let [alone, batched] = alone_and_batched(&p, &params, 2);
+    assert_eq!(alone, batched, "panels: batched equals alone");
+    same_draws(&checkpoint, &alone, "panels against the checkpoint layout");
+    // A second refresh refills the copies in place and serves the same tokens.
+    p.model
+        .refresh_rollout_weights(SamplingWeights::MlpPanels)
+        .unwrap();
+    let [again, _] = alone_and_batched(&p, &params, 2);
+    assert_eq!(again, alone);
+}

@@ -36,7 +36,7 @@ impl ModelBenchOptions {
         match (self.sampling_bf16, self.rollout_copies.wanted(weight_bytes)) {
             (true, _) => W::Bf16,
             (false, true) => W::Transposed,
-            (false, false) => W::Checkpoint,
+            (false, false) => self.rollout_copies.large(&candle_core::Device::Cpu),
         }
     }
 }

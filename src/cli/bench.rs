@@ -99,8 +99,9 @@ pub struct ModelsArgs {
     #[arg(long, default_value_t = 160)]
     pub train_seq: usize,
     /// Sample with contiguous transposed copies of the weights (one extra copy of the weights):
-    /// `auto` decides as training does (copies for models of at most 64 MiB), `always`
-    /// (also `--rollout-copies` alone) or `never`.
+    /// `auto` decides as training does (copies for models of at most 64 MiB, the MLP's weights
+    /// in f32 panels above on AVX-512 CPUs), `always` (also `--rollout-copies` alone) or
+    /// `never` (no copies).
     #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"],
           num_args = 0..=1, default_missing_value = "always")]
     pub rollout_copies: String,

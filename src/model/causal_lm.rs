@@ -170,11 +170,16 @@ impl CausalLm {
     /// most of their time packing; one extra copy of the weights) or bf16 ones (half the bytes
     /// per decode step; half a copy), or none.
     pub fn refresh_rollout_weights(&self, kind: super::SamplingWeights) -> Result<()> {
+        // Panels are for the MLP only; the rest decodes from the checkpoint layout.
+        let rest = match kind {
+            super::SamplingWeights::MlpPanels => super::SamplingWeights::Checkpoint,
+            other => other,
+        };
         for l in &self.layers {
-            l.self_attn.refresh_rollout(kind)?;
+            l.self_attn.refresh_rollout(rest)?;
             l.mlp.refresh_rollout(kind)?;
         }
-        self.lm_head_rollout.refresh(&self.lm_head, kind)
+        self.lm_head_rollout.refresh(&self.lm_head, rest)
     }
 
     /// Logits (.., vocab) of hidden states (.., hidden).

@@ -1,7 +1,13 @@
 //! A linear layer `y = x·Wᵀ (+ b)` over any leading dims, with W stored as in the checkpoint (out, in).
 use super::kernels::f32_decode;
 use super::mode::Mode;
-use super::sampling_weights::{matmul_bf16, SamplingCopy, SamplingSlot, SamplingWeights};
+use super::sampling_weights::{
+    matmul_bf16, matmul_panels, SamplingCopy, SamplingSlot, SamplingWeights,
+};
+
+/// The most rows of x a decode product takes through the f32 panels (each block of 16 rows
+/// streams W again); a prompt's prefill (more rows) runs on the checkpoint-layout weight.
+const PANEL_ROWS: usize = 32;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
@@ -37,7 +43,8 @@ impl Linear {
     }
 
     /// `forward` that uses the sampling copy when one exists: the transposed copy in
-    /// `Mode::Infer` and `Mode::Sample`, the bf16 copy in `Mode::Sample` only.
+    /// `Mode::Infer` and `Mode::Sample`, the bf16 copy and the f32 panels (for up to
+    /// [`PANEL_ROWS`] rows) in `Mode::Sample` only.
     pub fn forward_mode(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
         if !mode.no_grad() {
             return self.apply(x, &self.weight.t()?);
@@ -46,6 +53,11 @@ impl Linear {
             Some(SamplingCopy::Transposed(wt)) => self.apply(x, &wt),
             Some(SamplingCopy::Bf16(w)) if mode == Mode::Sample => {
                 self.with_rows(x, |x2| matmul_bf16(&x2.contiguous()?, &w))
+            }
+            Some(SamplingCopy::Panels(w))
+                if mode == Mode::Sample && x.elem_count() <= PANEL_ROWS * w.cols() =>
+            {
+                self.with_rows(x, |x2| matmul_panels(x2, &w))
             }
             _ => self.apply_swapped(x, mode),
         }

@@ -53,6 +53,20 @@ pub enum RolloutCopies {
 }
 
 impl RolloutCopies {
+    /// The f32 sampling copies of a model above [`SMALL_MODEL_BYTES`] (or any model with
+    /// `Never`): with `Auto`, the MLP's weights packed in panels where the CPU has AVX-512F
+    /// (`kernels::f32_panels`: decode products ~1.4× faster from memory; 1.25 GB per agent at
+    /// Qwen2.5-0.5B, freed during update rounds, so a run's peak stays the update's); none
+    /// with `Never` or elsewhere.
+    pub fn large(self, device: &Device) -> super::SamplingWeights {
+        let panels =
+            self != RolloutCopies::Never && device.is_cpu() && super::kernels::f32_panels::usable();
+        match panels {
+            true => super::SamplingWeights::MlpPanels,
+            false => super::SamplingWeights::Checkpoint,
+        }
+    }
+
     /// Whether a model with `weight_bytes` of weights gets the copies.
     pub fn wanted(self, weight_bytes: usize) -> bool {
         match self {
@@ -308,7 +322,7 @@ impl Policy {
         let sampling_weights = match (opts.sampling_dtype, copies) {
             (DType::BF16, _) => super::SamplingWeights::Bf16,
             (DType::F32, true) => super::SamplingWeights::Transposed,
-            (DType::F32, false) => super::SamplingWeights::Checkpoint,
+            (DType::F32, false) => opts.rollout_copies.large(&opts.device),
             (other, _) => {
                 return Err(Error::Invalid(format!(
                     "sampling dtype {other:?} is not supported: use f32 or bf16"
@@ -339,12 +353,13 @@ impl Policy {
         Ok(self.model.refresh_rollout_weights(self.sampling_weights)?)
     }
 
-    /// Frees the bf16 sampling copies of the weights (an update round does not read them; at
-    /// Qwen2.5-0.5B they are 1 GB per agent); sampling needs [`Policy::weights_changed`]
-    /// first, which rebuilds them. Returns whether there were any: the transposed f32 copies
-    /// (models of at most 64 MiB, where memory is no concern) stay.
+    /// Frees the bf16 sampling copies and the MLP's f32 panels (an update round does not read
+    /// them; at Qwen2.5-0.5B they are 1 and 1.25 GB per agent); sampling needs
+    /// [`Policy::weights_changed`] first, which rebuilds them. Returns whether there were any:
+    /// the transposed f32 copies (models of at most 64 MiB, where memory is no concern) stay.
     pub fn release_sampling_copies(&self) -> Result<bool> {
-        if self.sampling_weights != super::SamplingWeights::Bf16 {
+        use super::SamplingWeights::{Bf16, MlpPanels};
+        if !matches!(self.sampling_weights, Bf16 | MlpPanels) {
             return Ok(false);
         }
         self.model

@@ -79,6 +79,9 @@ pub struct DecodeReport {
     pub f32_cold_gflops_per_s: f64,
     /// W · xᵀ through candle + gemm (the f32 sampling path before `f32_decode`).
     pub f32_gemm_gflops_per_s: f64,
+    /// The f32 panel kernel (`f32_panels`, large models' MLP copies) with W streamed from
+    /// memory, as `f32_cold_gflops_per_s`.
+    pub f32_panels_cold_gflops_per_s: f64,
     /// candle's own bf16 matmul (bf16 x and W).
     pub candle_bf16_gflops_per_s: f64,
     /// The bf16 sampling kernel (`vdpbf16ps` where the CPU has it).
@@ -110,8 +113,9 @@ fn median_secs(repeats: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64>
     Ok(secs[secs.len() / 2])
 }
 
-/// Times x (m, k) · Wᵀ with W (n, k): f32 as the sampling path runs it (warm and cold) and
-/// through gemm, candle's bf16 matmul, and the bf16 sampling kernel.
+/// Times x (m, k) · Wᵀ with W (n, k): f32 as the sampling path runs it on the checkpoint
+/// layout (warm and cold), from f32 panels (cold) and through gemm, candle's bf16 matmul, and
+/// the bf16 sampling kernel.
 pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<DecodeReport> {
     use crate::model::kernels::bf16_matmul::{Bf16Matrix, Kernel};
     let dev = Device::Cpu;
@@ -139,6 +143,18 @@ pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<Decode
         Ok(())
     })? / f32_copies as f64;
     drop(ws);
+    let wv = w.flatten_all()?.to_vec1::<f32>()?;
+    let xv = x.flatten_all()?.to_vec1::<f32>()?;
+    let panels: Vec<_> = (0..f32_copies)
+        .map(|_| crate::model::kernels::f32_panels::F32Panels::from_f32(&wv, n, k))
+        .collect();
+    let panels_cold_s = median_secs(repeats, || {
+        for p in &panels {
+            std::hint::black_box(p.matmul_t(&xv, m));
+        }
+        Ok(())
+    })? / f32_copies as f64;
+    drop(panels);
     let gemm_s = median_secs(repeats, || {
         w.matmul(&x.t()?)?.t()?.contiguous()?;
         Ok(())
@@ -149,8 +165,7 @@ pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<Decode
         xb.matmul(&wbt)?;
         Ok(())
     })?;
-    let mat = Bf16Matrix::from_f32(&w.flatten_all()?.to_vec1::<f32>()?, n, k);
-    let xv = x.flatten_all()?.to_vec1::<f32>()?;
+    let mat = Bf16Matrix::from_f32(&wv, n, k);
     let kern_s = median_secs(repeats, || {
         std::hint::black_box(mat.matmul_t(&xv, m));
         Ok(())
@@ -176,6 +191,7 @@ pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<Decode
         f32_weight_gb_per_s: (n * k * 4) as f64 / f32_s / 1e9,
         f32_cold_gflops_per_s: flops / f32_cold_s / 1e9,
         f32_gemm_gflops_per_s: flops / gemm_s / 1e9,
+        f32_panels_cold_gflops_per_s: flops / panels_cold_s / 1e9,
         candle_bf16_gflops_per_s: flops / candle_s / 1e9,
         bf16_kernel_gflops_per_s: flops / kern_s / 1e9,
         bf16_kernel_weight_gb_per_s: (n * k * 2) as f64 / kern_s / 1e9,

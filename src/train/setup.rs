@@ -2,7 +2,7 @@
 //! the reward stack, and a writable output directory — all checked before any training starts.
 use crate::error::{Error, Result};
 use crate::model::recompute::PassPlan;
-use crate::model::{ComputeDtype, LoadOptions, ModelSource, Policy, SamplingParams};
+use crate::model::{ComputeDtype, LoadOptions, ModelSource, Policy, RolloutCopies, SamplingParams};
 use comlrl_reward::RewardStack;
 use comlrl_scenario::{AgentPlan, Dtype, Scenario};
 use std::path::Path;
@@ -65,6 +65,10 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
     let opts = LoadOptions {
         seed: s.seed,
         sampling_dtype,
+        rollout_copies: match a.sampling_copies {
+            true => RolloutCopies::Auto,
+            false => RolloutCopies::Never,
+        },
         ..LoadOptions::default()
     };
     Policy::load(&src, &opts).map_err(|e| e.for_agent(a.index, Some(a.model.spec.clone())))

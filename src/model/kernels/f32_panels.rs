@@ -6,7 +6,7 @@
 //! shapes (Qwen2.5-0.5B's MLP 4864 × 896 and 896 × 4864, its head 151936 × 896). Each output
 //! is one running sum over k in order, whatever the other rows: a row samples the same tokens
 //! alone or batched with other prompts' rows.
-use super::row_tiles;
+use super::panel_tasks::{par_panel_tasks, Columns};
 use rayon::prelude::*;
 
 /// Output rows of W per panel (one AVX-512 vector of f32).
@@ -16,18 +16,9 @@ const MB: usize = 16;
 /// Panels per parallel task.
 const TASK_PANELS: usize = 4;
 
-/// Whether this CPU runs the fast kernel (AVX-512F); elsewhere a plain loop gives the same
-/// sums, slowly.
-pub fn usable() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
+/// Whether this CPU runs the fast kernel: AVX-512F, as `f32_decode`'s; elsewhere a plain loop
+/// gives the same sums, slowly.
+pub use super::f32_decode::usable;
 
 /// W (rows = out, cols = in) in panels of [`PANEL`] rows (the last zero-padded).
 #[derive(Debug)]
@@ -98,8 +89,6 @@ impl F32Panels {
         let (n, k) = (self.rows, self.cols);
         assert_eq!(x.len(), m * k, "f32 panels: x does not match (m, k)");
         let panels = n.div_ceil(PANEL);
-        let mut y = vec![0f32; m * n];
-        let out = Out(y.as_mut_ptr());
         // x by blocks of 16 rows, transposed: [k][row], zero rows past m.
         let blocks: Vec<Vec<f32>> = x
             .chunks(MB * k.max(1))
@@ -114,7 +103,7 @@ impl F32Panels {
             })
             .collect();
         let fast = usable();
-        let task = |t: usize| {
+        let task = |t: usize, out: &Columns| {
             let mut sums = [0f32; MB * PANEL];
             for (blk, xt) in blocks.iter().enumerate() {
                 let rows = (m - blk * MB).min(MB);
@@ -132,8 +121,8 @@ impl F32Panels {
                     }
                     let cols = (n - p * PANEL).min(PANEL);
                     for r in 0..rows {
-                        // SAFETY: row blk·16 + r < m and columns p·16 .. + cols <= n lie inside
-                        // y (m · n), which outlives the tasks; only this task writes them.
+                        // SAFETY: columns p·16 .. + cols are this task's panels; no other task
+                        // writes them.
                         unsafe {
                             out.write((blk * MB + r) * n + p * PANEL, &sums[r * PANEL..][..cols])
                         };
@@ -141,34 +130,7 @@ impl F32Panels {
                 }
             }
         };
-        let tasks = 0..panels.div_ceil(TASK_PANELS);
-        if m * n * k < row_tiles::PAR_MACS {
-            tasks.for_each(task);
-        } else {
-            tasks.into_par_iter().for_each(task);
-        }
-        y
-    }
-}
-
-/// y's buffer, shared by tasks that each write their own columns.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-
-// SAFETY: `Out` is only used by `matmul_t`'s tasks, which write disjoint column ranges of a
-// buffer that outlives them: no element is touched by two threads.
-unsafe impl Send for Out {}
-// SAFETY: as above; shared references only hand out the pointer for disjoint writes.
-unsafe impl Sync for Out {}
-
-impl Out {
-    /// y[at..at + v.len()] = v.
-    ///
-    /// # Safety
-    /// The range lies inside the buffer and no other thread writes it.
-    unsafe fn write(self, at: usize, v: &[f32]) {
-        // SAFETY: the caller's bounds; `v` is a separate array, so the copy does not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.0.add(at), v.len()) };
+        par_panel_tasks(m, n, k, panels.div_ceil(TASK_PANELS), task)
     }
 }
 

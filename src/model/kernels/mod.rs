@@ -11,6 +11,7 @@ pub mod bf16_gemm;
 pub(crate) mod bf16_matmul;
 pub mod f32_decode;
 pub(crate) mod f32_panels;
+mod panel_tasks;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
 pub(crate) mod row_tiles;

@@ -10,10 +10,9 @@
 //! each with one rounding (a bf16 product is exact in f32), and K is cut into the GEMM driver's
 //! chunks, each summed from zero and added to the total in order. The sums are therefore the
 //! AVX-512 BF16 backend's bit for bit, except where `vdpbf16ps` flushes denormals to zero.
-use super::super::row_tiles;
+use super::super::panel_tasks::{par_panel_tasks, Columns};
 use super::driver::KC;
 use super::pack::{round_bf16, Packed, KSTEP, PANEL};
-use rayon::prelude::*;
 
 /// Rows of x per register block (one accumulator each).
 const MB: usize = 16;
@@ -44,9 +43,7 @@ pub(super) fn matmul_rows(b: &Packed, x: &[f32], m: usize) -> Vec<f32> {
     let xw = widen(x, m, k, pairs);
     let ps = b.panel_elems();
     let panels = n.div_ceil(PANEL);
-    let mut y = vec![0f32; m * n];
-    let out = Rows(y.as_mut_ptr());
-    let task = |t: usize| {
+    let task = |t: usize, out: &Columns| {
         let (first, last) = (t * TASK_PANELS, ((t + 1) * TASK_PANELS).min(panels));
         let mut acc = [[0f32; MB * PANEL]; TASK_PANELS];
         let mut total = [[0f32; MB * PANEL]; TASK_PANELS];
@@ -76,8 +73,8 @@ pub(super) fn matmul_rows(b: &Packed, x: &[f32], m: usize) -> Vec<f32> {
             for (t, panel) in total.iter().zip(first..last) {
                 let cols = (n - panel * PANEL).min(PANEL);
                 for r in 0..rows {
-                    // SAFETY: row blk·16 + r < m and columns panel·16 .. + cols <= n lie inside
-                    // y (m · n), which outlives the tasks; only this task writes these columns.
+                    // SAFETY: columns panel·16 .. + cols are this task's panels; no other task
+                    // writes them.
                     unsafe {
                         out.write((blk * MB + r) * n + panel * PANEL, &t[r * PANEL..][..cols])
                     };
@@ -85,34 +82,7 @@ pub(super) fn matmul_rows(b: &Packed, x: &[f32], m: usize) -> Vec<f32> {
             }
         }
     };
-    let tasks = 0..panels.div_ceil(TASK_PANELS);
-    if m * n * k < row_tiles::PAR_MACS {
-        tasks.for_each(task);
-    } else {
-        tasks.into_par_iter().for_each(task);
-    }
-    y
-}
-
-/// y's buffer, shared by tasks that each write their own columns.
-#[derive(Clone, Copy)]
-struct Rows(*mut f32);
-
-// SAFETY: `Rows` is only used by `matmul_rows`'s tasks, which write disjoint column ranges of a
-// buffer that outlives them: no element is touched by two threads.
-unsafe impl Send for Rows {}
-// SAFETY: as above; shared references only hand out the pointer for disjoint writes.
-unsafe impl Sync for Rows {}
-
-impl Rows {
-    /// y[at..at + v.len()] = v.
-    ///
-    /// # Safety
-    /// The range lies inside the buffer and no other thread writes it.
-    unsafe fn write(self, at: usize, v: &[f32]) {
-        // SAFETY: the caller's bounds; `v` is a separate array, so the copy does not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.0.add(at), v.len()) };
-    }
+    par_panel_tasks(m, n, k, panels.div_ceil(TASK_PANELS), task)
 }
 
 /// x rounded to bf16 and widened back to f32, in blocks of 16 rows, each `[k-pair][row][2]`

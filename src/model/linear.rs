@@ -4,12 +4,12 @@ use super::mode::Mode;
 use super::sampling_weights::{
     matmul_bf16, matmul_panels, SamplingCopy, SamplingSlot, SamplingWeights,
 };
+use candle_core::{Module, Result, Tensor};
+use candle_nn::VarBuilder;
 
 /// The most rows of x a decode product takes through the f32 panels (each block of 16 rows
 /// streams W again); a prompt's prefill (more rows) runs on the checkpoint-layout weight.
 const PANEL_ROWS: usize = 32;
-use candle_core::{Module, Result, Tensor};
-use candle_nn::VarBuilder;
 
 /// A dense layer y = x · Wᵀ (+ b), with W in the checkpoint's (out, in) layout.
 #[derive(Debug, Clone)]

@@ -47,36 +47,40 @@ impl SamplingSlot {
         let copy = match kind {
             SamplingWeights::Checkpoint => None,
             SamplingWeights::Transposed => Some(SamplingCopy::Transposed(transposed(weight)?)),
-            SamplingWeights::MlpPanels => match self.panels(weight)? {
-                Some(p) => Some(SamplingCopy::Panels(p)),
-                None => return Ok(()), // refilled in place
-            },
-            SamplingWeights::Bf16 => {
-                if !weight.device().is_cpu() {
-                    candle_core::bail!("bf16 sampling weights run on the CPU only");
-                }
-                let (rows, cols) = weight.dims2()?;
-                let w = weight.detach().to_dtype(DType::F32)?.contiguous()?;
-                let (st, l) = w.storage_and_layout();
-                let Storage::Cpu(cs) = &*st else {
-                    candle_core::bail!("bf16 sampling weights run on the CPU only");
-                };
-                let src = f32s(cs, l, "bf16 sampling copy")?;
-                // After an optimizer step: overwrite the copy in place (no fresh gigabyte of
-                // pages per refresh at 0.5B, no f32 staging copy).
-                if let Ok(mut slot) = self.0.write() {
-                    if let Some(SamplingCopy::Bf16(m)) = slot.as_mut() {
-                        if let Some(m) = Arc::get_mut(m) {
-                            if m.refill(src, rows, cols) {
-                                return Ok(());
-                            }
-                        }
+            // After an optimizer step both overwrite their copy in place (no fresh gigabyte of
+            // pages per refresh at 0.5B, no f32 staging copy).
+            SamplingWeights::MlpPanels => match self.rebuild(
+                weight,
+                "f32 panel sampling copy",
+                |c, src, rows, cols| match c {
+                    SamplingCopy::Panels(p) => {
+                        Arc::get_mut(p).is_some_and(|p| p.refill(src, rows, cols))
                     }
-                }
-                Some(SamplingCopy::Bf16(Arc::new(Bf16Matrix::from_f32(
-                    src, rows, cols,
-                ))))
-            }
+                    _ => false,
+                },
+                |src, rows, cols| {
+                    SamplingCopy::Panels(Arc::new(F32Panels::from_f32(src, rows, cols)))
+                },
+            )? {
+                Some(copy) => Some(copy),
+                None => return Ok(()),
+            },
+            SamplingWeights::Bf16 => match self.rebuild(
+                weight,
+                "bf16 sampling copy",
+                |c, src, rows, cols| match c {
+                    SamplingCopy::Bf16(m) => {
+                        Arc::get_mut(m).is_some_and(|m| m.refill(src, rows, cols))
+                    }
+                    _ => false,
+                },
+                |src, rows, cols| {
+                    SamplingCopy::Bf16(Arc::new(Bf16Matrix::from_f32(src, rows, cols)))
+                },
+            )? {
+                Some(copy) => Some(copy),
+                None => return Ok(()),
+            },
         };
         if let Ok(mut slot) = self.0.write() {
             *slot = copy;
@@ -84,29 +88,34 @@ impl SamplingSlot {
         Ok(())
     }
 
-    /// `weight` packed in f32 panels: `None` where the current copy is one of the same shape,
-    /// refilled in place (no fresh pages per refresh), else a new copy.
-    fn panels(&self, weight: &Tensor) -> Result<Option<Arc<F32Panels>>> {
-        if !weight.device().is_cpu() || weight.dtype() != DType::F32 {
-            candle_core::bail!("f32 panel sampling weights need f32 weights on the CPU");
+    /// A copy of `weight` (out, in), read as contiguous f32 on the CPU: `None` where `refill`
+    /// overwrote the slot's current copy in place (one of its kind and shape that no sampler
+    /// holds), else the copy `build` makes.
+    fn rebuild(
+        &self,
+        weight: &Tensor,
+        what: &str,
+        refill: impl FnOnce(&mut SamplingCopy, &[f32], usize, usize) -> bool,
+        build: impl FnOnce(&[f32], usize, usize) -> SamplingCopy,
+    ) -> Result<Option<SamplingCopy>> {
+        if !weight.device().is_cpu() {
+            candle_core::bail!("{what}: sampling weight copies run on the CPU only");
         }
         let (rows, cols) = weight.dims2()?;
-        let w = weight.detach().contiguous()?;
+        let w = weight.detach().to_dtype(DType::F32)?.contiguous()?;
         let (st, l) = w.storage_and_layout();
         let Storage::Cpu(cs) = &*st else {
-            candle_core::bail!("f32 panel sampling weights run on the CPU only");
+            candle_core::bail!("{what}: sampling weight copies run on the CPU only");
         };
-        let src = f32s(cs, l, "f32 panel sampling copy")?;
+        let src = f32s(cs, l, what)?;
         if let Ok(mut slot) = self.0.write() {
-            if let Some(SamplingCopy::Panels(p)) = slot.as_mut() {
-                if let Some(p) = Arc::get_mut(p) {
-                    if p.refill(src, rows, cols) {
-                        return Ok(None);
-                    }
+            if let Some(current) = slot.as_mut() {
+                if refill(current, src, rows, cols) {
+                    return Ok(None);
                 }
             }
         }
-        Ok(Some(Arc::new(F32Panels::from_f32(src, rows, cols))))
+        Ok(Some(build(src, rows, cols)))
     }
 
     /// The current copy, if any.

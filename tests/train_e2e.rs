@@ -294,3 +294,39 @@ fn multi_turn_with_a_native_transition_plugin() {
         "{err}"
     );
 }
+
+#[test]
+fn a_pass_fail_reward_logs_its_zero_advantage_share() {
+    // With a reward of 0 or 100, a step's K advantages (mean baseline) are all exactly 0 when
+    // its K rewards are equal and none is 0 otherwise: the logged share is 1 or 0 accordingly.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let sets = [
+        "reward.rhai=../rewards/len_ratio_pass.rhai",
+        // The trained tiny model: its rewards are neither always 0 nor always 100.
+        "agents.model=../models/tiny-story",
+        "agents.max_new_tokens=32",
+        "logging.steps=1",
+        "trainer.num_train_epochs=1",
+    ];
+    let (ok, _, err) = small(&out, &sets).output().parts();
+    assert!(ok, "{err}");
+    let rows = metrics(&out);
+    assert_eq!(rows.len(), 10);
+    for r in &rows {
+        let all_equal = r["reward_std"].as_f64().unwrap() == 0.0;
+        for i in 0..2 {
+            let frac = r[format!("agent_{i}/zero_advantage_frac").as_str()]
+                .as_f64()
+                .unwrap_or_else(|| panic!("no zero_advantage_frac in {r}"));
+            assert_eq!(frac, if all_equal { 1.0 } else { 0.0 }, "{r}");
+        }
+    }
+    let equal = rows
+        .iter()
+        .filter(|r| r["reward_std"].as_f64() == Some(0.0));
+    assert!(
+        (1..rows.len()).contains(&equal.count()),
+        "rows with equal rewards and rows without expected: {rows:?}"
+    );
+}

@@ -2,7 +2,6 @@
 //! every way of running it: all K sequences in one pass or in micro-batches, with and without
 //! activation recomputation. All must give the reference loss, gradient norm and gradients.
 mod common;
-use candle_core::{DType, Tensor};
 use comlrl::model::{LoadOptions, ModelSource, Policy};
 use comlrl::train::loss::loss_and_grads;
 use comlrl::train::rollout::AgentRollout;
@@ -17,31 +16,12 @@ fn load(name: &str) -> Policy {
     .unwrap()
 }
 
-fn fixture_sample() -> (AgentRollout, std::collections::HashMap<String, Tensor>) {
-    let (prompt, completions, r) = common::grad::loss_fixture();
-    let advantages: Vec<f32> = r["advantages"]
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    let k = completions.len();
-    let sample = AgentRollout {
-        prompt_ids: prompt,
-        texts: vec![String::new(); k],
-        returns: vec![0.0; k],
-        kl: vec![0.0; k],
-        completions,
-        advantages,
-    };
-    (sample, r)
-}
-
 #[test]
 fn every_loss_path_matches_the_reference() {
     let policy = load("tiny-qwen2");
     let named = policy.vars();
     let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
-    let (sample, r) = fixture_sample();
+    let (sample, r) = common::grad::loss_sample();
     assert!(
         sample.completions.len() >= 3,
         "the fixture has several completions"
@@ -97,7 +77,7 @@ fn two_samples_average_and_accumulate_in_place() {
     // sample's own, whatever the pass layout.
     let policy = load("tiny-qwen2");
     let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
-    let (a, _) = fixture_sample();
+    let (a, _) = common::grad::loss_sample();
     let mut b = a.clone();
     b.prompt_ids.truncate(b.prompt_ids.len().div_ceil(2));
     b.advantages.iter_mut().for_each(|x| *x = -*x * 0.5);
@@ -148,7 +128,7 @@ fn replica_shares_add_up_to_the_whole_mini_batch() {
     use comlrl::train::loss::Share;
     let policy = load("tiny-qwen2");
     let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
-    let (sample, _) = fixture_sample();
+    let (sample, _) = common::grad::loss_sample();
     for chunk in [0, 1] {
         let whole = loss_and_grads(
             &policy,
@@ -215,7 +195,7 @@ fn kept_activations_give_the_rerun_gradients_exactly() {
     use comlrl::train::loss::{loss_and_grads_in, Share};
     let policy = load("tiny-qwen2");
     let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
-    let (sample, _) = fixture_sample();
+    let (sample, _) = common::grad::loss_sample();
     let layers = policy.config.num_hidden_layers;
     let run = |keep_bytes: usize| {
         let plan = PassPlan {

@@ -11,7 +11,7 @@
 //! `turn_<t>/reward_mean` for later turns is already CoMLRL's name in `metrics.jsonl`.
 //! Everything else is comlrl's own and keeps its name (`reward_std`, `reward/<term>`,
 //! `agent_<i>/loss`, `agent_<i>/grad_norm`, `agent_<i>/completion_length_mean`,
-//! `agent_<i>/return_mean`, `agent_<i>/kl`, `lr`, `step_seconds`, `tokens_per_s`, `epoch`).
+//! `agent_<i>/return_mean`, `agent_<i>/zero_advantage_frac`, `agent_<i>/kl`, `lr`, `step_seconds`, `tokens_per_s`, `epoch`).
 //! `step` is not a value: it is the x axis (W&B `_step`, TensorBoard's step).
 //! Non-finite values (written as `null` in `metrics.jsonl`) are left out.
 

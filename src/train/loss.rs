@@ -1,6 +1,10 @@
 //! The MAGRPO policy-gradient loss of one agent over buffered node samples:
 //! per sample (1/K)·Σ_k −A_k·Σ_t log π(y_k,t | prompt, y_k,<t) over real completion tokens
 //! (pads masked, the last real token included), averaged over the samples of a mini-batch.
+//! A sequence whose advantage is exactly 0 adds exactly 0 to the loss and to every gradient, so
+//! it is not computed (groups whose K returns are all equal cost nothing); a mini-batch with no
+//! other sequence still scores one, so the optimizer steps with zero gradients for the same
+//! parameters as always (as torch's AdamW does after `backward()` of a zero loss).
 //! A sample's K sequences go through the model `chunk` at a time (sorted by length so a chunk
 //! pads little); gradients are added in place into one buffer per parameter, so only one
 //! chunk's activations and one backward pass's gradients live at a time.
@@ -39,6 +43,9 @@ pub struct LossGrads {
     /// The loss of each pass computed here, by its number in the mini-batch (so replicas can
     /// add them up in the one-process order).
     pub passes: Vec<(usize, f64)>,
+    /// Sequences of the mini-batch left out because their advantage is exactly 0 (all
+    /// replicas count the whole mini-batch's).
+    pub skipped: usize,
 }
 
 /// Which of a mini-batch's passes this process computes: replica `index` of `of`.
@@ -104,16 +111,20 @@ pub fn loss_and_grads_in(
     let mut out = LossGrads::default();
     let scale = 1.0 / samples.len().max(1) as f64;
     // The passes of this share, laid out.
+    let scored = rows_to_score(samples);
+    out.skipped = samples
+        .iter()
+        .zip(&scored)
+        .map(|(s, rows)| s.completions.iter().filter(|c| !c.is_empty()).count() - rows.len())
+        .sum();
     let mut mine = Vec::new();
     let mut pass = 0usize;
-    for s in samples {
+    for (s, mut order) in samples.iter().zip(scored) {
         let k = s.completions.len();
-        // Completions with no tokens (max_new_tokens 0) contribute nothing.
-        if k == 0 || s.completions.iter().all(|c| c.is_empty()) {
+        if order.is_empty() {
             continue;
         }
         // Longest first, so each chunk holds sequences of similar length.
-        let mut order: Vec<usize> = (0..k).filter(|&j| !s.completions[j].is_empty()).collect();
         order.sort_by_key(|&j| std::cmp::Reverse(s.completions[j].len()));
         let per_pass = match chunk {
             0 => order.len().div_ceil(share.of.max(1)),
@@ -189,6 +200,39 @@ pub fn loss_and_grads_in(
     }
     out.grads = acc;
     Ok(out)
+}
+
+/// The sequences of each sample that the loss computes: those with tokens (an empty completion
+/// contributes nothing) and a nonzero advantage. When that leaves the whole mini-batch empty
+/// but some completion has tokens, the shortest such completion of the first sample with one is
+/// kept, so the gradients come out as zeros rather than missing.
+fn rows_to_score(samples: &[&AgentRollout]) -> Vec<Vec<usize>> {
+    let with_tokens = |s: &AgentRollout| -> Vec<usize> {
+        (0..s.completions.len())
+            .filter(|&j| !s.completions[j].is_empty())
+            .collect()
+    };
+    let mut rows: Vec<Vec<usize>> = samples
+        .iter()
+        .map(|s| {
+            with_tokens(s)
+                .into_iter()
+                .filter(|&j| s.advantages.get(j).is_none_or(|&a| a != 0.0))
+                .collect()
+        })
+        .collect();
+    if rows.iter().all(Vec::is_empty) {
+        let first = samples.iter().enumerate().find_map(|(i, s)| {
+            let shortest = with_tokens(s)
+                .into_iter()
+                .min_by_key(|&j| s.completions[j].len())?;
+            Some((i, shortest))
+        });
+        if let Some((i, j)) = first {
+            rows[i].push(j);
+        }
+    }
+    rows
 }
 
 /// One pass this process computes: its number in the mini-batch, rows, and each row's

@@ -61,6 +61,9 @@ pub struct AgentWindow {
     pub completions: usize,
     /// Sum of per-completion reference KL.
     pub kl_sum: f64,
+    /// Completions whose advantage is exactly 0 (the update skips them).
+    #[serde(default)]
+    pub zero_advantages: usize,
 }
 
 impl Window {
@@ -116,6 +119,10 @@ impl Window {
             }
             row.push((format!("agent_{i}/completion_length_mean"), a.len_sum / c));
             row.push((format!("agent_{i}/return_mean"), a.returns_sum / c));
+            row.push((
+                format!("agent_{i}/zero_advantage_frac"),
+                a.zero_advantages as f64 / c,
+            ));
             if self.kl_enabled {
                 row.push((format!("agent_{i}/kl"), a.kl_sum / c));
             }

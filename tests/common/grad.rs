@@ -3,6 +3,7 @@
 use super::{fixtures, load_st, rows_i64};
 use candle_core::{DType, Device, Tensor, Var};
 use comlrl::model::{completion_logprobs, Mode, Policy, ScoreLayout};
+use comlrl::train::rollout::AgentRollout;
 use std::collections::HashMap;
 
 /// `magrpo/loss_tiny.safetensors`: the prompt ids, the K completions (their mask applied)
@@ -28,6 +29,27 @@ pub fn loss_fixture() -> (Vec<u32>, Vec<Vec<u32>>, HashMap<String, Tensor>) {
         })
         .collect();
     (prompt, completions, r)
+}
+
+/// The loss fixture as the trainer's node sample of one agent (its advantages, no returns or
+/// KL), and every tensor of the file.
+pub fn loss_sample() -> (AgentRollout, HashMap<String, Tensor>) {
+    let (prompt, completions, r) = loss_fixture();
+    let advantages: Vec<f32> = r["advantages"]
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let k = completions.len();
+    let sample = AgentRollout {
+        prompt_ids: prompt,
+        texts: vec![String::new(); k],
+        returns: vec![0.0; k],
+        kl: vec![0.0; k],
+        completions,
+        advantages,
+    };
+    (sample, r)
 }
 
 /// −Σ advantage · Σ completion log-prob over two fixed sequences (advantages 0.7 and −1.3).

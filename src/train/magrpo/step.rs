@@ -191,6 +191,7 @@ fn record_rollout(state: &mut TrainState, s: &NodeSample, epoch: usize) {
     }
     for (aw, a) in w.agents.iter_mut().zip(&s.agents) {
         aw.kl_sum += a.kl.iter().map(|&k| k as f64).sum::<f64>();
+        aw.zero_advantages += a.advantages.iter().filter(|&&x| x == 0.0).count();
         for (c, r) in a.completions.iter().zip(&a.returns) {
             aw.len_sum += c.len() as f64;
             aw.returns_sum += *r as f64;

@@ -60,9 +60,11 @@ impl Trainer {
                     )?;
                     log::debug!(
                         "agent {i}: gradients accumulated ({} layer passes kept their \
-                         activations, at most {:.1} MB a pass); {}",
+                         activations, at most {:.1} MB a pass; {} sequences of advantage 0 \
+                         skipped); {}",
                         lg.kept_layers,
                         lg.kept_bytes_max as f64 / 1e6,
+                        lg.skipped,
                         crate::runtime::memory_line()
                     );
                     let tick = Instant::now();

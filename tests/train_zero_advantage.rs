@@ -119,3 +119,42 @@ fn a_mini_batch_of_zero_advantages_gives_zero_gradients_for_every_parameter() {
     assert_eq!((lg.skipped, lg.flops), (0, 0.0));
     assert!(lg.grads.iter().all(Option::is_none));
 }
+
+#[test]
+fn replicas_number_the_same_passes_when_sequences_are_left_out() {
+    // Data-parallel replicas lay out the mini-batch alike, so each remaining pass is computed
+    // once, and an all-zero mini-batch's one pass by one replica only.
+    let policy = tiny();
+    let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+    let (sample, _) = common::grad::loss_sample();
+    for zeroed in [vec![0, 2], (0..sample.completions.len()).collect()] {
+        let s = with_advantages(&sample, |i, a| if zeroed.contains(&i) { 0.0 } else { a });
+        let whole = run(&policy, &s, 1, true);
+        let parts: Vec<LossGrads> = (0..2)
+            .map(|index| {
+                let share = Share { index, of: 2 };
+                loss_and_grads(&policy, &vars, &[&s], 1, true, share).unwrap()
+            })
+            .collect();
+        let mut numbers: Vec<usize> = parts
+            .iter()
+            .flat_map(|p| p.passes.iter().map(|q| q.0))
+            .collect();
+        numbers.sort();
+        assert_eq!(numbers, (0..whole.passes.len()).collect::<Vec<_>>());
+        assert!(parts.iter().all(|p| p.skipped == whole.skipped));
+        for (j, g) in whole.grads.iter().enumerate() {
+            let want = f32s(g.as_ref().expect("gradient"));
+            let mut got = vec![0f32; want.len()];
+            for p in &parts {
+                if let Some(g) = &p.grads[j] {
+                    got.iter_mut().zip(f32s(g)).for_each(|(a, b)| *a += b);
+                }
+            }
+            let scale = want.iter().fold(1e-6f32, |m, x| m.max(x.abs()));
+            for (a, b) in want.iter().zip(&got) {
+                assert!((a - b).abs() <= 1e-4 * scale, "grad {j}: {a} vs {b}");
+            }
+        }
+    }
+}

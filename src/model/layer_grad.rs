@@ -6,54 +6,17 @@
 //! only passes are the products, the fused kernels' backwards and the head-layout copies.
 //! Covers every architecture's switches: biases on any projection, Qwen3's per-head q/k
 //! RMSNorm (the fused norm over rows of head_dim) and scaled RoPE (only the tables differ).
-use super::accumulate::add_into;
 use super::attention::{Attention, AttnInputs};
 use super::causal_lm::DecoderLayer;
-use super::compute::{add_matmul_tn, matmul, matmul_tn, ComputeDtype};
+use super::compute::ComputeDtype;
 use super::kernels::fusable;
-use super::kernels::rms_norm::{rms_norm, rms_norm_backward};
 use super::kernels::rope::{rope, rope_inverse};
 use super::kernels::softmax::{masked_softmax, masked_softmax_backward};
 use super::kernels::swiglu::{swiglu, swiglu_backward};
-use super::linear::Linear;
+pub use super::layer_ops::GradSlots;
+use super::layer_ops::{head_norm, head_norm_back, lin, lin_back, norm, norm_back};
 use super::norm::RmsNorm;
-use candle_core::{Result, Tensor, TensorId, Var};
-use std::collections::HashMap;
-
-/// Where each trainable tensor's gradient accumulates: its index in the caller's `vars`/`acc`.
-pub struct GradSlots(HashMap<TensorId, usize>);
-
-impl GradSlots {
-    pub fn new(vars: &[Var]) -> Self {
-        Self(
-            vars.iter()
-                .enumerate()
-                .map(|(i, v)| (v.as_tensor().id(), i))
-                .collect(),
-        )
-    }
-
-    /// The accumulator slot of `w` (`None` inside until its first gradient), or `None` when `w`
-    /// is frozen.
-    fn slot<'a>(
-        &self,
-        acc: &'a mut [Option<Tensor>],
-        w: &Tensor,
-    ) -> Option<&'a mut Option<Tensor>> {
-        self.0.get(&w.id()).map(|&i| &mut acc[i])
-    }
-
-    /// The accumulator of `w` (created as zeros on first use), or `None` when `w` is frozen.
-    fn acc<'a>(&self, acc: &'a mut [Option<Tensor>], w: &Tensor) -> Result<Option<&'a Tensor>> {
-        let Some(&i) = self.0.get(&w.id()) else {
-            return Ok(None);
-        };
-        if acc[i].is_none() {
-            acc[i] = Some(w.zeros_like()?);
-        }
-        Ok(acc[i].as_ref())
-    }
-}
+use candle_core::{Result, Tensor};
 
 /// Whether `layer` can take the hand-written path for input `x` (f32 weights and input, CPU).
 pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
@@ -81,91 +44,6 @@ pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
     }
     ws.extend(norms.into_iter().flatten().map(|n| &n.weight));
     fusable(&ws)
-}
-
-/// y = x · Wᵀ (+ b) for x (rows, in), without a graph; the product in `dt`.
-fn lin(x: &Tensor, l: &Linear, dt: ComputeDtype) -> Result<Tensor> {
-    let y = matmul(x, &l.weight.detach().t()?, dt)?;
-    match &l.bias {
-        Some(b) => y.broadcast_add(&b.detach()),
-        None => Ok(y),
-    }
-}
-
-/// Backward of [`lin`]: accumulates d W = dyᵀ · x (the first one written, not added to
-/// zeros) and d b = Σ dy, returns d x = dy · W (both
-/// products in `dt`).
-fn lin_back(
-    dy: &Tensor,
-    x: &Tensor,
-    l: &Linear,
-    slots: &GradSlots,
-    acc: &mut [Option<Tensor>],
-    dt: ComputeDtype,
-) -> Result<Tensor> {
-    match slots.slot(acc, &l.weight) {
-        Some(Some(a)) => add_matmul_tn(a, dy, x, dt)?,
-        Some(empty) => *empty = Some(matmul_tn(dy, x, dt)?),
-        None => {}
-    }
-    if let Some(b) = &l.bias {
-        if let Some(a) = slots.acc(acc, b)? {
-            add_into(a, &dy.sum(0)?)?;
-        }
-    }
-    matmul(dy, &l.weight.detach(), dt)
-}
-
-fn norm(x: &Tensor, n: &RmsNorm) -> Result<Tensor> {
-    rms_norm(x, &n.weight.detach(), n.eps)
-}
-
-fn norm_back(
-    dy: &Tensor,
-    x: &Tensor,
-    n: &RmsNorm,
-    slots: &GradSlots,
-    acc: &mut [Option<Tensor>],
-) -> Result<Tensor> {
-    let (dx, dw) = rms_norm_backward(x, &n.weight.detach(), dy, n.eps)?;
-    if let Some(a) = slots.acc(acc, &n.weight)? {
-        add_into(a, &dw)?;
-    }
-    Ok(dx)
-}
-
-/// RMSNorm over each d-wide head of `t` (rows, heads·d), when the layer has one.
-fn head_norm(t: Tensor, n: Option<&RmsNorm>, d: usize) -> Result<Tensor> {
-    match n {
-        Some(n) => norm(&t.reshape((t.elem_count() / d, d))?, n)?.reshape(t.shape()),
-        None => Ok(t),
-    }
-}
-
-/// Backward of [`head_norm`] for the pre-norm input `x` (kept only when there is a norm).
-fn head_norm_back(
-    dy: Tensor,
-    x: Option<&Tensor>,
-    n: Option<&RmsNorm>,
-    d: usize,
-    slots: &GradSlots,
-    acc: &mut [Option<Tensor>],
-) -> Result<Tensor> {
-    match (n, x) {
-        (Some(n), Some(x)) => {
-            let rows = x.elem_count() / d;
-            norm_back(
-                &dy.reshape((rows, d))?,
-                &x.reshape((rows, d))?,
-                n,
-                slots,
-                acc,
-            )?
-            .reshape(x.shape())
-        }
-        (Some(_), None) => candle_core::bail!("q/k norm backward without its input"),
-        (None, _) => Ok(dy),
-    }
 }
 
 /// The layer's activations that its backward reads; rows = b·s. Those in `Option`s are
@@ -433,7 +311,7 @@ mod tests {
     use crate::model::mode::Mode;
     use crate::model::rope::Rope;
     use crate::model::weights::expected_tensors;
-    use candle_core::{DType, Device};
+    use candle_core::{DType, Device, Var};
     use candle_nn::VarBuilder;
 
     /// Layer 0's weights as f32 variables and f64 copies, from one seed's random values.

@@ -1,0 +1,134 @@
+//! The hand-written layer's building blocks, without a graph: a linear map and an RMSNorm (over
+//! whole rows or over each head), each with its backward, which writes the weights' gradients
+//! into the caller's accumulators ([`GradSlots`]).
+use super::accumulate::add_into;
+use super::compute::{add_matmul_tn, matmul, matmul_tn, ComputeDtype};
+use super::kernels::rms_norm::{rms_norm, rms_norm_backward};
+use super::linear::Linear;
+use super::norm::RmsNorm;
+use candle_core::{Result, Tensor, TensorId, Var};
+use std::collections::HashMap;
+
+/// Where each trainable tensor's gradient accumulates: its index in the caller's `vars`/`acc`.
+pub struct GradSlots(HashMap<TensorId, usize>);
+
+impl GradSlots {
+    pub fn new(vars: &[Var]) -> Self {
+        Self(
+            vars.iter()
+                .enumerate()
+                .map(|(i, v)| (v.as_tensor().id(), i))
+                .collect(),
+        )
+    }
+
+    /// The accumulator slot of `w` (`None` inside until its first gradient), or `None` when `w`
+    /// is frozen.
+    pub(super) fn slot<'a>(
+        &self,
+        acc: &'a mut [Option<Tensor>],
+        w: &Tensor,
+    ) -> Option<&'a mut Option<Tensor>> {
+        self.0.get(&w.id()).map(|&i| &mut acc[i])
+    }
+
+    /// The accumulator of `w` (created as zeros on first use), or `None` when `w` is frozen.
+    pub(super) fn acc<'a>(
+        &self,
+        acc: &'a mut [Option<Tensor>],
+        w: &Tensor,
+    ) -> Result<Option<&'a Tensor>> {
+        let Some(&i) = self.0.get(&w.id()) else {
+            return Ok(None);
+        };
+        if acc[i].is_none() {
+            acc[i] = Some(w.zeros_like()?);
+        }
+        Ok(acc[i].as_ref())
+    }
+}
+
+/// y = x · Wᵀ (+ b) for x (rows, in), without a graph; the product in `dt`.
+pub(super) fn lin(x: &Tensor, l: &Linear, dt: ComputeDtype) -> Result<Tensor> {
+    let y = matmul(x, &l.weight.detach().t()?, dt)?;
+    match &l.bias {
+        Some(b) => y.broadcast_add(&b.detach()),
+        None => Ok(y),
+    }
+}
+
+/// Backward of [`lin`]: accumulates d W = dyᵀ · x (the first one written, not added to
+/// zeros) and d b = Σ dy, returns d x = dy · W (both
+/// products in `dt`).
+pub(super) fn lin_back(
+    dy: &Tensor,
+    x: &Tensor,
+    l: &Linear,
+    slots: &GradSlots,
+    acc: &mut [Option<Tensor>],
+    dt: ComputeDtype,
+) -> Result<Tensor> {
+    match slots.slot(acc, &l.weight) {
+        Some(Some(a)) => add_matmul_tn(a, dy, x, dt)?,
+        Some(empty) => *empty = Some(matmul_tn(dy, x, dt)?),
+        None => {}
+    }
+    if let Some(b) = &l.bias {
+        if let Some(a) = slots.acc(acc, b)? {
+            add_into(a, &dy.sum(0)?)?;
+        }
+    }
+    matmul(dy, &l.weight.detach(), dt)
+}
+
+pub(super) fn norm(x: &Tensor, n: &RmsNorm) -> Result<Tensor> {
+    rms_norm(x, &n.weight.detach(), n.eps)
+}
+
+pub(super) fn norm_back(
+    dy: &Tensor,
+    x: &Tensor,
+    n: &RmsNorm,
+    slots: &GradSlots,
+    acc: &mut [Option<Tensor>],
+) -> Result<Tensor> {
+    let (dx, dw) = rms_norm_backward(x, &n.weight.detach(), dy, n.eps)?;
+    if let Some(a) = slots.acc(acc, &n.weight)? {
+        add_into(a, &dw)?;
+    }
+    Ok(dx)
+}
+
+/// RMSNorm over each d-wide head of `t` (rows, heads·d), when the layer has one.
+pub(super) fn head_norm(t: Tensor, n: Option<&RmsNorm>, d: usize) -> Result<Tensor> {
+    match n {
+        Some(n) => norm(&t.reshape((t.elem_count() / d, d))?, n)?.reshape(t.shape()),
+        None => Ok(t),
+    }
+}
+
+/// Backward of [`head_norm`] for the pre-norm input `x` (kept only when there is a norm).
+pub(super) fn head_norm_back(
+    dy: Tensor,
+    x: Option<&Tensor>,
+    n: Option<&RmsNorm>,
+    d: usize,
+    slots: &GradSlots,
+    acc: &mut [Option<Tensor>],
+) -> Result<Tensor> {
+    match (n, x) {
+        (Some(n), Some(x)) => {
+            let rows = x.elem_count() / d;
+            norm_back(
+                &dy.reshape((rows, d))?,
+                &x.reshape((rows, d))?,
+                n,
+                slots,
+                acc,
+            )?
+            .reshape(x.shape())
+        }
+        (Some(_), None) => candle_core::bail!("q/k norm backward without its input"),
+        (None, _) => Ok(dy),
+    }
+}

@@ -324,9 +324,29 @@ fn a_pass_fail_reward_logs_its_zero_advantage_share() {
     }
     let equal = rows
         .iter()
-        .filter(|r| r["reward_std"].as_f64() == Some(0.0));
+        .filter(|r| r["reward_std"].as_f64() == Some(0.0))
+        .count();
     assert!(
-        (1..rows.len()).contains(&equal.count()),
+        (1..rows.len()).contains(&equal),
         "rows with equal rewards and rows without expected: {rows:?}"
+    );
+    // `bench train` runs the same steps (the output directory aside) and reports the share.
+    let report = tmp.path().join("train.json");
+    let (ok, _, err) = comlrl(&["bench", "train", tiny_scenario().to_str().unwrap()])
+        .sets(&small(&out, &sets).overrides()[1..])
+        .flags(&["--out", report.to_str().unwrap()])
+        .output()
+        .parts();
+    assert!(ok, "{err}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let share = r["train"]["zero_advantage_frac"].as_f64().unwrap();
+    assert_eq!(share, equal as f64 / rows.len() as f64, "{r}");
+    assert!(
+        err.contains(&format!(
+            "{:.0}% of completions had advantage 0",
+            100.0 * share
+        )),
+        "{err}"
     );
 }

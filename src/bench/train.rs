@@ -43,6 +43,9 @@ pub struct TrainReport {
     pub peak_rss_bytes: Option<u64>,
     /// Mean joint reward of each step, for checking that a change did not alter learning.
     pub reward_per_step: Vec<f64>,
+    /// Share of the steps' completions (all agents) whose advantage is exactly 0: the update
+    /// skips them, so a run's update time depends on it.
+    pub zero_advantage_frac: f64,
 }
 
 /// Summary statistics of a series.
@@ -155,5 +158,9 @@ pub fn run(mut scenario: Scenario, steps: Option<usize>) -> Result<TrainReport> 
         update_gflops_per_s: if update > 0.0 { flops / update } else { 0.0 },
         peak_rss_bytes: crate::runtime::peak_rss_bytes(),
         reward_per_step: rows.iter().map(|r| get(r, "reward_mean")).collect(),
+        zero_advantage_frac: (0..agents)
+            .map(|i| mean(&format!("agent_{i}/zero_advantage_frac")))
+            .sum::<f64>()
+            / agents.max(1) as f64,
     })
 }

@@ -217,8 +217,16 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
             .and_then(|v| v.as_f64())
             .unwrap_or(0.0)
     };
+    let skipped = if r.zero_advantage_frac > 0.0 {
+        format!(
+            "; {:.0}% of completions had advantage 0 (the update skips them)",
+            100.0 * r.zero_advantage_frac
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "  {:.2} s/step (median {:.2}): sampling {:.2}, reward {:.3}, update {:.2} (forward {:.2} + backward {:.2} + optimizer {:.2}, summed over agents); {:.0} tok/s sampling, {:.1} GFLOP/s update, peak RSS {}",
+        "  {:.2} s/step (median {:.2}): sampling {:.2}, reward {:.3}, update {:.2} (forward {:.2} + backward {:.2} + optimizer {:.2}, summed over agents); {:.0} tok/s sampling, {:.1} GFLOP/s update, peak RSS {}{skipped}",
         r.seconds_per_step.mean,
         r.seconds_per_step.median,
         p("sampling"),

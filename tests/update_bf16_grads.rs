@@ -34,17 +34,7 @@ fn load(name: &str) -> Policy {
 /// One node sample per case: the MAGRPO loss fixture (tiny tokenizer, vocabulary 3000) for the
 /// Qwen2 models, the reference prompts/completions/advantages for tiny-llama and tiny-qwen3.
 fn samples(name: &str) -> Vec<AgentRollout> {
-    let sample = |prompt: Vec<u32>, completions: Vec<Vec<u32>>, advantages: Vec<f32>| {
-        let k = completions.len();
-        AgentRollout {
-            prompt_ids: prompt,
-            texts: vec![String::new(); k],
-            returns: vec![0.0; k],
-            kl: vec![0.0; k],
-            completions,
-            advantages,
-        }
-    };
+    let sample = common::grad::rollout;
     if name.starts_with("tiny-qwen2") {
         let (prompt, completions, r) = common::grad::loss_fixture();
         let adv = r["advantages"]

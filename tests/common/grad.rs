@@ -31,8 +31,21 @@ pub fn loss_fixture() -> (Vec<u32>, Vec<Vec<u32>>, HashMap<String, Tensor>) {
     (prompt, completions, r)
 }
 
-/// The loss fixture as the trainer's node sample of one agent (its advantages, no returns or
-/// KL), and every tensor of the file.
+/// One agent's node sample of `completions` after `prompt` with their `advantages` (no returns
+/// or KL: the loss reads neither).
+pub fn rollout(prompt: Vec<u32>, completions: Vec<Vec<u32>>, advantages: Vec<f32>) -> AgentRollout {
+    let k = completions.len();
+    AgentRollout {
+        prompt_ids: prompt,
+        texts: vec![String::new(); k],
+        returns: vec![0.0; k],
+        kl: vec![0.0; k],
+        completions,
+        advantages,
+    }
+}
+
+/// The loss fixture as the trainer's node sample of one agent, and every tensor of the file.
 pub fn loss_sample() -> (AgentRollout, HashMap<String, Tensor>) {
     let (prompt, completions, r) = loss_fixture();
     let advantages: Vec<f32> = r["advantages"]
@@ -40,16 +53,7 @@ pub fn loss_sample() -> (AgentRollout, HashMap<String, Tensor>) {
         .unwrap()
         .to_vec1()
         .unwrap();
-    let k = completions.len();
-    let sample = AgentRollout {
-        prompt_ids: prompt,
-        texts: vec![String::new(); k],
-        returns: vec![0.0; k],
-        kl: vec![0.0; k],
-        completions,
-        advantages,
-    };
-    (sample, r)
+    (rollout(prompt, completions, advantages), r)
 }
 
 /// −Σ advantage · Σ completion log-prob over two fixed sequences (advantages 0.7 and −1.3).

@@ -26,8 +26,6 @@ fn every_loss_path_matches_the_reference() {
         sample.completions.len() >= 3,
         "the fixture has several completions"
     );
-    let want_loss = r["loss"].to_scalar::<f32>().unwrap() as f64;
-    let want_norm = r["grad_global_norm"].to_scalar::<f32>().unwrap() as f64;
     for recompute in [false, true] {
         for chunk in [0, 1, 3] {
             let lg = loss_and_grads(
@@ -40,32 +38,7 @@ fn every_loss_path_matches_the_reference() {
             )
             .unwrap();
             let what = format!("recompute {recompute}, micro-batch {chunk}");
-            assert!(
-                (lg.loss - want_loss).abs() < 1e-4 + 1e-5 * want_loss.abs(),
-                "{what}: loss {} vs {want_loss}",
-                lg.loss
-            );
-            let mut sq = 0f64;
-            for ((name, _), g) in named.iter().zip(&lg.grads) {
-                let g = g
-                    .as_ref()
-                    .unwrap_or_else(|| panic!("{what}: {name} got no gradient"));
-                let gv = f32s(g);
-                sq += gv.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>();
-                if let Some(want) = r.get(&format!("grad.{name}")) {
-                    for (i, (a, b)) in gv.iter().zip(f32s(want)).enumerate() {
-                        assert!(
-                            (a - b).abs() <= 1e-4 + 1e-3 * b.abs(),
-                            "{what}: grad.{name}[{i}]: {a} vs {b}"
-                        );
-                    }
-                }
-            }
-            let norm = sq.sqrt();
-            assert!(
-                ((norm - want_norm) / want_norm).abs() < 1e-4,
-                "{what}: grad norm {norm} vs {want_norm}"
-            );
+            common::grad::assert_matches_reference(&what, &named, &lg, &r);
             assert!(lg.flops > 0.0 && lg.forward_s > 0.0 && lg.backward_s > 0.0);
         }
     }
@@ -234,6 +207,7 @@ fn kept_activations_give_the_rerun_gradients_exactly() {
                 keep_bytes,
                 keep_top_bytes,
                 dtype,
+                share_prompt: None,
             };
             let mut acc = vec![None; vars.len()];
             let pending =

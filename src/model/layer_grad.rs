@@ -6,6 +6,8 @@
 //! only passes are the products, the fused kernels' backwards and the head-layout copies.
 //! Covers every architecture's switches: biases on any projection, Qwen3's per-head q/k
 //! RMSNorm (the fused norm over rows of head_dim) and scaled RoPE (only the tables differ).
+//! Rows that share a prompt ([`Shared`], see `shared_prompt`) attend to the prompt's keys and
+//! values before their own; their backward returns those keys' and values' gradients.
 use super::attention::{Attention, AttnInputs};
 use super::causal_lm::DecoderLayer;
 use super::compute::ComputeDtype;
@@ -16,6 +18,8 @@ use super::kernels::swiglu::{swiglu, swiglu_backward};
 pub use super::layer_ops::GradSlots;
 use super::layer_ops::{head_norm, head_norm_back, lin, lin_back, norm, norm_back};
 use super::norm::RmsNorm;
+use super::shared_prompt::{after_past, split_past};
+pub use super::shared_prompt::{Past, Shared};
 use candle_core::{Result, Tensor};
 
 /// Whether `layer` can take the hand-written path for input `x` (f32 weights and input, CPU).
@@ -61,7 +65,8 @@ struct Saved {
     /// such norms.
     q_pre: Option<Tensor>,
     k_pre: Option<Tensor>,
-    /// Rotated queries (b, nkv, g·s, d), keys and values (b, nkv, s, d).
+    /// Rotated queries (b, nkv, g·s, d), keys and values (b, nkv, P + s, d): a shared
+    /// prompt's P first, if any, then the rows' own.
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -117,13 +122,15 @@ fn or_recompute(t: Option<Tensor>, f: impl FnOnce() -> Result<Tensor>) -> Result
 /// `dt`: everything the forward computes except the output's down projection and residual add,
 /// which nothing downstream of the backward needs (a re-run stops here, skipping one of
 /// the layer's three largest products). `keep_pre`: also keep the pre-norm queries and keys where the layer
-/// has per-head norms (only a backward reads them).
+/// has per-head norms (only a backward reads them). With `past`, the rows attend to a shared
+/// prompt's keys and values first.
 fn activations(
     layer: &DecoderLayer,
     x: &Tensor,
     inp: &AttnInputs,
     keep_pre: bool,
     dt: ComputeDtype,
+    past: Option<&Past>,
 ) -> Result<Saved> {
     let (b, s, hd) = x.dims3()?;
     let a = &layer.self_attn;
@@ -143,6 +150,10 @@ fn activations(
     };
     let q = rotate(&q)?.reshape((b, nkv, g * s, d))?;
     let k = rotate(&k)?;
+    let (k, v) = match past {
+        Some(pa) => (after_past(&pa.k, &k)?, after_past(&pa.v, &v)?),
+        None => (k, v),
+    };
     let p = probs(a, &q, &k, inp)?;
     let ya = merge_heads(&p.matmul(&v)?.reshape((b, nh, s, d))?)?;
     let x2 = (&x + lin(&ya, &a.o_proj, dt)?)?;
@@ -185,8 +196,9 @@ fn forward(
     inp: &AttnInputs,
     keep: bool,
     dt: ComputeDtype,
+    past: Option<&Past>,
 ) -> Result<(Tensor, Option<Saved>)> {
-    let sv = activations(layer, x, inp, keep, dt)?;
+    let sv = activations(layer, x, inp, keep, dt, past)?;
     let y = output(layer, &sv, x.dims(), dt)?;
     Ok((y, keep.then_some(sv)))
 }
@@ -211,14 +223,50 @@ impl Kept {
 }
 
 /// The layer's output for x (b, s, h), without a graph (the recomputed loss's first pass), its
-/// projections in `dt`.
+/// projections in `dt`; with `past`, the rows continue a shared prompt (see [`Shared::After`]).
 pub fn layer_forward(
     layer: &DecoderLayer,
     x: &Tensor,
     inp: &AttnInputs,
     dt: ComputeDtype,
+    past: Option<&Past>,
 ) -> Result<Tensor> {
-    Ok(forward(layer, x, inp, false, dt)?.0)
+    Ok(forward(layer, x, inp, false, dt, past)?.0)
+}
+
+/// A shared prompt's pass through the layer: its output for x (1, P, h) and the keys and
+/// values the rows after it attend to.
+pub fn prompt_forward(
+    layer: &DecoderLayer,
+    x: &Tensor,
+    inp: &AttnInputs,
+    dt: ComputeDtype,
+) -> Result<(Tensor, Past)> {
+    let sv = activations(layer, x, inp, false, dt, None)?;
+    let y = output(layer, &sv, x.dims(), dt)?;
+    Ok((
+        y,
+        Past {
+            k: sv.k.clone(),
+            v: sv.v.clone(),
+        },
+    ))
+}
+
+/// A shared prompt's activations for its backward (see [`Shared::Prompt`]), and the keys and
+/// values that the rows after it need for theirs.
+pub fn prompt_activations(
+    layer: &DecoderLayer,
+    x: &Tensor,
+    inp: &AttnInputs,
+    dt: ComputeDtype,
+) -> Result<(Past, Kept)> {
+    let sv = activations(layer, x, inp, true, dt, None)?;
+    let past = Past {
+        k: sv.k.clone(),
+        v: sv.v.clone(),
+    };
+    Ok((past, Kept(sv)))
 }
 
 /// [`layer_forward`] that also returns what the layer's backward reads, so that
@@ -229,8 +277,9 @@ pub fn layer_forward_keep(
     x: &Tensor,
     inp: &AttnInputs,
     dt: ComputeDtype,
+    past: Option<&Past>,
 ) -> Result<(Tensor, Kept)> {
-    match forward(layer, x, inp, true, dt)? {
+    match forward(layer, x, inp, true, dt, past)? {
         (y, Some(sv)) => Ok((y, Kept(sv.slim()))),
         (_, None) => candle_core::bail!("layer forward kept no activations"),
     }
@@ -238,8 +287,10 @@ pub fn layer_forward_keep(
 
 /// Back-propagates dy (b, s, h) through the layer at input x (b, s, h), from `kept`
 /// activations or else by re-running the layer (up to its SwiGLU): the weights' gradients are
-/// added into `acc` (see [`GradSlots`]); returns d x. Every projection's products (forward and backward) run in
-/// `dt`; attention, norms, RoPE and SwiGLU stay f32.
+/// added into `acc` (see [`GradSlots`]); returns d x and, for rows after a shared prompt
+/// ([`Shared::After`]), d (the prompt's keys and values) summed over the rows. Every
+/// projection's products (forward and backward) run in `dt`; attention, norms, RoPE and SwiGLU
+/// stay f32.
 #[allow(clippy::too_many_arguments)]
 pub fn layer_backward(
     layer: &DecoderLayer,
@@ -250,11 +301,16 @@ pub fn layer_backward(
     acc: &mut [Option<Tensor>],
     dt: ComputeDtype,
     kept: Option<Kept>,
-) -> Result<Tensor> {
+    shared: Shared,
+) -> Result<(Tensor, Option<Past>)> {
     let (b, s, hd) = x.dims3()?;
+    let past = match &shared {
+        Shared::After(p) => Some(*p),
+        _ => None,
+    };
     let sv = match kept {
         Some(Kept(sv)) => sv,
-        None => activations(layer, x, inp, true, dt)?,
+        None => activations(layer, x, inp, true, dt, past)?,
     };
     let a = &layer.self_attn;
     let (nh, nkv, d) = (a.heads, a.kv_heads, a.head_dim);
@@ -281,13 +337,14 @@ pub fn layer_backward(
     drop(dya);
     let dp = dyh.matmul(&sv.v.t()?)?;
     let p = or_recompute(sv.p, || probs(a, &sv.q, &sv.k, inp))?;
-    let dv = p.t()?.matmul(&dyh)?; // (b, nkv, s, d): the group's heads summed
+    let dv = p.t()?.matmul(&dyh)?; // (b, nkv, P + s, d): the group's heads summed
     drop(dyh);
     let datt = masked_softmax_backward(&p, &dp, scale(a))?;
     drop((dp, p));
     let dq = datt.matmul(&sv.k)?.reshape((b, nh, s, d))?;
     let dk = datt.t()?.matmul(&sv.q)?;
     drop(datt);
+    let (dk, dv, dpast) = split_past(dk, dv, shared)?;
     let dq = merge_heads(&rope_inverse(&dq, inp.cos, inp.sin)?)?;
     let dk = merge_heads(&rope_inverse(&dk, inp.cos, inp.sin)?)?;
     let dq = head_norm_back(dq, sv.q_pre.as_ref(), a.q_norm.as_ref(), d, slots, acc)?;
@@ -298,7 +355,7 @@ pub fn layer_backward(
         + lin_back(&dk, &h1, &a.k_proj, slots, acc, dt)?)?;
     let dh1 = (dh1 + lin_back(&dv, &h1, &a.v_proj, slots, acc, dt)?)?;
     let dx = (dx2 + norm_back(&dh1, &sv.x, &layer.input_layernorm, slots, acc)?)?;
-    dx.reshape((b, s, hd))
+    Ok((dx.reshape((b, s, hd))?, dpast))
 }
 
 #[cfg(test)]
@@ -385,7 +442,7 @@ mod tests {
             "{:?} must take the hand-written path",
             f.arch
         );
-        let y = layer_forward(&l32, &x, &inp32, ComputeDtype::F32)?;
+        let y = layer_forward(&l32, &x, &inp32, ComputeDtype::F32, None)?;
         let want_y = l64.forward(&x.to_dtype(DType::F64)?, &rope64, &inp64, None, Mode::Train)?;
         let real64 = real.to_dtype(DType::F64)?;
         let y_err = max_diff(&y.broadcast_mul(&real)?, &want_y.broadcast_mul(&real64)?)?;
@@ -396,7 +453,7 @@ mod tests {
             .map(|v| v.as_tensor().ones_like().map(Some))
             .collect::<Result<_>>()?;
         let slots = GradSlots::new(&vars);
-        let dx = layer_backward(
+        let (dx, _) = layer_backward(
             &l32,
             &x,
             &dy,
@@ -405,6 +462,7 @@ mod tests {
             &mut acc,
             ComputeDtype::F32,
             None,
+            Shared::No,
         )?;
         let want_dx = grads
             .get(x64.as_tensor())

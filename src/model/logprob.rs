@@ -23,6 +23,9 @@ pub struct ScoreLayout {
     pub prompt_width: usize,
     /// C: the longest completion (at least 1).
     pub completion_width: usize,
+    /// Every row continues the same prompt (a node sample's completions): the update may
+    /// compute the prompt once (see `recompute`).
+    pub shared_prompt: bool,
 }
 
 impl ScoreLayout {
@@ -84,6 +87,7 @@ impl ScoreLayout {
             target_mask: Tensor::from_vec(tmask, (b, c), dev)?,
             prompt_width: t,
             completion_width: c,
+            shared_prompt: prompts.windows(2).all(|w| w[0] == w[1]),
         })
     }
 }

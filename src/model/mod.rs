@@ -30,6 +30,7 @@ pub(crate) mod rope;
 pub(crate) mod rope_scaling;
 pub(crate) mod sample;
 pub(crate) mod sampling_weights;
+mod shared_prompt;
 pub mod source;
 pub(crate) mod storage;
 pub(crate) mod tokenizer;

@@ -8,14 +8,20 @@
 //! Within a byte budget ([`PassPlan::keep_bytes`]) the first forward keeps layers' activations
 //! (bottom layer first) and those layers skip their re-run: the same numbers, less compute
 //! where activations are small (the extra forward is a quarter of a small model's update).
+//!
+//! Where every row of a pass continues the same prompt (a node sample's K completions) and
+//! [`PassPlan::share_prompt`] allows, the prompt is computed once as one row that the others
+//! attend to (`shared_prompt`, [`prompt_part`]).
 use super::accumulate::{scatter_rows_add, take_grads};
 use super::attention::AttnInputs;
 use super::causal_lm::CausalLm;
 use super::compute::{ComputeDtype, Prepared};
 use super::head_grad::head_backward;
-use super::layer_grad;
+use super::layer_grad::{self, Past, Shared};
 use super::logprob::ScoreLayout;
 use super::mode::Mode;
+use super::shared_prompt::PromptPart;
+pub use super::shared_prompt::{prompt_part, SHARE_PROMPT_MIN_POSITIONS};
 use candle_core::{Module, Result, Tensor, Var};
 
 /// What one recomputed pass reports.
@@ -47,15 +53,20 @@ pub struct PassPlan {
     /// (`pass_order` gives it to the pass whose backward runs first). Whole layers, counted
     /// by the first kept layer's size.
     pub keep_top_bytes: usize,
+    /// `Some(n)`: compute a prompt that every row of a pass shares once where that saves at
+    /// least `n` positions (`trainer.share_prompt`, see [`prompt_part`]); `None`: every row
+    /// whole.
+    pub share_prompt: Option<usize>,
 }
 
 impl PassPlan {
-    /// Products in `dtype`, every layer re-run in the backward.
+    /// Products in `dtype`, every layer re-run in the backward, each row computed whole.
     pub fn rerun_all(dtype: ComputeDtype) -> Self {
         Self {
             dtype,
             keep_bytes: 0,
             keep_top_bytes: 0,
+            share_prompt: None,
         }
     }
 }
@@ -105,6 +116,9 @@ pub struct Pending<'a> {
     kept: Vec<Option<layer_grad::Kept>>,
     /// d loss / d (the top layer's output).
     g: Tensor,
+    /// A prompt shared by every row, computed once; the fields above are then those of the
+    /// rows after it.
+    prompt: Option<PromptPart>,
     stats: PassStats,
 }
 
@@ -112,7 +126,11 @@ impl Pending<'_> {
     /// Bytes this pending pass holds: layer inputs, kept activations and the top gradient.
     pub fn bytes(&self) -> usize {
         let t = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
-        self.inputs.iter().map(t).sum::<usize>() + t(&self.g) + self.stats.kept_bytes
+        let prompt = self
+            .prompt
+            .as_ref()
+            .map_or(0, |p| p.inputs.iter().map(t).sum::<usize>() + t(&p.g));
+        self.inputs.iter().map(t).sum::<usize>() + t(&self.g) + self.stats.kept_bytes + prompt
     }
 
     /// Per layer, bottom first, whether its activations were kept (it will not re-run).
@@ -138,6 +156,7 @@ impl Pending<'_> {
             mut inputs,
             mut kept,
             mut g,
+            mut prompt,
             mut stats,
         } = self;
         let inp = AttnInputs {
@@ -151,8 +170,44 @@ impl Pending<'_> {
         for layer in model.layers.iter().rev() {
             let x = inputs.pop().expect("one input per layer");
             let k = kept.pop().expect("one entry per layer");
+            if let Some(pp) = prompt.as_mut() {
+                // The rows first (they need the prompt's keys and values), then the prompt
+                // with the gradients the rows sent back to its keys and values.
+                let xp = pp.inputs.pop().expect("one prompt input per layer");
+                let (past, pk) = layer_grad::prompt_activations(layer, &xp, &pp.inp(), dt)?;
+                let after = Shared::After(&past);
+                let (dx, back) =
+                    layer_grad::layer_backward(layer, &x, &g, &inp, &slots, acc, dt, k, after)?;
+                let back = back.ok_or_else(|| {
+                    candle_core::Error::Msg("rows after a prompt returned no key gradients".into())
+                })?;
+                let (dxp, _) = layer_grad::layer_backward(
+                    layer,
+                    &xp,
+                    &pp.g,
+                    &pp.inp(),
+                    &slots,
+                    acc,
+                    dt,
+                    Some(pk),
+                    Shared::Prompt(back),
+                )?;
+                (g, pp.g) = (dx, dxp);
+                continue;
+            }
             if layer_grad::supported(layer, &x) {
-                g = layer_grad::layer_backward(layer, &x, &g, &inp, &slots, acc, dt, k)?;
+                g = layer_grad::layer_backward(
+                    layer,
+                    &x,
+                    &g,
+                    &inp,
+                    &slots,
+                    acc,
+                    dt,
+                    k,
+                    Shared::No,
+                )?
+                .0;
                 continue;
             }
             let x = Var::from_tensor(&x)?;
@@ -175,8 +230,18 @@ impl Pending<'_> {
                 acc[i] = Some(model.embed_tokens.zeros_like()?);
             }
             if let Some(a) = &acc[i] {
-                let (b, s, hd) = g.dims3()?;
-                scatter_rows_add(a, &layout.ids, &g.reshape((b * s, hd))?)?;
+                let rows = |ids: &Tensor, g: &Tensor| -> Result<()> {
+                    let (b, s, hd) = g.dims3()?;
+                    scatter_rows_add(a, ids, &g.reshape((b * s, hd))?)
+                };
+                match &prompt {
+                    Some(pp) => {
+                        rows(&pp.ids, &pp.g)?;
+                        let p = pp.ids.dim(1)?;
+                        rows(&layout.ids.narrow(1, p, layout.ids.dim(1)? - p)?, &g)?;
+                    }
+                    None => rows(&layout.ids, &g)?,
+                }
             }
         }
         stats.backward_s += start.elapsed().as_secs_f64();
@@ -202,14 +267,30 @@ pub fn forward_and_head<'a>(
     if coef.len() != b {
         candle_core::bail!("{} coefficients for {b} rows", coef.len());
     }
-    let (cos, sin) = model.rope.tables(&layout.pos)?;
-    let mask = layout.mask.to_dtype(model.dtype())?;
+    let embedding = candle_nn::Embedding::new(model.embed_tokens.clone(), model.cfg.hidden_size);
+    // With a shared prompt part of P tokens the rows below are the last S = T + C − P columns.
+    let split = prompt_part(model, layout, plan.share_prompt)?;
+    let p = split.unwrap_or(0);
+    let width = layout.ids.dim(1)?;
+    let cols = |t: &Tensor, dim: usize| t.narrow(dim, p, width - p)?.contiguous();
+    let (ids, pos, mask) = match split {
+        Some(_) => (
+            cols(&layout.ids, 1)?,
+            cols(&layout.pos, 1)?,
+            cols(&layout.mask, 2)?,
+        ),
+        None => (layout.ids.clone(), layout.pos.clone(), layout.mask.clone()),
+    };
+    let (cos, sin) = model.rope.tables(&pos)?;
+    let mask = mask.to_dtype(model.dtype())?;
     let inp = AttnInputs {
         cos: &cos,
         sin: &sin,
         mask: &mask,
     };
-    let embedding = candle_nn::Embedding::new(model.embed_tokens.clone(), model.cfg.hidden_size);
+    let mut prompt = split
+        .map(|p| PromptPart::new(model, layout, &embedding, p))
+        .transpose()?;
 
     // Forward, keeping layer inputs (detached: each layer's graph is freed at once) and the
     // hand-written layers' activations while they fit the budget, bottom first, then those of
@@ -220,14 +301,24 @@ pub fn forward_and_head<'a>(
     let mut budget = plan.keep_bytes;
     let mut top_from: Option<usize> = None;
     let (mut kept_layers, mut kept_bytes) = (0, 0);
-    inputs.push(embedding.forward(&layout.ids)?.detach());
+    inputs.push(embedding.forward(&ids)?.detach());
     for (i, layer) in model.layers.iter().enumerate() {
         let x = inputs.last().expect("pushed above");
+        // The shared prompt's pass through this layer, and the keys and values it leaves.
+        let past: Option<Past> = match prompt.as_mut() {
+            Some(pp) => {
+                let xp = pp.inputs.last().expect("pushed above");
+                let (yp, past) = layer_grad::prompt_forward(layer, xp, &pp.inp(), dt)?;
+                pp.inputs.push(yp.detach());
+                Some(past)
+            }
+            None => None,
+        };
         let supported = layer_grad::supported(layer, x);
         let probe = plan.keep_top_bytes > 0 && top_from.is_none();
         let in_top = top_from.is_some_and(|t| i >= t);
         let y = if supported && (budget > 0 || probe || in_top) {
-            let (y, k) = layer_grad::layer_forward_keep(layer, x, &inp, dt)?;
+            let (y, k) = layer_grad::layer_forward_keep(layer, x, &inp, dt, past.as_ref())?;
             let top = *top_from.get_or_insert(n - (plan.keep_top_bytes / k.bytes().max(1)).min(n));
             let fits = k.bytes() <= budget;
             budget = if fits { budget - k.bytes() } else { 0 };
@@ -240,7 +331,7 @@ pub fn forward_and_head<'a>(
             y
         } else if supported {
             kept.push(None);
-            layer_grad::layer_forward(layer, x, &inp, dt)?
+            layer_grad::layer_forward(layer, x, &inp, dt, past.as_ref())?
         } else if dt != ComputeDtype::F32 {
             candle_core::bail!(
                 "trainer.compute_dtype {dt} needs f32 weights on the CPU (this model has {:?} \
@@ -257,9 +348,14 @@ pub fn forward_and_head<'a>(
 
     // Head: final norm, then the LM head and log-probs in row chunks (see `head_grad`); the
     // norm's backward gives the gradient w.r.t. the last hidden state.
+    if let Some(pp) = prompt.as_mut() {
+        // The top layer's prompt output reaches no logit: only its keys and values were read.
+        pp.inputs.pop();
+    }
     let top = Var::from_tensor(&inputs.pop().expect("one per layer + 1"))?;
     let hidden = model.norm.forward(top.as_tensor())?;
-    let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;
+    // Column T − 1 + j predicts completion token j (T − 1 − P in the rows after a prompt part).
+    let h = hidden.narrow(1, layout.prompt_width - 1 - p, layout.completion_width)?;
     let (_, c, hd) = h.dims3()?;
     let c_row = Tensor::from_vec(coef.to_vec(), (b, 1), model.device())?;
     let weights = layout
@@ -296,6 +392,7 @@ pub fn forward_and_head<'a>(
         inputs,
         kept,
         g,
+        prompt,
         stats: PassStats {
             loss: hg.loss,
             forward_s,

@@ -15,8 +15,9 @@
 use super::rollout::AgentRollout;
 use crate::error::Result;
 use crate::model::accumulate::take_grads;
+use crate::model::flops;
 use crate::model::pass_order::{run_passes, Pass};
-use crate::model::recompute::PassPlan;
+use crate::model::recompute::{prompt_part, PassPlan};
 use crate::model::{completion_logprobs, ComputeDtype, Mode, Policy, ScoreLayout};
 use candle_core::{Tensor, Var};
 use std::time::Instant;
@@ -33,7 +34,7 @@ pub struct LossGrads {
     /// See `forward_s`.
     pub backward_s: f64,
     /// Model FLOPs of the forward and backward (3 × the forward's matmul FLOPs, padding
-    /// included, recomputation not counted).
+    /// included, recomputation not counted, a shared prompt counted once).
     pub flops: f64,
     /// Layers of the recomputed passes that kept their activations instead of re-running
     /// (summed over passes), and the most bytes one pass kept.
@@ -141,12 +142,15 @@ pub fn loss_and_grads_in(
             let comps: Vec<&[u32]> = part.iter().map(|&j| s.completions[j].as_slice()).collect();
             let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
             let (rows, width) = layout.ids.dims2()?;
-            out.flops += crate::model::flops::train_flops(
-                &policy.config,
-                rows,
-                width,
-                layout.completion_width,
-            );
+            let c = layout.completion_width;
+            out.flops += match prompt_part(
+                &policy.model,
+                &layout,
+                plan.share_prompt.filter(|_| recompute),
+            )? {
+                Some(p) => flops::train_flops_shared(&policy.config, rows, p, width - p, c),
+                None => flops::train_flops(&policy.config, rows, width, c),
+            };
             let adv: Vec<f32> = part.iter().map(|&j| s.advantages[j]).collect();
             out.forward_s += t.elapsed().as_secs_f64();
             mine.push(Mine {

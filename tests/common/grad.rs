@@ -3,6 +3,7 @@
 use super::{fixtures, load_st, rows_i64};
 use candle_core::{DType, Device, Tensor, Var};
 use comlrl::model::{completion_logprobs, Mode, Policy, ScoreLayout};
+use comlrl::train::loss::LossGrads;
 use comlrl::train::rollout::AgentRollout;
 use std::collections::HashMap;
 
@@ -88,4 +89,42 @@ pub fn central_difference(var: &Var, idx: usize, h: f64, loss: impl Fn() -> f64)
     let numeric = (shifted(h) - shifted(-h)) / (2.0 * h);
     var.set(&orig).unwrap();
     numeric
+}
+
+/// Asserts that `lg` (one pass layout's loss and gradients, `vars` named as the policy names
+/// them) is the loss fixture `r`'s: its loss, every gradient it records and the global norm.
+pub fn assert_matches_reference(
+    what: &str,
+    named: &[(String, Var)],
+    lg: &LossGrads,
+    r: &HashMap<String, Tensor>,
+) {
+    let want_loss = r["loss"].to_scalar::<f32>().unwrap() as f64;
+    let want_norm = r["grad_global_norm"].to_scalar::<f32>().unwrap() as f64;
+    assert!(
+        (lg.loss - want_loss).abs() < 1e-4 + 1e-5 * want_loss.abs(),
+        "{what}: loss {} vs {want_loss}",
+        lg.loss
+    );
+    let mut sq = 0f64;
+    for ((name, _), g) in named.iter().zip(&lg.grads) {
+        let g = g
+            .as_ref()
+            .unwrap_or_else(|| panic!("{what}: {name} got no gradient"));
+        let gv = super::f32s(g);
+        sq += gv.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>();
+        if let Some(want) = r.get(&format!("grad.{name}")) {
+            for (i, (a, b)) in gv.iter().zip(super::f32s(want)).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 + 1e-3 * b.abs(),
+                    "{what}: grad.{name}[{i}]: {a} vs {b}"
+                );
+            }
+        }
+    }
+    let norm = sq.sqrt();
+    assert!(
+        ((norm - want_norm) / want_norm).abs() < 1e-4,
+        "{what}: grad norm {norm} vs {want_norm}"
+    );
 }

@@ -162,6 +162,7 @@ trainer:
   micro_batch_size: 0
   gradient_checkpointing: false
   activation_budget_mb: 7
+  share_prompt: false
   max_joint_actions: 100
 ";
     let s = f.ok(text, &[]);

@@ -1,0 +1,163 @@
+//! The update's shared prompt (`trainer.share_prompt`, `model::recompute::prompt_part`): a pass
+//! whose rows continue one prompt computes that prompt once and the rows attend to its keys
+//! and values. The loss and gradients must be those of every row computed whole (the PyTorch
+//! fixture's) in every pass layout, with layers kept or re-run, on every architecture's
+//! switches and in both compute dtypes, and the products must shrink.
+mod common;
+use comlrl::model::recompute::{prompt_part, PassPlan};
+use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy, ScoreLayout};
+use comlrl::train::loss::{loss_and_grads_in, LossGrads, Share};
+use comlrl::train::rollout::AgentRollout;
+use common::*;
+
+fn load(name: &str) -> Policy {
+    Policy::load(
+        &ModelSource::Local(fixtures().join(name)),
+        &LoadOptions::default(),
+    )
+    .unwrap()
+}
+
+/// The recomputed loss of `sample` in passes of `chunk` rows, its products in `dtype`, with
+/// `keep_bytes` of kept activations, the prompt shared or not.
+fn run(
+    policy: &Policy,
+    sample: &AgentRollout,
+    chunk: usize,
+    keep_bytes: usize,
+    dtype: ComputeDtype,
+    share_prompt: bool,
+) -> LossGrads {
+    let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+    let plan = PassPlan {
+        keep_bytes,
+        // Whatever it saves: the fixtures are far below the trainer's threshold.
+        share_prompt: share_prompt.then_some(0),
+        ..PassPlan::rerun_all(dtype)
+    };
+    loss_and_grads_in(policy, &vars, &[sample], chunk, true, Share::ALL, plan).unwrap()
+}
+
+/// The worst relative norm error ‖a − b‖ / ‖b‖ over the gradient tensors: 0 where they agree.
+fn worst_relative_error(a: &LossGrads, b: &LossGrads) -> f64 {
+    a.grads
+        .iter()
+        .zip(&b.grads)
+        .map(|(x, y)| {
+            let (x, y) = (f32s(x.as_ref().unwrap()), f32s(y.as_ref().unwrap()));
+            let diff: f64 = x
+                .iter()
+                .zip(&y)
+                .map(|(p, q)| ((p - q) as f64).powi(2))
+                .sum();
+            let norm: f64 = y.iter().map(|&q| (q as f64).powi(2)).sum();
+            (diff / norm.max(1e-30)).sqrt()
+        })
+        .fold(0f64, f64::max)
+}
+
+#[test]
+fn a_shared_prompt_gives_the_reference_loss_and_gradients() {
+    let policy = load("tiny-qwen2");
+    let named = policy.vars();
+    let (sample, r) = common::grad::loss_sample();
+    assert!(
+        sample.prompt_ids.len() >= 2,
+        "the fixture's prompt has a part to share"
+    );
+    for chunk in [0, 2, 3] {
+        for keep in [0, 1 << 30] {
+            let what = format!("shared prompt, micro-batch {chunk}, keep {keep}");
+            let shared = run(&policy, &sample, chunk, keep, ComputeDtype::F32, true);
+            common::grad::assert_matches_reference(&what, &named, &shared, &r);
+            // Fewer products than the same passes with every row whole.
+            let whole = run(&policy, &sample, chunk, keep, ComputeDtype::F32, false);
+            assert!(
+                shared.flops < whole.flops,
+                "{what}: {} vs {} FLOPs",
+                shared.flops,
+                whole.flops
+            );
+            if keep > 0 {
+                assert_eq!(shared.kept_layers, whole.kept_layers, "{what}: kept layers");
+            }
+        }
+    }
+}
+
+/// Biases on every projection (Llama fixture), per-head q/k norms (Qwen3), an untied head:
+/// shared and whole rows give the same f32 gradients up to float rounding. With bf16 products
+/// the prompt's gradients are summed over the rows before, not after, rounding to bf16, so
+/// there the shared gradients must be as close to the f32 ones as the whole rows' are.
+#[test]
+fn shared_and_whole_rows_agree_on_every_architecture_and_dtype() {
+    let (sample, _) = common::grad::loss_sample();
+    for name in ["tiny-llama", "tiny-qwen3", "tiny-qwen2-untied"] {
+        let policy = load(name);
+        let exact = run(&policy, &sample, 0, 0, ComputeDtype::F32, false);
+        let shared = run(&policy, &sample, 0, 0, ComputeDtype::F32, true);
+        assert!(shared.flops < exact.flops, "{name}: not shared");
+        let rel = (shared.loss - exact.loss).abs() / exact.loss.abs().max(1e-9);
+        assert!(rel < 1e-5, "{name}: loss {} vs {}", shared.loss, exact.loss);
+        let err = worst_relative_error(&shared, &exact);
+        assert!(err < 1e-5, "{name}: f32 gradients differ by {err}");
+
+        let bf16_shared = run(&policy, &sample, 0, 0, ComputeDtype::Bf16, true);
+        let bf16_whole = run(&policy, &sample, 0, 0, ComputeDtype::Bf16, false);
+        assert!(
+            bf16_shared.flops < bf16_whole.flops,
+            "{name} bf16: not shared"
+        );
+        let (e_shared, e_whole) = (
+            worst_relative_error(&bf16_shared, &exact),
+            worst_relative_error(&bf16_whole, &exact),
+        );
+        assert!(
+            e_shared > 0.0 && e_shared <= 2.0 * e_whole,
+            "{name} bf16: shared {e_shared} vs whole {e_whole} from f32"
+        );
+    }
+}
+
+/// Where nothing can be shared the pass is computed whole: a one-token prompt, a single row,
+/// rows with different prompts, and `share_prompt: false`.
+#[test]
+fn passes_with_nothing_to_share_are_computed_whole() {
+    let policy = load("tiny-qwen2");
+    let m = &policy.model;
+    let layout = |prompts: &[&[u32]], comps: &[&[u32]]| {
+        ScoreLayout::new(m, prompts, comps, policy.pad_id).unwrap()
+    };
+    let (p, c) = ([5u32, 6, 7], [8u32, 9]);
+    let two_rows = layout(&[&p, &p], &[&c, &c[..1]]);
+    assert!(two_rows.shared_prompt);
+    let always = Some(0);
+    assert_eq!(prompt_part(m, &two_rows, always).unwrap(), Some(2));
+    assert_eq!(prompt_part(m, &two_rows, None).unwrap(), None);
+    assert_eq!(prompt_part(m, &layout(&[&p], &[&c]), always).unwrap(), None);
+    assert_eq!(
+        prompt_part(m, &layout(&[&p[..1], &p[..1]], &[&c, &c]), always).unwrap(),
+        None
+    );
+    let differ = layout(&[&p, &[5, 6, 8]], &[&c, &c]);
+    assert!(!differ.shared_prompt);
+    assert_eq!(prompt_part(m, &differ, always).unwrap(), None);
+    // The trainer's threshold: a layer must save enough products to pay for the prompt row.
+    // The trainer's threshold: (rows − 1) × (T − 1) positions saved, here 1 × 2, then 3 × 2.
+    assert_eq!(prompt_part(m, &two_rows, Some(3)).unwrap(), None);
+    let four = layout(&[&p, &p, &p, &p], &[&c, &c, &c, &c]);
+    assert_eq!(prompt_part(m, &four, Some(6)).unwrap(), Some(2));
+    assert_eq!(prompt_part(m, &four, Some(7)).unwrap(), None);
+    // A prompt whose ids equal another's left-padded ones is not the same prompt.
+    let padded = layout(&[&[policy.pad_id, 6], &[6]], &[&c, &c]);
+    assert!(!padded.shared_prompt);
+
+    // The trainer's path with a one-token prompt: the same loss and gradients either way.
+    let (mut sample, _) = common::grad::loss_sample();
+    sample.prompt_ids.truncate(1);
+    let shared = run(&policy, &sample, 0, 0, ComputeDtype::F32, true);
+    let whole = run(&policy, &sample, 0, 0, ComputeDtype::F32, false);
+    assert_eq!(shared.flops, whole.flops);
+    assert_eq!(shared.loss.to_bits(), whole.loss.to_bits());
+    assert_eq!(worst_relative_error(&shared, &whole), 0.0);
+}

@@ -207,7 +207,7 @@ fn kept_activations_give_the_rerun_gradients_exactly() {
                 keep_bytes,
                 keep_top_bytes,
                 dtype,
-                share_prompt: None,
+                share_prompt: false,
             };
             let mut acc = vec![None; vars.len()];
             let pending =

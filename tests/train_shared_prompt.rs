@@ -31,8 +31,7 @@ fn run(
     let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
     let plan = PassPlan {
         keep_bytes,
-        // Whatever it saves: the fixtures are far below the trainer's threshold.
-        share_prompt: share_prompt.then_some(0),
+        share_prompt,
         ..PassPlan::rerun_all(dtype)
     };
     loss_and_grads_in(policy, &vars, &[sample], chunk, true, Share::ALL, plan).unwrap()
@@ -65,6 +64,14 @@ fn a_shared_prompt_gives_the_reference_loss_and_gradients() {
         sample.prompt_ids.len() >= 2,
         "the fixture's prompt has a part to share"
     );
+    // Kept activations (the prompt's row packed with the rows) give the re-run's numbers bit
+    // for bit, as without a shared prompt (one pass: several may run heads first, which sums
+    // the tied embedding/head's terms in another order).
+    let rerun = run(&policy, &sample, 0, 0, ComputeDtype::F32, true);
+    let kept = run(&policy, &sample, 0, 1 << 30, ComputeDtype::F32, true);
+    assert!(kept.kept_layers > 0 && rerun.kept_layers == 0);
+    assert_eq!(kept.loss.to_bits(), rerun.loss.to_bits());
+    assert_eq!(worst_relative_error(&kept, &rerun), 0.0);
     for chunk in [0, 2, 3] {
         for keep in [0, 1 << 30] {
             let what = format!("shared prompt, micro-batch {chunk}, keep {keep}");
@@ -131,23 +138,16 @@ fn passes_with_nothing_to_share_are_computed_whole() {
     let (p, c) = ([5u32, 6, 7], [8u32, 9]);
     let two_rows = layout(&[&p, &p], &[&c, &c[..1]]);
     assert!(two_rows.shared_prompt);
-    let always = Some(0);
-    assert_eq!(prompt_part(m, &two_rows, always).unwrap(), Some(2));
-    assert_eq!(prompt_part(m, &two_rows, None).unwrap(), None);
-    assert_eq!(prompt_part(m, &layout(&[&p], &[&c]), always).unwrap(), None);
+    assert_eq!(prompt_part(m, &two_rows, true).unwrap(), Some(2));
+    assert_eq!(prompt_part(m, &two_rows, false).unwrap(), None);
+    assert_eq!(prompt_part(m, &layout(&[&p], &[&c]), true).unwrap(), None);
     assert_eq!(
-        prompt_part(m, &layout(&[&p[..1], &p[..1]], &[&c, &c]), always).unwrap(),
+        prompt_part(m, &layout(&[&p[..1], &p[..1]], &[&c, &c]), true).unwrap(),
         None
     );
     let differ = layout(&[&p, &[5, 6, 8]], &[&c, &c]);
     assert!(!differ.shared_prompt);
-    assert_eq!(prompt_part(m, &differ, always).unwrap(), None);
-    // The trainer's threshold: a layer must save enough products to pay for the prompt row.
-    // The trainer's threshold: (rows − 1) × (T − 1) positions saved, here 1 × 2, then 3 × 2.
-    assert_eq!(prompt_part(m, &two_rows, Some(3)).unwrap(), None);
-    let four = layout(&[&p, &p, &p, &p], &[&c, &c, &c, &c]);
-    assert_eq!(prompt_part(m, &four, Some(6)).unwrap(), Some(2));
-    assert_eq!(prompt_part(m, &four, Some(7)).unwrap(), None);
+    assert_eq!(prompt_part(m, &differ, true).unwrap(), None);
     // A prompt whose ids equal another's left-padded ones is not the same prompt.
     let padded = layout(&[&[policy.pad_id, 6], &[6]], &[&c, &c]);
     assert!(!padded.shared_prompt);
@@ -160,4 +160,58 @@ fn passes_with_nothing_to_share_are_computed_whole() {
     assert_eq!(shared.flops, whole.flops);
     assert_eq!(shared.loss.to_bits(), whole.loss.to_bits());
     assert_eq!(worst_relative_error(&shared, &whole), 0.0);
+}
+
+/// The trainer takes the key: with passes of 4 completions of one prompt (a ~60-token one), a
+/// run logs the same first update (loss and gradient norm, computed before any weight
+/// changes) shared as whole.
+#[test]
+fn a_run_shares_long_prompts_and_logs_the_same_update() {
+    use common::tiny_run::{load_small, tiny};
+    let tmp = tempfile::tempdir().unwrap();
+    let long = |topic: &str| format!("{topic}{}", " and then the story goes on".repeat(10));
+    let prompts = format!(
+        "dataset.prompts=[\"{}\", \"{}\"]",
+        long("Tell a story about a cat"),
+        long("Describe a tower of glass")
+    );
+    let first_update = |share: bool| {
+        let out = tmp.path().join(format!("share-{share}"));
+        let sets = [
+            prompts.clone(),
+            "trainer.micro_batch_size=4".to_string(),
+            format!("trainer.share_prompt={share}"),
+        ];
+        let plan = comlrl::train::setup::pass_plan(&load_small(&out, &sets).trainer);
+        assert_eq!(
+            plan.share_prompt, share,
+            "the key reaches the update's plan"
+        );
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+        let (ok, _, err) = tiny(&out, &sets, &[]).output().parts();
+        assert!(ok, "{err}");
+        let rows = metrics(&out);
+        let row = rows
+            .iter()
+            .find(|r| r.get("agent_0/loss").is_some())
+            .unwrap_or_else(|| panic!("no update logged: {rows:?}"))
+            .clone();
+        let num = |k: &str| row[k].as_f64().unwrap_or_else(|| panic!("{k} in {row}"));
+        (
+            num("agent_0/loss"),
+            num("agent_0/grad_norm"),
+            num("agent_1/grad_norm"),
+        )
+    };
+    let (shared, whole) = (first_update(true), first_update(false));
+    for (what, a, b) in [
+        ("agent 0 loss", shared.0, whole.0),
+        ("agent 0 grad norm", shared.1, whole.1),
+        ("agent 1 grad norm", shared.2, whole.2),
+    ] {
+        assert!(
+            (a - b).abs() <= 1e-5 * b.abs().max(1e-3),
+            "{what}: shared {a} vs whole {b}"
+        );
+    }
 }

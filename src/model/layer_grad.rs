@@ -6,20 +6,18 @@
 //! only passes are the products, the fused kernels' backwards and the head-layout copies.
 //! Covers every architecture's switches: biases on any projection, Qwen3's per-head q/k
 //! RMSNorm (the fused norm over rows of head_dim) and scaled RoPE (only the tables differ).
-//! Rows that share a prompt ([`Shared`], see `shared_prompt`) attend to the prompt's keys and
-//! values before their own; their backward returns those keys' and values' gradients.
-use super::attention::{Attention, AttnInputs};
+//! Rows that continue a shared prompt ([`LayerInput::prompt`], see `shared_prompt`) go through
+//! every projection packed with the prompt's row, and attend to its keys and values before
+//! their own (`attn_grad`).
+use super::attention::AttnInputs;
+use super::attn_grad::{attend, attend_backward, AttnSaved, Group};
 use super::causal_lm::DecoderLayer;
 use super::compute::ComputeDtype;
 use super::kernels::fusable;
-use super::kernels::rope::{rope, rope_inverse};
-use super::kernels::softmax::{masked_softmax, masked_softmax_backward};
 use super::kernels::swiglu::{swiglu, swiglu_backward};
 pub use super::layer_ops::GradSlots;
 use super::layer_ops::{head_norm, head_norm_back, lin, lin_back, norm, norm_back};
 use super::norm::RmsNorm;
-use super::shared_prompt::{after_past, split_past};
-pub use super::shared_prompt::{Past, Shared};
 use candle_core::{Result, Tensor};
 
 /// Whether `layer` can take the hand-written path for input `x` (f32 weights and input, CPU).
@@ -50,10 +48,58 @@ pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
     fusable(&ws)
 }
 
-/// The layer's activations that its backward reads; rows = b·s. Those in `Option`s are
-/// cheap to recompute from the others (two norms, the attention probabilities, the SwiGLU):
-/// a re-run passes them on, kept activations drop them ([`Saved::slim`]) and the backward
-/// recomputes them with the forward's own kernels, bit for bit.
+/// A layer's input: rows x (b, s, h) with their attention inputs and, where every row
+/// continues one shared prompt, that prompt's row (1, P, h) with its own. The prompt's
+/// positions go through each projection in the same product as the rows' (prompt rows first);
+/// the rows attend to its keys and values before their own.
+pub struct LayerInput<'a> {
+    pub x: &'a Tensor,
+    pub inp: &'a AttnInputs<'a>,
+    pub prompt: Option<(&'a Tensor, &'a AttnInputs<'a>)>,
+}
+
+impl LayerInput<'_> {
+    /// The rows' group and the prompt's length P (0 without one).
+    fn shape(&self) -> Result<(Group, usize)> {
+        let (b, s, _) = self.x.dims3()?;
+        let p = match self.prompt {
+            Some((xp, _)) => xp.dim(1)?,
+            None => 0,
+        };
+        Ok((Group { b, s }, p))
+    }
+
+    /// The packed rows (P + b·s, h): the prompt's positions first.
+    fn packed(&self) -> Result<Tensor> {
+        pack(self.x, self.prompt.map(|(xp, _)| xp))
+    }
+}
+
+/// A tensor over the rows (b, s, h) and, with a shared prompt, over its row (1, P, h) as
+/// packed rows (P + b·s, h).
+fn pack(x: &Tensor, prompt: Option<&Tensor>) -> Result<Tensor> {
+    let (b, s, h) = x.dims3()?;
+    let x = x.reshape((b * s, h))?;
+    match prompt {
+        Some(xp) => Tensor::cat(&[&xp.reshape((xp.dim(1)?, h))?, &x], 0),
+        None => Ok(x),
+    }
+}
+
+/// Packed rows (P + b·s, h) back into the rows (b, s, h) and the prompt's row (1, P, h).
+fn unpack(t: &Tensor, gr: Group, p: usize) -> Result<(Tensor, Option<Tensor>)> {
+    let h = t.dim(1)?;
+    let rows = t.narrow(0, p, gr.b * gr.s)?.reshape((gr.b, gr.s, h))?;
+    let prompt = (p > 0)
+        .then(|| t.narrow(0, 0, p)?.reshape((1, p, h)))
+        .transpose()?;
+    Ok((rows, prompt))
+}
+
+/// The layer's activations that its backward reads, over the packed rows. Those in `Option`s
+/// are cheap to recompute from the others (two norms, the attention probabilities, the
+/// SwiGLU): a re-run passes them on, kept activations drop them ([`Saved::slim`]) and the
+/// backward recomputes them with the forward's own kernels, bit for bit.
 struct Saved {
     /// Layer input and the residual stream after attention, (rows, h).
     x: Tensor,
@@ -65,13 +111,10 @@ struct Saved {
     /// such norms.
     q_pre: Option<Tensor>,
     k_pre: Option<Tensor>,
-    /// Rotated queries (b, nkv, g·s, d), keys and values (b, nkv, P + s, d): a shared
-    /// prompt's P first, if any, then the rows' own.
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    /// Attention probabilities (b, nkv, g·s, s) and the heads' merged output (rows, nh·d).
-    p: Option<Tensor>,
+    /// The rows' attention, and the shared prompt's.
+    attn: AttnSaved,
+    prompt_attn: Option<AttnSaved>,
+    /// The heads' merged output (rows, nh·d).
     ya: Tensor,
     /// MLP gate and up projections and their SwiGLU, (rows, i).
     gate: Tensor,
@@ -83,34 +126,16 @@ impl Saved {
     /// Without the activations the backward can recompute: at Qwen2.5-0.5B's shape (s ≈ 140)
     /// 13.6k instead of 22.2k values a position, so a budget keeps 1.6× the layers.
     fn slim(self) -> Self {
+        let slim = |a: AttnSaved| AttnSaved { p: None, ..a };
         Self {
             h1: None,
             h2: None,
-            p: None,
             m: None,
+            attn: slim(self.attn),
+            prompt_attn: self.prompt_attn.map(slim),
             ..self
         }
     }
-}
-
-/// (b, s, heads·d) rows → (b, heads, s, d), contiguous.
-fn split_heads(t: &Tensor, b: usize, s: usize, heads: usize, d: usize) -> Result<Tensor> {
-    t.reshape((b, s, heads, d))?.transpose(1, 2)?.contiguous()
-}
-
-/// (b, heads, s, d) → (b·s, heads·d) rows, contiguous.
-fn merge_heads(t: &Tensor) -> Result<Tensor> {
-    let (b, heads, s, d) = t.dims4()?;
-    t.transpose(1, 2)?.contiguous()?.reshape((b * s, heads * d))
-}
-
-fn scale(a: &Attention) -> f64 {
-    1.0 / (a.head_dim as f64).sqrt()
-}
-
-/// Attention probabilities (b, nkv, g·s, s) of rotated q (b, nkv, g·s, d) and k (b, nkv, s, d).
-fn probs(a: &Attention, q: &Tensor, k: &Tensor, inp: &AttnInputs) -> Result<Tensor> {
-    masked_softmax(&q.matmul(&k.t()?)?, inp.mask, scale(a))
 }
 
 /// `t`, or `f()` where it was not kept.
@@ -118,44 +143,44 @@ fn or_recompute(t: Option<Tensor>, f: impl FnOnce() -> Result<Tensor>) -> Result
     t.map_or_else(f, Ok)
 }
 
-/// What the layer's backward reads for input x (b, s, h), without a graph, its projections in
-/// `dt`: everything the forward computes except the output's down projection and residual add,
-/// which nothing downstream of the backward needs (a re-run stops here, skipping one of
-/// the layer's three largest products). `keep_pre`: also keep the pre-norm queries and keys where the layer
-/// has per-head norms (only a backward reads them). With `past`, the rows attend to a shared
-/// prompt's keys and values first.
+/// What the layer's backward reads for `input`, without a graph, its projections in `dt`:
+/// everything the forward computes except the output's down projection and residual add,
+/// which nothing downstream of the backward needs (a re-run stops here, skipping one of the
+/// layer's three largest products). `keep_pre`: also keep the pre-norm queries and keys where
+/// the layer has per-head norms (only a backward reads them).
 fn activations(
     layer: &DecoderLayer,
-    x: &Tensor,
-    inp: &AttnInputs,
+    input: &LayerInput,
     keep_pre: bool,
     dt: ComputeDtype,
-    past: Option<&Past>,
 ) -> Result<Saved> {
-    let (b, s, hd) = x.dims3()?;
+    let (gr, p) = input.shape()?;
     let a = &layer.self_attn;
-    let (nh, nkv, d) = (a.heads, a.kv_heads, a.head_dim);
-    let g = nh / nkv;
-    let x = x.reshape((b * s, hd))?;
+    let d = a.head_dim;
+    let x = input.packed()?;
     let h1 = norm(&x, &layer.input_layernorm)?;
     let (qp, kp) = (lin(&h1, &a.q_proj, dt)?, lin(&h1, &a.k_proj, dt)?);
     let pre = |t: &Tensor, n: &Option<RmsNorm>| (keep_pre && n.is_some()).then(|| t.clone());
     let (q_pre, k_pre) = (pre(&qp, &a.q_norm), pre(&kp, &a.k_norm));
-    let q = split_heads(&head_norm(qp, a.q_norm.as_ref(), d)?, b, s, nh, d)?;
-    let k = split_heads(&head_norm(kp, a.k_norm.as_ref(), d)?, b, s, nkv, d)?;
-    let v = split_heads(&lin(&h1, &a.v_proj, dt)?, b, s, nkv, d)?;
-    let rotate = |t: &Tensor| -> Result<Tensor> {
-        rope(t, inp.cos, inp.sin)?
-            .ok_or_else(|| candle_core::Error::Msg("rope: tables are not f32".into()))
+    let q = head_norm(qp, a.q_norm.as_ref(), d)?;
+    let k = head_norm(kp, a.k_norm.as_ref(), d)?;
+    let v = lin(&h1, &a.v_proj, dt)?;
+    let (ya, attn, prompt_attn) = match input.prompt {
+        None => {
+            let (ya, attn) = attend(a, (&q, &k, &v), gr, input.inp, None)?;
+            (ya, attn, None)
+        }
+        Some((_, pinp)) => {
+            let part = |t: &Tensor, from: usize, n: usize| t.narrow(0, from, n);
+            let n = gr.b * gr.s;
+            let (qv, kv, vv) = (part(&q, 0, p)?, part(&k, 0, p)?, part(&v, 0, p)?);
+            let one = Group { b: 1, s: p };
+            let (yp, pa) = attend(a, (&qv, &kv, &vv), one, pinp, None)?;
+            let (qv, kv, vv) = (part(&q, p, n)?, part(&k, p, n)?, part(&v, p, n)?);
+            let (ya, attn) = attend(a, (&qv, &kv, &vv), gr, input.inp, Some(&pa.past()))?;
+            (Tensor::cat(&[&yp, &ya], 0)?, attn, Some(pa))
+        }
     };
-    let q = rotate(&q)?.reshape((b, nkv, g * s, d))?;
-    let k = rotate(&k)?;
-    let (k, v) = match past {
-        Some(pa) => (after_past(&pa.k, &k)?, after_past(&pa.v, &v)?),
-        None => (k, v),
-    };
-    let p = probs(a, &q, &k, inp)?;
-    let ya = merge_heads(&p.matmul(&v)?.reshape((b, nh, s, d))?)?;
     let x2 = (&x + lin(&ya, &a.o_proj, dt)?)?;
     let h2 = norm(&x2, &layer.post_attention_layernorm)?;
     let mlp = &layer.mlp;
@@ -169,10 +194,8 @@ fn activations(
         h2: Some(h2),
         q_pre,
         k_pre,
-        q,
-        k,
-        v,
-        p: Some(p),
+        attn,
+        prompt_attn,
         ya,
         gate,
         up,
@@ -180,27 +203,20 @@ fn activations(
     })
 }
 
-/// The layer's output (b, s, h) from its activations: x2 + down(SwiGLU).
-fn output(layer: &DecoderLayer, sv: &Saved, shape: &[usize], dt: ComputeDtype) -> Result<Tensor> {
+/// The layer's output from its activations, x2 + down(SwiGLU): over the rows (b, s, h) and the
+/// shared prompt's row (1, P, h).
+fn output(
+    layer: &DecoderLayer,
+    sv: &Saved,
+    input: &LayerInput,
+    dt: ComputeDtype,
+) -> Result<(Tensor, Option<Tensor>)> {
     let m =
         sv.m.as_ref()
             .ok_or_else(|| candle_core::Error::Msg("layer output without its SwiGLU".into()))?;
-    (&sv.x2 + lin(m, &layer.mlp.down_proj, dt)?)?.reshape(shape)
-}
-
-/// The layer's forward on x (b, s, h) without a graph, its projections in `dt`; with `keep`,
-/// also what the backward needs.
-fn forward(
-    layer: &DecoderLayer,
-    x: &Tensor,
-    inp: &AttnInputs,
-    keep: bool,
-    dt: ComputeDtype,
-    past: Option<&Past>,
-) -> Result<(Tensor, Option<Saved>)> {
-    let sv = activations(layer, x, inp, keep, dt, past)?;
-    let y = output(layer, &sv, x.dims(), dt)?;
-    Ok((y, keep.then_some(sv)))
+    let y = (&sv.x2 + lin(m, &layer.mlp.down_proj, dt)?)?;
+    let (gr, p) = input.shape()?;
+    unpack(&y, gr, p)
 }
 
 /// The activations one layer's forward kept for its backward (see [`layer_forward_keep`]).
@@ -210,63 +226,29 @@ impl Kept {
     /// Bytes held by the kept tensors.
     pub fn bytes(&self) -> usize {
         let s = &self.0;
-        [&s.x, &s.x2, &s.q, &s.k, &s.v, &s.ya, &s.gate, &s.up]
+        [&s.x, &s.x2, &s.ya, &s.gate, &s.up]
             .into_iter()
             .chain(
-                [&s.h1, &s.h2, &s.p, &s.m, &s.q_pre, &s.k_pre]
+                [&s.h1, &s.h2, &s.m, &s.q_pre, &s.k_pre]
                     .into_iter()
                     .flatten(),
             )
+            .chain(s.attn.tensors())
+            .chain(s.prompt_attn.iter().flat_map(AttnSaved::tensors))
             .map(|t| t.elem_count() * t.dtype().size_in_bytes())
             .sum()
     }
 }
 
-/// The layer's output for x (b, s, h), without a graph (the recomputed loss's first pass), its
-/// projections in `dt`; with `past`, the rows continue a shared prompt (see [`Shared::After`]).
+/// The layer's output for `input` without a graph (the recomputed loss's first pass), its
+/// projections in `dt`: over the rows (b, s, h) and a shared prompt's row (1, P, h).
 pub fn layer_forward(
     layer: &DecoderLayer,
-    x: &Tensor,
-    inp: &AttnInputs,
+    input: &LayerInput,
     dt: ComputeDtype,
-    past: Option<&Past>,
-) -> Result<Tensor> {
-    Ok(forward(layer, x, inp, false, dt, past)?.0)
-}
-
-/// A shared prompt's pass through the layer: its output for x (1, P, h) and the keys and
-/// values the rows after it attend to.
-pub fn prompt_forward(
-    layer: &DecoderLayer,
-    x: &Tensor,
-    inp: &AttnInputs,
-    dt: ComputeDtype,
-) -> Result<(Tensor, Past)> {
-    let sv = activations(layer, x, inp, false, dt, None)?;
-    let y = output(layer, &sv, x.dims(), dt)?;
-    Ok((
-        y,
-        Past {
-            k: sv.k.clone(),
-            v: sv.v.clone(),
-        },
-    ))
-}
-
-/// A shared prompt's activations for its backward (see [`Shared::Prompt`]), and the keys and
-/// values that the rows after it need for theirs.
-pub fn prompt_activations(
-    layer: &DecoderLayer,
-    x: &Tensor,
-    inp: &AttnInputs,
-    dt: ComputeDtype,
-) -> Result<(Past, Kept)> {
-    let sv = activations(layer, x, inp, true, dt, None)?;
-    let past = Past {
-        k: sv.k.clone(),
-        v: sv.v.clone(),
-    };
-    Ok((past, Kept(sv)))
+) -> Result<(Tensor, Option<Tensor>)> {
+    let sv = activations(layer, input, false, dt)?;
+    output(layer, &sv, input, dt)
 }
 
 /// [`layer_forward`] that also returns what the layer's backward reads, so that
@@ -274,49 +256,42 @@ pub fn prompt_activations(
 /// the one `layer_forward` gives, and a backward from kept activations equals one that re-runs.
 pub fn layer_forward_keep(
     layer: &DecoderLayer,
-    x: &Tensor,
-    inp: &AttnInputs,
+    input: &LayerInput,
     dt: ComputeDtype,
-    past: Option<&Past>,
-) -> Result<(Tensor, Kept)> {
-    match forward(layer, x, inp, true, dt, past)? {
-        (y, Some(sv)) => Ok((y, Kept(sv.slim()))),
-        (_, None) => candle_core::bail!("layer forward kept no activations"),
-    }
+) -> Result<(Tensor, Option<Tensor>, Kept)> {
+    let sv = activations(layer, input, true, dt)?;
+    let (y, yp) = output(layer, &sv, input, dt)?;
+    Ok((y, yp, Kept(sv.slim())))
 }
 
-/// Back-propagates dy (b, s, h) through the layer at input x (b, s, h), from `kept`
-/// activations or else by re-running the layer (up to its SwiGLU): the weights' gradients are
-/// added into `acc` (see [`GradSlots`]); returns d x and, for rows after a shared prompt
-/// ([`Shared::After`]), d (the prompt's keys and values) summed over the rows. Every
-/// projection's products (forward and backward) run in `dt`; attention, norms, RoPE and SwiGLU
-/// stay f32.
+/// Back-propagates dy (b, s, h) and, with a shared prompt, its row's dy (1, P, h) through the
+/// layer at `input`, from `kept` activations or else by re-running the layer (up to its
+/// SwiGLU): the weights' gradients are added into `acc` (see [`GradSlots`]); returns d x for
+/// the rows and the prompt's row. Every projection's products (forward and backward) run in
+/// `dt`; attention, norms, RoPE and SwiGLU stay f32.
 #[allow(clippy::too_many_arguments)]
 pub fn layer_backward(
     layer: &DecoderLayer,
-    x: &Tensor,
+    input: &LayerInput,
     dy: &Tensor,
-    inp: &AttnInputs,
+    dy_prompt: Option<&Tensor>,
     slots: &GradSlots,
     acc: &mut [Option<Tensor>],
     dt: ComputeDtype,
     kept: Option<Kept>,
-    shared: Shared,
-) -> Result<(Tensor, Option<Past>)> {
-    let (b, s, hd) = x.dims3()?;
-    let past = match &shared {
-        Shared::After(p) => Some(*p),
-        _ => None,
-    };
+) -> Result<(Tensor, Option<Tensor>)> {
+    let (gr, p) = input.shape()?;
     let sv = match kept {
         Some(Kept(sv)) => sv,
-        None => activations(layer, x, inp, true, dt, past)?,
+        None => activations(layer, input, true, dt)?,
     };
     let a = &layer.self_attn;
-    let (nh, nkv, d) = (a.heads, a.kv_heads, a.head_dim);
-    let g = nh / nkv;
     let mlp = &layer.mlp;
-    let dy = dy.reshape((b * s, hd))?;
+    let dy = match (input.prompt, dy_prompt) {
+        (Some(_), Some(dyp)) => pack(dy, Some(dyp))?,
+        (None, None) => pack(dy, None)?,
+        _ => candle_core::bail!("a shared prompt's rows and their gradient go together"),
+    };
 
     // MLP: y = x2 + down(swiglu(gate(h2), up(h2))), h2 = norm(x2).
     let m = or_recompute(sv.m, || swiglu(&sv.gate, &sv.up))?;
@@ -331,31 +306,35 @@ pub fn layer_backward(
     let dx2 = (&dy + norm_back(&dh2, &sv.x2, &layer.post_attention_layernorm, slots, acc)?)?;
     drop(dh2);
 
-    // Attention: x2 = x + o(attn(q, k, v)), q/k/v = proj(h1), h1 = norm(x).
+    // Attention: x2 = x + o(attn(q, k, v)), q/k/v = proj(h1), h1 = norm(x). The rows after a
+    // shared prompt first: they send its keys and values their gradients.
     let dya = lin_back(&dx2, &sv.ya, &a.o_proj, slots, acc, dt)?;
-    let dyh = split_heads(&dya, b, s, nh, d)?.reshape((b, nkv, g * s, d))?;
+    let (dq, dk, dv) = match (sv.prompt_attn, input.prompt) {
+        (None, _) => {
+            let (dq, dk, dv, _) = attend_backward(a, &dya, sv.attn, gr, input.inp, 0, None)?;
+            (dq, dk, dv)
+        }
+        (Some(pa), Some((_, pinp))) => {
+            let rows = dya.narrow(0, p, gr.b * gr.s)?;
+            let (dq, dk, dv, back) = attend_backward(a, &rows, sv.attn, gr, input.inp, p, None)?;
+            let one = Group { b: 1, s: p };
+            let prompt = dya.narrow(0, 0, p)?;
+            let (dqp, dkp, dvp, _) = attend_backward(a, &prompt, pa, one, pinp, 0, back)?;
+            let cat = |a: &Tensor, b: &Tensor| Tensor::cat(&[a, b], 0);
+            (cat(&dqp, &dq)?, cat(&dkp, &dk)?, cat(&dvp, &dv)?)
+        }
+        (Some(_), None) => candle_core::bail!("a shared prompt's activations without its row"),
+    };
     drop(dya);
-    let dp = dyh.matmul(&sv.v.t()?)?;
-    let p = or_recompute(sv.p, || probs(a, &sv.q, &sv.k, inp))?;
-    let dv = p.t()?.matmul(&dyh)?; // (b, nkv, P + s, d): the group's heads summed
-    drop(dyh);
-    let datt = masked_softmax_backward(&p, &dp, scale(a))?;
-    drop((dp, p));
-    let dq = datt.matmul(&sv.k)?.reshape((b, nh, s, d))?;
-    let dk = datt.t()?.matmul(&sv.q)?;
-    drop(datt);
-    let (dk, dv, dpast) = split_past(dk, dv, shared)?;
-    let dq = merge_heads(&rope_inverse(&dq, inp.cos, inp.sin)?)?;
-    let dk = merge_heads(&rope_inverse(&dk, inp.cos, inp.sin)?)?;
+    let d = a.head_dim;
     let dq = head_norm_back(dq, sv.q_pre.as_ref(), a.q_norm.as_ref(), d, slots, acc)?;
     let dk = head_norm_back(dk, sv.k_pre.as_ref(), a.k_norm.as_ref(), d, slots, acc)?;
-    let dv = merge_heads(&dv)?;
     let h1 = or_recompute(sv.h1, || norm(&sv.x, &layer.input_layernorm))?;
     let dh1 = (lin_back(&dq, &h1, &a.q_proj, slots, acc, dt)?
         + lin_back(&dk, &h1, &a.k_proj, slots, acc, dt)?)?;
     let dh1 = (dh1 + lin_back(&dv, &h1, &a.v_proj, slots, acc, dt)?)?;
     let dx = (dx2 + norm_back(&dh1, &sv.x, &layer.input_layernorm, slots, acc)?)?;
-    Ok((dx.reshape((b, s, hd))?, dpast))
+    unpack(&dx, gr, p)
 }
 
 #[cfg(test)]
@@ -442,7 +421,16 @@ mod tests {
             "{:?} must take the hand-written path",
             f.arch
         );
-        let y = layer_forward(&l32, &x, &inp32, ComputeDtype::F32, None)?;
+        let y = layer_forward(
+            &l32,
+            &LayerInput {
+                x: &x,
+                inp: &inp32,
+                prompt: None,
+            },
+            ComputeDtype::F32,
+        )?
+        .0;
         let want_y = l64.forward(&x.to_dtype(DType::F64)?, &rope64, &inp64, None, Mode::Train)?;
         let real64 = real.to_dtype(DType::F64)?;
         let y_err = max_diff(&y.broadcast_mul(&real)?, &want_y.broadcast_mul(&real64)?)?;
@@ -453,16 +441,20 @@ mod tests {
             .map(|v| v.as_tensor().ones_like().map(Some))
             .collect::<Result<_>>()?;
         let slots = GradSlots::new(&vars);
+        let input = LayerInput {
+            x: &x,
+            inp: &inp32,
+            prompt: None,
+        };
         let (dx, _) = layer_backward(
             &l32,
-            &x,
+            &input,
             &dy,
-            &inp32,
+            None,
             &slots,
             &mut acc,
             ComputeDtype::F32,
             None,
-            Shared::No,
         )?;
         let want_dx = grads
             .get(x64.as_tensor())

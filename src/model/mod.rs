@@ -3,6 +3,7 @@
 pub(crate) mod accumulate;
 pub(crate) mod arch;
 pub(crate) mod attention;
+mod attn_grad;
 pub mod batch;
 pub(crate) mod causal_lm;
 pub mod compute;

@@ -17,11 +17,11 @@ use super::attention::AttnInputs;
 use super::causal_lm::CausalLm;
 use super::compute::{ComputeDtype, Prepared};
 use super::head_grad::head_backward;
-use super::layer_grad::{self, Past, Shared};
+use super::layer_grad::{self, LayerInput};
 use super::logprob::ScoreLayout;
 use super::mode::Mode;
+pub use super::shared_prompt::prompt_part;
 use super::shared_prompt::PromptPart;
-pub use super::shared_prompt::{prompt_part, SHARE_PROMPT_MIN_POSITIONS};
 use candle_core::{Module, Result, Tensor, Var};
 
 /// What one recomputed pass reports.
@@ -53,10 +53,9 @@ pub struct PassPlan {
     /// (`pass_order` gives it to the pass whose backward runs first). Whole layers, counted
     /// by the first kept layer's size.
     pub keep_top_bytes: usize,
-    /// `Some(n)`: compute a prompt that every row of a pass shares once where that saves at
-    /// least `n` positions (`trainer.share_prompt`, see [`prompt_part`]); `None`: every row
-    /// whole.
-    pub share_prompt: Option<usize>,
+    /// Compute a prompt that every row of a pass shares once (`trainer.share_prompt`, see
+    /// [`prompt_part`]); else every row whole.
+    pub share_prompt: bool,
 }
 
 impl PassPlan {
@@ -66,7 +65,7 @@ impl PassPlan {
             dtype,
             keep_bytes: 0,
             keep_top_bytes: 0,
-            share_prompt: None,
+            share_prompt: false,
         }
     }
 }
@@ -170,44 +169,23 @@ impl Pending<'_> {
         for layer in model.layers.iter().rev() {
             let x = inputs.pop().expect("one input per layer");
             let k = kept.pop().expect("one entry per layer");
-            if let Some(pp) = prompt.as_mut() {
-                // The rows first (they need the prompt's keys and values), then the prompt
-                // with the gradients the rows sent back to its keys and values.
-                let xp = pp.inputs.pop().expect("one prompt input per layer");
-                let (past, pk) = layer_grad::prompt_activations(layer, &xp, &pp.inp(), dt)?;
-                let after = Shared::After(&past);
-                let (dx, back) =
-                    layer_grad::layer_backward(layer, &x, &g, &inp, &slots, acc, dt, k, after)?;
-                let back = back.ok_or_else(|| {
-                    candle_core::Error::Msg("rows after a prompt returned no key gradients".into())
-                })?;
-                let (dxp, _) = layer_grad::layer_backward(
-                    layer,
-                    &xp,
-                    &pp.g,
-                    &pp.inp(),
-                    &slots,
-                    acc,
-                    dt,
-                    Some(pk),
-                    Shared::Prompt(back),
-                )?;
-                (g, pp.g) = (dx, dxp);
-                continue;
-            }
             if layer_grad::supported(layer, &x) {
-                g = layer_grad::layer_backward(
-                    layer,
-                    &x,
-                    &g,
-                    &inp,
-                    &slots,
-                    acc,
-                    dt,
-                    k,
-                    Shared::No,
-                )?
-                .0;
+                // With a shared prompt, its row goes through the layer's products with the rows.
+                let xp = prompt.as_mut().map(|pp| pp.inputs.pop());
+                let xp = xp.map(|x| x.expect("one prompt input per layer"));
+                let pinp = prompt.as_ref().map(PromptPart::inp);
+                let input = LayerInput {
+                    x: &x,
+                    inp: &inp,
+                    prompt: xp.as_ref().zip(pinp.as_ref()),
+                };
+                let dyp = prompt.as_ref().map(|pp| &pp.g);
+                let (dx, dxp) =
+                    layer_grad::layer_backward(layer, &input, &g, dyp, &slots, acc, dt, k)?;
+                g = dx;
+                if let (Some(pp), Some(dxp)) = (prompt.as_mut(), dxp) {
+                    pp.g = dxp;
+                }
                 continue;
             }
             let x = Var::from_tensor(&x)?;
@@ -304,21 +282,21 @@ pub fn forward_and_head<'a>(
     inputs.push(embedding.forward(&ids)?.detach());
     for (i, layer) in model.layers.iter().enumerate() {
         let x = inputs.last().expect("pushed above");
-        // The shared prompt's pass through this layer, and the keys and values it leaves.
-        let past: Option<Past> = match prompt.as_mut() {
-            Some(pp) => {
-                let xp = pp.inputs.last().expect("pushed above");
-                let (yp, past) = layer_grad::prompt_forward(layer, xp, &pp.inp(), dt)?;
-                pp.inputs.push(yp.detach());
-                Some(past)
-            }
-            None => None,
-        };
         let supported = layer_grad::supported(layer, x);
         let probe = plan.keep_top_bytes > 0 && top_from.is_none();
         let in_top = top_from.is_some_and(|t| i >= t);
-        let y = if supported && (budget > 0 || probe || in_top) {
-            let (y, k) = layer_grad::layer_forward_keep(layer, x, &inp, dt, past.as_ref())?;
+        // With a shared prompt, its row goes through the layer's products with the rows.
+        let pinp = prompt.as_ref().map(PromptPart::inp);
+        let xp = prompt
+            .as_ref()
+            .map(|pp| pp.inputs.last().expect("pushed above"));
+        let input = LayerInput {
+            x,
+            inp: &inp,
+            prompt: xp.zip(pinp.as_ref()),
+        };
+        let (y, yp) = if supported && (budget > 0 || probe || in_top) {
+            let (y, yp, k) = layer_grad::layer_forward_keep(layer, &input, dt)?;
             let top = *top_from.get_or_insert(n - (plan.keep_top_bytes / k.bytes().max(1)).min(n));
             let fits = k.bytes() <= budget;
             budget = if fits { budget - k.bytes() } else { 0 };
@@ -328,10 +306,10 @@ pub fn forward_and_head<'a>(
                 kept_bytes += k.bytes();
             }
             kept.push(keep.then_some(k));
-            y
+            (y, yp)
         } else if supported {
             kept.push(None);
-            layer_grad::layer_forward(layer, x, &inp, dt, past.as_ref())?
+            layer_grad::layer_forward(layer, &input, dt)?
         } else if dt != ComputeDtype::F32 {
             candle_core::bail!(
                 "trainer.compute_dtype {dt} needs f32 weights on the CPU (this model has {:?} \
@@ -341,8 +319,14 @@ pub fn forward_and_head<'a>(
             )
         } else {
             kept.push(None);
-            layer.forward(x, &model.rope, &inp, None, Mode::Train)?
+            (
+                layer.forward(x, &model.rope, &inp, None, Mode::Train)?,
+                None,
+            )
         };
+        if let (Some(pp), Some(yp)) = (prompt.as_mut(), yp) {
+            pp.inputs.push(yp.detach());
+        }
         inputs.push(y.detach());
     }
 

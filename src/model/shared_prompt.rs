@@ -1,11 +1,12 @@
 //! A prompt that every row of an update pass shares (a node sample's K completions), computed
-//! once: its first T − 1 tokens go through each layer as one row, and the rows (the prompt's
-//! last token, whose logits predict the first completion token, then their completions) attend
-//! to that row's keys and values before their own. In the backward the rows send the gradients
-//! of those keys and values back, summed over the rows, into the prompt row's own attention
-//! backward. The same sums as K whole rows up to float rounding, for (K − 1)·(T − 1) fewer
-//! positions in every product (`trainer.share_prompt`; the passes run in `recompute`, the
-//! layers in `layer_grad`).
+//! once: its first T − 1 tokens go through each layer as one row, packed into the same
+//! products as the rows (the prompt's last token, whose logits predict the first completion
+//! token, then their completions), which attend to that row's keys and values before their
+//! own. In the backward the rows send the gradients of those keys and values back, summed over
+//! the rows, into the prompt row's own attention backward. The same sums as K whole rows up
+//! to float rounding, for (K − 1)·(T − 1) fewer positions in every product
+//! (`trainer.share_prompt`; the passes run in `recompute`, the layers in `layer_grad`, their
+//! attention in `attn_grad`).
 use super::attention::AttnInputs;
 use super::causal_lm::CausalLm;
 use super::layer_grad;
@@ -22,48 +23,12 @@ pub struct Past {
     pub v: Tensor,
 }
 
-/// How a layer's rows relate to a shared prompt.
-pub enum Shared<'a> {
-    /// Plain rows, each with its whole sequence.
-    No,
-    /// The rows continue the prompt whose keys and values are these: they attend to them
-    /// before their own positions (the mask is (b, 1, s, P + s)).
-    After(&'a Past),
-    /// The prompt's own single row, whose keys and values the rows after it also read: these
-    /// are the gradients they sent back.
-    Prompt(Past),
-}
-
 /// (b, nkv, s, d) own keys or values after a prompt's (1, nkv, P, d): (b, nkv, P + s, d).
 pub(super) fn after_past(past: &Tensor, own: &Tensor) -> Result<Tensor> {
     let (b, nkv, _, d) = own.dims4()?;
     let p = past.dim(2)?;
     let past = past.broadcast_as((b, nkv, p, d))?.contiguous()?;
     Tensor::cat(&[&past, own], 2)
-}
-
-/// The rows' own key and value gradients (b, nkv, s, d) out of those over every key
-/// (b, nkv, P + s, d), and a shared prompt's part summed over the rows; for the prompt's own
-/// row, its gradients plus those the rows after it sent back.
-pub(super) fn split_past(
-    dk: Tensor,
-    dv: Tensor,
-    shared: Shared,
-) -> Result<(Tensor, Tensor, Option<Past>)> {
-    match shared {
-        Shared::No => Ok((dk, dv, None)),
-        Shared::Prompt(back) => Ok(((dk + back.k)?, (dv + back.v)?, None)),
-        Shared::After(past) => {
-            let p = past.k.dim(2)?;
-            let own = |t: &Tensor| t.narrow(2, p, t.dim(2)? - p)?.contiguous();
-            let back = |t: &Tensor| t.narrow(2, 0, p)?.sum_keepdim(0);
-            let dpast = Past {
-                k: back(&dk)?,
-                v: back(&dv)?,
-            };
-            Ok((own(&dk)?, own(&dv)?, Some(dpast)))
-        }
-    }
 }
 
 /// The shared prompt's part of a pass: its first P = T − 1 tokens as one row.
@@ -119,33 +84,18 @@ impl PromptPart {
     }
 }
 
-/// Positions a shared prompt must save in a pass, (rows − 1) × (T − 1), for the trainer to
-/// share it (`trainer.share_prompt`). The prompt row is a separate product per projection that
-/// streams the layer's weights and gradient accumulators once more, worth ~40 positions of
-/// products at this machine's ~12 FLOP per byte read: on 2 cores the 0.5B seed's 8-row passes
-/// of 8-token prompts (49 saved) and SmolLM2's 2-row passes of its 38-token chat prompts (37)
-/// measured no faster shared (32.51 vs 31.89 and 15.57 / 14.86 vs 15.46 / 13.33 s per step),
-/// SmolLM2's 8-row passes (259) 12% faster in the update, tiny-qwen2 (7) 15% slower.
-pub const SHARE_PROMPT_MIN_POSITIONS: usize = 64;
-
 /// Whether `layout`'s rows are computed as a shared prompt and the rows after it: with
-/// `share` `Some(min)`, at least two rows continuing one prompt of two tokens or more that
-/// save at least `min` positions, (rows − 1) × (T − 1), and every layer on the hand-written
-/// path (f32 weights on the CPU). Returns the prompt part's length P = T − 1.
-pub fn prompt_part(
-    model: &CausalLm,
-    layout: &ScoreLayout,
-    share: Option<usize>,
-) -> Result<Option<usize>> {
+/// `share`, at least two rows continuing one prompt of two tokens or more, and every layer on
+/// the hand-written path (f32 weights on the CPU). Returns the prompt part's length P = T − 1.
+/// Packed into the rows' products, the prompt's row costs only two copies of the layer's
+/// activations and a second small attention; on 2 cores tiny-qwen2's 8-row passes of 8-token
+/// prompts (7 positions saved of ~1000) measured no slower shared.
+pub fn prompt_part(model: &CausalLm, layout: &ScoreLayout, share: bool) -> Result<Option<usize>> {
     let (b, _) = layout.ids.dims2()?;
-    let Some(min) = share else { return Ok(None) };
-    if !layout.shared_prompt || b < 2 || layout.prompt_width < 2 {
+    if !share || !layout.shared_prompt || b < 2 || layout.prompt_width < 2 {
         return Ok(None);
     }
     let p = layout.prompt_width - 1;
-    if (b - 1) * p < min {
-        return Ok(None);
-    }
     let probe = Tensor::zeros((1, 1, model.cfg.hidden_size), model.dtype(), model.device())?;
     let all = model
         .layers

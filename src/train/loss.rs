@@ -143,11 +143,8 @@ pub fn loss_and_grads_in(
             let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
             let (rows, width) = layout.ids.dims2()?;
             let c = layout.completion_width;
-            out.flops += match prompt_part(
-                &policy.model,
-                &layout,
-                plan.share_prompt.filter(|_| recompute),
-            )? {
+            out.flops += match prompt_part(&policy.model, &layout, plan.share_prompt && recompute)?
+            {
                 Some(p) => flops::train_flops_shared(&policy.config, rows, p, width - p, c),
                 None => flops::train_flops(&policy.config, rows, width, c),
             };

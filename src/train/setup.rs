@@ -104,9 +104,7 @@ pub fn pass_plan(t: &comlrl_scenario::TrainerPlan) -> PassPlan {
         dtype: compute_dtype(t),
         keep_bytes: t.activation_budget_mb.saturating_mul(1 << 20),
         keep_top_bytes: 0,
-        share_prompt: t
-            .share_prompt
-            .then_some(crate::model::recompute::SHARE_PROMPT_MIN_POSITIONS),
+        share_prompt: t.share_prompt,
     }
 }
 

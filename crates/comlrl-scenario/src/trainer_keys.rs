@@ -172,17 +172,16 @@ settings_section! {
             why "small models skip the re-run; one 0.5B layer";
         /// With `gradient_checkpointing`, the loss computes the prompt that a pass's
         /// completions share (they come from one node sample) once instead of once per
-        /// completion: its tokens but the last go through the layers as one row, and every
-        /// completion attends to their keys and values; the gradients sent back to those are
-        /// summed into that row's backward. The same sums as computing every row whole, up to
-        /// float rounding, with (rows − 1) × (prompt tokens − 1) fewer positions in each of a
-        /// pass's products, so it pays with long prompts (chat templates, system prompts, task
-        /// statements) and passes of many rows (`micro_batch_size`): SmolLM2-135M with a
-        /// 290-token prompt, update 19.1 → 13.8 s per step in passes of 2, 21.9 → 9.5 in
-        /// passes of 8. Passes that would save fewer than 64 positions are computed whole
-        /// (there the prompt row's extra products cost what they save), as are passes on
-        /// non-f32 weights or a GPU. `false` computes every row whole, as CoMLRL does. See
-        /// docs/performance.md.
+        /// completion: its tokens but the last go through the layers as one row, packed into
+        /// the same products as the completions, which attend to its keys and values; the
+        /// gradients sent back to those are summed into that row's backward. The same sums as
+        /// computing every row whole, up to float rounding, with (rows − 1) × (prompt tokens −
+        /// 1) fewer positions in each of a pass's products, so it pays most with long prompts
+        /// (chat templates, system prompts, task statements) and passes of many rows
+        /// (`micro_batch_size`): SmolLM2-135M with a 290-token prompt, update 19.1 → 13.8 s per
+        /// step in passes of 2, 21.9 → 9.5 in passes of 8; the 0.5B seed's 8-token prompts
+        /// ~3%. Passes on non-f32 weights or a GPU are computed whole. `false` computes every
+        /// row whole, as CoMLRL does. See docs/performance.md.
         share_prompt: bool = true, kind "bool", why "same gradients, fewer products";
         /// Operand type of the update's big products: `f32` is the exact path; `bf16` rounds
         /// both operands of every projection's x·Wᵀ, dy·W and dyᵀ·x and of the LM head's

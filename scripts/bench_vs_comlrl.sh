@@ -11,8 +11,12 @@
 #   COMLRL       our binary (default: target/release/comlrl)
 #   PROMPTS      use only the first N of the 10 prompts on both sides (default: all; for 0.5B-sized
 #                models, where CoMLRL takes ~5 min per prompt)
+#   SCENARIO     our scenario (default: scenarios/story_len_ratio.yaml, the seed scenario, whose
+#                trainer settings are the harness's MAGRPOConfig: learning rate 5e-5, 8 generations,
+#                a rollout buffer of 2; its execution settings, parallel_updates: false and passes
+#                of 8, are the 0.5B's); the model, epochs, max_new_tokens and prompts are set here
 #   OURS_SET     extra `--set key=value` arguments for our side, space-separated
-#                (e.g. "trainer.parallel_updates=false")
+#                (e.g. "agents.sampling_dtype=bf16"; small models: "trainer.parallel_updates=true")
 # Example: PEER=$HOME/peer/venv scripts/bench_vs_comlrl.sh tests/fixtures/tiny-qwen2 2
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +29,9 @@ HARNESS=${PEER_HARNESS:-$ROOT/bench/peer}
 NAME=$(basename "$MODEL")
 export RESULTS=${RESULTS:-$ROOT/bench-results/vs-comlrl/$NAME}
 COMLRL=${COMLRL:-$ROOT/target/release/comlrl}
+SCENARIO=${SCENARIO:-$ROOT/scenarios/story_len_ratio.yaml}
+[ -f "$SCENARIO" ] || { echo "no scenario at $SCENARIO (SCENARIO)" >&2; exit 1; }
+SCENARIO=$(cd "$(dirname "$SCENARIO")" && pwd)/$(basename "$SCENARIO")
 mkdir -p "$RESULTS"
 RESULTS=$(cd "$RESULTS" && pwd)  # absolute: our output_dir would resolve against the scenario
 [ -x "$COMLRL" ] || { echo "build first: cargo build --release" >&2; exit 1; }
@@ -33,7 +40,7 @@ RESULTS=$(cd "$RESULTS" && pwd)  # absolute: our output_dir would resolve agains
 # Both sides get the same prompts: the scenario's first $PROMPTS, in order.
 PROMPT_SET=()
 if [ -n "${PROMPTS:-}" ]; then
-  LIST=$(grep -E '^    - "' "$ROOT/scenarios/story_len_ratio_tiny.yaml" | head -n "$PROMPTS" \
+  LIST=$(grep -E '^    - "' "$ROOT/scenarios/story_len_ratio.yaml" | head -n "$PROMPTS" \
     | sed -E 's/^    - //' | paste -sd, -)
   PROMPT_SET=(--set "dataset.prompts=[$LIST]")
   # Patch a copy of the harness (never the harness itself) that keeps the first N prompts.
@@ -61,7 +68,7 @@ for r in $(seq 1 "$ROUNDS"); do
     || { echo "peer run failed: see $RESULTS/peer-$r.*" >&2; exit 1; }
   echo "== round $r/$ROUNDS: comlrl"
   rm -rf "$RESULTS/ours-$r"
-  /usr/bin/time -v -o "$RESULTS/ours-$r.time" "$COMLRL" run "$ROOT/scenarios/story_len_ratio_tiny.yaml" \
+  /usr/bin/time -v -o "$RESULTS/ours-$r.time" "$COMLRL" run "$SCENARIO" \
     --quiet --set "agents.model=$MODEL" --set "output_dir=$RESULTS/ours-$r" \
     --set "trainer.num_train_epochs=$EPOCHS" --set "agents.max_new_tokens=$MNT" \
     --set logging.steps=1 "${PROMPT_SET[@]}" "${EXTRA[@]}" > "$RESULTS/ours-$r.log" 2>&1 \

@@ -31,6 +31,7 @@ pub(crate) mod rope;
 pub(crate) mod rope_scaling;
 pub(crate) mod sample;
 pub(crate) mod sampling_weights;
+mod shard;
 mod shared_prompt;
 pub mod source;
 pub(crate) mod storage;

@@ -2,6 +2,7 @@
 //! safetensors files (any float dtype, converted to the training dtype) with errors that name the
 //! tensor and file, and seeded random initialisation for built-in models.
 use super::config::ModelConfig;
+use super::shard::Shard;
 use crate::error::{Error, Result};
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use rand::{Rng, SeedableRng};
@@ -98,7 +99,8 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
     ))
 }
 
-/// Loads every expected tensor from `files`, checks its shape and converts it to `dtype`.
+/// Loads every expected tensor from `files` as a variable of `dtype` (read straight into the
+/// buffer the model keeps: see `shard`), after checking every name, shape and dtype.
 /// Rotary `inv_freq` buffers and a tied model's `lm_head.weight` are ignored; any other tensor
 /// the config does not use (e.g. a layer beyond `num_hidden_layers`) is an error.
 pub fn load_tensors(
@@ -107,53 +109,49 @@ pub fn load_tensors(
     dtype: DType,
     dev: &Device,
 ) -> Result<HashMap<String, Tensor>> {
-    let mut found: HashMap<String, (Tensor, PathBuf)> = HashMap::new();
+    let mut shards = Vec::with_capacity(files.len());
+    let mut found: HashMap<String, (usize, Vec<usize>, safetensors::Dtype)> = HashMap::new();
     for file in files {
         if !file.is_file() {
             return Err(Error::model(file, "checkpoint shard listed but missing"));
         }
-        let tensors = candle_core::safetensors::load(file, dev)
-            .map_err(|e| Error::model(file, format!("not a readable safetensors file: {e}")))?;
-        for (name, t) in tensors {
-            found.insert(name, (t, file.clone()));
+        let shard = Shard::open(file)?;
+        for (name, info) in shard.tensors() {
+            found.insert(name, (shards.len(), info.shape.clone(), info.dtype));
         }
+        shards.push(shard);
     }
     let where_ = files
         .iter()
         .map(|f| f.display().to_string())
         .collect::<Vec<_>>()
         .join(", ");
-    let mut out = HashMap::new();
+    // Every name, shape and dtype is checked before any tensor is read.
+    let mut wanted = Vec::new();
     for (name, shape, _) in expected_tensors(cfg)? {
-        let (t, file) = found.remove(&name).ok_or_else(|| {
+        let (i, got, dt) = found.remove(&name).ok_or_else(|| {
             Error::model(
                 files.first().cloned().unwrap_or_default(),
                 format!("tensor `{name}` is missing (looked in {where_}); the checkpoint does not match its config.json"),
             )
         })?;
-        if t.dims() != shape.as_slice() {
+        let file = shards[i].path();
+        if got != shape {
             return Err(Error::model(
-                &file,
+                file,
+                format!("tensor `{name}` has shape {got:?} but config.json implies {shape:?}"),
+            ));
+        }
+        use safetensors::Dtype as D;
+        if !matches!(dt, D::F32 | D::BF16 | D::F16 | D::F64) {
+            return Err(Error::model(
+                file,
                 format!(
-                    "tensor `{name}` has shape {:?} but config.json implies {:?}",
-                    t.dims(),
-                    shape
+                    "tensor `{name}` has dtype {dt:?}; only f32, bf16, f16 and f64 weights load"
                 ),
             ));
         }
-        if !matches!(
-            t.dtype(),
-            DType::F32 | DType::BF16 | DType::F16 | DType::F64
-        ) {
-            return Err(Error::model(
-                &file,
-                format!(
-                    "tensor `{name}` has dtype {:?}; only f32, bf16, f16 and f64 weights load",
-                    t.dtype()
-                ),
-            ));
-        }
-        out.insert(name, t.to_dtype(dtype)?);
+        wanted.push((name, i));
     }
     let mut unused: Vec<String> = found
         .into_keys()
@@ -181,6 +179,11 @@ pub fn load_tensors(
                 cfg.tie_word_embeddings
             ),
         ));
+    }
+    let mut out = HashMap::with_capacity(wanted.len());
+    for (name, i) in wanted {
+        let t = shards[i].read_var(&name, dtype, dev)?;
+        out.insert(name, t);
     }
     Ok(out)
 }

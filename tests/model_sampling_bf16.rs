@@ -179,3 +179,30 @@ fn a_run_with_bf16_sampling_trains_and_f16_is_refused_naming_the_key() {
     assert_ne!(code, Some(0));
     assert!(err.contains("sampling_dtype"), "{err}");
 }
+
+#[test]
+fn copies_left_to_weights_changed_are_the_copies_built_at_load() {
+    // The trainer loads agents on the pool's threads without their copies
+    // (`copies_now: false`) and builds them on its own thread with `weights_changed`.
+    for (spec, dtype) in [("builtin:small", DType::BF16), ("tiny-qwen2", DType::F32)] {
+        let now = load(spec, dtype);
+        let src = if spec.starts_with("builtin:") {
+            ModelSource::parse(spec, std::path::Path::new(".")).unwrap()
+        } else {
+            ModelSource::Local(fixtures().join(spec))
+        };
+        let opts = LoadOptions {
+            sampling_dtype: dtype,
+            copies_now: false,
+            ..LoadOptions::default()
+        };
+        let later = Policy::load(&src, &opts).unwrap();
+        let want = logits_in(&now, Mode::Sample);
+        if dtype == DType::BF16 {
+            // Without them, sampling reads the f32 weights: not the bf16 copies' logits.
+            assert!(logits_in(&later, Mode::Sample) != want, "{spec}");
+        }
+        later.weights_changed().unwrap();
+        assert!(logits_in(&later, Mode::Sample) == want, "{spec}");
+    }
+}

@@ -92,6 +92,11 @@ pub struct LoadOptions {
     /// The dtype sampling decodes in: f32 (the weights themselves) or bf16 (a bf16 copy of
     /// the weights, f32 accumulation; takes precedence over `rollout_copies`).
     pub sampling_dtype: DType,
+    /// Build the sampling copies while loading; `false` leaves them to the first
+    /// [`Policy::weights_changed`], on the caller's thread: glibc gives each thread its own
+    /// arena, and copies built on a loader thread, freed for an update round, could not serve
+    /// the round's gradients (2.5 GB more at 0.5B until the next trim).
+    pub copies_now: bool,
 }
 
 impl Default for LoadOptions {
@@ -102,6 +107,7 @@ impl Default for LoadOptions {
             seed: 0,
             rollout_copies: RolloutCopies::Auto,
             sampling_dtype: DType::F32,
+            copies_now: true,
         }
     }
 }
@@ -330,7 +336,9 @@ impl Policy {
                 )))
             }
         };
-        model.refresh_rollout_weights(sampling_weights)?;
+        if opts.copies_now {
+            model.refresh_rollout_weights(sampling_weights)?;
+        }
         Ok(Self {
             source,
             config,

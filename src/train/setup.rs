@@ -30,9 +30,11 @@ pub fn load_policies(s: &Scenario, sampling: bool) -> Result<Vec<Policy>> {
 /// Loads the policies of the agents `here` selects (by index; `None` for the others): the
 /// agents a rank holds a replica of, or those it samples; with sampling copies when `sampling`.
 ///
-/// The agents load at the same time, one per thread of the pool: loading is mostly the kernel
-/// clearing fresh pages (on a VM, ~1.5 s per GB on one thread), which the threads do side by
-/// side. Errors are reported for the first failing agent by index, as a sequential load would.
+/// The agents' weights load at the same time, one agent per thread of the pool: loading is
+/// mostly the kernel clearing fresh pages (on a VM, ~1.5 s per GB on one thread), which the
+/// threads do side by side. Their sampling copies are built afterwards on this thread (see
+/// [`LoadOptions::copies_now`]). Errors name the first failing agent by index, as a
+/// sequential load would.
 pub fn load_placed(
     s: &Scenario,
     here: impl Fn(usize) -> bool + Sync,
@@ -48,7 +50,14 @@ pub fn load_placed(
                 .transpose()
         })
         .collect();
-    loaded.into_iter().collect()
+    let policies: Vec<Option<Policy>> = loaded.into_iter().collect::<Result<_>>()?;
+    for (a, p) in s.agents.iter().zip(&policies) {
+        if let Some(p) = p {
+            p.weights_changed()
+                .map_err(|e| e.for_agent(a.index, Some(a.model.spec.clone())))?;
+        }
+    }
+    Ok(policies)
 }
 
 /// Loads agent `a`'s policy; with its bf16 sampling copies when `sampling` and the agent's
@@ -76,6 +85,7 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
             true => RolloutCopies::Auto,
             false => RolloutCopies::Never,
         },
+        copies_now: false,
         ..LoadOptions::default()
     };
     Policy::load(&src, &opts).map_err(|e| e.for_agent(a.index, Some(a.model.spec.clone())))

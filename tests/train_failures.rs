@@ -1,6 +1,7 @@
 //! Failures of a whole run or command, from the binary: a reward that fails mid-run (stop with
-//! the last checkpoint intact, or skip the step), a crashing isolated plugin, an unwritable
-//! output directory, a malformed scenario, and bad input to `comlrl reward`.
+//! the last checkpoint intact, or skip the step), a crashing isolated plugin, broken models
+//! (the first agent's error), an unwritable output directory, a malformed scenario, and bad
+//! input to `comlrl reward`.
 mod common;
 use common::tiny_run::small;
 use common::*;
@@ -113,6 +114,41 @@ fn crashing_isolated_plugin_names_itself_and_leaves_the_checkpoint_intact() {
     assert!(
         !ok && err.contains("crashed") && err.contains("step 3"),
         "the resume passed the checkpoint's checks and reached the same prompt: {err}"
+    );
+}
+
+#[test]
+fn broken_models_are_reported_for_the_first_agent_though_agents_load_side_by_side() {
+    // The agents load in parallel; the error is still the first failing agent's, by index.
+    let tmp = tempfile::tempdir().unwrap();
+    let (good, broken) = (fixtures().join("tiny-qwen2"), tmp.path().join("broken"));
+    std::fs::create_dir_all(&broken).unwrap();
+    let rhai = tiny_scenario()
+        .parent()
+        .unwrap()
+        .join("../rewards/len_ratio.rhai");
+    let run = |a: &Path, b: &Path, name: &str| {
+        let yaml = format!(
+            "dataset:\n  prompts: [\"Describe a city in the clouds:\"]\nagents:\n  - model: {}\n  - model: {}\n\
+             reward:\n  rhai: {}\n  params: {{target_min: 2, target_max: 3}}\noutput_dir: {}\n",
+            a.display(),
+            b.display(),
+            rhai.display(),
+            tmp.path().join(name).display()
+        );
+        let f = tmp.path().join(format!("{name}.yaml"));
+        std::fs::write(&f, yaml).unwrap();
+        let (ok, _, err) = run_comlrl(&["run", f.to_str().unwrap(), "--quiet"]);
+        assert!(!ok, "{name}: {err}");
+        err
+    };
+    let err = run(&broken, &broken, "both");
+    assert!(err.contains("agent 0") && !err.contains("agent 1"), "{err}");
+    assert!(err.contains("no config.json"), "{err}");
+    let err = run(&good, &broken, "second");
+    assert!(
+        err.contains("agent 1") && err.contains("no config.json"),
+        "{err}"
     );
 }
 

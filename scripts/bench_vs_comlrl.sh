@@ -37,12 +37,12 @@ RESULTS=$(cd "$RESULTS" && pwd)  # absolute: our output_dir would resolve agains
 [ -x "$COMLRL" ] || { echo "build first: cargo build --release" >&2; exit 1; }
 [ -f "$HARNESS/run_bench.sh" ] || { echo "no peer harness at $HARNESS" >&2; exit 1; }
 
-# Both sides get the same prompts: the scenario's first $PROMPTS, in order.
-PROMPT_SET=()
+# Both sides get the same prompts: the harness's ten (the seed scenario's), or their first
+# $PROMPTS, in order; set on ours whatever SCENARIO's own prompts are.
+LIST=$(grep -E '^    - "' "$ROOT/scenarios/story_len_ratio.yaml" | head -n "${PROMPTS:-10}" \
+  | sed -E 's/^    - //' | paste -sd, -)
+PROMPT_SET=(--set "dataset.prompts=[$LIST]")
 if [ -n "${PROMPTS:-}" ]; then
-  LIST=$(grep -E '^    - "' "$ROOT/scenarios/story_len_ratio.yaml" | head -n "$PROMPTS" \
-    | sed -E 's/^    - //' | paste -sd, -)
-  PROMPT_SET=(--set "dataset.prompts=[$LIST]")
   # Patch a copy of the harness (never the harness itself) that keeps the first N prompts.
   rm -rf "$RESULTS/harness" && cp -r "$HARNESS" "$RESULTS/harness"
   python3 - "$RESULTS/harness/bench_story.py" "$PROMPTS" <<'PY'

@@ -104,14 +104,7 @@ impl Shard {
                     Dtype::BF16 => Tensor::from_vec(self.read::<half::bf16>(info)?, shape, dev)?,
                     Dtype::F16 => Tensor::from_vec(self.read::<half::f16>(info)?, shape, dev)?,
                     Dtype::F64 => Tensor::from_vec(self.read::<f64>(info)?, shape, dev)?,
-                    other => {
-                        return Err(Error::model(
-                            &self.path,
-                            format!(
-                                "tensor `{name}` has dtype {other:?}; only f32, bf16, f16 and f64 weights load"
-                            ),
-                        ))
-                    }
+                    other => return Err(unsupported(&self.path, name, other)),
                 };
                 Var::from_tensor(&t.to_dtype(dtype)?)?
             }
@@ -129,6 +122,19 @@ impl Shard {
             .map_err(|e| Error::io(&self.path, e))?;
         Ok(v)
     }
+}
+
+/// Whether tensors of `dtype` load (float dtypes candle converts).
+pub fn loadable(dtype: Dtype) -> bool {
+    matches!(dtype, Dtype::F32 | Dtype::BF16 | Dtype::F16 | Dtype::F64)
+}
+
+/// The error for a tensor whose dtype does not load, naming its file.
+pub fn unsupported(path: &Path, name: &str, dtype: Dtype) -> Error {
+    Error::model(
+        path,
+        format!("tensor `{name}` has dtype {dtype:?}; only f32, bf16, f16 and f64 weights load"),
+    )
 }
 
 /// `src` converted element by element, on the pool's threads.

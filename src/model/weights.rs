@@ -142,14 +142,8 @@ pub fn load_tensors(
                 format!("tensor `{name}` has shape {got:?} but config.json implies {shape:?}"),
             ));
         }
-        use safetensors::Dtype as D;
-        if !matches!(dt, D::F32 | D::BF16 | D::F16 | D::F64) {
-            return Err(Error::model(
-                file,
-                format!(
-                    "tensor `{name}` has dtype {dt:?}; only f32, bf16, f16 and f64 weights load"
-                ),
-            ));
+        if !super::shard::loadable(dt) {
+            return Err(super::shard::unsupported(file, &name, dt));
         }
         wanted.push((name, i));
     }

@@ -208,11 +208,20 @@ fn kept_activations_give_the_rerun_gradients_exactly() {
                 keep_top_bytes,
                 dtype,
                 share_prompt: false,
+                pack_bytes: 0,
             };
             let mut acc = vec![None; vars.len()];
-            let pending =
-                forward_and_head(&policy.model, &layout, &coef, &vars, &mut acc, plan, &head)
-                    .unwrap();
+            let pending = forward_and_head(
+                &policy.model,
+                &layout,
+                &coef,
+                &vars,
+                &mut acc,
+                plan,
+                &head,
+                None,
+            )
+            .unwrap();
             let kept = pending.kept_layers();
             let stats = pending.backward(&policy.model, &vars, &mut acc).unwrap();
             (kept, stats.loss, acc)
@@ -333,6 +342,7 @@ fn heads_first_gives_the_one_by_one_gradients() {
             &mut acc,
             plan,
             &head,
+            None,
         )
         .unwrap();
         let bound = waiting_bytes(&policy.model, p.layout, plan).unwrap();

@@ -202,3 +202,53 @@ fn bf16_products_need_f32_weights() {
     .to_string();
     assert!(err.contains("needs f32 weights"), "{err}");
 }
+
+/// Weights packed once for a mini-batch's passes (`trainer.packed_weights_mb`) give the same
+/// loss and gradients bit for bit as packing them for every product, whatever the pass order,
+/// the kept activations and the shared prompt; and they are packed only where that gains:
+/// bf16, several passes, within the budget.
+#[test]
+fn weights_packed_once_per_mini_batch_change_no_bit() {
+    use comlrl::model::packed_weights::PackedWeights;
+    for name in ["tiny-qwen2", "tiny-llama", "tiny-qwen3"] {
+        let policy = load(name);
+        let vars: Vec<Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+        let samples = samples(name);
+        let refs: Vec<&AgentRollout> = samples.iter().collect();
+        let bytes = PackedWeights::bytes(&policy.model).unwrap();
+        let packs = |dt, passes, budget| {
+            PackedWeights::for_passes(&policy.model, passes, dt, budget)
+                .unwrap()
+                .is_some()
+        };
+        assert!(
+            packs(ComputeDtype::Bf16, 2, bytes),
+            "{name}: fits, 2 passes"
+        );
+        assert!(
+            !packs(ComputeDtype::Bf16, 2, bytes - 1),
+            "{name}: over budget"
+        );
+        assert!(!packs(ComputeDtype::Bf16, 1, bytes), "{name}: one pass");
+        assert!(!packs(ComputeDtype::F32, 2, bytes), "{name}: f32");
+        for (keep_bytes, share_prompt) in [(0, false), (1 << 26, true)] {
+            let plan = |pack_bytes| PassPlan {
+                keep_bytes,
+                share_prompt,
+                pack_bytes,
+                ..PassPlan::rerun_all(ComputeDtype::Bf16)
+            };
+            // Passes of one completion: several per mini-batch.
+            let run = |pack_bytes| {
+                loss_and_grads_in(&policy, &vars, &refs, 1, true, Share::ALL, plan(pack_bytes))
+                    .expect("loss and gradients")
+            };
+            let (each, once) = (run(0), run(bytes));
+            assert_eq!(each.loss.to_bits(), once.loss.to_bits(), "{name}: loss");
+            for (i, (a, b)) in each.grads.iter().zip(&once.grads).enumerate() {
+                let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+                assert_eq!(f32s(a), f32s(b), "{name}: gradient {i}");
+            }
+        }
+    }
+}

@@ -12,12 +12,12 @@
 use super::attention::AttnInputs;
 use super::attn_grad::{attend, attend_backward, AttnSaved, Group};
 use super::causal_lm::DecoderLayer;
-use super::compute::ComputeDtype;
 use super::kernels::fusable;
 use super::kernels::swiglu::{swiglu, swiglu_backward};
 pub use super::layer_ops::GradSlots;
 use super::layer_ops::{head_norm, head_norm_back, lin, lin_back, norm, norm_back};
 use super::norm::RmsNorm;
+use super::packed_weights::Products;
 use candle_core::{Result, Tensor};
 
 /// Whether `layer` can take the hand-written path for input `x` (f32 weights and input, CPU).
@@ -143,7 +143,7 @@ fn or_recompute(t: Option<Tensor>, f: impl FnOnce() -> Result<Tensor>) -> Result
     t.map_or_else(f, Ok)
 }
 
-/// What the layer's backward reads for `input`, without a graph, its projections in `dt`:
+/// What the layer's backward reads for `input`, without a graph, its projections as `pr` says:
 /// everything the forward computes except the output's down projection and residual add,
 /// which nothing downstream of the backward needs (a re-run stops here, skipping one of the
 /// layer's three largest products). `keep_pre`: also keep the pre-norm queries and keys where
@@ -152,19 +152,19 @@ fn activations(
     layer: &DecoderLayer,
     input: &LayerInput,
     keep_pre: bool,
-    dt: ComputeDtype,
+    pr: Products,
 ) -> Result<Saved> {
     let (gr, p) = input.shape()?;
     let a = &layer.self_attn;
     let d = a.head_dim;
     let x = input.packed()?;
     let h1 = norm(&x, &layer.input_layernorm)?;
-    let (qp, kp) = (lin(&h1, &a.q_proj, dt)?, lin(&h1, &a.k_proj, dt)?);
+    let (qp, kp) = (lin(&h1, &a.q_proj, pr)?, lin(&h1, &a.k_proj, pr)?);
     let pre = |t: &Tensor, n: &Option<RmsNorm>| (keep_pre && n.is_some()).then(|| t.clone());
     let (q_pre, k_pre) = (pre(&qp, &a.q_norm), pre(&kp, &a.k_norm));
     let q = head_norm(qp, a.q_norm.as_ref(), d)?;
     let k = head_norm(kp, a.k_norm.as_ref(), d)?;
-    let v = lin(&h1, &a.v_proj, dt)?;
+    let v = lin(&h1, &a.v_proj, pr)?;
     let (ya, attn, prompt_attn) = match input.prompt {
         None => {
             let (ya, attn) = attend(a, (&q, &k, &v), gr, input.inp, None)?;
@@ -181,11 +181,11 @@ fn activations(
             (Tensor::cat(&[&yp, &ya], 0)?, attn, Some(pa))
         }
     };
-    let x2 = (&x + lin(&ya, &a.o_proj, dt)?)?;
+    let x2 = (&x + lin(&ya, &a.o_proj, pr)?)?;
     let h2 = norm(&x2, &layer.post_attention_layernorm)?;
     let mlp = &layer.mlp;
-    let gate = lin(&h2, &mlp.gate_proj, dt)?;
-    let up = lin(&h2, &mlp.up_proj, dt)?;
+    let gate = lin(&h2, &mlp.gate_proj, pr)?;
+    let up = lin(&h2, &mlp.up_proj, pr)?;
     let m = swiglu(&gate, &up)?;
     Ok(Saved {
         x,
@@ -209,12 +209,12 @@ fn output(
     layer: &DecoderLayer,
     sv: &Saved,
     input: &LayerInput,
-    dt: ComputeDtype,
+    pr: Products,
 ) -> Result<(Tensor, Option<Tensor>)> {
     let m =
         sv.m.as_ref()
             .ok_or_else(|| candle_core::Error::Msg("layer output without its SwiGLU".into()))?;
-    let y = (&sv.x2 + lin(m, &layer.mlp.down_proj, dt)?)?;
+    let y = (&sv.x2 + lin(m, &layer.mlp.down_proj, pr)?)?;
     let (gr, p) = input.shape()?;
     unpack(&y, gr, p)
 }
@@ -241,14 +241,14 @@ impl Kept {
 }
 
 /// The layer's output for `input` without a graph (the recomputed loss's first pass), its
-/// projections in `dt`: over the rows (b, s, h) and a shared prompt's row (1, P, h).
+/// projections as `pr` says: over the rows (b, s, h) and a shared prompt's row (1, P, h).
 pub fn layer_forward(
     layer: &DecoderLayer,
     input: &LayerInput,
-    dt: ComputeDtype,
+    pr: Products,
 ) -> Result<(Tensor, Option<Tensor>)> {
-    let sv = activations(layer, input, false, dt)?;
-    output(layer, &sv, input, dt)
+    let sv = activations(layer, input, false, pr)?;
+    output(layer, &sv, input, pr)
 }
 
 /// [`layer_forward`] that also returns what the layer's backward reads, so that
@@ -257,10 +257,10 @@ pub fn layer_forward(
 pub fn layer_forward_keep(
     layer: &DecoderLayer,
     input: &LayerInput,
-    dt: ComputeDtype,
+    pr: Products,
 ) -> Result<(Tensor, Option<Tensor>, Kept)> {
-    let sv = activations(layer, input, true, dt)?;
-    let (y, yp) = output(layer, &sv, input, dt)?;
+    let sv = activations(layer, input, true, pr)?;
+    let (y, yp) = output(layer, &sv, input, pr)?;
     Ok((y, yp, Kept(sv.slim())))
 }
 
@@ -268,7 +268,7 @@ pub fn layer_forward_keep(
 /// layer at `input`, from `kept` activations or else by re-running the layer (up to its
 /// SwiGLU): the weights' gradients are added into `acc` (see [`GradSlots`]); returns d x for
 /// the rows and the prompt's row. Every projection's products (forward and backward) run in
-/// `dt`; attention, norms, RoPE and SwiGLU stay f32.
+/// `pr`; attention, norms, RoPE and SwiGLU stay f32.
 #[allow(clippy::too_many_arguments)]
 pub fn layer_backward(
     layer: &DecoderLayer,
@@ -277,13 +277,13 @@ pub fn layer_backward(
     dy_prompt: Option<&Tensor>,
     slots: &GradSlots,
     acc: &mut [Option<Tensor>],
-    dt: ComputeDtype,
+    pr: Products,
     kept: Option<Kept>,
 ) -> Result<(Tensor, Option<Tensor>)> {
     let (gr, p) = input.shape()?;
     let sv = match kept {
         Some(Kept(sv)) => sv,
-        None => activations(layer, input, true, dt)?,
+        None => activations(layer, input, true, pr)?,
     };
     let a = &layer.self_attn;
     let mlp = &layer.mlp;
@@ -295,20 +295,20 @@ pub fn layer_backward(
 
     // MLP: y = x2 + down(swiglu(gate(h2), up(h2))), h2 = norm(x2).
     let m = or_recompute(sv.m, || swiglu(&sv.gate, &sv.up))?;
-    let dm = lin_back(&dy, &m, &mlp.down_proj, slots, acc, dt)?;
+    let dm = lin_back(&dy, &m, &mlp.down_proj, slots, acc, pr)?;
     drop(m);
     let (dgate, dup) = swiglu_backward(&sv.gate, &sv.up, &dm)?;
     drop(dm);
     let h2 = or_recompute(sv.h2, || norm(&sv.x2, &layer.post_attention_layernorm))?;
-    let dh2 = (lin_back(&dgate, &h2, &mlp.gate_proj, slots, acc, dt)?
-        + lin_back(&dup, &h2, &mlp.up_proj, slots, acc, dt)?)?;
+    let dh2 = (lin_back(&dgate, &h2, &mlp.gate_proj, slots, acc, pr)?
+        + lin_back(&dup, &h2, &mlp.up_proj, slots, acc, pr)?)?;
     drop((dgate, dup, h2));
     let dx2 = (&dy + norm_back(&dh2, &sv.x2, &layer.post_attention_layernorm, slots, acc)?)?;
     drop(dh2);
 
     // Attention: x2 = x + o(attn(q, k, v)), q/k/v = proj(h1), h1 = norm(x). The rows after a
     // shared prompt first: they send its keys and values their gradients.
-    let dya = lin_back(&dx2, &sv.ya, &a.o_proj, slots, acc, dt)?;
+    let dya = lin_back(&dx2, &sv.ya, &a.o_proj, slots, acc, pr)?;
     let (dq, dk, dv) = match (sv.prompt_attn, input.prompt) {
         (None, _) => {
             let (dq, dk, dv, _) = attend_backward(a, &dya, sv.attn, gr, input.inp, 0, None)?;
@@ -330,9 +330,9 @@ pub fn layer_backward(
     let dq = head_norm_back(dq, sv.q_pre.as_ref(), a.q_norm.as_ref(), d, slots, acc)?;
     let dk = head_norm_back(dk, sv.k_pre.as_ref(), a.k_norm.as_ref(), d, slots, acc)?;
     let h1 = or_recompute(sv.h1, || norm(&sv.x, &layer.input_layernorm))?;
-    let dh1 = (lin_back(&dq, &h1, &a.q_proj, slots, acc, dt)?
-        + lin_back(&dk, &h1, &a.k_proj, slots, acc, dt)?)?;
-    let dh1 = (dh1 + lin_back(&dv, &h1, &a.v_proj, slots, acc, dt)?)?;
+    let dh1 = (lin_back(&dq, &h1, &a.q_proj, slots, acc, pr)?
+        + lin_back(&dk, &h1, &a.k_proj, slots, acc, pr)?)?;
+    let dh1 = (dh1 + lin_back(&dv, &h1, &a.v_proj, slots, acc, pr)?)?;
     let dx = (dx2 + norm_back(&dh1, &sv.x, &layer.input_layernorm, slots, acc)?)?;
     unpack(&dx, gr, p)
 }
@@ -342,6 +342,7 @@ mod tests {
     use super::*;
     use crate::model::arch::Architecture;
     use crate::model::batch::causal_mask;
+    use crate::model::compute::ComputeDtype;
     use crate::model::config::ModelConfig;
     use crate::model::kernels::max_diff;
     use crate::model::mode::Mode;
@@ -428,7 +429,7 @@ mod tests {
                 inp: &inp32,
                 prompt: None,
             },
-            ComputeDtype::F32,
+            ComputeDtype::F32.into(),
         )?
         .0;
         let want_y = l64.forward(&x.to_dtype(DType::F64)?, &rope64, &inp64, None, Mode::Train)?;
@@ -453,7 +454,7 @@ mod tests {
             None,
             &slots,
             &mut acc,
-            ComputeDtype::F32,
+            ComputeDtype::F32.into(),
             None,
         )?;
         let want_dx = grads

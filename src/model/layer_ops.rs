@@ -2,10 +2,11 @@
 //! whole rows or over each head), each with its backward, which writes the weights' gradients
 //! into the caller's accumulators ([`GradSlots`]).
 use super::accumulate::add_into;
-use super::compute::{add_matmul_tn, matmul, matmul_tn, ComputeDtype};
+use super::compute::{add_matmul_tn, matmul_tn};
 use super::kernels::rms_norm::{rms_norm, rms_norm_backward};
 use super::linear::Linear;
 use super::norm::RmsNorm;
+use super::packed_weights::Products;
 use candle_core::{Result, Tensor, TensorId, Var};
 use std::collections::HashMap;
 
@@ -48,9 +49,9 @@ impl GradSlots {
     }
 }
 
-/// y = x · Wᵀ (+ b) for x (rows, in), without a graph; the product in `dt`.
-pub(super) fn lin(x: &Tensor, l: &Linear, dt: ComputeDtype) -> Result<Tensor> {
-    let y = matmul(x, &l.weight.detach().t()?, dt)?;
+/// y = x · Wᵀ (+ b) for x (rows, in), without a graph; the product as `pr` says.
+pub(super) fn lin(x: &Tensor, l: &Linear, pr: Products) -> Result<Tensor> {
+    let y = pr.x_wt(x, &l.weight)?;
     match &l.bias {
         Some(b) => y.broadcast_add(&b.detach()),
         None => Ok(y),
@@ -59,18 +60,18 @@ pub(super) fn lin(x: &Tensor, l: &Linear, dt: ComputeDtype) -> Result<Tensor> {
 
 /// Backward of [`lin`]: accumulates d W = dyᵀ · x (the first one written, not added to
 /// zeros) and d b = Σ dy, returns d x = dy · W (both
-/// products in `dt`).
+/// products as `pr` says).
 pub(super) fn lin_back(
     dy: &Tensor,
     x: &Tensor,
     l: &Linear,
     slots: &GradSlots,
     acc: &mut [Option<Tensor>],
-    dt: ComputeDtype,
+    pr: Products,
 ) -> Result<Tensor> {
     match slots.slot(acc, &l.weight) {
-        Some(Some(a)) => add_matmul_tn(a, dy, x, dt)?,
-        Some(empty) => *empty = Some(matmul_tn(dy, x, dt)?),
+        Some(Some(a)) => add_matmul_tn(a, dy, x, pr.dt)?,
+        Some(empty) => *empty = Some(matmul_tn(dy, x, pr.dt)?),
         None => {}
     }
     if let Some(b) = &l.bias {
@@ -78,7 +79,7 @@ pub(super) fn lin_back(
             add_into(a, &dy.sum(0)?)?;
         }
     }
-    matmul(dy, &l.weight.detach(), dt)
+    pr.dy_w(dy, &l.weight)
 }
 
 pub(super) fn norm(x: &Tensor, n: &RmsNorm) -> Result<Tensor> {

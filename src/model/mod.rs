@@ -24,6 +24,7 @@ pub(crate) mod mlp;
 pub(crate) mod mode;
 mod model_dir;
 pub(crate) mod norm;
+pub mod packed_weights;
 pub mod pass_order;
 pub(crate) mod policy;
 pub mod recompute;

@@ -16,7 +16,8 @@ use super::compute::{ComputeDtype, Prepared};
 use super::head_grad;
 use super::kernels::bf16_gemm;
 use super::logprob::ScoreLayout;
-use super::recompute::{forward_and_head, weighted_logprob_grads_in, PassPlan, PassStats};
+use super::packed_weights::PackedWeights;
+use super::recompute::{forward_and_head, weighted_logprob_grads_with, PassPlan, PassStats};
 use candle_core::{Result, Tensor, Var};
 
 /// One pass of a mini-batch: its rows and each row's loss coefficient.
@@ -76,17 +77,25 @@ pub fn run_passes_in(
         ..plan
     };
     let plan_of = |i: usize| if i == 0 { first } else { rest };
+    // In bf16, every weight packed once for all the passes where the copies fit.
+    let packed = PackedWeights::for_passes(model, passes.len(), plan.dtype, plan.pack_bytes)?;
+    let packed = packed.as_ref();
     match order {
         Order::OneByOne => {
             for (i, p) in passes.iter().enumerate() {
                 let plan = plan_of(i);
-                stats.push(weighted_logprob_grads_in(
-                    model, p.layout, &p.coef, vars, acc, plan,
+                stats.push(weighted_logprob_grads_with(
+                    model, p.layout, &p.coef, vars, acc, plan, packed,
                 )?);
             }
         }
         Order::HeadsFirst => {
-            let head = Prepared::new(model.lm_head(), plan.dtype)?;
+            let own = match packed {
+                Some(_) => None,
+                None => Some(Prepared::new(model.lm_head(), plan.dtype)?),
+            };
+            let head = own.as_ref().or(packed.map(PackedWeights::head));
+            let head = head.expect("packed or prepared above");
             let mut pending = Vec::with_capacity(passes.len());
             for (i, p) in passes.iter().enumerate() {
                 pending.push(forward_and_head(
@@ -96,10 +105,11 @@ pub fn run_passes_in(
                     vars,
                     acc,
                     plan_of(i),
-                    &head,
+                    head,
+                    packed,
                 )?);
             }
-            drop(head);
+            drop(own);
             // The head's packed G chunks would wait idle in the pool through the layers.
             bf16_gemm::release_scratch();
             for p in pending {

@@ -20,6 +20,7 @@ use super::head_grad::head_backward;
 use super::layer_grad::{self, LayerInput};
 use super::logprob::ScoreLayout;
 use super::mode::Mode;
+use super::packed_weights::{PackedWeights, Products};
 pub use super::shared_prompt::prompt_part;
 use super::shared_prompt::PromptPart;
 use candle_core::{Module, Result, Tensor, Var};
@@ -56,6 +57,9 @@ pub struct PassPlan {
     /// Compute a prompt that every row of a pass shares once (`trainer.share_prompt`, see
     /// [`prompt_part`]); else every row whole.
     pub share_prompt: bool,
+    /// Bytes of bf16 packed weights a mini-batch of several passes may hold to pack each
+    /// weight once for all of them (`packed_weights`); 0 packs per product.
+    pub pack_bytes: usize,
 }
 
 impl PassPlan {
@@ -66,6 +70,7 @@ impl PassPlan {
             keep_bytes: 0,
             keep_top_bytes: 0,
             share_prompt: false,
+            pack_bytes: 0,
         }
     }
 }
@@ -96,16 +101,35 @@ pub fn weighted_logprob_grads_in(
     acc: &mut [Option<Tensor>],
     plan: PassPlan,
 ) -> Result<PassStats> {
-    let head = Prepared::new(&model.lm_head, plan.dtype)?;
-    let pending = forward_and_head(model, layout, coef, vars, acc, plan, &head)?;
-    drop(head);
+    weighted_logprob_grads_with(model, layout, coef, vars, acc, plan, None)
+}
+
+/// [`weighted_logprob_grads_in`] with the weights of a mini-batch packed once (bf16), where
+/// `packed` has them; else the LM head is packed for this pass alone.
+pub fn weighted_logprob_grads_with(
+    model: &CausalLm,
+    layout: &ScoreLayout,
+    coef: &[f32],
+    vars: &[Var],
+    acc: &mut [Option<Tensor>],
+    plan: PassPlan,
+    packed: Option<&PackedWeights>,
+) -> Result<PassStats> {
+    let own = match packed {
+        Some(_) => None,
+        None => Some(Prepared::new(&model.lm_head, plan.dtype)?),
+    };
+    let head = own.as_ref().or(packed.map(PackedWeights::head));
+    let head = head.expect("packed or prepared above");
+    let pending = forward_and_head(model, layout, coef, vars, acc, plan, head, packed)?;
+    drop(own);
     pending.backward(model, vars, acc)
 }
 
 /// A pass whose forward and LM head have run: what its layers' backward still needs.
 pub struct Pending<'a> {
     layout: &'a ScoreLayout,
-    dt: ComputeDtype,
+    products: Products<'a>,
     cos: Tensor,
     sin: Tensor,
     mask: Tensor,
@@ -148,7 +172,7 @@ impl Pending<'_> {
         let start = std::time::Instant::now();
         let Pending {
             layout,
-            dt,
+            products,
             cos,
             sin,
             mask,
@@ -181,7 +205,7 @@ impl Pending<'_> {
                 };
                 let dyp = prompt.as_ref().map(|pp| &pp.g);
                 let (dx, dxp) =
-                    layer_grad::layer_backward(layer, &input, &g, dyp, &slots, acc, dt, k)?;
+                    layer_grad::layer_backward(layer, &input, &g, dyp, &slots, acc, products, k)?;
                 g = dx;
                 if let (Some(pp), Some(dxp)) = (prompt.as_mut(), dxp) {
                     pp.g = dxp;
@@ -230,6 +254,8 @@ impl Pending<'_> {
 /// The first half of a recomputed pass: the forward without a graph (keeping layer inputs and,
 /// within `plan.keep_bytes`, layers' activations), then the LM head's loss and gradients with
 /// the prepared `head` (its weight gradient added into `acc`) and the final norm's backward.
+/// The layers' products take their weights from `packed` where it has them.
+#[allow(clippy::too_many_arguments)]
 pub fn forward_and_head<'a>(
     model: &CausalLm,
     layout: &'a ScoreLayout,
@@ -238,8 +264,10 @@ pub fn forward_and_head<'a>(
     acc: &mut [Option<Tensor>],
     plan: PassPlan,
     head: &Prepared,
+    packed: Option<&'a PackedWeights>,
 ) -> Result<Pending<'a>> {
     let dt = plan.dtype;
+    let products = Products::with(dt, packed);
     let start = std::time::Instant::now();
     let (b, _) = layout.ids.dims2()?;
     if coef.len() != b {
@@ -296,7 +324,7 @@ pub fn forward_and_head<'a>(
             prompt: xp.zip(pinp.as_ref()),
         };
         let (y, yp) = if supported && (budget > 0 || probe || in_top) {
-            let (y, yp, k) = layer_grad::layer_forward_keep(layer, &input, dt)?;
+            let (y, yp, k) = layer_grad::layer_forward_keep(layer, &input, products)?;
             let top = *top_from.get_or_insert(n - (plan.keep_top_bytes / k.bytes().max(1)).min(n));
             let fits = k.bytes() <= budget;
             budget = if fits { budget - k.bytes() } else { 0 };
@@ -309,7 +337,7 @@ pub fn forward_and_head<'a>(
             (y, yp)
         } else if supported {
             kept.push(None);
-            layer_grad::layer_forward(layer, &input, dt)?
+            layer_grad::layer_forward(layer, &input, products)?
         } else if dt != ComputeDtype::F32 {
             candle_core::bail!(
                 "trainer.compute_dtype {dt} needs f32 weights on the CPU (this model has {:?} \
@@ -369,7 +397,7 @@ pub fn forward_and_head<'a>(
     take_grads(&mut grads, vars, acc)?;
     Ok(Pending {
         layout,
-        dt,
+        products,
         cos,
         sin,
         mask,

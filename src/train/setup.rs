@@ -115,13 +115,15 @@ pub fn compute_dtype_note(t: &comlrl_scenario::TrainerPlan) -> Option<String> {
 
 /// How the update's recomputed passes run: products in `trainer.compute_dtype`, up to
 /// `trainer.activation_budget_mb` MiB of kept layer activations per pass, a prompt shared by a
-/// pass's rows computed once with `trainer.share_prompt`.
+/// pass's rows computed once with `trainer.share_prompt`, bf16 weights packed once per
+/// mini-batch within `trainer.packed_weights_mb`.
 pub fn pass_plan(t: &comlrl_scenario::TrainerPlan) -> PassPlan {
     PassPlan {
         dtype: compute_dtype(t),
         keep_bytes: t.activation_budget_mb.saturating_mul(1 << 20),
         keep_top_bytes: 0,
         share_prompt: t.share_prompt,
+        pack_bytes: t.packed_weights_mb.saturating_mul(1 << 20),
     }
 }
 

@@ -248,43 +248,71 @@ fn by_logit(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
-/// The `k` best (id, logit · inv_t) under [`by_logit`], in no particular order: one pass that
-/// keeps a bar (the k-th best seen at the last compaction) and appends only logits above it;
-/// when the candidates reach four times k they are cut back to the k best (a linear-time
-/// selection) and the bar rises. Runs of 16 logits none of which beats the bar are passed over
-/// with one vectorised maximum (the scan was 14% of the tiny quick start with a linear search
-/// for the worst). A max-heap of k kept the bar exact but sifted on every entry: at a small
-/// vocabulary, where k is a sizeable fraction of it, the sifting was a quarter of bf16
-/// sampling on the tiny model.
+/// The `k` best (id, logit · inv_t) under [`by_logit`], in no particular order. A first bar
+/// comes from a strided sample of the row (its rank is chosen so that about 2k logits reach
+/// it); one pass then keeps only the logits at or above the bar ([`at_or_above`]). Should fewer
+/// than k reach it (a row laid out against the sample), the pass runs again from no bar.
 fn top_k(logits: &[f32], inv_t: f32, k: usize) -> Vec<(u32, f32)> {
     let k = k.min(logits.len());
     if k == 0 {
         return Vec::new();
     }
+    if let Some(bar) = sampled_bar(logits, inv_t, k) {
+        let cand = at_or_above(logits, inv_t, k, bar);
+        if cand.len() == k {
+            return cand;
+        }
+    }
+    at_or_above(logits, inv_t, k, f32::NEG_INFINITY)
+}
+
+/// A bar about 2k logits of the row reach, from every `n / s`-th logit (s = max(4k, n / 64)):
+/// the sample's ⌈2k·s / n⌉-th best. `None` for rows under 8k logits, which one pass without a
+/// bar serves as well.
+fn sampled_bar(logits: &[f32], inv_t: f32, k: usize) -> Option<f32> {
+    let n = logits.len();
+    if n < 8 * k {
+        return None;
+    }
+    let s = (4 * k).max(n / 64);
+    let stride = n / s;
+    let mut sample: Vec<f32> = logits.iter().step_by(stride).map(|&l| l * inv_t).collect();
+    let rank = (2 * k * sample.len()).div_ceil(n).clamp(1, sample.len());
+    let (_, bar, _) = sample.select_nth_unstable_by(rank - 1, |a, b| b.total_cmp(a));
+    Some(*bar)
+}
+
+/// The `k` best of the logits at or above `bar` (fewer where fewer reach it), in one pass that
+/// appends those logits and, when the candidates reach four times k, cuts them back to the k
+/// best (a linear-time selection) and raises the bar to the worst kept. Runs of 32 logits none
+/// of which reaches the bar are passed over with one vectorised test. A max-heap of k (the
+/// previous design) kept the bar exact but sifted on every entry: at tiny-qwen2's 3,000-token
+/// vocabulary, where k = 50 is a sizeable fraction of the row, that was a quarter of bf16
+/// sampling.
+fn at_or_above(logits: &[f32], inv_t: f32, k: usize, mut bar: f32) -> Vec<(u32, f32)> {
+    /// Logits tested against the bar at once.
+    const CHUNK: usize = 32;
     let cap = 4 * k;
-    let mut cand: Vec<(u32, f32)> = Vec::with_capacity(cap + 16);
-    cand.extend(
-        logits[..k]
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| (i as u32, l * inv_t)),
-    );
-    let mut bar = worst_key(&cand);
-    for (c, chunk) in logits[k..].chunks(16).enumerate() {
-        if chunk.iter().map(|&l| order_key(l * inv_t)).max() <= Some(bar) {
+    let mut cand: Vec<(u32, f32)> = Vec::with_capacity(cap + CHUNK);
+    for (c, chunk) in logits.chunks(CHUNK).enumerate() {
+        // A branch-free test the compiler vectorises: "not below the bar" holds for a value at
+        // or above it and for a NaN (above every number in `total_cmp`'s order, sorted out by
+        // the exact test below).
+        let reaches = |&l: &f32| u32::from(!(l * inv_t).lt(&bar));
+        if chunk.iter().map(reaches).sum::<u32>() == 0 {
             continue;
         }
-        // Ids rise through the scan, so a tie with the bar loses to the k candidates at or
-        // above it: only a larger value enters.
+        // Ties with the bar enter: `keep_best` orders them by id.
+        let key = order_key(bar);
         for (j, &l) in chunk.iter().enumerate() {
             let v = l * inv_t;
-            if order_key(v) > bar {
-                cand.push(((k + c * 16 + j) as u32, v));
+            if order_key(v) >= key {
+                cand.push(((c * CHUNK + j) as u32, v));
             }
         }
         if cand.len() >= cap {
             keep_best(&mut cand, k);
-            bar = worst_key(&cand);
+            bar = worst(&cand);
         }
     }
     keep_best(&mut cand, k);
@@ -299,12 +327,12 @@ fn keep_best(cand: &mut Vec<(u32, f32)>, k: usize) {
     }
 }
 
-/// The order key of the worst of `cand` (its lowest scaled logit).
-fn worst_key(cand: &[(u32, f32)]) -> i32 {
+/// The worst of `cand`'s scaled logits (the lowest in `f32::total_cmp`'s order).
+fn worst(cand: &[(u32, f32)]) -> f32 {
     cand.iter()
-        .map(|c| order_key(c.1))
-        .min()
-        .unwrap_or(i32::MIN)
+        .map(|c| c.1)
+        .min_by(f32::total_cmp)
+        .unwrap_or(f32::NEG_INFINITY)
 }
 
 /// `f32::total_cmp`'s order as an integer: a.total_cmp(&b) == key(a).cmp(&key(b)).
@@ -365,14 +393,28 @@ mod tests {
     }
 
     /// Rising logits: every logit beats the bar, so the candidates are cut back many times
-    /// in one scan; falling and constant logits: none after the first k enters.
+    /// in one scan; falling logits: none after the first k enters; constant logits: every one
+    /// ties. Against the sample: only the sampled logits are high, so fewer than k reach the
+    /// sampled bar and the scan runs again without one.
     #[test]
     fn top_k_survives_every_logit_entering() {
         let n = 3000;
         let rising: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
         let falling: Vec<f32> = rising.iter().rev().copied().collect();
         let flat = vec![1.5f32; n];
-        for (name, logits) in [("rising", rising), ("falling", falling), ("flat", flat)] {
+        // k = 50: a sample of 200, every 15th logit; its 7th best is the bar.
+        let against: Vec<f32> = (0..n)
+            .map(|i| if i % 15 == 0 { 100.0 + i as f32 } else { 0.0 })
+            .collect();
+        let bar = sampled_bar(&against, 1.0, 50).expect("a row of 3000 is sampled");
+        assert!(against.iter().filter(|&&l| l >= bar).count() < 50);
+        let cases = [
+            ("rising", rising),
+            ("falling", falling),
+            ("flat", flat),
+            ("against the sample", against),
+        ];
+        for (name, logits) in cases {
             for k in [1, 7, 50, 2999] {
                 let mut want: Vec<(u32, f32)> = logits
                     .iter()

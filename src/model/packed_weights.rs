@@ -53,6 +53,40 @@ impl PackedWeights {
     }
 }
 
+/// The LM head a pass multiplies by: the mini-batch's packed one, or one of its own (packed for
+/// this pass alone in bf16), dropped with it.
+pub enum Head<'a> {
+    /// The mini-batch's.
+    Shared(&'a Prepared),
+    /// This pass's.
+    Own(Prepared),
+}
+
+impl<'a> Head<'a> {
+    /// `packed`'s head, else `model`'s prepared for products in `dt`.
+    pub fn new(
+        model: &CausalLm,
+        dt: ComputeDtype,
+        packed: Option<&'a PackedWeights>,
+    ) -> Result<Self> {
+        Ok(match packed {
+            Some(p) => Head::Shared(p.head()),
+            None => Head::Own(Prepared::new(model.lm_head(), dt)?),
+        })
+    }
+}
+
+impl std::ops::Deref for Head<'_> {
+    type Target = Prepared;
+
+    fn deref(&self) -> &Prepared {
+        match self {
+            Head::Shared(p) => p,
+            Head::Own(p) => p,
+        }
+    }
+}
+
 /// The matrices a pass multiplies by: each layer's projections, then the LM head.
 fn matrices(model: &CausalLm) -> impl Iterator<Item = &Tensor> {
     model

@@ -12,11 +12,11 @@
 //! yet: that pass also keeps its top layers' activations in the room they leave
 //! ([`PassPlan::keep_top_bytes`], sized by `top_budget`).
 use super::causal_lm::CausalLm;
-use super::compute::{ComputeDtype, Prepared};
+use super::compute::ComputeDtype;
 use super::head_grad;
 use super::kernels::bf16_gemm;
 use super::logprob::ScoreLayout;
-use super::packed_weights::PackedWeights;
+use super::packed_weights::{Head, PackedWeights};
 use super::recompute::{forward_and_head, weighted_logprob_grads_with, PassPlan, PassStats};
 use candle_core::{Result, Tensor, Var};
 
@@ -90,12 +90,7 @@ pub fn run_passes_in(
             }
         }
         Order::HeadsFirst => {
-            let own = match packed {
-                Some(_) => None,
-                None => Some(Prepared::new(model.lm_head(), plan.dtype)?),
-            };
-            let head = own.as_ref().or(packed.map(PackedWeights::head));
-            let head = head.expect("packed or prepared above");
+            let head = Head::new(model, plan.dtype, packed)?;
             let mut pending = Vec::with_capacity(passes.len());
             for (i, p) in passes.iter().enumerate() {
                 pending.push(forward_and_head(
@@ -105,11 +100,11 @@ pub fn run_passes_in(
                     vars,
                     acc,
                     plan_of(i),
-                    head,
+                    &head,
                     packed,
                 )?);
             }
-            drop(own);
+            drop(head);
             // The head's packed G chunks would wait idle in the pool through the layers.
             bf16_gemm::release_scratch();
             for p in pending {

@@ -20,7 +20,7 @@ use super::head_grad::head_backward;
 use super::layer_grad::{self, LayerInput};
 use super::logprob::ScoreLayout;
 use super::mode::Mode;
-use super::packed_weights::{PackedWeights, Products};
+use super::packed_weights::{Head, PackedWeights, Products};
 pub use super::shared_prompt::prompt_part;
 use super::shared_prompt::PromptPart;
 use candle_core::{Module, Result, Tensor, Var};
@@ -115,14 +115,9 @@ pub fn weighted_logprob_grads_with(
     plan: PassPlan,
     packed: Option<&PackedWeights>,
 ) -> Result<PassStats> {
-    let own = match packed {
-        Some(_) => None,
-        None => Some(Prepared::new(&model.lm_head, plan.dtype)?),
-    };
-    let head = own.as_ref().or(packed.map(PackedWeights::head));
-    let head = head.expect("packed or prepared above");
-    let pending = forward_and_head(model, layout, coef, vars, acc, plan, head, packed)?;
-    drop(own);
+    let head = Head::new(model, plan.dtype, packed)?;
+    let pending = forward_and_head(model, layout, coef, vars, acc, plan, &head, packed)?;
+    drop(head);
     pending.backward(model, vars, acc)
 }
 

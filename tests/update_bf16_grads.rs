@@ -215,7 +215,7 @@ fn weights_packed_once_per_mini_batch_change_no_bit() {
         let vars: Vec<Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
         let samples = samples(name);
         let refs: Vec<&AgentRollout> = samples.iter().collect();
-        let bytes = PackedWeights::bytes(&policy.model).unwrap();
+        let bytes = PackedWeights::bytes(&policy.model);
         let packs = |dt, passes, budget| {
             PackedWeights::for_passes(&policy.model, passes, dt, budget)
                 .unwrap()

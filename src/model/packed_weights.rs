@@ -18,8 +18,8 @@ pub struct PackedWeights {
 
 impl PackedWeights {
     /// Bytes the packed copies of `model`'s matrices take (two bf16 copies of each).
-    pub fn bytes(model: &CausalLm) -> Result<usize> {
-        matrices(model).map(|w| Ok(w.elem_count() * 2 * 2)).sum()
+    pub fn bytes(model: &CausalLm) -> usize {
+        matrices(model).map(|w| w.elem_count() * 2 * 2).sum()
     }
 
     /// Packs `model`'s matrices when a mini-batch of `passes` runs its products in `dt` and
@@ -31,7 +31,7 @@ impl PackedWeights {
         dt: ComputeDtype,
         budget: usize,
     ) -> Result<Option<Self>> {
-        if dt != ComputeDtype::Bf16 || passes < 2 || Self::bytes(model)? > budget {
+        if dt != ComputeDtype::Bf16 || passes < 2 || Self::bytes(model) > budget {
             return Ok(None);
         }
         let by_id = matrices(model)

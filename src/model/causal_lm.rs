@@ -6,6 +6,7 @@ use super::arch::Features;
 use super::attention::{Attention, AttnInputs};
 use super::config::ModelConfig;
 use super::kv_cache::KvCache;
+use super::linear::Linear;
 use super::mlp::Mlp;
 use super::mode::Mode;
 use super::norm::RmsNorm;
@@ -34,6 +35,20 @@ impl DecoderLayer {
                 vb.pp("post_attention_layernorm"),
             )?,
         })
+    }
+
+    /// The layer's projections: attention's q, k, v, o, then the MLP's gate, up, down.
+    pub(super) fn linears(&self) -> [&Linear; 7] {
+        let (a, m) = (&self.self_attn, &self.mlp);
+        [
+            &a.q_proj,
+            &a.k_proj,
+            &a.v_proj,
+            &a.o_proj,
+            &m.gate_proj,
+            &m.up_proj,
+            &m.down_proj,
+        ]
     }
 
     pub(super) fn forward(

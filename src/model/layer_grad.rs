@@ -23,16 +23,6 @@ use candle_core::{Result, Tensor};
 /// Whether `layer` can take the hand-written path for input `x` (f32 weights and input, CPU).
 pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
     let a = &layer.self_attn;
-    let m = &layer.mlp;
-    let linears = [
-        &a.q_proj,
-        &a.k_proj,
-        &a.v_proj,
-        &a.o_proj,
-        &m.gate_proj,
-        &m.up_proj,
-        &m.down_proj,
-    ];
     let norms = [
         Some(&layer.input_layernorm),
         Some(&layer.post_attention_layernorm),
@@ -40,7 +30,7 @@ pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
         a.k_norm.as_ref(),
     ];
     let mut ws = vec![x];
-    for l in linears {
+    for l in layer.linears() {
         ws.push(&l.weight);
         ws.extend(l.bias.as_ref());
     }

@@ -92,19 +92,7 @@ fn matrices(model: &CausalLm) -> impl Iterator<Item = &Tensor> {
     model
         .layers
         .iter()
-        .flat_map(|l| {
-            let (a, m) = (&l.self_attn, &l.mlp);
-            [
-                &a.q_proj,
-                &a.k_proj,
-                &a.v_proj,
-                &a.o_proj,
-                &m.gate_proj,
-                &m.up_proj,
-                &m.down_proj,
-            ]
-            .map(|l| &l.weight)
-        })
+        .flat_map(|l| l.linears().map(|l| &l.weight))
         .chain(std::iter::once(model.lm_head()))
 }
 

@@ -197,6 +197,7 @@ fn bf16_products_need_f32_weights() {
         &vars,
         &mut acc,
         PassPlan::rerun_all(ComputeDtype::Bf16),
+        None,
     )
     .expect_err("bf16 products on bf16 weights must fail")
     .to_string();

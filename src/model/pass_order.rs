@@ -17,7 +17,7 @@ use super::head_grad;
 use super::kernels::bf16_gemm;
 use super::logprob::ScoreLayout;
 use super::packed_weights::{Head, PackedWeights};
-use super::recompute::{forward_and_head, weighted_logprob_grads_with, PassPlan, PassStats};
+use super::recompute::{forward_and_head, weighted_logprob_grads_in, PassPlan, PassStats};
 use candle_core::{Result, Tensor, Var};
 
 /// One pass of a mini-batch: its rows and each row's loss coefficient.
@@ -84,7 +84,7 @@ pub fn run_passes_in(
         Order::OneByOne => {
             for (i, p) in passes.iter().enumerate() {
                 let plan = plan_of(i);
-                stats.push(weighted_logprob_grads_with(
+                stats.push(weighted_logprob_grads_in(
                     model, p.layout, &p.coef, vars, acc, plan, packed,
                 )?);
             }

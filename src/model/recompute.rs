@@ -87,26 +87,14 @@ pub fn weighted_logprob_grads(
     acc: &mut [Option<Tensor>],
 ) -> Result<PassStats> {
     let plan = PassPlan::rerun_all(ComputeDtype::F32);
-    weighted_logprob_grads_in(model, layout, coef, vars, acc, plan)
+    weighted_logprob_grads_in(model, layout, coef, vars, acc, plan, None)
 }
 
-/// [`weighted_logprob_grads`] run as `plan` says. `plan.dtype` `Bf16` needs the hand-written
-/// layer path (f32 weights on the CPU): elsewhere it is an error rather than a silent f32
-/// update.
+/// [`weighted_logprob_grads`] run as `plan` says, the products taking their weights from
+/// `packed` where a mini-batch packed them once (bf16; else the LM head is packed for this pass
+/// alone). `plan.dtype` `Bf16` needs the hand-written layer path (f32 weights on the CPU):
+/// elsewhere it is an error rather than a silent f32 update.
 pub fn weighted_logprob_grads_in(
-    model: &CausalLm,
-    layout: &ScoreLayout,
-    coef: &[f32],
-    vars: &[Var],
-    acc: &mut [Option<Tensor>],
-    plan: PassPlan,
-) -> Result<PassStats> {
-    weighted_logprob_grads_with(model, layout, coef, vars, acc, plan, None)
-}
-
-/// [`weighted_logprob_grads_in`] with the weights of a mini-batch packed once (bf16), where
-/// `packed` has them; else the LM head is packed for this pass alone.
-pub fn weighted_logprob_grads_with(
     model: &CausalLm,
     layout: &ScoreLayout,
     coef: &[f32],

@@ -202,7 +202,7 @@ settings_section! {
         /// step, peak 1.10 → 1.34 GB with two agents updating at once); Qwen2.5-0.5B's 1.8 GiB
         /// stay packed per product. 0 packs per product.
         packed_weights_mb: usize = 256, kind "integer ≥ 0",
-            why "small models pack once; not 0.5B (2 GB)";
+            why "small models pack once; not 0.5B (1.8 GiB)";
         /// Most joint actions a rollout node may score (`cross`: num_generations^agents). Each
         /// is one reward call over N completions; 4096 keeps a node's scoring to seconds and
         /// its memory to a few MB with a wide margin for multi-turn trees (joint^turns nodes).

@@ -204,10 +204,10 @@ fn bf16_products_need_f32_weights() {
     assert!(err.contains("needs f32 weights"), "{err}");
 }
 
-/// Weights packed once for a mini-batch's passes (`trainer.packed_weights_mb`) give the same
-/// loss and gradients bit for bit as packing them for every product, whatever the pass order,
-/// the kept activations and the shared prompt; and they are packed only where that gains:
-/// bf16, several passes, within the budget.
+/// Weights prepared once for a mini-batch's passes (`trainer.packed_weights_mb`: bf16 packed,
+/// f32 transposed) give the same loss and gradients bit for bit as products straight from the
+/// weights, whatever the pass order, the kept activations and the shared prompt; and they are
+/// prepared only where that gains: several passes, within the budget.
 #[test]
 fn weights_packed_once_per_mini_batch_change_no_bit() {
     use comlrl::model::packed_weights::PackedWeights;
@@ -222,22 +222,21 @@ fn weights_packed_once_per_mini_batch_change_no_bit() {
                 .unwrap()
                 .is_some()
         };
-        assert!(
-            packs(ComputeDtype::Bf16, 2, bytes),
-            "{name}: fits, 2 passes"
-        );
-        assert!(
-            !packs(ComputeDtype::Bf16, 2, bytes - 1),
-            "{name}: over budget"
-        );
-        assert!(!packs(ComputeDtype::Bf16, 1, bytes), "{name}: one pass");
-        assert!(!packs(ComputeDtype::F32, 2, bytes), "{name}: f32");
-        for (keep_bytes, share_prompt) in [(0, false), (1 << 26, true)] {
+        for dt in [ComputeDtype::Bf16, ComputeDtype::F32] {
+            assert!(packs(dt, 2, bytes), "{name} {dt}: fits, 2 passes");
+            assert!(!packs(dt, 2, bytes - 1), "{name} {dt}: over budget");
+            assert!(!packs(dt, 1, bytes), "{name} {dt}: one pass");
+        }
+        let settings = [(0, false), (1 << 26, true)];
+        for (dt, (keep_bytes, share_prompt)) in [ComputeDtype::Bf16, ComputeDtype::F32]
+            .into_iter()
+            .flat_map(|dt| settings.map(|s| (dt, s)))
+        {
             let plan = |pack_bytes| PassPlan {
                 keep_bytes,
                 share_prompt,
                 pack_bytes,
-                ..PassPlan::rerun_all(ComputeDtype::Bf16)
+                ..PassPlan::rerun_all(dt)
             };
             // Passes of one completion: several per mini-batch.
             let run = |pack_bytes| {
@@ -245,10 +244,14 @@ fn weights_packed_once_per_mini_batch_change_no_bit() {
                     .expect("loss and gradients")
             };
             let (each, once) = (run(0), run(bytes));
-            assert_eq!(each.loss.to_bits(), once.loss.to_bits(), "{name}: loss");
+            assert_eq!(
+                each.loss.to_bits(),
+                once.loss.to_bits(),
+                "{name} {dt}: loss"
+            );
             for (i, (a, b)) in each.grads.iter().zip(&once.grads).enumerate() {
                 let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
-                assert_eq!(f32s(a), f32s(b), "{name}: gradient {i}");
+                assert_eq!(f32s(a), f32s(b), "{name} {dt}: gradient {i}");
             }
         }
     }

@@ -1,41 +1,45 @@
-//! The products of one recomputed pass ([`Products`]): their dtype and, in bf16, the model's
-//! weights packed once for a whole mini-batch ([`PackedWeights`]). In bf16 every x·Wᵀ and dy·W
+//! The products of one recomputed pass ([`Products`]): their dtype and the model's weights
+//! prepared once for a whole mini-batch ([`PackedWeights`]). In bf16 every x·Wᵀ and dy·W
 //! otherwise packs W (rounding it to bf16 and laying it out in the kernel's panels) for each
 //! product of each pass: a mini-batch of 8 passes packed every weight 16 to 24 times while the
-//! weights stayed the same, and at tiny-qwen2 that packing was ~9% of a bf16 step. Packed once,
-//! the copies take 4 bytes a parameter (Wᵀ and W in bf16), so they are kept only within
-//! `trainer.packed_weights_mb`; the products are the same bit for bit either way.
+//! weights stayed the same, and at tiny-qwen2 that packing was ~9% of a bf16 step. In f32 each
+//! x·Wᵀ otherwise reads Wᵀ as a strided view of W, which gemm multiplies at half speed where
+//! the rows are few and W is out of the core's cache (small-qwen2's MLP): the mini-batch keeps
+//! a contiguous Wᵀ instead. Either way the copies take 4 bytes a parameter (Wᵀ and W in bf16,
+//! Wᵀ in f32), so they are kept only within `trainer.packed_weights_mb`; the products are the
+//! same bit for bit with and without them.
 use super::causal_lm::CausalLm;
 use super::compute::{matmul, ComputeDtype, Prepared};
 use candle_core::{Result, Tensor, TensorId};
 use std::collections::HashMap;
 
-/// Every projection's weight and the LM head of a model, packed for the bf16 products.
+/// Every projection's weight and the LM head of a model, prepared for a mini-batch's products.
 pub struct PackedWeights {
     by_id: HashMap<TensorId, Prepared>,
     head: TensorId,
 }
 
 impl PackedWeights {
-    /// Bytes the packed copies of `model`'s matrices take (two bf16 copies of each).
+    /// Bytes the copies of `model`'s matrices take: 4 a parameter (two bf16 copies of each,
+    /// or one f32 copy).
     pub fn bytes(model: &CausalLm) -> usize {
-        matrices(model).map(|w| w.elem_count() * 2 * 2).sum()
+        matrices(model).map(|w| w.elem_count() * 4).sum()
     }
 
-    /// Packs `model`'s matrices when a mini-batch of `passes` runs its products in `dt` and
-    /// the copies fit in `budget` bytes; `None` where packing once gains nothing (f32, a
-    /// single pass) or does not fit.
+    /// Prepares `model`'s matrices once when a mini-batch of `passes` runs its products in
+    /// `dt` and the copies fit in `budget` bytes; `None` where that gains nothing (a single
+    /// pass) or does not fit.
     pub fn for_passes(
         model: &CausalLm,
         passes: usize,
         dt: ComputeDtype,
         budget: usize,
     ) -> Result<Option<Self>> {
-        if dt != ComputeDtype::Bf16 || passes < 2 || Self::bytes(model) > budget {
+        if passes < 2 || Self::bytes(model) > budget {
             return Ok(None);
         }
         let by_id = matrices(model)
-            .map(|w| Ok((w.id(), Prepared::new(w, dt)?)))
+            .map(|w| Ok((w.id(), Prepared::kept(w, dt)?)))
             .collect::<Result<HashMap<_, _>>>()?;
         Ok(Some(Self {
             by_id,
@@ -43,7 +47,7 @@ impl PackedWeights {
         }))
     }
 
-    /// The packed LM head.
+    /// The prepared LM head.
     pub fn head(&self) -> &Prepared {
         &self.by_id[&self.head]
     }
@@ -53,8 +57,8 @@ impl PackedWeights {
     }
 }
 
-/// The LM head a pass multiplies by: the mini-batch's packed one, or one of its own (packed for
-/// this pass alone in bf16), dropped with it.
+/// The LM head a pass multiplies by: the mini-batch's prepared one, or one of its own (packed
+/// for this pass alone in bf16), dropped with it.
 pub enum Head<'a> {
     /// The mini-batch's.
     Shared(&'a Prepared),

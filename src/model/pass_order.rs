@@ -77,7 +77,7 @@ pub fn run_passes_in(
         ..plan
     };
     let plan_of = |i: usize| if i == 0 { first } else { rest };
-    // In bf16, every weight packed once for all the passes where the copies fit.
+    // Every weight prepared once for all the passes where the copies fit (`packed_weights`).
     let packed = PackedWeights::for_passes(model, passes.len(), plan.dtype, plan.pack_bytes)?;
     let packed = packed.as_ref();
     match order {

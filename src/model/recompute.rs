@@ -57,8 +57,8 @@ pub struct PassPlan {
     /// Compute a prompt that every row of a pass shares once (`trainer.share_prompt`, see
     /// [`prompt_part`]); else every row whole.
     pub share_prompt: bool,
-    /// Bytes of bf16 packed weights a mini-batch of several passes may hold to pack each
-    /// weight once for all of them (`packed_weights`); 0 packs per product.
+    /// Bytes of weight copies (bf16 packed, or f32 Wᵀ) a mini-batch of several passes may
+    /// hold to prepare each weight once for all of them (`packed_weights`); 0: none.
     pub pack_bytes: usize,
 }
 

@@ -6,6 +6,7 @@
 use super::kernels::bf16_gemm::{
     self, add_matmul_tn as bf16_add_matmul_tn, matmul as bf16_matmul, PackedB,
 };
+use super::kernels::transpose::transposed;
 use super::{gemm_acc, gemm_new};
 use candle_core::{Result, Tensor};
 
@@ -110,7 +111,7 @@ impl Prepared {
         match dt {
             ComputeDtype::F32 => Ok(Self {
                 w: w.detach(),
-                copies: Copies::Transposed(w.detach().t()?.contiguous()?),
+                copies: Copies::Transposed(transposed(w)?),
             }),
             ComputeDtype::Bf16 => Self::new(w, dt),
         }

@@ -17,6 +17,7 @@ pub(crate) mod rope;
 pub(crate) mod row_tiles;
 pub(crate) mod softmax;
 pub(crate) mod swiglu;
+pub(crate) mod transpose;
 pub(crate) mod vexp;
 
 use candle_core::{DType, Tensor};

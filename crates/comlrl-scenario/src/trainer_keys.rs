@@ -200,8 +200,9 @@ settings_section! {
         /// in f32 a contiguous Wᵀ, which gemm multiplies up to ~2× faster than the strided
         /// view where a pass has few rows (small-qwen2's MLP). Else each product reads the
         /// weight as it is. The same products bit for bit. tiny-qwen2 3.3 MiB, small-qwen2
-        /// 122 MiB (f32 update 2.65 → 2.44 s per step, bf16 1.65 → 1.54; peak +0.25 GB with two
-        /// agents updating at once); Qwen2.5-0.5B's 1.8 GiB stay per product. 0: no copies.
+        /// 122 MiB (f32 update 2.54 → 2.39 s per step, bf16 1.65 → 1.54; peak +0.25 GB with two
+        /// agents updating at once); Qwen2.5-0.5B's 1.8 GiB stay per product, and so does
+        /// SmolLM2-135M's 0.5 GiB (copied in f32 at 1024 it ran 6% slower). 0: no copies.
         packed_weights_mb: usize = 256, kind "integer ≥ 0",
             why "small models prepare once; not 0.5B (1.8 GiB)";
         /// Most joint actions a rollout node may score (`cross`: num_generations^agents). Each

@@ -105,8 +105,8 @@ impl Prepared {
     /// f32 keeps a contiguous copy of Wᵀ (4 bytes a parameter). gemm reads Wᵀ as a strided
     /// view otherwise, which costs where the rows are few and W is out of the core's cache:
     /// x (120, 2048) · Wᵀ for W (512, 2048) runs ~2× faster from the copy on a Zen 4 core
-    /// (a small-qwen2 MLP's down projection), 7–10% at tiny-qwen2's and Qwen2.5-0.5B's
-    /// shapes. Same products bit for bit ([`Prepared::x_wt`]).
+    /// (a small-qwen2 MLP's down projection), 3–7% at Qwen2.5-0.5B's shapes (see
+    /// docs/performance.md). Same products bit for bit ([`Prepared::x_wt`]).
     pub fn kept(w: &Tensor, dt: ComputeDtype) -> Result<Self> {
         match dt {
             ComputeDtype::F32 => Ok(Self {

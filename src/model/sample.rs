@@ -164,12 +164,7 @@ fn decode<R: Rng>(
             break;
         }
         if keep.len() < active.len() {
-            let idx = Tensor::from_vec(
-                keep.iter().map(|&r| r as u32).collect::<Vec<_>>(),
-                keep.len(),
-                dev,
-            )?;
-            cache = cache.select_rows(&idx)?;
+            cache.retain_rows(&keep)?;
             active = keep.iter().map(|&r| active[r]).collect();
         }
         let b = active.len();

@@ -151,6 +151,7 @@ fn blocked_either_way(x: &Tensor, wt: &Tensor) -> Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::gemm_new::tests::bits;
     use super::*;
     use candle_core::{DType, Device};
 
@@ -164,13 +165,6 @@ mod tests {
     #[test]
     fn kept_f32_transpose_is_exact() -> Result<()> {
         let dev = Device::Cpu;
-        let bits = |t: &Tensor| -> Result<Vec<u32>> {
-            Ok(t.flatten_all()?
-                .to_vec1::<f32>()?
-                .iter()
-                .map(|x| x.to_bits())
-                .collect())
-        };
         for (m, k, n) in [
             (1, 64, 96),
             (2, 40, 3),
@@ -236,13 +230,6 @@ mod tests {
             add_matmul_tn(&zeros, &a, &dy, dt)?;
             let fresh = matmul_tn(&a, &dy, dt)?;
             assert!(fresh.is_contiguous());
-            let bits = |t: &Tensor| -> Result<Vec<u32>> {
-                Ok(t.flatten_all()?
-                    .to_vec1::<f32>()?
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect())
-            };
             assert_eq!(bits(&fresh)?, bits(&zeros)?, "{dt}");
         }
         Ok(())

@@ -131,10 +131,11 @@ fn product_into(dst: &mut [std::mem::MaybeUninit<f32>], a: &Operand, b: &Operand
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn bits(t: &Tensor) -> Result<Vec<u32>> {
+    /// Every element's bits, for tests that ask for results equal to the bit.
+    pub(in crate::model) fn bits(t: &Tensor) -> Result<Vec<u32>> {
         Ok(t.flatten_all()?
             .to_vec1::<f32>()?
             .iter()

@@ -114,7 +114,10 @@ impl KvCache {
     /// positions down in place (a decode batch drops rows each time one finishes; a new cache
     /// copied every row's whole capacity each time); other buffers are selected anew.
     pub fn retain_rows(&mut self, keep: &[usize]) -> Result<()> {
-        let batch = self.layers.first().map_or(Ok(0), |l| l.k.dim(0))?;
+        let Some(first) = self.layers.first() else {
+            return Ok(());
+        };
+        let batch = first.k.dim(0)?;
         if keep.windows(2).any(|w| w[0] >= w[1]) || keep.last().is_some_and(|&r| r >= batch) {
             candle_core::bail!("kv cache: rows to keep {keep:?} of {batch} must increase")
         }
@@ -124,10 +127,8 @@ impl KvCache {
             .all(|l| l.k.dtype() == DType::F32 && l.k.device().is_cpu() && l.k.is_contiguous());
         if !in_place {
             let rows: Vec<u32> = keep.iter().map(|&r| r as u32).collect();
-            let dev = self.layers.first().map(|l| l.k.device().clone());
-            if let Some(dev) = dev {
-                *self = self.select_rows(&Tensor::from_vec(rows, keep.len(), &dev)?)?;
-            }
+            let rows = Tensor::from_vec(rows, keep.len(), first.k.device())?;
+            *self = self.select_rows(&rows)?;
             return Ok(());
         }
         let op = MoveRows {
@@ -207,6 +208,23 @@ mod tests {
         );
         assert!(cache.retain_rows(&[2, 1]).is_err());
         assert!(cache.retain_rows(&[3]).is_err());
+        Ok(())
+    }
+
+    /// Buffers that cannot move rows in place (here bf16) are selected anew, to the same rows.
+    #[test]
+    fn other_dtypes_retain_by_selection() -> Result<()> {
+        let dev = Device::Cpu;
+        let mut cache = KvCache::new(1, 4, 1, 3, 2, DType::BF16, &dev)?;
+        let k = Tensor::arange(0f32, 24.0, &dev)?
+            .reshape((4, 1, 3, 2))?
+            .to_dtype(DType::BF16)?;
+        cache.append(0, &k, &k)?;
+        cache.advance(3);
+        cache.retain_rows(&[0, 3])?;
+        let got = cache.layers[0].k.to_dtype(DType::F32)?.flatten_all()?;
+        let want: Vec<f32> = (0..6).chain(18..24).map(|x| x as f32).collect();
+        assert_eq!(got.to_vec1::<f32>()?, want);
         Ok(())
     }
 }

@@ -171,8 +171,8 @@ mod avx512 {
                 // The next block's rows, while this one is in cache: a hint, never a load
                 // (wrapping arithmetic, as it may point past the slice). Into L2, not L1:
                 // there they no longer evict the block and x rows in use (AMD EPYC, 16 rows,
-                // cold weights: the head 896 → 151936 132 → 160 GFLOP/s, the MLP's shapes
-                // 110 → 130–145, `comlrl bench matmul --decode`; the same sums).
+                // cold weights: the head 896 → 151936 132–133 → 158–162 GFLOP/s, the MLP's
+                // shapes 108–118 → 130–147, `comlrl bench matmul --decode`; the same sums).
                 for jj in 0..N {
                     if pf.takes(jj) {
                         _mm_prefetch::<_MM_HINT_T1>(wp.wrapping_add((N + jj) * k + p) as *const i8);

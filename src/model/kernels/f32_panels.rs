@@ -154,8 +154,9 @@ mod avx512 {
 
     /// k-steps (64-byte lines of the panel) prefetched ahead of the one being read: 64 read
     /// from memory at 17–22 GB/s, 16 at 14–18 (a throwaway microbenchmark, cold weights).
-    /// Prefetched into L2 (`T1`): 3–5% faster than into L1 on an AMD EPYC (16 rows, cold
-    /// weights, `comlrl bench matmul --decode`).
+    /// Prefetched into L2 (`T1`), not L1: on an AMD EPYC, 16 rows, cold weights, the head
+    /// 896 → 151936 184–200 → 209–216 GFLOP/s and the MLP's shapes 135–172 → 164–185
+    /// (`comlrl bench matmul --decode`).
     const AHEAD: usize = 64;
 
     /// `sums[r * 16 + j]` = Σ_k xt[k][r] · w[k][j] for the 16 rows of the block.

@@ -2,6 +2,7 @@
 //! and its `metrics.csv` twin, whose header is every column seen so far (rewritten from the
 //! JSONL when a row brings a new one). On resume both are cut back to the checkpoint's rows,
 //! checked against its step; rows written after it (a torn last line included) are dropped.
+//! Whole-file rewrites go through a temporary file renamed into place.
 use super::Row;
 use crate::error::{Error, Result};
 use std::io::Write;
@@ -142,9 +143,7 @@ impl MetricsSink {
                 .map_err(|e| self.csv_err(e))?;
         }
         let bytes = w.into_inner().map_err(|e| self.csv_err(e.into_error()))?;
-        let tmp = self.csv.with_extension("csv.tmp");
-        std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
-        std::fs::rename(&tmp, &self.csv).map_err(|e| Error::io(&self.csv, e))
+        write_file(&self.csv, bytes)
     }
 
     fn csv_err(&self, e: impl Into<crate::error::Cause>) -> Error {
@@ -216,8 +215,16 @@ fn parse_row(line: &str) -> std::result::Result<Row, String> {
         .map_err(|e| format!("not a metrics row: {e}"))
 }
 
-fn write_file(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).map_err(|e| Error::io(path, e))
+/// Replaces `path`'s contents with `bytes` through a temporary file renamed into place: a
+/// process killed meanwhile leaves the old file or the new one, never a cut one (a resume
+/// that cut `metrics.jsonl` back in place and was killed with `kill -9` left it empty,
+/// orphaning its checkpoint).
+fn write_file(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
 }
 
 fn append(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -28,10 +28,12 @@ const RUN_OUTPUTS: [&str; 3] = ["checkpoints", "metrics.jsonl", "models"];
 /// Everything `--overwrite` removes (the run's outputs and the trackers' state: TensorBoard's
 /// `tb/` and W&B's `wandb-run.json`, named here as literals so that training does not import
 /// the trackers; `tests/layers.rs` checks they match the trackers' constants).
-pub const CLEARED: [&str; 10] = [
+pub const CLEARED: [&str; 12] = [
     "checkpoints",
     "metrics.jsonl",
     "metrics.csv",
+    "metrics.jsonl.tmp",
+    "metrics.csv.tmp",
     "models",
     ".models.tmp",
     "training.svg",

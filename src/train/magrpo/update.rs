@@ -117,6 +117,9 @@ impl Trainer {
                 p.weights_changed()?;
             }
         }
+        // What the round freed and the copies did not take back (its gradients, scratch) goes
+        // back to the OS before sampling, so it does not add to sampling's peak.
+        crate::runtime::release_free_memory_above(crate::runtime::TRIM_AFTER_UPDATE_ABOVE_BYTES);
         state.window.phases.optimizer += since(tick);
         for (i, u) in results? {
             state.opt_steps[i] = u.opt_steps;

@@ -1,9 +1,9 @@
 //! Failures of a whole run or command, from the binary: a reward that fails mid-run (stop with
 //! the last checkpoint intact, or skip the step), a crashing isolated plugin, broken models
 //! (the first agent's error), an unwritable output directory, a malformed scenario, and bad
-//! input to `comlrl reward`.
+//! input to `comlrl reward`; in-process, a final checkpoint that cannot be written.
 mod common;
-use common::tiny_run::small;
+use common::tiny_run::{load_small, small};
 use common::*;
 use std::path::{Path, PathBuf};
 
@@ -54,6 +54,70 @@ fn reward_error_mid_run_stops_cleanly_with_checkpoint_intact() {
         .file_name()
         .to_string_lossy()
         .starts_with(".tmp")));
+}
+
+/// Takes the checkpoints directory's name with a file while the last step runs, as a full
+/// disk would fail the checkpoint after it.
+struct BlockFinalCheckpoint {
+    out: PathBuf,
+    total: usize,
+}
+
+impl comlrl::train::Observer for BlockFinalCheckpoint {
+    fn start(&mut self, total_steps: usize, _done: usize) {
+        self.total = total_steps;
+    }
+    fn step(&mut self, step: usize, _reward_mean: f64, _step_seconds: f64) {
+        if step == self.total {
+            std::fs::write(self.out.join("checkpoints"), "not a directory").unwrap();
+        }
+    }
+}
+
+#[test]
+fn failed_final_checkpoint_is_reported_and_the_models_are_saved_all_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut obs = BlockFinalCheckpoint {
+        out: out.clone(),
+        total: 0,
+    };
+    let no_sets: [&str; 0] = [];
+    let err = comlrl::train::Trainer::new(load_small(&out, &no_sets))
+        .unwrap()
+        .run(false, &mut obs)
+        .expect_err("the final checkpoint cannot be written");
+    let mut chain = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        chain.push_str(&format!(" | {s}"));
+        source = s.source();
+    }
+    assert!(
+        chain.contains("the final checkpoint (step 20) could not be written")
+            && chain.contains("models were saved to")
+            && chain.contains("checkpoints"),
+        "{chain}"
+    );
+    for agent in ["agent_0", "agent_1"] {
+        let dir = out.join("models").join(agent);
+        assert!(
+            dir.join("model.safetensors").is_file() && dir.join("config.json").is_file(),
+            "{} holds no model",
+            dir.display()
+        );
+    }
+    // The saved models load and generate.
+    let (ok, _, stderr) = run_comlrl(&[
+        "generate",
+        "--model",
+        out.join("models/agent_1").to_str().unwrap(),
+        "--prompt",
+        "A story:",
+        "--max-new-tokens",
+        "4",
+    ]);
+    assert!(ok, "{stderr}");
 }
 
 #[test]

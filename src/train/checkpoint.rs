@@ -90,37 +90,11 @@ pub fn save(
     }
     // The other ranks write into the directory rank 0 has just made.
     world.barrier();
-    let state_json =
-        serde_json::to_string(state).map_err(|e| Error::serialize("the training state", e))?;
-    write(&tmp.join(state_file(world.rank())), &state_json)?;
-    let held = policies
-        .iter()
-        .zip(optims)
-        .enumerate()
-        .filter(|(i, _)| writes.get(*i).copied().unwrap_or(false));
-    for (i, (p, opt)) in held.filter_map(|(i, (p, o))| Some((i, (p.as_ref()?, o.as_ref()?)))) {
-        let weights: BTreeMap<String, Tensor> = p
-            .vars()
-            .into_iter()
-            .map(|(n, v)| (n, v.as_tensor().detach()))
-            .collect();
-        save_tensors(&weights, &tmp.join(format!("agent_{i}.safetensors")))?;
-        // The moments are written from the optimizer's own buffers (locked meanwhile): a copy
-        // would be two more sets of weights (4 GB per agent at 0.5B) at the run's peak.
-        let guards: Vec<_> = opt
-            .params
-            .iter()
-            .map(|ps| Ok((ps, lock(&ps.m)?, lock(&ps.v)?)))
-            .collect::<Result<_>>()?;
-        let mut moments = Vec::with_capacity(2 * guards.len());
-        for (ps, m, v) in &guards {
-            let shape = ps.var.as_tensor().dims().to_vec();
-            moments.push((format!("m.{}", ps.name), MomentView::new(m, shape.clone())));
-            moments.push((format!("v.{}", ps.name), MomentView::new(v, shape)));
-        }
-        let path = tmp.join(format!("optimizer_{i}.safetensors"));
-        safetensors::serialize_to_file(moments, None, &path)
-            .map_err(|e| Error::checkpoint_by(&path, "cannot write safetensors", e))?;
+    if let Err(e) = write_parts(&tmp, state, policies, optims, writes, world.rank()) {
+        // A checkpoint without its manifest is never used, but its bytes are what a full disk
+        // needs back (for the final models, see `Trainer::after_failed_checkpoint`).
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
     }
     // Every rank's part is written before rank 0 hashes the directory.
     world.barrier();
@@ -150,6 +124,51 @@ pub fn save(
         }
     }
     Ok(dir)
+}
+
+/// This rank's part of a checkpoint in `tmp`: its training state, and the weights and AdamW
+/// moments of the agents it writes.
+fn write_parts(
+    tmp: &Path,
+    state: &TrainState,
+    policies: &[Option<Policy>],
+    optims: &[Option<AdamW>],
+    writes: &[bool],
+    rank: usize,
+) -> Result<()> {
+    let state_json =
+        serde_json::to_string(state).map_err(|e| Error::serialize("the training state", e))?;
+    write(&tmp.join(state_file(rank)), &state_json)?;
+    let held = policies
+        .iter()
+        .zip(optims)
+        .enumerate()
+        .filter(|(i, _)| writes.get(*i).copied().unwrap_or(false));
+    for (i, (p, opt)) in held.filter_map(|(i, (p, o))| Some((i, (p.as_ref()?, o.as_ref()?)))) {
+        let weights: BTreeMap<String, Tensor> = p
+            .vars()
+            .into_iter()
+            .map(|(n, v)| (n, v.as_tensor().detach()))
+            .collect();
+        save_tensors(&weights, &tmp.join(format!("agent_{i}.safetensors")))?;
+        // The moments are written from the optimizer's own buffers (locked meanwhile): a copy
+        // would be two more sets of weights (4 GB per agent at 0.5B) at the run's peak.
+        let guards: Vec<_> = opt
+            .params
+            .iter()
+            .map(|ps| Ok((ps, lock(&ps.m)?, lock(&ps.v)?)))
+            .collect::<Result<_>>()?;
+        let mut moments = Vec::with_capacity(2 * guards.len());
+        for (ps, m, v) in &guards {
+            let shape = ps.var.as_tensor().dims().to_vec();
+            moments.push((format!("m.{}", ps.name), MomentView::new(m, shape.clone())));
+            moments.push((format!("v.{}", ps.name), MomentView::new(v, shape)));
+        }
+        let path = tmp.join(format!("optimizer_{i}.safetensors"));
+        safetensors::serialize_to_file(moments, None, &path)
+            .map_err(|e| Error::checkpoint_by(&path, "cannot write safetensors", e))?;
+    }
+    Ok(())
 }
 
 /// The name `latest` holds when it is a valid checkpoint name (a `step-N` child).

@@ -1,5 +1,6 @@
 //! The end of a run: the final models (all agents or none, atomically) unless it was
-//! interrupted or a benchmark, the plot of metrics.jsonl, and the run's summary.
+//! interrupted or a benchmark, also when the last step's checkpoint could not be written, the
+//! plot of metrics.jsonl, and the run's summary.
 use super::{RunSummary, Trainer};
 use crate::dist::World;
 use crate::error::{Error, Result};
@@ -39,6 +40,31 @@ impl Trainer {
             epoch_reward_means,
             output_dir: out,
         })
+    }
+
+    /// The checkpoint after the last step failed (a full disk, say). Without it the run's
+    /// training would be lost when no earlier checkpoint exists, so the final models (a third
+    /// to half of a checkpoint's bytes: no AdamW moments) are saved all the same, and the error says
+    /// so. A single process only: with several ranks the failure may be one rank's, and the
+    /// save is a collective the others would not join.
+    pub(super) fn after_failed_checkpoint(&self, e: Error, state: &TrainState) -> Error {
+        let last = state.step == self.total_steps() && self.stop_after.is_none();
+        if !last || self.world.size() > 1 {
+            return e;
+        }
+        let models = self.scenario.models_dir();
+        match save_models(&self.policies, &self.samples, &models, self.world.as_ref()) {
+            Ok(()) => e.at_step(
+                state.step,
+                format!(
+                    "the final checkpoint (step {}) could not be written; the trained models \
+                     were saved to {}",
+                    state.step,
+                    models.display()
+                ),
+            ),
+            Err(_) => e,
+        }
     }
 }
 

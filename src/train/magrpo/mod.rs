@@ -324,7 +324,9 @@ impl Trainer {
             self.log_window(&mut state, sink.as_mut(), obs)?;
             // A signal may reach the ranks at different steps: stop when any rank has one.
             let stop = gather::any(world.as_ref(), self.interrupt.load(Ordering::SeqCst));
-            self.checkpoint_if_due(&state, stop)?;
+            if let Err(e) = self.checkpoint_if_due(&state, stop) {
+                return Err(self.after_failed_checkpoint(e, &state));
+            }
             if stop && state.step < total {
                 interrupted = true;
                 obs.message(&format!(

@@ -44,9 +44,9 @@ impl Trainer {
 
     /// The checkpoint after the last step failed (a full disk, say). Without it the run's
     /// training would be lost when no earlier checkpoint exists, so the final models (a third
-    /// to half of a checkpoint's bytes: no AdamW moments) are saved all the same, and the error says
-    /// so. A single process only: with several ranks the failure may be one rank's, and the
-    /// save is a collective the others would not join.
+    /// to half of a checkpoint's bytes: no AdamW moments) are saved all the same, and the
+    /// error says so. A single process only: with several ranks the failure may be one rank's,
+    /// and the save is a collective the others would not join.
     pub(super) fn after_failed_checkpoint(&self, e: Error, state: &TrainState) -> Error {
         let last = state.step == self.total_steps() && self.stop_after.is_none();
         if !last || self.world.size() > 1 {

@@ -182,3 +182,64 @@ fn bad_flags_are_clear_errors() {
     );
     assert!(!ok && err.contains("unknown dtype `f8`"), "{err}");
 }
+
+#[test]
+fn export_never_replaces_a_model_file_and_an_existing_file_only_with_force() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("model");
+    std::fs::create_dir(&model).unwrap();
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        std::fs::copy(fixtures().join("tiny-qwen2").join(f), model.join(f)).unwrap();
+    }
+    let weights = std::fs::read(model.join("model.safetensors")).unwrap();
+    let m = model.to_str().unwrap();
+    let input = model.join("model.safetensors");
+    for force in [&[][..], &["--force"]] {
+        let args = [
+            &[
+                "export",
+                "--gguf",
+                "--model",
+                m,
+                "--out",
+                input.to_str().unwrap(),
+            ],
+            force,
+        ]
+        .concat();
+        let (ok, _, err) = run(&args, &[]);
+        assert!(
+            !ok && err.contains("is a file of the model being exported"),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&input).unwrap(),
+        weights,
+        "the model was changed"
+    );
+    let out = tmp.path().join("agent.gguf");
+    std::fs::write(&out, "keep").unwrap();
+    let args = [
+        "export",
+        "--gguf",
+        "--model",
+        m,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let (ok, _, err) = run(&args, &[]);
+    assert!(!ok && err.contains("exists; pass --force"), "{err}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep");
+    let (ok, _, err) = run(&[&args[..], &["--force"]].concat(), &[]);
+    assert!(ok, "{err}");
+    assert_eq!(&std::fs::read(&out).unwrap()[..4], b"GGUF");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&out).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o644);
+}

@@ -198,8 +198,34 @@ fn check_rejects_what_run_would_reject() {
             &format!("{}/models/", env!("CARGO_MANIFEST_DIR")),
         );
     let big = tmp.path().join("big.yaml");
-    std::fs::write(&big, yaml).unwrap();
+    std::fs::write(&big, &yaml).unwrap();
     let (code, err) = check(&big, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    // Refused by its length in bytes, before it is encoded.
+    assert!(
+        err.contains("training prompt 1 is 1020000 bytes") && err.contains("at most"),
+        "{err}"
+    );
+    // Short enough in bytes to be encoded, too long in tokens.
+    let long = yaml.replace(&"cloud ".repeat(170_000), &"cloud ".repeat(2500));
+    std::fs::write(&big, long).unwrap();
+    let (code, err) = check(&big, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("training prompt 1 encodes to"), "{err}");
+    // The prompt as the model sees it: the chat template and the system prompt count.
+    let jinja = tmp.path().join("chat.jinja");
+    std::fs::write(
+        &jinja,
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>",
+    )
+    .unwrap();
+    let chat = [
+        format!("agents.chat_template={}", jinja.display()),
+        format!("agents.system_prompt={}", "Answer kindly. ".repeat(700)),
+    ];
+    let (code, err) = check(&scenario(), &chat[..1]);
+    assert_eq!(code, Some(0), "the chat template alone fits: {err}");
+    let (code, err) = check(&scenario(), &chat);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("training prompt 1 encodes to"), "{err}");
     let (code, err) = run(&tmp.path().join("run"), &[], &[]);

@@ -3,6 +3,7 @@
 //! and kill -9 at random points.
 mod common;
 use comlrl::metrics::read_jsonl;
+use common::comlrl;
 use common::tiny_run::*;
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,14 @@ fn reused_output_dir_is_refused_until_resume_or_overwrite() {
     let out = tmp.path().join("run");
     let (code, err) = run(&out, &["checkpoint_every=5"], &[]);
     assert_eq!(code, Some(0), "{err}");
+    // `--quiet`, stderr not a terminal: a line per logging window and one per epoch.
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("step ")).collect();
+    assert_eq!(lines.len(), 20, "{err}");
+    for part in ["step 3/20 | epoch 1 | reward ", " s/step | ETA ", " GB"] {
+        assert!(lines[2].contains(part), "{part:?} in {}", lines[2]);
+    }
+    let epochs = err.lines().filter(|l| l.starts_with("epoch ")).count();
+    assert_eq!(epochs, 2, "{err}");
     let (code, err) = run(&out, &["checkpoint_every=2"], &[]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
@@ -50,22 +59,52 @@ fn pruning_keeps_the_latest_two_by_recency_not_step_number() {
     signal(&child, libc::SIGINT);
     let (code, err) = finish(child);
     assert_eq!(code, Some(130), "{err}");
-    // Leftovers with higher step numbers than this run will reach.
+    // The checkpoints folder moved to a user's disk and linked back: pruning goes through
+    // the link, and removes only what this run wrote.
     let ck = out.join("checkpoints");
+    let elsewhere = tmp.path().join("big-disk");
+    std::fs::rename(&ck, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &ck).unwrap();
     let cur = ck.join(latest(&out));
-    for stale in ["step-00000990", "step-00000999"] {
-        let dst = ck.join(stale);
+    let copy = |name: &str| {
+        let dst = ck.join(name);
         std::fs::create_dir_all(&dst).unwrap();
         for f in std::fs::read_dir(&cur).unwrap() {
             let f = f.unwrap();
             std::fs::copy(f.path(), dst.join(f.file_name())).unwrap();
         }
+        dst
+    };
+    // This run's leftovers with higher step numbers than it will reach: pruned.
+    for stale in ["step-00000990", "step-00000999"] {
+        copy(stale);
     }
+    // Another run's checkpoint, a user's folder and another run's temporary: kept.
+    let other = copy("step-00000500").join("manifest.json");
+    let text = std::fs::read_to_string(&other).unwrap();
+    let id = comlrl::train::rundir::read_run_id(&out).unwrap();
+    std::fs::write(&other, text.replace(&id, "0123456789abcdef")).unwrap();
+    std::fs::create_dir_all(ck.join("step-best")).unwrap();
+    std::fs::write(ck.join("step-best/model.bin"), "user data").unwrap();
+    std::fs::create_dir_all(ck.join(".tmp-0123456789abcdef-step-00000004")).unwrap();
     let (code, err) = run(&out, &sets, &["--resume"]);
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(checkpoint_names(&out), ["step-00000098", "step-00000100"]);
+    assert_eq!(
+        checkpoint_names(&out),
+        [
+            "step-00000098",
+            "step-00000100",
+            "step-00000500",
+            "step-best"
+        ]
+    );
     assert_eq!(latest(&out), "step-00000100");
     assert_eq!(steps(&out), (1..=100).collect::<Vec<_>>());
+    assert!(ck.join(".tmp-0123456789abcdef-step-00000004").is_dir());
+    assert_eq!(
+        std::fs::read_to_string(ck.join("step-best/model.bin")).unwrap(),
+        "user data"
+    );
 }
 
 #[test]
@@ -95,6 +134,30 @@ fn second_run_is_refused_and_sigterm_sighup_checkpoint_then_resume() {
         assert!(n > done && n < 100, "{n}");
         done = n;
     }
+    // Files that would hang a reader, in place of checkpoint files: refused by type, at once.
+    let ck = out.join("checkpoints").join(latest(&out));
+    let zero = |p: &std::path::Path| std::os::unix::fs::symlink("/dev/zero", p).unwrap();
+    type Make<'a> = &'a dyn Fn(&std::path::Path);
+    let sabotage: [(&str, Make, &str); 2] = [
+        ("optimizer_0.safetensors", &zero, "character device"),
+        ("state.json", &mkfifo, "FIFO"),
+    ];
+    for (name, make, word) in sabotage {
+        let (file, kept) = (ck.join(name), ck.join(format!("{name}.kept")));
+        std::fs::rename(&file, &kept).unwrap();
+        make(&file);
+        let t = Instant::now();
+        let (c, err) = run(&out, &sets, &["--resume"]);
+        assert_eq!(c, Some(1), "{err}");
+        assert!(err.contains(name) && err.contains(word), "{err}");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{name}: {:?}",
+            t.elapsed()
+        );
+        std::fs::remove_file(&file).unwrap();
+        std::fs::rename(&kept, &file).unwrap();
+    }
     let (c, err) = run(&out, &sets, &["--resume"]);
     assert_eq!(c, Some(0), "{err}");
     assert_eq!(
@@ -102,6 +165,12 @@ fn second_run_is_refused_and_sigterm_sighup_checkpoint_then_resume() {
         (1..=100).collect::<Vec<_>>(),
         "every step once, in order"
     );
+}
+
+fn mkfifo(p: &std::path::Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path the test owns.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
 }
 
 #[test]
@@ -226,4 +295,103 @@ fn kill_9_at_random_points_then_resume_matches_an_uninterrupted_run() {
         total_kills > 0,
         "no run was killed: the kill points missed every run"
     );
+}
+
+/// Every file under `dir` with its bytes (symlinks as their targets' paths).
+fn tree(dir: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                todo.push(p);
+            } else if m.file_type().is_symlink() {
+                let to = std::fs::read_link(&p).unwrap();
+                out.insert(p, to.into_os_string().into_encoded_bytes());
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn user_files(dir: &std::path::Path, names: &[&str]) {
+    for n in names {
+        let p = dir.join(n);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, format!("user data: {n}")).unwrap();
+    }
+}
+
+#[test]
+fn overwrite_never_deletes_what_comlrl_did_not_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // A copy of the project's layout, run with `output_dir: ..` (the project root).
+    let proj = tmp.path().join("proj");
+    for dir in ["scenarios", "rewards", "models/tiny-story"] {
+        std::fs::create_dir_all(proj.join(dir)).unwrap();
+    }
+    std::fs::copy(scenario(), proj.join("scenarios/tiny.yaml")).unwrap();
+    std::fs::copy(
+        repo.join("rewards/len_ratio.rhai"),
+        proj.join("rewards/len_ratio.rhai"),
+    )
+    .unwrap();
+    for f in std::fs::read_dir(repo.join("models/tiny-story")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), proj.join("models/tiny-story").join(f.file_name())).unwrap();
+    }
+    user_files(&proj, &["tb/events.out", "checkpoints/mine/x"]);
+    // A home directory and a plain folder holding a user's folders under a run's names.
+    let home = tmp.path().join("home");
+    let plain = tmp.path().join("plain");
+    for d in [&home, &plain] {
+        user_files(
+            d,
+            &[
+                "models/m.bin",
+                "checkpoints/step-1/c.bin",
+                "tb/t",
+                "metrics.csv",
+                "training.svg",
+            ],
+        );
+    }
+    let before = tree(tmp.path());
+    let cases: [(&std::path::Path, &str, &str); 3] = [
+        (
+            &proj.join("scenarios/tiny.yaml"),
+            "..",
+            "contains the scenario file",
+        ),
+        (&scenario(), home.to_str().unwrap(), "is the home directory"),
+        (
+            &scenario(),
+            plain.to_str().unwrap(),
+            "no comlrl run recorded",
+        ),
+    ];
+    for (scen, out, why) in cases {
+        for flags in [&["--overwrite"][..], &[]] {
+            let (code, err) = comlrl(&["run", scen.to_str().unwrap(), "--quiet"])
+                .set(format!("output_dir={out}"))
+                .flags(flags)
+                .env("HOME", &home)
+                .output()
+                .code_and_stderr();
+            assert_eq!(code, Some(1), "{out} {flags:?}: {err}");
+            assert!(err.contains(why), "{out} {flags:?}: {err}");
+        }
+    }
+    let after = tree(tmp.path());
+    let changed: Vec<_> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|p| before.get(*p) != after.get(*p))
+        .collect();
+    assert!(changed.is_empty(), "a refused run changed {changed:?}");
 }

@@ -20,6 +20,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let s = a.scenario.load()?;
+    setup::guard_output_dir(&s)?;
     let stack = setup::reward_stack(&s)?;
     setup::transition(&s)?;
     for agent in &s.agents {

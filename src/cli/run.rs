@@ -10,8 +10,10 @@ use comlrl::track::{TrackPlan, Tracking, Warn};
 use comlrl::train::rundir::{self, StartMode};
 use comlrl::train::{Observer, Trainer};
 use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Instant;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -24,7 +26,8 @@ pub struct Args {
     /// checkpoints, metrics, models and tracker state first.
     #[arg(long, conflicts_with = "resume")]
     pub overwrite: bool,
-    /// No progress bar (log lines only).
+    /// No progress bar: a log line per logging window instead (step, epoch, reward, s/step,
+    /// ETA, memory), as when stderr is not a terminal.
     #[arg(long)]
     pub quiet: bool,
     /// Log to Weights & Biases (also on when the scenario has `logging.wandb` or a --wandb-*
@@ -39,14 +42,77 @@ pub struct Args {
     pub wandb_args: WandbArgs,
 }
 
-/// The progress bar, plus the trackers fed with every metrics row.
-struct Bar {
+/// What the user sees while a run trains, plus the trackers fed with every metrics row: a
+/// progress bar on a terminal, else (`--quiet`, or stderr redirected: nohup, Slurm, CI, a pipe)
+/// a log line per logging window; each epoch's line as the epoch ends, either way.
+struct Progress {
     bar: Option<ProgressBar>,
     tracking: Option<Tracking>,
+    /// Total steps of the run, and the step this process started at (for the ETA).
+    total: usize,
+    first: usize,
+    started: Instant,
+    /// Epochs whose line was printed.
+    epochs_shown: usize,
 }
 
-impl Observer for Bar {
+impl Progress {
+    fn new(bar: Option<ProgressBar>, tracking: Option<Tracking>) -> Self {
+        Progress {
+            bar,
+            tracking,
+            total: 0,
+            first: 0,
+            started: Instant::now(),
+            epochs_shown: 0,
+        }
+    }
+
+    fn print(&self, msg: &str) {
+        match &self.bar {
+            Some(b) => b.println(msg),
+            None => eprintln!("{msg}"),
+        }
+    }
+
+    /// The log line of a metrics row: where the run is, its reward and speed, and its memory.
+    fn log_line(&self, row: &Row) -> String {
+        let get = |k: &str| row.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+        let step = get("step").unwrap_or(0.0) as usize;
+        let mut line = format!("step {step}/{}", self.total);
+        if let Some(e) = get("epoch") {
+            line += &format!(" | epoch {e:.0}");
+        }
+        if let Some(r) = get("reward_mean") {
+            line += &format!(" | reward {r:.3}");
+        }
+        if let Some(s) = get("step_seconds") {
+            line += &format!(" | {s:.2} s/step");
+        }
+        let done = step.saturating_sub(self.first);
+        if done > 0 && step < self.total {
+            let per = self.started.elapsed().as_secs_f64() / done as f64;
+            line += &format!(" | ETA {}", clock((self.total - step) as f64 * per));
+        }
+        if let Some(rss) = comlrl::runtime::rss_bytes() {
+            line += &format!(" | {:.2} GB", rss as f64 / 1e9);
+        }
+        line
+    }
+}
+
+/// `h:mm:ss` (or `m:ss` under an hour).
+fn clock(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s / 3600 {
+        0 => format!("{}:{:02}", s / 60, s % 60),
+        h => format!("{h}:{:02}:{:02}", s / 60 % 60, s % 60),
+    }
+}
+
+impl Observer for Progress {
     fn start(&mut self, total: usize, done: usize) {
+        (self.total, self.first, self.started) = (total, done, Instant::now());
         if let Some(b) = &self.bar {
             b.set_length(total as u64);
             b.set_position(done as u64);
@@ -61,14 +127,18 @@ impl Observer for Bar {
             b.set_message(format!("reward {reward_mean:.2} | {secs:.2} s/step"));
         }
     }
+    fn epoch(&mut self, epoch: usize, reward_mean: f64) {
+        self.print(&format!("epoch {epoch}: mean reward {reward_mean:.3}"));
+        self.epochs_shown = self.epochs_shown.max(epoch);
+    }
     fn message(&mut self, msg: &str) {
-        match &self.bar {
-            // A hidden bar (output not a terminal) drops what it is asked to print.
-            Some(b) if !b.is_hidden() => b.println(msg),
-            _ => eprintln!("{msg}"),
-        }
+        self.print(msg);
     }
     fn metrics(&mut self, row: &Row) {
+        if self.bar.is_none() {
+            let line = self.log_line(row);
+            self.print(&line);
+        }
         if let Some(t) = &mut self.tracking {
             t.log(row);
         }
@@ -114,11 +184,13 @@ fn run_rank(a: Args, world: Arc<dyn comlrl::dist::World>) -> anyhow::Result<Exit
         (false, false) => StartMode::Fresh,
     };
     // Claimed before the models load: a busy or reused directory is refused at once.
+    comlrl::train::setup::guard_output_dir(&scenario)?;
     let lock = rundir::claim(&scenario.output_dir, mode)?;
     let mut trainer = Trainer::in_world(scenario, world)?;
     trainer.hold(lock)?;
     let stop = signals::install(trainer.interrupt_flag())?;
-    let bar = (!a.quiet).then(|| {
+    // A bar only where someone watches it: redirected, it would drop every line it hides.
+    let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new(0);
         b.set_style(
             ProgressStyle::with_template(
@@ -145,7 +217,7 @@ fn run_rank(a: Args, world: Arc<dyn comlrl::dist::World>) -> anyhow::Result<Exit
         ));
         None
     });
-    let mut obs = Bar { bar, tracking };
+    let mut obs = Progress::new(bar, tracking);
     let result = trainer.run(a.resume, &mut obs);
     let exit_code = match &result {
         Ok(s) if s.interrupted => i32::from(stop.exit_code()),
@@ -160,8 +232,18 @@ fn run_rank(a: Args, world: Arc<dyn comlrl::dist::World>) -> anyhow::Result<Exit
         b.finish_and_clear();
     }
     let out = summary.output_dir.display();
-    for (e, r) in summary.epoch_reward_means.iter().enumerate() {
-        eprintln!("epoch {}: mean reward {r:.3}", e + 1);
+    // Epochs not reported as they ended: the one a stopped run was in.
+    for (e, r) in summary
+        .epoch_reward_means
+        .iter()
+        .enumerate()
+        .skip(obs.epochs_shown)
+    {
+        eprintln!(
+            "epoch {} (until step {}): mean reward {r:.3}",
+            e + 1,
+            summary.steps_done
+        );
     }
     if summary.interrupted {
         eprintln!(

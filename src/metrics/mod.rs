@@ -11,9 +11,14 @@ pub use sink::MetricsSink;
 /// One logged row: ordered (name, value) pairs.
 pub type Row = Vec<(String, f64)>;
 
+/// The largest `metrics.jsonl` read back: a row is a few hundred bytes to a few kB, so this is
+/// millions of logged steps; anything larger is not a file a run wrote.
+pub const JSONL_CAP: u64 = 1 << 30;
+
 /// Reads `metrics.jsonl` back as JSON objects.
 pub fn read_jsonl(path: &Path) -> Result<Vec<serde_json::Value>> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = crate::files::read_capped_string(path, JSONL_CAP, "metrics.jsonl")
+        .map_err(|e| Error::io(path, e))?;
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .enumerate()

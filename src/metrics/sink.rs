@@ -29,12 +29,13 @@ impl MetricsSink {
             columns: vec![],
             rows: keep_rows,
         };
-        if keep_rows == 0 && !jsonl.exists() {
+        if keep_rows == 0 && std::fs::symlink_metadata(&jsonl).is_err() {
             write_file(&jsonl, "")?;
             sink.rewrite_csv(&[])?;
             return Ok((sink, None));
         }
-        let text = std::fs::read_to_string(&jsonl).map_err(|e| Error::io(&jsonl, e))?;
+        let text = crate::files::read_capped_string(&jsonl, super::JSONL_CAP, "metrics.jsonl")
+            .map_err(|e| Error::io(&jsonl, e))?;
         let torn = !text.is_empty() && !text.ends_with('\n');
         let lines: Vec<&str> = text.lines().collect();
         let complete = lines.len() - usize::from(torn);
@@ -117,7 +118,8 @@ impl MetricsSink {
     }
 
     fn read_rows(&self) -> Result<Vec<Row>> {
-        let text = std::fs::read_to_string(&self.jsonl).map_err(|e| Error::io(&self.jsonl, e))?;
+        let text = crate::files::read_capped_string(&self.jsonl, super::JSONL_CAP, "metrics.jsonl")
+            .map_err(|e| Error::io(&self.jsonl, e))?;
         text.lines()
             .enumerate()
             .map(|(i, l)| {

@@ -12,6 +12,8 @@ pub const BYTE_EOS_ID: u32 = 256;
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// The longest vocabulary entry in bytes, computed on first use.
+    longest: std::sync::OnceLock<usize>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -21,11 +23,31 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
+    fn wrap(inner: tokenizers::Tokenizer) -> Self {
+        Self {
+            inner,
+            longest: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The most bytes of text that `tokens` tokens can stand for: `tokens` times the longest
+    /// vocabulary entry (added tokens included). A token's entry is at least as long as the
+    /// text it covers (byte-level alphabets spend 1–2 bytes per byte, `▁` 3 per space, byte
+    /// fallback 6 per byte), so a longer text needs more tokens. Checked before encoding: the
+    /// tokenizer holds ~140 bytes of memory per byte of text it encodes.
+    pub fn max_bytes_for(&self, tokens: usize) -> usize {
+        let longest = *self.longest.get_or_init(|| {
+            let vocab = self.inner.get_vocab(true);
+            vocab.keys().map(|k| k.len()).max().unwrap_or(1).max(1)
+        });
+        tokens.saturating_mul(longest)
+    }
+
     /// Loads a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let inner = tokenizers::Tokenizer::from_file(path)
             .map_err(|e| Error::model(path, format!("cannot load tokenizer: {e}")))?;
-        Ok(Self { inner })
+        Ok(Self::wrap(inner))
     }
 
     /// A tokenizer from a `tokenizer.json` value (e.g. one rebuilt from GGUF metadata).
@@ -34,7 +56,7 @@ impl Tokenizer {
             .to_string()
             .parse()
             .map_err(|e| Error::Tokenizer(format!("cannot build tokenizer: {e}")))?;
-        Ok(Self { inner })
+        Ok(Self::wrap(inner))
     }
 
     /// The `tokenizer.json` value of this tokenizer.
@@ -85,7 +107,7 @@ impl Tokenizer {
             .to_string()
             .parse()
             .map_err(|e| Error::Tokenizer(format!("built-in byte tokenizer: {e}")))?;
-        Ok(Self { inner })
+        Ok(Self::wrap(inner))
     }
 
     /// Token ids of `text` without added special tokens (specials written in the text match).

@@ -58,6 +58,9 @@ pub fn state_file(rank: usize) -> String {
     }
 }
 
+/// The most `checkpoints/latest` may hold: a `step-N` name.
+const LATEST_CAP: u64 = 64;
+
 /// `<output_dir>/checkpoints`.
 pub fn checkpoints_dir(output_dir: &Path) -> PathBuf {
     output_dir.join("checkpoints")
@@ -79,7 +82,8 @@ pub fn save(
 ) -> Result<PathBuf> {
     let root = checkpoints_dir(output_dir);
     let name = format!("step-{:08}", state.step);
-    let tmp = root.join(format!(".tmp-{name}"));
+    // The run id in the name: pruning removes only this run's leftovers.
+    let tmp = root.join(format!("{}{name}", tmp_prefix(&state.run_id)));
     if world.is_root() {
         std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
         if tmp.exists() {
@@ -105,7 +109,17 @@ pub fn save(
     manifest::write(&tmp, &state.run_id, state.step)?;
     let previous = latest_name(&root);
     let dir = root.join(&name);
-    if dir.exists() {
+    if std::fs::symlink_metadata(&dir).is_ok() {
+        // The same step written again (a resumed run stopped at once): replace it, but only
+        // when it is this run's.
+        if !is_this_runs(&dir, &state.run_id) {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(Error::checkpoint(
+                &dir,
+                "exists and is not a checkpoint of this run; comlrl does not replace it: move it \
+                 away or choose another `output_dir`",
+            ));
+        }
         std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     }
     std::fs::rename(&tmp, &dir).map_err(|e| Error::io(&dir, e))?;
@@ -113,13 +127,18 @@ pub fn save(
     write(&latest_tmp, &name)?;
     std::fs::rename(&latest_tmp, root.join("latest"))
         .map_err(|e| Error::io(root.join("latest"), e))?;
-    // Prune: keep the new checkpoint and the one it replaces as `latest`.
+    // Prune: keep the new checkpoint and the one it replaces as `latest`; of the rest, remove
+    // only what this run wrote (its manifest names this run, or its own temporary name).
     let keep: Vec<String> = std::iter::once(name).chain(previous).collect();
+    let leftover = tmp_prefix(&state.run_id);
     for entry in std::fs::read_dir(&root).map_err(|e| Error::io(&root, e))? {
         let Ok(entry) = entry else { continue };
         let n = entry.file_name().to_string_lossy().into_owned();
-        let stale = (n.starts_with("step-") && !keep.contains(&n)) || n.starts_with(".tmp-");
-        if stale && entry.path().is_dir() {
+        let stale =
+            (valid_name(&n) && !keep.contains(&n) && is_this_runs(&entry.path(), &state.run_id))
+                || n.starts_with(&leftover);
+        let real_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if stale && real_dir {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
@@ -171,9 +190,22 @@ fn write_parts(
     Ok(())
 }
 
+/// The name prefix of this run's temporary checkpoint directories.
+fn tmp_prefix(run_id: &str) -> String {
+    format!(".tmp-{run_id}-")
+}
+
+/// `dir` is a plain directory (not a link) whose manifest names run `run_id`.
+fn is_this_runs(dir: &Path, run_id: &str) -> bool {
+    let plain = std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir());
+    plain && manifest::run_id_of(dir).is_some_and(|id| id == run_id)
+}
+
 /// The name `latest` holds when it is a valid checkpoint name (a `step-N` child).
 fn latest_name(root: &Path) -> Option<String> {
-    let name = std::fs::read_to_string(root.join("latest")).ok()?;
+    let name =
+        crate::files::read_capped_string(&root.join("latest"), LATEST_CAP, "checkpoints/latest")
+            .ok()?;
     let name = name.trim();
     valid_name(name).then(|| name.to_string())
 }
@@ -197,10 +229,11 @@ fn write(path: &Path, text: &str) -> Result<()> {
 pub fn latest(output_dir: &Path) -> Result<Option<PathBuf>> {
     let root = checkpoints_dir(output_dir);
     let ptr = root.join("latest");
-    if !ptr.is_file() {
+    if std::fs::symlink_metadata(&ptr).is_err() {
         return Ok(None);
     }
-    let name = std::fs::read_to_string(&ptr).map_err(|e| Error::io(&ptr, e))?;
+    let name = crate::files::read_capped_string(&ptr, LATEST_CAP, "checkpoints/latest")
+        .map_err(|e| Error::checkpoint_by(&ptr, "cannot be read", e))?;
     let name = name.trim();
     if !valid_name(name) {
         return Err(Error::checkpoint(
@@ -209,14 +242,29 @@ pub fn latest(output_dir: &Path) -> Result<Option<PathBuf>> {
         ));
     }
     let dir = root.join(name);
-    let is_dir = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
-    if !is_dir {
-        return Err(Error::checkpoint(
+    match std::fs::symlink_metadata(&dir) {
+        Ok(m) if m.is_dir() => Ok(Some(dir)),
+        Ok(m) if m.file_type().is_symlink() => Err(Error::checkpoint(
+            &ptr,
+            format!(
+                "points to {}, which is a symbolic link; comlrl writes checkpoints as plain \
+                 directories and does not follow links there",
+                dir.display()
+            ),
+        )),
+        Ok(m) => Err(Error::checkpoint(
+            &ptr,
+            format!(
+                "points to {}, which is {}, not a checkpoint directory",
+                dir.display(),
+                crate::files::kind_of(&m)
+            ),
+        )),
+        Err(_) => Err(Error::checkpoint(
             &ptr,
             format!("points to {}, which is missing", dir.display()),
-        ));
+        )),
     }
-    Ok(Some(dir))
 }
 
 /// Verifies the checkpoint in `dir` (manifest hashes, run id, state against `expect`), then
@@ -258,8 +306,12 @@ pub fn load(
             ),
         ));
     }
+    // Both files were just verified against the manifest: their recorded sizes bound the reads.
+    let recorded = |name: &str| m.files.get(name).map_or(0, |f| f.bytes);
     let state_path = dir.join(&sfile);
-    let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
+    let text =
+        crate::files::read_capped_string(&state_path, recorded(&sfile), "its manifest entry")
+            .map_err(|e| Error::io(&state_path, e))?;
     let state: TrainState = serde_json::from_str(&text)
         .map_err(|e| Error::checkpoint_by(&state_path, "unreadable checkpoint state", e))?;
     if state.run_id != m.run_id || state.step != m.step {
@@ -288,7 +340,12 @@ pub fn load(
         ));
     }
     let scen_path = dir.join("scenario.yaml");
-    let scenario = std::fs::read_to_string(&scen_path).map_err(|e| Error::io(&scen_path, e))?;
+    let scenario = crate::files::read_capped_string(
+        &scen_path,
+        recorded("scenario.yaml"),
+        "its manifest entry",
+    )
+    .map_err(|e| Error::io(&scen_path, e))?;
     let held = policies.iter().zip(optims.iter_mut()).enumerate();
     for (i, (p, opt)) in held.filter_map(|(i, (p, o))| Some((i, (p.as_ref()?, o.as_mut()?)))) {
         let wpath = dir.join(format!("agent_{i}.safetensors"));

@@ -33,9 +33,12 @@ pub struct FileSum {
     pub sha256: String,
 }
 
-/// Size and SHA-256 of a file, read in 1 MiB blocks.
+/// The largest `manifest.json` read: a checkpoint lists a few files per agent.
+const MANIFEST_CAP: u64 = 1 << 20;
+
+/// Size and SHA-256 of a regular file, read in 1 MiB blocks.
 pub fn sum(path: &Path) -> Result<FileSum> {
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let (mut f, _) = crate::files::open_regular(path).map_err(|e| Error::io(path, e))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut bytes = 0u64;
@@ -79,11 +82,21 @@ pub fn write(dir: &Path, run_id: &str, step: usize) -> Result<()> {
     std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
 }
 
+/// The run id recorded in `dir/manifest.json`, when it is a readable manifest.
+pub fn run_id_of(dir: &Path) -> Option<String> {
+    let path = dir.join(MANIFEST);
+    let text =
+        crate::files::read_capped_string(&path, MANIFEST_CAP, "a checkpoint manifest").ok()?;
+    let m: Manifest = serde_json::from_str(&text).ok()?;
+    Some(m.run_id)
+}
+
 /// Reads `dir/manifest.json` and checks that every file in `required` is listed and that every
 /// listed file has its recorded size and hash.
 pub fn verify(dir: &Path, required: &[String]) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
-    let text = std::fs::read_to_string(&path).map_err(|e| {
+    let text = crate::files::read_capped_string(&path, MANIFEST_CAP, "a checkpoint manifest")
+        .map_err(|e| {
         Error::checkpoint_by(
             &path,
             "cannot be read: the checkpoint is incomplete or from an older comlrl, and cannot be verified",
@@ -114,15 +127,24 @@ pub fn verify(dir: &Path, required: &[String]) -> Result<Manifest> {
             ));
         }
         let file = dir.join(name);
-        let got = sum(&file)?;
-        if got.bytes != want.bytes {
-            return Err(Error::checkpoint(
+        // The size first: a listed file that is a device, a FIFO or a much larger file is
+        // refused before a byte is hashed (a symlink to /dev/zero would be hashed forever).
+        let meta = crate::files::regular_metadata(&file).map_err(|e| Error::io(&file, e))?;
+        let damaged = |bytes: u64| {
+            Error::checkpoint(
                 &file,
                 format!(
-                    "{} bytes, the manifest records {}: the checkpoint is damaged",
-                    got.bytes, want.bytes
+                    "{bytes} bytes, the manifest records {}: the checkpoint is damaged",
+                    want.bytes
                 ),
-            ));
+            )
+        };
+        if meta.len() != want.bytes {
+            return Err(damaged(meta.len()));
+        }
+        let got = sum(&file)?;
+        if got.bytes != want.bytes {
+            return Err(damaged(got.bytes));
         }
         if got.sha256 != want.sha256 {
             return Err(Error::checkpoint(

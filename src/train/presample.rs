@@ -36,6 +36,17 @@ fn sample_prompts(
     let ids = prompts
         .iter()
         .map(|prompt| {
+            // A transition's prompt is as untrusted as a dataset row: bounded before encoding.
+            let room = policy
+                .model
+                .max_positions()
+                .saturating_sub(spec.sampling[i].max_new_tokens);
+            if let Err(found) = super::setup::check_prompt_bytes(prompt, policy, room) {
+                return Err(crate::Error::Invalid(format!(
+                    "agent {i}'s prompt at turn {} {found}; check the dataset, template or transition",
+                    turn + 1,
+                )));
+            }
             let ids = policy.tokenizer.encode(prompt)?;
             if ids.is_empty() {
                 return Err(crate::Error::Invalid(format!(

@@ -84,7 +84,7 @@ impl Prompts {
 }
 
 /// Agent `a`'s formatter, with the chat template found in its loaded policy's files.
-fn formatter(a: &AgentPlan, p: &Policy) -> Result<PromptFormatter> {
+pub(crate) fn formatter(a: &AgentPlan, p: &Policy) -> Result<PromptFormatter> {
     let dir = p.source.resolve_dir()?;
     let files = match (dir.as_deref(), p.built_tokenizer_config()) {
         (Some(d), _) => ModelFiles::Dir(d),

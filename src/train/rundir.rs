@@ -2,6 +2,7 @@
 //! run), no silent reuse (a fresh run refuses a directory holding a previous run unless told to
 //! `--overwrite` it), and the run id that ties checkpoints to the run that wrote them.
 use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
@@ -19,15 +20,18 @@ pub enum StartMode {
     Fresh,
     /// Continue the run whose checkpoints are in the directory.
     Resume,
-    /// A new run; a previous run's checkpoints, metrics, models and tracker state are deleted.
+    /// A new run; what the previous run's record (`run.json`) names is deleted first.
     Overwrite,
 }
 
 /// What a previous run leaves behind; a fresh run refuses a directory that holds any of it.
 const RUN_OUTPUTS: [&str; 3] = ["checkpoints", "metrics.jsonl", "models"];
-/// Everything `--overwrite` removes (the run's outputs and the trackers' state: TensorBoard's
-/// `tb/` and W&B's `wandb-run.json`, named here as literals so that training does not import
-/// the trackers; `tests/layers.rs` checks they match the trackers' constants).
+/// Every name a run may create in its output directory (its outputs, their temporaries and the
+/// trackers' state: TensorBoard's `tb/` and W&B's `wandb-run.json`, named here as literals so
+/// that training does not import the trackers; `tests/layers.rs` checks they match the
+/// trackers' constants). A run starts only where none of them exists or a previous run's
+/// record lists them, so whatever stands under these names was written by comlrl; `run.json`
+/// lists them and `--overwrite` deletes exactly what the record lists.
 pub const CLEARED: [&str; 12] = [
     "checkpoints",
     "metrics.jsonl",
@@ -64,17 +68,54 @@ impl RunLock {
     }
 }
 
+/// `run.json`: the run's id and the names it owns in the directory.
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    run_id: String,
+    /// The entries of the directory this run creates (none existed when it started). Missing
+    /// in records written before comlrl kept one: such a record proves nothing about the
+    /// files beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    created: Option<Vec<String>>,
+}
+
+/// The most `run.json` may hold (an id and a dozen names).
+const RECORD_CAP: u64 = 64 * 1024;
+
 /// Creates `dir` if needed, takes its lock (refusing when another run holds it) and checks it
-/// against `mode`: a fresh run refuses a previous run's outputs, `Overwrite` clears them,
-/// `Resume` reads the run id. A fresh start records a new run id.
+/// against `mode`: a fresh run refuses a previous run's outputs and files it did not write,
+/// `Overwrite` deletes what the previous run's record lists, `Resume` reads the run id. A
+/// fresh start records a new run id.
 pub fn claim(dir: &Path, mode: StartMode) -> Result<RunLock> {
     crate::train::setup::check_output_dir(dir)?;
+    let lock_path = dir.join(LOCK_FILE);
+    let new_lock = std::fs::symlink_metadata(&lock_path).is_err();
     let file = lock(dir)?;
-    let run_id = match mode {
+    match take(dir, mode) {
+        Ok(run_id) => Ok(RunLock {
+            _file: file,
+            dir: dir.to_path_buf(),
+            run_id,
+        }),
+        Err(e) => {
+            // A refused directory keeps nothing of this run (the lock file is ours only if
+            // this claim made it).
+            if new_lock {
+                let _ = std::fs::remove_file(&lock_path);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// [`claim`] under the lock: the run id, after the checks and deletions `mode` asks for.
+fn take(dir: &Path, mode: StartMode) -> Result<String> {
+    Ok(match mode {
         StartMode::Resume => read_run_id(dir)?,
         StartMode::Fresh => {
+            let record = read_record(dir)?;
             let found = previous_outputs(dir);
-            if !found.is_empty() {
+            if record.is_some() && !found.is_empty() {
                 return Err(Error::run_dir(
                     dir,
                     format!(
@@ -85,20 +126,83 @@ pub fn claim(dir: &Path, mode: StartMode) -> Result<RunLock> {
                     ),
                 ));
             }
+            refuse_foreign(dir, record.as_ref(), "")?;
             new_run(dir)?
         }
         StartMode::Overwrite => {
-            for name in CLEARED {
-                remove(&dir.join(name))?;
+            let record = read_record(dir)?;
+            if let Some(r) = &record {
+                let Some(created) = &r.created else {
+                    return Err(Error::run_dir(
+                        dir,
+                        format!(
+                            "--overwrite: {} was written by an older comlrl and does not list what \
+                             its run created, so comlrl deletes nothing; remove the previous run's \
+                             files yourself ({}) or choose another `output_dir`",
+                            dir.join(RUN_FILE).display(),
+                            present(dir, None).join(", ")
+                        ),
+                    ));
+                };
+                // The record is a file anyone can edit: only names comlrl writes are deleted.
+                if let Some(bad) = created.iter().find(|n| !CLEARED.contains(&n.as_str())) {
+                    return Err(Error::run_dir(
+                        dir,
+                        format!(
+                            "--overwrite: {} lists `{bad}`, which comlrl never writes; the record \
+                             was edited, so comlrl deletes nothing; remove the previous run's \
+                             files yourself or choose another `output_dir`",
+                            dir.join(RUN_FILE).display()
+                        ),
+                    ));
+                }
+                for name in created {
+                    remove(&dir.join(name))?;
+                }
             }
+            refuse_foreign(dir, record.as_ref(), "--overwrite: ")?;
             new_run(dir)?
         }
-    };
-    Ok(RunLock {
-        _file: file,
-        dir: dir.to_path_buf(),
-        run_id,
     })
+}
+
+/// The names of [`CLEARED`] present in `dir` that `record` does not own (all of them without
+/// a record, and all of them with a record that lists nothing).
+fn present(dir: &Path, record: Option<&Record>) -> Vec<String> {
+    let owned = |n: &str| {
+        record.is_some_and(|r| match &r.created {
+            Some(c) => c.iter().any(|x| x == n),
+            // An older comlrl's record: its run wrote what stands under these names.
+            None => true,
+        })
+    };
+    CLEARED
+        .iter()
+        .filter(|n| **n != RUN_FILE && !owned(n))
+        .filter(|n| std::fs::symlink_metadata(dir.join(n)).is_ok())
+        .map(|n| n.to_string())
+        .collect()
+}
+
+/// Refuses a directory holding files under a run's names that no comlrl run's record owns:
+/// they are someone else's, and this run would write into them (and a later `--overwrite`
+/// would delete them).
+fn refuse_foreign(dir: &Path, record: Option<&Record>, prefix: &str) -> Result<()> {
+    let foreign = present(dir, record);
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    Err(Error::run_dir(
+        dir,
+        format!(
+            "{prefix}output_dir {} holds {} that no comlrl run recorded writing (no {} lists \
+             them); comlrl neither writes into nor deletes files it did not create: move them \
+             away or choose another `output_dir`",
+            dir.display(),
+            foreign.join(", "),
+            RUN_FILE
+        ),
+    ))
 }
 
 /// The previous run's outputs found in `dir` (an empty `metrics.jsonl` does not count: a run
@@ -118,6 +222,8 @@ fn previous_outputs(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Removes `p`: a directory with what it holds, anything else (a symlink too: never what it
+/// points to) as a file.
 fn remove(p: &Path) -> Result<()> {
     match std::fs::symlink_metadata(p) {
         Ok(m) if m.is_dir() => std::fs::remove_dir_all(p).map_err(|e| Error::io(p, e)),
@@ -179,48 +285,71 @@ fn lock(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
-/// Records a new random run id in `dir/run.json` (written to a temporary file, then renamed).
+/// Records a new random run id in `dir/run.json`, with the names the run owns (written to a
+/// temporary file, then renamed).
 fn new_run(dir: &Path) -> Result<String> {
     let id = format!("{:016x}", rand::random::<u64>());
     let path = dir.join(RUN_FILE);
     let tmp = dir.join("run.json.tmp");
-    let text = serde_json::json!({ "run_id": id }).to_string();
+    let record = Record {
+        run_id: id.clone(),
+        created: Some(CLEARED.iter().map(|n| n.to_string()).collect()),
+    };
+    let text = serde_json::to_string(&record).map_err(|e| Error::serialize("run.json", e))?;
     std::fs::write(&tmp, text + "\n").map_err(|e| Error::io(&tmp, e))?;
     std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
     Ok(id)
 }
 
-/// The run id recorded in `dir/run.json`.
-pub fn read_run_id(dir: &Path) -> Result<String> {
+/// The record in `dir/run.json`, `None` when there is none; an unreadable one is an error.
+fn read_record(dir: &Path) -> Result<Option<Record>> {
     let path = dir.join(RUN_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|e| {
+    if std::fs::symlink_metadata(&path).is_err() {
+        return Ok(None);
+    }
+    let text = crate::files::read_capped_string(&path, RECORD_CAP, "a run record")
+        .map_err(|e| Error::run_dir_by(&path, format!("{} cannot be read", path.display()), e))?;
+    let record: Record = serde_json::from_str(&text).map_err(|e| {
         Error::run_dir_by(
             &path,
             format!(
-                "--resume: {} cannot be read; this directory holds no resumable run \
-                 (start a new one with --overwrite)",
+                "{} is not a comlrl run record (`{{\"run_id\": …}}`); comlrl does not touch this \
+                 directory: choose another `output_dir`",
                 path.display()
             ),
             e,
         )
     })?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Error::run_dir_by(&path, format!("{}: not JSON", path.display()), e))?;
-    v.get("run_id")
-        .and_then(|x| x.as_str())
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .ok_or_else(|| {
-            Error::run_dir(
-                &path,
-                format!("{}: field `run_id` missing or not a string", path.display()),
-            )
-        })
+    if record.run_id.is_empty() {
+        return Err(Error::run_dir(
+            &path,
+            format!("{}: field `run_id` is empty", path.display()),
+        ));
+    }
+    Ok(Some(record))
+}
+
+/// The run id recorded in `dir/run.json`.
+pub fn read_run_id(dir: &Path) -> Result<String> {
+    let path = dir.join(RUN_FILE);
+    match read_record(dir) {
+        Ok(Some(r)) => Ok(r.run_id),
+        Ok(None) => Err(Error::run_dir(
+            &path,
+            format!(
+                "--resume: {} does not exist; this directory holds no resumable run \
+                 (start a new one with --overwrite)",
+                path.display()
+            ),
+        )),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::setup::refuse_reserved_dir;
 
     #[test]
     fn second_claim_is_refused_while_the_first_is_held() {
@@ -258,5 +387,111 @@ mod tests {
         assert_ne!(again.run_id(), id);
         assert!(!tmp.path().join("checkpoints").exists());
         assert!(!tmp.path().join("metrics.jsonl").exists());
+    }
+
+    /// Decoy user files beside a run and under a run's names: (path, content).
+    fn decoys(dir: &Path, names: &[&str]) -> Vec<(PathBuf, String)> {
+        names
+            .iter()
+            .map(|n| {
+                let p = dir.join(n);
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(&p, format!("user data {n}")).unwrap();
+                (p, format!("user data {n}"))
+            })
+            .collect()
+    }
+
+    fn intact(files: &[(PathBuf, String)]) {
+        for (p, text) in files {
+            assert_eq!(
+                std::fs::read_to_string(p).ok().as_deref(),
+                Some(text.as_str()),
+                "{} was changed or deleted",
+                p.display()
+            );
+        }
+    }
+
+    #[test]
+    fn overwrite_deletes_what_the_record_lists_and_nothing_beside_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let kept = decoys(
+            tmp.path(),
+            &["notes.txt", "data/keep.bin", ".comlrl-write-test"],
+        );
+        drop(claim(tmp.path(), StartMode::Fresh).unwrap());
+        std::fs::create_dir_all(tmp.path().join("models/agent_0")).unwrap();
+        std::fs::write(tmp.path().join("metrics.jsonl"), "{}\n").unwrap();
+        drop(claim(tmp.path(), StartMode::Overwrite).unwrap());
+        assert!(!tmp.path().join("models").exists());
+        assert!(!tmp.path().join("metrics.jsonl").exists());
+        intact(&kept);
+        let text = std::fs::read_to_string(tmp.path().join(RUN_FILE)).unwrap();
+        assert!(
+            text.contains("\"created\"") && text.contains("\"models\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn files_under_a_runs_names_that_no_run_recorded_are_refused_and_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let theirs = decoys(
+            tmp.path(),
+            &[
+                "models/precious.bin",
+                "tb/events",
+                "checkpoints/step-best/x",
+            ],
+        );
+        for mode in [StartMode::Fresh, StartMode::Overwrite] {
+            let err = claim(tmp.path(), mode).unwrap_err().to_string();
+            assert!(
+                err.contains("checkpoints, models, tb") && err.contains("no comlrl run recorded"),
+                "{mode:?}: {err}"
+            );
+        }
+        intact(&theirs);
+        assert!(!tmp.path().join(RUN_FILE).exists());
+        // An older comlrl's record proves nothing about what it wrote: no deleting on its word.
+        std::fs::write(tmp.path().join(RUN_FILE), "{\"run_id\": \"abc\"}\n").unwrap();
+        let err = claim(tmp.path(), StartMode::Overwrite)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("older comlrl") && err.contains("deletes nothing"),
+            "{err}"
+        );
+        // A record naming something comlrl never writes was edited.
+        let edited = "{\"run_id\": \"abc\", \"created\": [\"models\", \"..\"]}";
+        std::fs::write(tmp.path().join(RUN_FILE), edited).unwrap();
+        let err = claim(tmp.path(), StartMode::Overwrite)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`..`") && err.contains("deletes nothing"),
+            "{err}"
+        );
+        intact(&theirs);
+    }
+
+    #[test]
+    fn the_root_a_repository_and_a_fifo_record_are_refused() {
+        let err = refuse_reserved_dir(Path::new("/")).unwrap_err().to_string();
+        assert!(err.contains("root"), "{err}");
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join(".git")).unwrap();
+        let err = claim(tmp.path(), StartMode::Overwrite)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("repository"), "{err}");
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = std::ffi::CString::new(tmp.path().join(RUN_FILE).as_os_str().as_encoded_bytes())
+            .unwrap();
+        // SAFETY: mkfifo on a NUL-terminated path the test owns.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let err = format!("{:?}", claim(tmp.path(), StartMode::Resume).unwrap_err());
+        assert!(err.contains("FIFO"), "{err}");
     }
 }

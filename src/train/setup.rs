@@ -5,7 +5,7 @@ use crate::model::recompute::PassPlan;
 use crate::model::{ComputeDtype, LoadOptions, ModelSource, Policy, RolloutCopies, SamplingParams};
 use comlrl_reward::RewardStack;
 use comlrl_scenario::{AgentPlan, Dtype, Scenario};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The model source of an agent, in the model loader's terms.
 pub fn model_source(agent: &AgentPlan, base_dir: &Path) -> Result<ModelSource> {
@@ -148,8 +148,102 @@ pub fn reward_stack(s: &Scenario) -> Result<RewardStack> {
     )?)
 }
 
-/// Fails early, before any model is loaded, when `dir` cannot be created or written.
+/// Refuses an `output_dir` that a run must never write into (and a later `--overwrite` must
+/// never clear): `/`, the home directory, a repository's root (a folder holding `.git`), and a
+/// folder that contains the scenario file, an agent's local model or the dataset file.
+pub fn guard_output_dir(s: &Scenario) -> Result<()> {
+    let mut inputs: Vec<(&str, &Path)> = vec![("the scenario file", s.source.as_path())];
+    for a in &s.agents {
+        if let comlrl_scenario::ModelSource::Local(p) = &a.model.source {
+            inputs.push(("an agent's model", p.as_path()));
+        }
+    }
+    if let comlrl_scenario::DataSource::File { path, .. } = &s.dataset.train.source {
+        inputs.push(("the dataset", path.as_path()));
+    }
+    refuse_reserved_dir(&s.output_dir)?;
+    let out = resolved(&s.output_dir);
+    for (what, p) in inputs {
+        let p = resolved(p);
+        if p.starts_with(&out) {
+            return Err(Error::run_dir(
+                &s.output_dir,
+                format!(
+                    "output_dir {} contains {what} ({}); a run writes and `--overwrite` deletes \
+                     in its output_dir, so choose a folder of its own (the default is \
+                     `runs/<scenario name>` beside the scenario)",
+                    s.output_dir.display(),
+                    p.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses `/`, the home directory and a repository's root as an output directory.
+pub fn refuse_reserved_dir(dir: &Path) -> Result<()> {
+    let out = resolved(dir);
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| resolved(Path::new(&h)));
+    let why = if out.parent().is_none() {
+        Some("the file system's root")
+    } else if home.as_deref() == Some(out.as_path()) {
+        Some("the home directory")
+    } else if std::fs::symlink_metadata(out.join(".git")).is_ok() {
+        Some("a repository's root (it holds .git)")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(Error::run_dir(
+            dir,
+            format!(
+                "output_dir {} is {why}; a run writes and `--overwrite` deletes in its \
+                 output_dir, so choose a folder of its own (the default is \
+                 `runs/<scenario name>` beside the scenario)",
+                dir.display()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `p` absolute, with symlinks resolved as far as it exists (the rest appended as written,
+/// `..` and `.` folded), so that two spellings of one folder compare equal.
+fn resolved(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut rest = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(c) = cur.canonicalize() {
+            let mut out = c;
+            for part in rest.iter().rev() {
+                match part {
+                    std::path::Component::ParentDir => {
+                        out.pop();
+                    }
+                    std::path::Component::CurDir => {}
+                    c => out.push(c.as_os_str()),
+                }
+            }
+            return out;
+        }
+        match (cur.parent(), cur.components().next_back()) {
+            (Some(parent), Some(last)) => {
+                rest.push(last);
+                cur = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+/// Fails early, before any model is loaded, when `dir` cannot be created or written (probed
+/// with a uniquely named temporary file: never a name a user's file could have).
 pub fn check_output_dir(dir: &Path) -> Result<()> {
+    refuse_reserved_dir(dir)?;
     std::fs::create_dir_all(dir).map_err(|e| {
         Error::run_dir_by(
             dir,
@@ -160,24 +254,26 @@ pub fn check_output_dir(dir: &Path) -> Result<()> {
             e,
         )
     })?;
-    let probe = dir.join(".comlrl-write-test");
-    std::fs::write(&probe, b"ok").map_err(|e| {
-        Error::run_dir_by(
-            dir,
-            format!(
-                "output_dir {} is not writable; choose a writable `output_dir`",
-                dir.display()
-            ),
-            e,
-        )
-    })?;
-    let _ = std::fs::remove_file(probe);
+    tempfile::Builder::new()
+        .prefix(".comlrl-probe-")
+        .tempfile_in(dir)
+        .map_err(|e| {
+            Error::run_dir_by(
+                dir,
+                format!(
+                    "output_dir {} is not writable; choose a writable `output_dir`",
+                    dir.display()
+                ),
+                e,
+            )
+        })?;
     Ok(())
 }
 
-/// Fails when a first-turn prompt (train or eval set, rendered with the agent's template)
-/// encodes to no tokens, or its tokens plus `max_new_tokens` exceed the agent's model positions:
-/// the check sampling would make at that step, made before training (and by `comlrl check`).
+/// Fails when a first-turn prompt (train or eval set, rendered as the model sees it: the
+/// agent's template, then its chat template with the system prompt) encodes to no tokens, or
+/// its tokens plus `max_new_tokens` exceed the agent's model positions: the check sampling
+/// would make at that step, made before training (and by `comlrl check`).
 pub fn check_prompt_lengths(s: &Scenario, policies: &[Policy]) -> Result<()> {
     for (agent, p) in s.agents.iter().zip(policies) {
         check_agent_prompt_lengths(s, agent, p)?;
@@ -200,21 +296,42 @@ pub fn check_agent_prompt_lengths(s: &Scenario, agent: &AgentPlan, p: &Policy) -
             agent.index
         )));
     }
+    let formatter = crate::train::prompt::formatter(agent, p)?;
+    let room = max - new;
     for (what, set) in sets.iter().filter_map(|(w, d)| d.map(|d| (w, d))) {
         for (r, row) in set.rows.iter().enumerate() {
-            let ids = p.tokenizer.encode(&agent.template.render(row))?;
-            if ids.is_empty() || ids.len() + new > max {
-                return Err(Error::Config(format!(
-                    "agent {}: {what} prompt {} encodes to {} tokens; with max_new_tokens ({new}) it must fit \
-                     between 1 and the model's {max} positions; shorten the prompt or lower `agents.max_new_tokens`",
+            let text = formatter.render(row)?;
+            let fail = |found: String| {
+                Error::Config(format!(
+                    "agent {}: {what} prompt {} {found}; with max_new_tokens ({new}) it must fit \
+                     between 1 and the model's {max} positions; shorten the prompt or lower \
+                     `agents.max_new_tokens`",
                     agent.index,
                     r + 1,
-                    ids.len()
-                )));
+                ))
+            };
+            check_prompt_bytes(&text, p, room).map_err(fail)?;
+            let ids = p.tokenizer.encode(&text)?;
+            if ids.is_empty() || ids.len() > room {
+                return Err(fail(format!("encodes to {} tokens", ids.len())));
             }
         }
     }
     Ok(())
+}
+
+/// Refuses, before encoding, a prompt with more bytes than `room` tokens can stand for (see
+/// `Tokenizer::max_bytes_for`); the error text says what was found.
+pub fn check_prompt_bytes(text: &str, p: &Policy, room: usize) -> std::result::Result<(), String> {
+    let most = p.tokenizer.max_bytes_for(room);
+    match text.len() > most {
+        true => Err(format!(
+            "is {} bytes (as the model sees it), more than the {room} tokens left for a prompt \
+             can hold with this tokenizer (at most {most} bytes)",
+            text.len()
+        )),
+        false => Ok(()),
+    }
 }
 
 /// Fails when a rollout node would score more joint actions than `trainer.max_joint_actions`

@@ -6,6 +6,7 @@
 //! in lockstep on every rank (see `docs/distributed.md`): rank 0 alone writes metrics, the plot
 //! and the manifests. An agent with `replicas` > 1 is held by several ranks: its first replica
 //! samples it, all of them train it (`replicas`).
+use super::checkpoint::TrainState;
 use super::moments::StateDtype;
 use super::optim::{AdamW, AdamWConfig};
 use super::rundir::RunLock;
@@ -36,6 +37,9 @@ pub trait Observer {
     fn start(&mut self, _total_steps: usize, _done: usize) {}
     /// Step `step` finished with this mean joint reward, in this many seconds.
     fn step(&mut self, _step: usize, _reward_mean: f64, _step_seconds: f64) {}
+    /// Epoch `epoch` (from 1) is complete, with this mean joint reward (after processors). A
+    /// resumed run reports the epochs it completed before, at its start.
+    fn epoch(&mut self, _epoch: usize, _reward_mean: f64) {}
     /// A note or warning for the user.
     fn message(&mut self, _msg: &str) {}
     /// A metrics row was written to metrics.jsonl (trackers forward it).
@@ -99,6 +103,7 @@ impl Trainer {
 
     /// [`Trainer::new`] as one rank of `world`: loads only the agents placed on this rank.
     pub fn in_world(scenario: Scenario, world: Arc<dyn World>) -> Result<Self> {
+        setup::guard_output_dir(&scenario)?;
         setup::check_output_dir(&scenario.output_dir)?;
         setup::check_joint_actions(&scenario)?;
         let placement = Placement::new(&scenario, world.as_ref())?;
@@ -306,6 +311,10 @@ impl Trainer {
             obs.message(&note);
         }
         obs.start(total, state.step);
+        let rows = self.scenario.dataset.train.rows.len().max(1);
+        for e in 1..=state.step / rows {
+            report_epoch(&state, e, obs);
+        }
         // First-turn completions of the next prompts, sampled together ahead of their steps.
         let mut pending = VecDeque::new();
         let mut interrupted = false;
@@ -322,6 +331,9 @@ impl Trainer {
                 / state.window.rewards.len().max(1) as f64;
             obs.step(state.step, mean, t0.elapsed().as_secs_f64());
             self.log_window(&mut state, sink.as_mut(), obs)?;
+            if state.step.is_multiple_of(rows) {
+                report_epoch(&state, state.step / rows, obs);
+            }
             // A signal may reach the ranks at different steps: stop when any rank has one.
             let stop = gather::any(world.as_ref(), self.interrupt.load(Ordering::SeqCst));
             if let Err(e) = self.checkpoint_if_due(&state, stop) {
@@ -339,5 +351,12 @@ impl Trainer {
         self.references = references;
         self.transition = transition;
         self.finish(state, interrupted)
+    }
+}
+
+/// Tells `obs` that epoch `e` (from 1) is complete, with its mean joint reward.
+fn report_epoch(state: &TrainState, e: usize, obs: &mut dyn Observer) {
+    if let Some((sum, n)) = state.epoch_rewards.get(e - 1) {
+        obs.epoch(e, sum / (*n).max(1) as f64);
     }
 }

@@ -505,8 +505,8 @@ fn a_silent_server_costs_seconds_not_minutes() {
         "{}",
         lines[0]
     );
-    // A few seconds of training, then at most the bounded wait for the tracker (it waited
-    // 60 s for a request that took minutes to fail).
+    // A few seconds of training, then at most the bounded wait for the tracker: well under a
+    // minute, whatever the silent server does.
     assert!(took < Duration::from_secs(45), "the run took {took:?}");
     assert_eq!(metrics(&out).len(), 5, "metrics.jsonl is complete");
 
@@ -521,7 +521,7 @@ fn a_silent_server_costs_seconds_not_minutes() {
             && stderr.contains("WANDB_BASE_URL"),
         "{stderr}"
     );
-    // Two tries of 5 s and a pause of 1 s (it took 187 s).
+    // Two tries of 5 s and a pause of 1 s.
     assert!(took < Duration::from_secs(20), "wandb-sync took {took:?}");
     eprintln!("wandb-sync against a silent server failed after {took:?}");
     drop(listener);

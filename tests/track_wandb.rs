@@ -3,7 +3,8 @@
 //! the resolved scenario as its config, that every logged step arrives once and in order, and
 //! that the run is marked finished; with the server down, that training finishes with exactly one
 //! warning and `comlrl wandb-sync` uploads the same run afterwards; with a rejected key, that one
-//! warning says so.
+//! warning says so; with a server that never answers, that a run and `wandb-sync` give up on it
+//! within seconds.
 mod common;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -193,6 +194,14 @@ fn dead_url() -> String {
     let addr = l.local_addr().unwrap();
     drop(l);
     format!("http://{addr}")
+}
+
+/// A server that takes connections (the kernel completes them in the listen backlog) and never
+/// answers, for as long as the returned listener lives; on 127.0.0.1 only.
+fn silent_server() -> (TcpListener, String) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+    let url = format!("http://{}", l.local_addr().unwrap());
+    (l, url)
 }
 
 /// Everything the mock received must be the run in `out`: created once in `entity/project` with
@@ -478,4 +487,42 @@ fn resume_continues_the_same_wandb_run_and_tensorboard_log() {
         .map(|s| s.step)
         .collect();
     assert_eq!(steps, (1..=10).map(|i| 2 * i).collect::<Vec<u64>>());
+}
+
+#[test]
+fn a_silent_server_costs_seconds_not_minutes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let (listener, url) = silent_server();
+    let t = Instant::now();
+    let (ok, stderr) = train(&out, &["--wandb", "--quiet"], &url, tmp.path());
+    let took = t.elapsed();
+    assert!(ok, "training must finish without W&B: {stderr}");
+    let lines = w_and_b_lines(&stderr);
+    assert_eq!(lines.len(), 1, "exactly one W&B line: {stderr}");
+    assert!(
+        lines[0].starts_with("warning: W&B") && lines[0].contains("wandb-sync"),
+        "{}",
+        lines[0]
+    );
+    // A few seconds of training, then at most the bounded wait for the tracker: well under a
+    // minute, whatever the silent server does.
+    assert!(took < Duration::from_secs(45), "the run took {took:?}");
+    assert_eq!(metrics(&out).len(), 5, "metrics.jsonl is complete");
+
+    let t = Instant::now();
+    let (ok, stderr) = wandb_comlrl(&["wandb-sync", out.to_str().unwrap()], &url, tmp.path());
+    let took = t.elapsed();
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot reach {url}/graphql"))
+            && stderr.contains("did not answer within 5 s")
+            && stderr.contains("2 tries")
+            && stderr.contains("WANDB_BASE_URL"),
+        "{stderr}"
+    );
+    // Two tries of 5 s and a pause of 1 s.
+    assert!(took < Duration::from_secs(20), "wandb-sync took {took:?}");
+    eprintln!("wandb-sync against a silent server failed after {took:?}");
+    drop(listener);
 }

@@ -293,6 +293,33 @@ fn multi_turn_with_a_native_transition_plugin() {
         !ok && err.contains("comlrl_testkit_transition") && err.contains("asked to panic"),
         "{err}"
     );
+    // The plugin runs isolated (the default): a crash in it, at the third prompt, is an error
+    // naming the plugin, how its process died and the step, not the end of the trainer.
+    let crashing = format!(
+        "trainer.external_transition={{plugin: {}, params: {{misbehave: abort_bedtime}}",
+        plugin.display()
+    );
+    sets[1] = format!("{crashing}}}");
+    let (ok, _, err) = small(&tmp.path().join("run3"), &sets).output().parts();
+    assert!(
+        !ok && err.contains("transition plugin")
+            && err.contains("comlrl_testkit_transition")
+            && err.contains("crashed (signal 6 SIGABRT)")
+            && err.contains("step 3"),
+        "{err}"
+    );
+    // With `on_error: skip_step` the steps it crashes on are skipped and training goes on.
+    sets[1] = format!("{crashing}, on_error: skip_step}}");
+    let out4 = tmp.path().join("run4");
+    let (ok, _, err) = small(&out4, &sets).output().parts();
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("step 3 (epoch 1, prompt 3) skipped")
+            && err.contains("the transition (`trainer.external_transition`) failed"),
+        "{err}"
+    );
+    assert_eq!(err.matches("skipped:").count(), 1, "{err}");
+    assert!(out4.join("models/agent_1/model.safetensors").is_file());
 }
 
 #[test]

@@ -19,8 +19,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Rows each tracker's queue holds before new ones are dropped (and counted).
 pub const QUEUE_ROWS: usize = 1024;
-/// How long [`Tracking::finish`] waits for a tracker to deliver what it holds.
-pub const FINISH_WAIT: Duration = Duration::from_secs(60);
+/// How long [`Tracking::finish`] waits for a tracker to deliver what it holds. Short: the run
+/// is over and its rows are safe in `metrics.jsonl`; a tracker still busy then is told off with
+/// what it did not deliver and how to send that later.
+pub const FINISH_WAIT: Duration = Duration::from_secs(10);
 
 /// One metrics row as trackers see it.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +61,11 @@ pub trait Tracker: Send {
     /// How long to wait for a row before calling `idle`.
     fn idle_interval(&self) -> Duration {
         Duration::from_secs(30)
+    }
+    /// How to deliver later what this tracker did not (W&B: the `comlrl wandb-sync` command),
+    /// for the warnings about rows it did not take or did not finish sending.
+    fn catch_up(&self) -> Option<String> {
+        None
     }
 }
 
@@ -208,8 +215,9 @@ impl Tracking {
         rec
     }
 
-    /// The run ended: each tracker delivers what it holds (waiting at most [`FINISH_WAIT`]) and
-    /// closes; queue overflows are reported.
+    /// The run ended: each tracker delivers what it holds (waiting at most [`FINISH_WAIT`] for
+    /// each) and closes; queue overflows, and what a tracker still busy then did not deliver,
+    /// are reported.
     pub fn finish(self, exit_code: i32) {
         for w in self.workers {
             w.finish(exit_code);

@@ -19,8 +19,18 @@ use std::time::Duration;
 pub const RUN_FILE: &str = "wandb-run.json";
 const HISTORY: &str = "wandb-history.jsonl";
 const SUMMARY: &str = "wandb-summary.json";
-/// Attempts per request when the server is unreachable or answers 429/5xx.
+/// Attempts per request when the server refuses the connection or answers 429/5xx.
 const ATTEMPTS: u32 = 3;
+/// Attempts per request when the server does not answer in time: one retry, so a server that
+/// accepts connections and never answers costs two timeouts, not minutes.
+const SILENT_ATTEMPTS: u32 = 2;
+/// Connecting (name lookup and TCP/TLS setup) may take this long.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Each read from and write to the server may wait this long: a server that stops answering
+/// is given up on after it, whatever the size of the request.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// One whole request, upload of a large body included, may take this long.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// History rows per `file_stream` request when uploading a whole run.
 const SYNC_CHUNK: usize = 500;
 
@@ -54,8 +64,11 @@ impl Connection {
     /// A connection to `base_url`, authenticated with `api_key` when given.
     pub fn new(base_url: String, api_key: Option<String>) -> Self {
         let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_connect(Some(Duration::from_secs(10)))
-            .timeout_global(Some(Duration::from_secs(60)))
+            .timeout_resolve(Some(CONNECT_TIMEOUT))
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_per_read(Some(READ_TIMEOUT))
+            .timeout_per_write(Some(READ_TIMEOUT))
+            .timeout_per_call(Some(CALL_TIMEOUT))
             .http_status_as_error(false)
             .user_agent(concat!("comlrl/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -67,7 +80,9 @@ impl Connection {
         }
     }
 
-    /// POSTs JSON, retrying unreachable servers and 429/5xx answers; returns the JSON answer.
+    /// POSTs JSON, retrying refused connections and 429/5xx answers ([`ATTEMPTS`] tries) and
+    /// a server that does not answer in time ([`SILENT_ATTEMPTS`] tries); returns the JSON
+    /// answer.
     fn post(&self, path: &str, body: &Value) -> Result<Value> {
         let key = self.api_key.as_deref().ok_or_else(|| {
             track_error(
@@ -77,10 +92,12 @@ impl Connection {
         let url = format!("{}{path}", self.base_url);
         let text = body.to_string();
         let mut last = String::new();
-        for attempt in 0..ATTEMPTS {
-            if attempt > 0 {
-                std::thread::sleep(Duration::from_secs(1 << (attempt - 1)));
+        let (mut tries, mut silent) = (0, 0);
+        while tries < ATTEMPTS && silent < SILENT_ATTEMPTS {
+            if tries > 0 {
+                std::thread::sleep(Duration::from_secs(1 << (tries - 1)));
             }
+            tries += 1;
             let sent = self
                 .agent
                 .post(&url)
@@ -90,12 +107,27 @@ impl Connection {
             let mut resp = match sent {
                 Ok(r) => r,
                 Err(e) => {
-                    last = format!("cannot reach {url} ({e})");
+                    if matches!(e, ureq::Error::Timeout(_)) {
+                        silent += 1;
+                    }
+                    last = unreachable(&url, &e);
                     continue;
                 }
             };
             let status = resp.status().as_u16();
-            let answer = resp.body_mut().read_to_string().unwrap_or_default();
+            let answer = match resp.body_mut().read_to_string() {
+                Ok(a) => a,
+                Err(e) => {
+                    if matches!(e, ureq::Error::Timeout(_)) {
+                        silent += 1;
+                    }
+                    last = format!(
+                        "{url} answered HTTP {status} but its body did not arrive ({})",
+                        why(&e)
+                    );
+                    continue;
+                }
+            };
             match status {
                 200..=299 => {
                     return serde_json::from_str(&answer).or_else(|_| {
@@ -120,7 +152,14 @@ impl Connection {
                 }
             }
         }
-        Err(track_error(format!("W&B: {last}")))
+        let tried = if tries == 1 {
+            "1 try".to_string()
+        } else {
+            format!("{tries} tries")
+        };
+        Err(track_error(format!(
+            "W&B: {last} ({tried}); check the server (WANDB_BASE_URL) and the network"
+        )))
     }
 
     /// Creates the run `spec.id` (or updates it when it exists) and returns where it lives.
@@ -392,6 +431,13 @@ impl Tracker for WandbTracker {
     fn min_interval(&self) -> Duration {
         Duration::from_secs(1)
     }
+
+    fn catch_up(&self) -> Option<String> {
+        Some(format!(
+            "`comlrl wandb-sync {}` uploads the run from metrics.jsonl",
+            self.output_dir.display()
+        ))
+    }
 }
 
 /// Uploads a whole run from its records (`comlrl wandb-sync`): creates or resumes the run,
@@ -409,6 +455,29 @@ pub fn sync(
     }
     conn.file_stream(&run, &json!({"complete": true, "exitcode": exit_code}))?;
     Ok(run)
+}
+
+/// Why a request did not get through, in words (timeouts say which limit ran out).
+fn why(e: &ureq::Error) -> String {
+    use ureq::Timeout as T;
+    match e {
+        ureq::Error::Timeout(T::Resolve | T::Connect) => {
+            format!("no connection within {} s", CONNECT_TIMEOUT.as_secs())
+        }
+        ureq::Error::Timeout(T::PerCall | T::Global) => {
+            format!("the request took longer than {} s", CALL_TIMEOUT.as_secs())
+        }
+        ureq::Error::Timeout(_) => format!(
+            "the server accepted the connection but did not answer within {} s",
+            READ_TIMEOUT.as_secs()
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// The message of a request that did not get through.
+fn unreachable(url: &str, e: &ureq::Error) -> String {
+    format!("cannot reach {url} ({})", why(e))
 }
 
 /// The web app of an API URL (`https://api.wandb.ai` → `https://wandb.ai`).

@@ -1,9 +1,13 @@
 //! One tracker on its own thread behind a bounded queue: the training thread only ever does a
 //! non-blocking send; rows that do not fit are counted, and the first error of the tracker is
-//! printed once, after which the tracker is left alone.
+//! printed once, after which the tracker is left alone. At the end the training thread waits a
+//! bounded time for the tracker; one still busy then is left behind with a warning that says
+//! what it did not deliver.
 use super::{Record, Tracker, Warn, FINISH_WAIT, QUEUE_ROWS};
 use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -13,36 +17,65 @@ enum Msg {
     Finish(i32),
 }
 
+/// What the tracker thread got done, as the training thread sees it.
+#[derive(Default)]
+struct Progress {
+    /// `open` succeeded (the run exists on the back-end).
+    opened: AtomicBool,
+    /// Rows delivered by successful `log` calls.
+    rows: AtomicUsize,
+    /// The tracker failed and gave up (it warned already).
+    failed: AtomicBool,
+}
+
 /// The training thread's side of one tracker thread.
 pub(super) struct Worker {
     name: &'static str,
     tx: SyncSender<Msg>,
+    /// Rows the queue took.
+    queued: usize,
     dropped: usize,
     done: Receiver<()>,
     handle: Option<JoinHandle<()>>,
     warn: Warn,
+    progress: Arc<Progress>,
+    /// How to deliver later what the tracker did not ([`Tracker::catch_up`]).
+    catch_up: Option<String>,
+    /// How long `finish` waits ([`FINISH_WAIT`]; shorter in tests).
+    finish_wait: Duration,
 }
 
 impl Worker {
     pub(super) fn spawn(tracker: Box<dyn Tracker>, warn: Warn) -> Result<Self> {
+        Self::spawn_with(tracker, warn, FINISH_WAIT)
+    }
+
+    fn spawn_with(tracker: Box<dyn Tracker>, warn: Warn, finish_wait: Duration) -> Result<Self> {
         let name = tracker.name();
+        let catch_up = tracker.catch_up();
         let (tx, rx) = mpsc::sync_channel(QUEUE_ROWS);
         let (done_tx, done) = mpsc::channel();
         let thread_warn = warn.clone();
+        let progress = Arc::new(Progress::default());
+        let thread_progress = Arc::clone(&progress);
         let handle = std::thread::Builder::new()
             .name(format!("track-{}", name.to_lowercase()))
             .spawn(move || {
-                run(tracker, rx, thread_warn);
+                run(tracker, rx, thread_warn, &thread_progress);
                 let _ = done_tx.send(());
             })
             .map_err(|e| Error::tracker_by(format!("cannot start the {name} tracker thread"), e))?;
         Ok(Self {
             name,
             tx,
+            queued: 0,
             dropped: 0,
             done,
             handle: Some(handle),
             warn,
+            progress,
+            catch_up,
+            finish_wait,
         })
     }
 
@@ -51,22 +84,36 @@ impl Worker {
     }
 
     pub(super) fn send_row(&mut self, rec: Record) {
-        self.send(Msg::Row(rec));
+        if self.send(Msg::Row(rec)) {
+            self.queued += 1;
+        }
     }
 
-    fn send(&mut self, msg: Msg) {
+    /// Whether the queue took `msg`.
+    fn send(&mut self, msg: Msg) -> bool {
         match self.tx.try_send(msg) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => self.dropped += 1,
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                self.dropped += 1;
+                false
+            }
             // The thread ended (it cannot, before Finish, unless it panicked): nothing to do.
-            Err(TrySendError::Disconnected(_)) => {}
+            Err(TrySendError::Disconnected(_)) => false,
         }
+    }
+
+    /// ` (<how to deliver later>)`, or nothing.
+    fn later(&self) -> String {
+        self.catch_up
+            .as_ref()
+            .map(|c| format!("; {c}"))
+            .unwrap_or_default()
     }
 
     /// Sends the end of the run and waits (bounded) for the tracker to close.
     pub(super) fn finish(mut self, exit_code: i32) {
         // Finish must get through: wait for room, but not forever.
-        let deadline = Instant::now() + FINISH_WAIT;
+        let deadline = Instant::now() + self.finish_wait;
         let mut msg = Msg::Finish(exit_code);
         loop {
             match self.tx.try_send(msg) {
@@ -80,8 +127,10 @@ impl Worker {
         }
         if self.dropped > 0 {
             (self.warn)(&format!(
-                "warning: {}: {} metrics rows were dropped (tracker queue full); metrics.jsonl has them all",
-                self.name, self.dropped
+                "warning: {}: {} metrics rows were dropped (tracker queue full); metrics.jsonl has them all{}",
+                self.name,
+                self.dropped,
+                self.later()
             ));
         }
         let left = deadline.saturating_duration_since(Instant::now());
@@ -91,22 +140,43 @@ impl Worker {
                     let _ = h.join();
                 }
             }
-            Err(RecvTimeoutError::Timeout) => (self.warn)(&format!(
-                "warning: {}: still busy after {} s; not waiting for it",
-                self.name,
-                FINISH_WAIT.as_secs()
-            )),
+            // A tracker that failed has said so already.
+            Err(RecvTimeoutError::Timeout) if self.progress.failed.load(Ordering::SeqCst) => {}
+            Err(RecvTimeoutError::Timeout) => {
+                let sent = self.progress.rows.load(Ordering::SeqCst).min(self.queued);
+                let what = if self.progress.opened.load(Ordering::SeqCst) {
+                    format!(
+                        "{} of the run's {} new metrics rows and the end of the run were not \
+                         delivered",
+                        self.queued - sent,
+                        self.queued
+                    )
+                } else {
+                    "it had not started the run yet, so nothing of this run was delivered".into()
+                };
+                let waited = match self.finish_wait.as_millis() {
+                    ms if ms % 1000 == 0 => format!("{} s", ms / 1000),
+                    ms => format!("{ms} ms"),
+                };
+                (self.warn)(&format!(
+                    "warning: {}: still busy after {waited}; not waiting for it: {what}; \
+                     metrics.jsonl has every row{}",
+                    self.name,
+                    self.later()
+                ));
+            }
         }
     }
 }
 
 /// The tracker thread: open, then batches of rows (at most one `log` per `min_interval`),
 /// `idle` when nothing comes, and `finish`. After the first error only the queue is drained.
-fn run(mut t: Box<dyn Tracker>, rx: Receiver<Msg>, warn: Warn) {
+fn run(mut t: Box<dyn Tracker>, rx: Receiver<Msg>, warn: Warn, progress: &Progress) {
     let mut failed = false;
     let mut opened = false;
     let fail = |e: Error, failed: &mut bool| {
         if !*failed {
+            progress.failed.store(true, Ordering::SeqCst);
             warn(&format!("warning: {}", e.chain()));
             *failed = true;
         }
@@ -133,8 +203,9 @@ fn run(mut t: Box<dyn Tracker>, rx: Receiver<Msg>, warn: Warn) {
             Some(Msg::Open(prior)) => {
                 opened = true;
                 if !failed {
-                    if let Err(e) = t.open(&prior) {
-                        fail(e, &mut failed);
+                    match t.open(&prior) {
+                        Ok(()) => progress.opened.store(true, Ordering::SeqCst),
+                        Err(e) => fail(e, &mut failed),
                     }
                 }
             }
@@ -148,6 +219,8 @@ fn run(mut t: Box<dyn Tracker>, rx: Receiver<Msg>, warn: Warn) {
                         Ok(())
                     } else {
                         t.log(&pending)
+                            .map(|()| progress.rows.fetch_add(pending.len(), Ordering::SeqCst))
+                            .map(drop)
                     };
                     if let Err(e) = res.and_then(|()| t.finish(code)) {
                         fail(e, &mut failed);
@@ -166,8 +239,11 @@ fn run(mut t: Box<dyn Tracker>, rx: Receiver<Msg>, warn: Warn) {
                 let batch = std::mem::take(&mut pending);
                 last_log = Some(Instant::now());
                 if opened && !failed {
-                    if let Err(e) = t.log(&batch) {
-                        fail(e, &mut failed);
+                    match t.log(&batch) {
+                        Ok(()) => {
+                            progress.rows.fetch_add(batch.len(), Ordering::SeqCst);
+                        }
+                        Err(e) => fail(e, &mut failed),
                     }
                 }
             }
@@ -255,6 +331,51 @@ mod tests {
         want.push("finish 0".into());
         assert_eq!(seen, want);
         assert!(warnings.lock().unwrap().is_empty());
+    }
+
+    /// Takes 3 s for every `log`, as a server that stopped answering would.
+    struct Stuck;
+
+    impl Tracker for Stuck {
+        fn name(&self) -> &'static str {
+            "stuck"
+        }
+        fn open(&mut self, _prior: &[Record]) -> Result<()> {
+            Ok(())
+        }
+        fn log(&mut self, _records: &[Record]) -> Result<()> {
+            std::thread::sleep(Duration::from_secs(3));
+            Ok(())
+        }
+        fn finish(&mut self, _code: i32) -> Result<()> {
+            Ok(())
+        }
+        fn catch_up(&self) -> Option<String> {
+            Some("`resend` delivers them".into())
+        }
+    }
+
+    #[test]
+    fn a_tracker_still_busy_at_the_end_is_left_with_what_it_did_not_deliver() {
+        let warnings = Arc::new(Mutex::new(vec![]));
+        let w2 = warnings.clone();
+        let warn: Warn = Arc::new(move |m: &str| w2.lock().unwrap().push(m.to_string()));
+        let mut w = Worker::spawn_with(Box::new(Stuck), warn, Duration::from_millis(300)).unwrap();
+        w.send_open(vec![]);
+        for s in 1..=4 {
+            w.send_row(rec(s));
+        }
+        let t = Instant::now();
+        w.finish(0);
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        let warnings = warnings.lock().unwrap().clone();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("still busy after 300 ms")
+                && warnings[0].contains("4 of the run's 4 new metrics rows")
+                && warnings[0].contains("`resend` delivers them"),
+            "{warnings:?}"
+        );
     }
 
     #[test]

@@ -135,7 +135,7 @@ pub fn root_scores(
 }
 
 /// Rank 0 runs `next` (the external transition) and broadcasts the prompts it wrote, or its
-/// error.
+/// error (a `skip_step` failure stays one, so the step is skipped everywhere).
 pub fn root_prompts(
     world: &dyn World,
     next: impl FnOnce() -> Result<Vec<String>>,
@@ -151,6 +151,9 @@ pub fn root_prompts(
                     e.str(p);
                 }
             }
+            Err(Error::Reward(RewardError::SkipStep { term, source })) => {
+                e.u64(2).str(term).str(&source.to_string());
+            }
             Err(err) => {
                 e.u64(1).str(&err.to_string());
             }
@@ -162,11 +165,22 @@ pub fn root_prompts(
         return own;
     }
     let mut d = Dec::new(&bytes, "next-turn prompts from rank 0");
-    if d.u64()? != 0 {
-        return Err(Error::Distributed(format!(
-            "the transition failed on rank 0: {}",
-            d.string()?
-        )));
+    match d.u64()? {
+        0 => {}
+        2 => {
+            let term = d.string()?;
+            let msg = d.string()?;
+            return Err(Error::Reward(RewardError::SkipStep {
+                term,
+                source: Box::new(RewardError::Config(format!("(on rank 0) {msg}"))),
+            }));
+        }
+        _ => {
+            return Err(Error::Distributed(format!(
+                "the transition failed on rank 0: {}",
+                d.string()?
+            )))
+        }
     }
     let v = (0..d.usize()?)
         .map(|_| d.string())

@@ -355,16 +355,11 @@ pub fn check_joint_actions(s: &Scenario) -> Result<()> {
     }
 }
 
-/// The loaded multi-turn transition (Rhai script or native plugin), when the scenario has one.
+/// The loaded multi-turn transition (a Rhai script, or a native plugin isolated in
+/// `comlrl plugin-host` unless `isolate: false`), when the scenario has one.
 pub fn transition(s: &Scenario) -> Result<Option<Box<dyn comlrl_reward::TransitionFn>>> {
     match &s.trainer.external_transition {
-        Some(t) => {
-            let (path, rhai) = match &t.source {
-                comlrl_scenario::CodeSource::Rhai(p) => (p, true),
-                comlrl_scenario::CodeSource::Plugin(p) => (p, false),
-            };
-            Ok(Some(comlrl_reward::load_transition(path, rhai, &t.params)?))
-        }
+        Some(t) => Ok(Some(comlrl_reward::load_transition(t)?)),
         None => Ok(None),
     }
 }

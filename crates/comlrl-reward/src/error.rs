@@ -81,14 +81,44 @@ pub enum PluginFailure {
     Host,
 }
 
+/// What a native plugin is to the trainer: a reward term or the multi-turn transition. It
+/// decides the words of an error (`reward plugin …` / `transition plugin …`) and where its hint
+/// points (the term's keys, or `trainer.external_transition`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PluginRole {
+    /// A reward term (`reward: - plugin: …`).
+    #[default]
+    Reward,
+    /// The multi-turn transition (`trainer.external_transition: {plugin: …}`).
+    Transition,
+}
+
+impl fmt::Display for PluginRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PluginRole::Reward => "reward",
+            PluginRole::Transition => "transition",
+        })
+    }
+}
+
+/// The reward term name a transition failure carries in [`RewardError::SkipStep`].
+pub const TRANSITION_TERM: &str = "trainer.external_transition";
+
 impl PluginFailure {
-    fn label(self) -> &'static str {
+    fn label(self, role: PluginRole) -> &'static str {
         match self {
             PluginFailure::Load => "cannot load library",
-            PluginFailure::Symbol => "not a comlrl reward plugin",
+            PluginFailure::Symbol => match role {
+                PluginRole::Reward => "not a comlrl reward plugin",
+                PluginRole::Transition => "not a comlrl transition plugin",
+            },
             PluginFailure::Abi => "incompatible plugin ABI",
             PluginFailure::Create => "create failed",
-            PluginFailure::Score => "score failed",
+            PluginFailure::Score => match role {
+                PluginRole::Reward => "score failed",
+                PluginRole::Transition => "next failed",
+            },
             PluginFailure::Panic => "plugin panicked",
             PluginFailure::Return => "bad return value",
             PluginFailure::Table => "invalid function table",
@@ -99,20 +129,27 @@ impl PluginFailure {
         }
     }
 
-    fn hint(self) -> &'static str {
-        match self {
-            PluginFailure::Load => "check that the file is a shared library built for this platform (`cargo build --release --workspace`)",
-            PluginFailure::Symbol => "a plugin must call `comlrl_plugin_api::export_reward!(YourType)` and be built as `crate-type = [\"cdylib\"]`",
-            PluginFailure::Abi => "rebuild the plugin against this version of comlrl-plugin-api (`cargo build --release --workspace`)",
-            PluginFailure::Create => "fix the term's `params:` in the scenario, or the plugin's `create`",
-            PluginFailure::Score => "see the plugin's message above; fix the plugin or its input",
-            PluginFailure::Panic => "a bug in the plugin: fix the panic (the trainer caught it and stopped cleanly)",
-            PluginFailure::Return => "the plugin must return finite numbers",
-            PluginFailure::Table => "build the plugin with `comlrl_plugin_api::export_reward!` (or fill every table entry by hand)",
-            PluginFailure::Memory => "a memory bug in the plugin; run it with `isolate: true` so such bugs cannot corrupt the trainer, and fix it",
-            PluginFailure::Crash => "a bug in the plugin: the child process running it died, the trainer is unharmed; reproduce with `comlrl reward` and fix the plugin",
-            PluginFailure::TimeBudget => "look for an endless loop in the plugin, or raise the term's `time_budget_ms` (see docs/rewards.md)",
-            PluginFailure::Host => "the trainer could not run `comlrl plugin-host`; set COMLRL_PLUGIN_HOST to the comlrl binary, or set `isolate: false` on the term",
+    fn hint(self, role: PluginRole) -> &'static str {
+        use PluginRole::{Reward, Transition};
+        match (self, role) {
+            (PluginFailure::Load, _) => "check that the file is a shared library built for this platform (`cargo build --release --workspace`)",
+            (PluginFailure::Symbol, Reward) => "a plugin must call `comlrl_plugin_api::export_reward!(YourType)` and be built as `crate-type = [\"cdylib\"]`",
+            (PluginFailure::Symbol, Transition) => "a transition plugin must call `comlrl_plugin_api::export_transition!(YourType)` and be built as `crate-type = [\"cdylib\"]`",
+            (PluginFailure::Abi, _) => "rebuild the plugin against this version of comlrl-plugin-api (`cargo build --release --workspace`)",
+            (PluginFailure::Create, Reward) => "fix the term's `params:` in the scenario, or the plugin's `create`",
+            (PluginFailure::Create, Transition) => "fix `trainer.external_transition.params` in the scenario, or the plugin's `create`",
+            (PluginFailure::Score, _) => "see the plugin's message above; fix the plugin or its input",
+            (PluginFailure::Panic, _) => "a bug in the plugin: fix the panic (the trainer caught it and stopped cleanly)",
+            (PluginFailure::Return, _) => "the plugin must return finite numbers (a transition: one valid UTF-8 prompt per agent)",
+            (PluginFailure::Table, Reward) => "build the plugin with `comlrl_plugin_api::export_reward!` (or fill every table entry by hand)",
+            (PluginFailure::Table, Transition) => "build the plugin with `comlrl_plugin_api::export_transition!` (or fill every table entry by hand)",
+            (PluginFailure::Memory, _) => "a memory bug in the plugin; run it with `isolate: true` so such bugs cannot corrupt the trainer, and fix it",
+            (PluginFailure::Crash, Reward) => "a bug in the plugin: the child process running it died, the trainer is unharmed; reproduce with `comlrl reward` and fix the plugin",
+            (PluginFailure::Crash, Transition) => "a bug in the plugin: the child process running it died, the trainer is unharmed; fix the plugin (or set `on_error: skip_step` on `trainer.external_transition` to skip such steps)",
+            (PluginFailure::TimeBudget, Reward) => "look for an endless loop in the plugin, or raise the term's `time_budget_ms` (see docs/rewards.md)",
+            (PluginFailure::TimeBudget, Transition) => "look for an endless loop in the plugin, or raise `trainer.external_transition.time_budget_ms` (see docs/rewards.md)",
+            (PluginFailure::Host, Reward) => "the trainer could not run `comlrl plugin-host`; set COMLRL_PLUGIN_HOST to the comlrl binary, or set `isolate: false` on the term",
+            (PluginFailure::Host, Transition) => "the trainer could not run `comlrl plugin-host`; set COMLRL_PLUGIN_HOST to the comlrl binary, or set `isolate: false` on `trainer.external_transition`",
         }
     }
 }
@@ -154,8 +191,10 @@ pub enum RewardError {
         message: String,
     },
     /// A native plugin failed to load or run.
-    #[error("reward plugin {}: {}: {message}\n  hint: {}", path.display(), kind.label(), kind.hint())]
+    #[error("{role} plugin {}: {}: {message}\n  hint: {}", path.display(), kind.label(*role), kind.hint(*role))]
     Plugin {
+        /// A reward or the transition (decides the words).
+        role: PluginRole,
         /// The library file.
         path: PathBuf,
         /// Category (decides the hint).
@@ -164,8 +203,10 @@ pub enum RewardError {
         message: String,
     },
     /// No file exists at any of the platform-specific names of a plugin path.
-    #[error("reward plugin {} not found; tried: {}\n  hint: build the plugins with `cargo build --release --workspace`, or fix the `plugin:` path in the scenario", requested.display(), list(tried))]
+    #[error("{role} plugin {} not found; tried: {}\n  hint: build the plugins with `cargo build --release --workspace`, or fix the `plugin:` path in the scenario", requested.display(), list(tried))]
     PluginNotFound {
+        /// A reward or the transition (decides the words).
+        role: PluginRole,
         /// The path as written.
         requested: PathBuf,
         /// Every path that was tried, in order.
@@ -173,7 +214,7 @@ pub enum RewardError {
     },
     /// A term with `on_error: skip_step` failed: the trainer skips this step (no update, no
     /// reward metrics) and goes on; see [`crate::spec::OnError`].
-    #[error("reward term `{term}` failed (it has `on_error: skip_step`): {source}")]
+    #[error("{} failed (it has `on_error: skip_step`): {source}", skipped(term))]
     SkipStep {
         /// The failing term's name.
         term: String,
@@ -184,6 +225,15 @@ pub enum RewardError {
     /// The reward section itself is wrong (duplicate names, no source, ...).
     #[error("reward configuration: {0}")]
     Config(String),
+}
+
+/// What failed, in words: a reward term, or the transition ([`TRANSITION_TERM`]).
+fn skipped(term: &str) -> String {
+    if term == TRANSITION_TERM {
+        format!("the transition (`{TRANSITION_TERM}`)")
+    } else {
+        format!("reward term `{term}`")
+    }
 }
 
 fn list(paths: &[PathBuf]) -> String {
@@ -217,9 +267,36 @@ impl RewardError {
         message: impl Into<String>,
     ) -> Self {
         RewardError::Plugin {
+            role: PluginRole::Reward,
             path: path.into(),
             kind,
             message: message.into(),
+        }
+    }
+
+    /// The same error said of the transition plugin: a plugin error (or a missing plugin file)
+    /// is reworded for the transition; any other error is returned as it is.
+    pub fn of_transition(self) -> Self {
+        match self {
+            RewardError::Plugin {
+                path,
+                kind,
+                message,
+                ..
+            } => RewardError::Plugin {
+                role: PluginRole::Transition,
+                path,
+                kind,
+                message,
+            },
+            RewardError::PluginNotFound {
+                requested, tried, ..
+            } => RewardError::PluginNotFound {
+                role: PluginRole::Transition,
+                requested,
+                tried,
+            },
+            other => other,
         }
     }
 }
@@ -243,12 +320,23 @@ mod tests {
         );
         assert!(s.contains("hint:"), "{s}");
         let e = RewardError::PluginNotFound {
+            role: PluginRole::Reward,
             requested: "a/b".into(),
             tried: vec!["a/b".into(), "a/libb.so".into()],
         };
         let s = e.to_string();
         assert!(
             s.contains("a/b, a/libb.so") && s.contains("cargo build --release --workspace"),
+            "{s}"
+        );
+        let s = e.of_transition().to_string();
+        assert!(s.starts_with("transition plugin a/b not found"), "{s}");
+        let s = RewardError::plugin("/x/t.so", PluginFailure::TimeBudget, "slow")
+            .of_transition()
+            .to_string();
+        assert!(
+            s.starts_with("transition plugin /x/t.so: time budget exceeded: slow")
+                && s.contains("`trainer.external_transition.time_budget_ms`"),
             "{s}"
         );
     }

@@ -36,8 +36,8 @@ pub struct RewardsGuide;
 pub mod stack;
 pub mod transition;
 
-pub use error::{PluginFailure, Pos, RewardError, ScriptFailure};
-pub use isolate::{serve_plugin_host, HostCommand, IsolatedReward};
+pub use error::{PluginFailure, PluginRole, Pos, RewardError, ScriptFailure, TRANSITION_TERM};
+pub use isolate::{serve_plugin_host, HostCommand, IsolatedReward, IsolatedTransition};
 pub use native::NativeReward;
 pub use native_transition::NativeTransition;
 pub use processor::Processor;

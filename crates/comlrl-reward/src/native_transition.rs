@@ -1,6 +1,8 @@
 //! Native multi-turn transition plugins (`comlrl_transition_v1`): loaded, handshaken and never
 //! unloaded like reward plugins (see `native.rs` for the lifetime and trust model); prompts
-//! come back through a host callback that copies them.
+//! come back through a host callback that copies them. This is the in-process backend
+//! (`isolate: false`); `crate::isolate::IsolatedTransition` runs the same code in a child
+//! process (`comlrl plugin-host`).
 use crate::error::{PluginFailure, RewardError};
 use crate::guard::HostErr;
 use crate::native::{open_table, read_name, require};
@@ -16,6 +18,7 @@ use std::path::{Path, PathBuf};
 /// A loaded native transition plugin and the state it created.
 pub struct NativeTransition {
     path: PathBuf,
+    plugin_name: String,
     next_fn: NextFn,
     destroy_fn: DestroyFn,
     state: *mut c_void,
@@ -73,7 +76,11 @@ impl NativeTransition {
     /// Load the transition plugin at `path` (platform names are tried, as for rewards), check
     /// its ABI and create its state from `params`.
     pub fn load(path: impl AsRef<Path>, params: &serde_json::Value) -> Result<Self, RewardError> {
-        let path = plugin_path::resolve(path.as_ref())?;
+        Self::load_inner(path.as_ref(), params).map_err(RewardError::of_transition)
+    }
+
+    fn load_inner(path: &Path, params: &serde_json::Value) -> Result<Self, RewardError> {
+        let path = plugin_path::resolve(path)?;
         let fail = |kind, msg: String| RewardError::plugin(&path, kind, msg);
         let table: &'static TransitionPluginV1 = open_table(
             &path,
@@ -82,14 +89,15 @@ impl NativeTransition {
             std::mem::size_of::<TransitionPluginV1>(),
         )?;
         let checked = (|| {
-            read_name(table.name)?;
             Ok::<_, String>((
+                read_name(table.name)?,
                 require(table.create, "create")?,
                 require(table.next, "next")?,
                 require(table.destroy, "destroy")?,
             ))
         })();
-        let (create, next_fn, destroy_fn) = checked.map_err(|m| fail(PluginFailure::Table, m))?;
+        let (plugin_name, create, next_fn, destroy_fn) =
+            checked.map_err(|m| fail(PluginFailure::Table, m))?;
         let params_json = params.to_string();
         let mut err = HostErr::new();
         // SAFETY: `params_json` and `err` outlive the call.
@@ -102,6 +110,7 @@ impl NativeTransition {
         }
         Ok(Self {
             path,
+            plugin_name,
             next_fn,
             destroy_fn,
             state,
@@ -109,18 +118,55 @@ impl NativeTransition {
     }
 }
 
-impl TransitionFn for NativeTransition {
-    fn next_prompts(&self, input: &TransitionInput) -> Result<Vec<String>, RewardError> {
-        let ctx = serde_json::json!({
-            "prompt": input.prompt,
-            "fields": input.fields,
-            "turn": input.turn,
-            "agent_count": input.completions.len(),
-            "completions": input.completions,
-            "prompt_history": input.prompt_history,
-            "response_history": input.response_history,
-        })
-        .to_string();
+/// The context a transition plugin's `next` gets, as JSON text: the fields of the Rhai `ctx`
+/// minus `params` (which went to `create`).
+pub(crate) fn ctx_json(input: &TransitionInput) -> String {
+    serde_json::json!({
+        "prompt": input.prompt,
+        "fields": input.fields,
+        "turn": input.turn,
+        "agent_count": input.completions.len(),
+        "completions": input.completions,
+        "prompt_history": input.prompt_history,
+        "response_history": input.response_history,
+    })
+    .to_string()
+}
+
+/// `prompts` must hold one prompt per agent.
+pub(crate) fn check_count(
+    path: &Path,
+    prompts: Vec<String>,
+    agents: usize,
+) -> Result<Vec<String>, RewardError> {
+    if prompts.len() != agents {
+        return Err(RewardError::plugin(
+            path,
+            PluginFailure::Score,
+            format!(
+                "the transition returned {} prompts for {agents} agents",
+                prompts.len(),
+            ),
+        )
+        .of_transition());
+    }
+    Ok(prompts)
+}
+
+impl NativeTransition {
+    /// The resolved library file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The name the plugin gives itself.
+    pub fn plugin_name(&self) -> &str {
+        &self.plugin_name
+    }
+
+    /// Calls the plugin's `next` on `ctx` (see [`ctx_json`]) and returns the prompts it pushed,
+    /// each checked as UTF-8 (their count is the caller's to check).
+    pub(crate) fn next_json(&self, ctx: &str) -> Result<Vec<String>, RewardError> {
         let mut sink = Sink {
             prompts: Vec::new(),
             bad: None,
@@ -131,33 +177,30 @@ impl TransitionFn for NativeTransition {
         let status = unsafe {
             (self.next_fn)(
                 self.state,
-                StrRef::new(&ctx),
+                StrRef::new(ctx),
                 (&mut sink as *mut Sink).cast::<c_void>(),
                 push,
                 &mut err.raw,
             )
         };
-        err.check_call(&self.path, status)?;
+        err.check_call(&self.path, status)
+            .map_err(RewardError::of_transition)?;
         if let Some((i, what)) = sink.bad {
             return Err(RewardError::plugin(
                 &self.path,
                 PluginFailure::Return,
                 format!("the transition's prompt for agent {i} is {what}"),
-            ));
+            )
+            .of_transition());
         }
-        let out = sink.prompts;
-        if out.len() != input.completions.len() {
-            return Err(RewardError::plugin(
-                &self.path,
-                PluginFailure::Score,
-                format!(
-                    "the transition returned {} prompts for {} agents",
-                    out.len(),
-                    input.completions.len()
-                ),
-            ));
-        }
-        Ok(out)
+        Ok(sink.prompts)
+    }
+}
+
+impl TransitionFn for NativeTransition {
+    fn next_prompts(&self, input: &TransitionInput) -> Result<Vec<String>, RewardError> {
+        let prompts = self.next_json(&ctx_json(input))?;
+        check_count(&self.path, prompts, input.completions.len())
     }
 }
 

@@ -12,6 +12,7 @@ pub fn resolve(path: &Path) -> Result<PathBuf, RewardError> {
     match tried.iter().find(|p| p.is_file()) {
         Some(found) => Ok(found.clone()),
         None => Err(RewardError::PluginNotFound {
+            role: crate::error::PluginRole::Reward,
             requested: path.to_path_buf(),
             tried,
         }),

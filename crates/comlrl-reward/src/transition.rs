@@ -8,9 +8,11 @@
 //! branch so far (including the parent turn), `turn` the 1-based turn just completed.
 use crate::budget::{is_timeout, Deadline};
 use crate::convert::{json_to_dynamic, object_to_map};
-use crate::error::{RewardError, ScriptFailure};
+use crate::error::{RewardError, ScriptFailure, TRANSITION_TERM};
 use crate::sandbox::{sandboxed_engine, SandboxLimits};
 use crate::script::{read_script, timeout_error, to_pos};
+use crate::spec::{OnError, DEFAULT_ISOLATE, ISOLATED_BUDGET_MS};
+use comlrl_scenario::{CodeSource, TransitionPlan};
 use rhai::{Array, Dynamic, Engine, Map, Scope, AST, INT};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -41,19 +43,68 @@ pub trait TransitionFn: Send + Sync {
     fn next_prompts(&self, input: &TransitionInput) -> Result<Vec<String>, RewardError>;
 }
 
-/// Loads the transition at `path`: `rhai` selects a script, otherwise a native plugin.
-pub fn load_transition(
-    path: &Path,
-    rhai: bool,
-    params: &serde_json::Value,
-) -> Result<Box<dyn TransitionFn>, RewardError> {
-    Ok(if rhai {
-        Box::new(RhaiTransition::load(path, params)?)
-    } else {
-        Box::new(crate::native_transition::NativeTransition::load(
-            path, params,
-        )?)
+/// Loads the scenario's transition: a Rhai script (in the sandbox, `time_budget_ms` per call),
+/// or a native plugin — in a child process (`comlrl plugin-host`, see [`crate::isolate`]) unless
+/// `isolate: false`, with the default and budget of reward plugins ([`DEFAULT_ISOLATE`],
+/// [`ISOLATED_BUDGET_MS`] per call). With `on_error: skip_step` every failure of a call comes
+/// back as [`RewardError::SkipStep`] for [`TRANSITION_TERM`], which the trainer skips like a
+/// failing reward term's.
+pub fn load_transition(plan: &TransitionPlan) -> Result<Box<dyn TransitionFn>, RewardError> {
+    if plan.time_budget_ms == Some(0) {
+        return Err(RewardError::Config(
+            "`trainer.external_transition` has `time_budget_ms: 0`; give at least 1 (milliseconds) or remove it for the default".into(),
+        ));
+    }
+    let loaded: Box<dyn TransitionFn> = match &plan.source {
+        CodeSource::Rhai(path) => {
+            if plan.isolate.is_some() {
+                return Err(RewardError::Config(
+                    "`isolate` applies to transition plugins only; Rhai scripts always run in the sandbox".into(),
+                ));
+            }
+            let mut limits = SandboxLimits::default();
+            if let Some(ms) = plan.time_budget_ms {
+                limits.time_budget_ms = ms;
+            }
+            Box::new(RhaiTransition::load_with_limits(
+                path,
+                &plan.params,
+                &limits,
+            )?)
+        }
+        CodeSource::Plugin(path) if plan.isolate.unwrap_or(DEFAULT_ISOLATE) => {
+            let budget = Duration::from_millis(plan.time_budget_ms.unwrap_or(ISOLATED_BUDGET_MS));
+            Box::new(crate::isolate::IsolatedTransition::load(
+                path,
+                &plan.params,
+                crate::isolate::HostCommand::from_env()?,
+                budget,
+            )?)
+        }
+        CodeSource::Plugin(path) => Box::new(crate::native_transition::NativeTransition::load(
+            path,
+            &plan.params,
+        )?),
+    };
+    Ok(match plan.on_error {
+        OnError::Fail => loaded,
+        OnError::SkipStep => Box::new(SkipOnError(loaded)),
     })
+}
+
+/// A transition whose failures skip the training step (`on_error: skip_step`).
+struct SkipOnError(Box<dyn TransitionFn>);
+
+impl TransitionFn for SkipOnError {
+    fn next_prompts(&self, input: &TransitionInput) -> Result<Vec<String>, RewardError> {
+        self.0.next_prompts(input).map_err(|e| match e {
+            e @ RewardError::SkipStep { .. } => e,
+            e => RewardError::SkipStep {
+                term: TRANSITION_TERM.into(),
+                source: Box::new(e),
+            },
+        })
+    }
 }
 
 /// A compiled transition script.

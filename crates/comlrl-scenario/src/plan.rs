@@ -180,6 +180,14 @@ pub struct TransitionPlan {
     pub source: CodeSource,
     /// Free-form JSON handed to it (`{}` when none).
     pub params: serde_json::Value,
+    /// Wall-clock budget of one call in milliseconds (≥ 1); `None`: the script sandbox's
+    /// per-call default, or [`crate::spec::ISOLATED_BUDGET_MS`] for an isolated plugin.
+    pub time_budget_ms: Option<u64>,
+    /// Run a plugin in a child process; `None`: [`crate::spec::DEFAULT_ISOLATE`]. Never set for
+    /// a script.
+    pub isolate: Option<bool>,
+    /// What a failing call does to the training step.
+    pub on_error: crate::spec::OnError,
 }
 
 /// Weights & Biases run settings, defaults applied.

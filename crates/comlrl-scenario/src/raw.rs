@@ -93,7 +93,8 @@ impl RawDataset {
     }
 }
 
-/// `trainer.external_transition:` — exactly one of `rhai` / `plugin`, plus free-form `params`.
+/// `trainer.external_transition:` — exactly one of `rhai` / `plugin`, plus free-form `params`
+/// and the robustness keys of a reward term (`time_budget_ms`, `isolate`, `on_error`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTransition {
@@ -106,6 +107,15 @@ pub struct RawTransition {
     /// Free-form JSON handed to the script or plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<Json>,
+    /// Wall-clock budget of one call in milliseconds (as on a reward term).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_budget_ms: Option<u64>,
+    /// Run the plugin in a child process (plugins only; as on a reward term).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolate: Option<bool>,
+    /// `fail` (default) or `skip_step` when a call fails (as on a reward term).
+    #[serde(default, skip_serializing_if = "crate::spec::OnError::is_fail")]
+    pub on_error: crate::spec::OnError,
 }
 
 /// `logging.wandb:` — Weights & Biases run settings (see the README, "Experiment tracking").

@@ -222,7 +222,9 @@ settings_section! {
         /// `response_history[i]` agent i's prompts and completions along the branch including
         /// the parent turn, `turn` the 1-based turn just completed. It runs in the reward
         /// sandbox. Or `{plugin: path}`: a native transition plugin exporting
-        /// `comlrl_transition_v1` (see "Transition plugins" in the reward guide). Each joint
+        /// `comlrl_transition_v1` (see "Transition plugins" in the reward guide), run in a
+        /// child process unless `isolate: false`. `time_budget_ms`, `isolate` and `on_error`
+        /// work as on a reward term (one call writes one joint action's prompts). Each joint
         /// action of a turn branches into a child node with G new generations per agent; a
         /// joint action's return is its reward + `discount` × the mean of its child's returns;
         /// every node is a training sample.
@@ -339,7 +341,27 @@ fn transition(
                     Some("write `params: {key: value}`".into()),
                 );
             }
-            Some(TransitionPlan { source, params })
+            if t.time_budget_ms == Some(0) {
+                d.invalid(
+                    &path.key("time_budget_ms"),
+                    "time_budget_ms must be at least 1",
+                    "remove it for the default (see docs/rewards.md), or give milliseconds, e.g. `time_budget_ms: 2000`",
+                );
+            }
+            if matches!(source, CodeSource::Rhai(_)) && t.isolate.is_some() {
+                d.invalid(
+                    &path.key("isolate"),
+                    "`isolate` applies to plugins only; Rhai scripts always run in the sandbox",
+                    "remove `isolate` from `external_transition`",
+                );
+            }
+            Some(TransitionPlan {
+                source,
+                params,
+                time_budget_ms: t.time_budget_ms,
+                isolate: t.isolate,
+                on_error: t.on_error,
+            })
         }
     }
 }
@@ -354,6 +376,9 @@ fn transition_raw(t: &Option<TransitionPlan>) -> Option<RawTransition> {
             rhai,
             plugin,
             params: Some(x.params.clone()),
+            time_budget_ms: x.time_budget_ms,
+            isolate: x.isolate,
+            on_error: x.on_error,
         }
     })
 }

@@ -154,3 +154,57 @@ fn reward_robustness_keys_are_accepted_and_checked() {
     let (msg, _) = f.one(BASE, &["reward.on_error=ignore"]);
     assert!(msg.contains("skip_step"), "{msg}");
 }
+
+#[test]
+fn transition_robustness_keys_are_accepted_and_checked() {
+    use comlrl_scenario::spec::OnError;
+    let f = Fixture::new();
+    f.write("t.rhai", "fn transition(ctx) { [] }");
+    f.write(
+        "t.so",
+        "not really a library; only its existence is checked here",
+    );
+    let text = format!(
+        "{BASE}  num_turns: 2\n  external_transition: {{plugin: t.so, params: {{k: 1}}}}\n"
+    );
+    let s = f.ok(
+        &text,
+        &[
+            "trainer.external_transition.time_budget_ms=2500",
+            "trainer.external_transition.isolate=false",
+            "trainer.external_transition.on_error=skip_step",
+        ],
+    );
+    let t = s.trainer.external_transition.as_ref().expect("transition");
+    assert_eq!(
+        (t.time_budget_ms, t.isolate, t.on_error),
+        (Some(2500), Some(false), OnError::SkipStep)
+    );
+    // The resolved YAML keeps them (a resumed run isolates and skips the same way).
+    let yaml = s.to_yaml();
+    assert!(
+        yaml.contains("time_budget_ms: 2500")
+            && yaml.contains("isolate: false")
+            && yaml.contains("on_error: skip_step"),
+        "{yaml}"
+    );
+    let plain = f.ok(&text, &[]);
+    let t = plain
+        .trainer
+        .external_transition
+        .as_ref()
+        .expect("transition");
+    assert_eq!(
+        (t.time_budget_ms, t.isolate, t.on_error),
+        (None, None, OnError::Fail)
+    );
+    let (msg, d) = f.one(&text, &["trainer.external_transition.time_budget_ms=0"]);
+    assert!(msg.contains("at least 1"), "{msg}");
+    assert_eq!(d.key, "trainer.external_transition.time_budget_ms", "{d:?}");
+    let script = text.replace("plugin: t.so", "rhai: t.rhai");
+    let (msg, d) = f.one(&script, &["trainer.external_transition.isolate=true"]);
+    assert!(msg.contains("plugins only"), "{msg}");
+    assert_eq!(d.key, "trainer.external_transition.isolate", "{d:?}");
+    let (msg, _) = f.one(&text, &["trainer.external_transition.on_error=ignore"]);
+    assert!(msg.contains("skip_step"), "{msg}");
+}

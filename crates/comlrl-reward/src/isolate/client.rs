@@ -1,17 +1,25 @@
-//! The trainer side of plugin isolation: [`IsolatedReward`] runs a plugin in a child process
-//! (`<host> plugin-host <path>`) and scores batches through it (see [`super::protocol`]).
-//! A child that dies (signal, `exit()`, abort) or runs past the time budget becomes a
-//! [`RewardError::Plugin`] naming the plugin, the signal or exit status, what it was doing,
-//! and the last lines the child wrote to stderr; the next call starts a fresh child.
+//! The trainer side of plugin isolation: [`IsolatedReward`] and [`IsolatedTransition`] run a
+//! plugin in a child process (`<host> plugin-host <path>`) and call it through the protocol of
+//! [`super::protocol`]. A child that dies (signal, `exit()`, abort) or runs past the time budget
+//! becomes a [`RewardError::Plugin`] naming the plugin, the signal or exit status, what it was
+//! doing, and the last lines the child wrote to stderr; the next call starts a fresh child.
+//!
+//! The child runs in a process group of its own, and every way a child ends (stopped, killed at
+//! the budget, crashed, exited) ends with the whole group killed before the child is reaped: a
+//! process the plugin forked cannot outlive it. The child's exit is watched directly (`waitid`
+//! without reaping), not inferred from its pipes, so a plugin that forks and then dies is a
+//! crash reported at once even while a forked process still holds the pipes open.
 use super::protocol::{decode, read_frame_bytes, write_frame, Request, Response, SampleOut};
-use crate::error::{PluginFailure, RewardError};
+use crate::error::{PluginFailure, PluginRole, RewardError};
+use crate::native_transition::{check_count, ctx_json};
+use crate::transition::{TransitionFn, TransitionInput};
 use crate::{JointSample, RewardFn};
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, BufWriter};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +28,12 @@ pub const HOST_ENV: &str = "COMLRL_PLUGIN_HOST";
 
 /// Lines of the child's stderr kept for error messages.
 const STDERR_TAIL: usize = 12;
+
+/// How long a child that was asked to stop (its stdin closed) may take to exit.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// How long a child whose output ended may take to exit before it is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
 
 /// How to start a plugin host: `program args... <plugin path>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,34 +69,138 @@ impl HostCommand {
     }
 }
 
-/// A running plugin host.
+/// What the trainer hears from a running child.
+enum Event {
+    /// A frame from its stdout, or the error that ended the stream (EOF included).
+    Frame(std::io::Result<Vec<u8>>),
+    /// The child itself exited (seen without reaping it, see [`watch_exit`]).
+    Exited,
+}
+
+/// A running plugin host, leader of its own process group.
 struct HostProcess {
     child: Child,
-    stdin: BufWriter<ChildStdin>,
-    frames: Receiver<std::io::Result<Vec<u8>>>,
+    stdin: Option<BufWriter<ChildStdin>>,
+    events: Receiver<Event>,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// Whether the `Exited` event was seen (the child is a zombie, not yet reaped).
+    exited: bool,
+    /// Set once the group was killed and the child reaped; its status, if it had exited.
+    ended: Option<Option<ExitStatus>>,
 }
 
-/// A reward plugin running in a child process.
-pub struct IsolatedReward {
-    name: String,
-    plugin_name: String,
-    path: PathBuf,
-    host: HostCommand,
-    params: String,
-    budget: Duration,
-    child: Mutex<Option<HostProcess>>,
-}
+impl HostProcess {
+    /// The process group: the child's pid (it leads its own group).
+    fn pgid(&self) -> i32 {
+        self.child.id() as i32
+    }
 
-impl std::fmt::Debug for IsolatedReward {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IsolatedReward")
-            .field("name", &self.name)
-            .field("path", &self.path)
-            .field("host", &self.host)
-            .finish_non_exhaustive()
+    /// Waits up to `limit` for the child to exit on its own (without reaping it); frames that
+    /// arrive meanwhile are dropped. Whether it exited.
+    fn wait_exit(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while !self.exited {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(Event::Exited) => self.exited = true,
+                Ok(Event::Frame(_)) => {}
+                Err(RecvTimeoutError::Timeout) => return false,
+                // The watcher is gone without a word: it could not wait (see `watch_exit`).
+                Err(RecvTimeoutError::Disconnected) => return false,
+            }
+        }
+        true
+    }
+
+    /// Kills the whole process group and reaps the child; returns how the child ended (`None`
+    /// when it had not exited by itself, that is, when it was killed here). Idempotent.
+    fn end(&mut self) -> Option<ExitStatus> {
+        if let Some(ended) = self.ended {
+            return ended;
+        }
+        self.stdin = None;
+        // The child is not reaped yet, so its pid still names its group: no other process can
+        // have been given it.
+        kill_group(self.pgid());
+        let _ = self.child.kill();
+        let status = self.child.wait().ok();
+        let ended = if self.exited { status } else { None };
+        self.ended = Some(ended);
+        ended
+    }
+
+    /// The last lines the child wrote to stderr.
+    fn stderr_tail(&self) -> Vec<String> {
+        // Give the stderr thread a moment to collect the child's last words.
+        std::thread::sleep(Duration::from_millis(50));
+        self.stderr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
     }
 }
+
+impl Drop for HostProcess {
+    /// Whatever path dropped it, the group dies and the child is reaped.
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// Sends SIGKILL to every process of the group `pgid`.
+#[cfg(unix)]
+fn kill_group(pgid: i32) {
+    if pgid > 0 {
+        // SAFETY: a plain syscall; `pgid` is the group our own child leads (positive, so never
+        // 0 or -1, which would mean our own group or every process).
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    }
+}
+
+#[cfg(not(unix))]
+fn kill_group(_pgid: i32) {}
+
+/// Starts a thread that sends [`Event::Exited`] when the child `pid` exits, without reaping it
+/// (`waitid` with `WNOWAIT`): the pid, and so the process group id, stays reserved until the
+/// trainer reaps it after killing the group. The pipes cannot tell this: a process the plugin
+/// forked keeps them open after the child died.
+#[cfg(unix)]
+fn watch_exit(pid: u32, tx: Sender<Event>) {
+    let spawned = std::thread::Builder::new()
+        .name("plugin-host-exit".into())
+        .spawn(move || loop {
+            // SAFETY: `siginfo_t` is plain data that `waitid` fills in; zeroed is a valid value.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: a plain syscall on our own child with a valid out-pointer. `WNOWAIT`
+            // leaves the child waitable, so `Child::wait` still reaps it later.
+            let r = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOWAIT,
+                )
+            };
+            if r == 0 {
+                let _ = tx.send(Event::Exited);
+                return;
+            }
+            if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                // ECHILD: already reaped (the trainer killed it). Nothing to report.
+                return;
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!(
+            "cannot watch the plugin host's exit ({e}); a crash is seen when its pipes close"
+        );
+    }
+}
+
+#[cfg(not(unix))]
+fn watch_exit(_pid: u32, _tx: Sender<Event>) {}
 
 /// What the child's death looks like in words.
 fn describe(status: Option<ExitStatus>) -> String {
@@ -112,76 +230,66 @@ fn describe(status: Option<ExitStatus>) -> String {
     }
 }
 
-impl IsolatedReward {
-    /// Start the host for the plugin at `path` (resolved like [`crate::NativeReward::load`])
-    /// and create the plugin's state from `params`. `budget` bounds every call (create and
-    /// each batch); past it the child is killed.
-    pub fn load(
-        path: impl AsRef<Path>,
-        params: &serde_json::Value,
-        host: HostCommand,
-        budget: Duration,
-    ) -> Result<Self, RewardError> {
-        let requested = path.as_ref();
-        let path = crate::plugin_path::resolve(requested)?;
-        let mut reward = IsolatedReward {
-            name: requested
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "plugin".into()),
-            plugin_name: String::new(),
-            path,
-            host,
-            params: params.to_string(),
-            budget,
-            child: Mutex::new(None),
-        };
-        let (child, plugin_name) = reward.start()?;
-        reward.plugin_name = plugin_name;
-        *reward.child.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(child);
-        Ok(reward)
-    }
+/// One plugin behind a host process: how to start it, its budget, and the running child.
+struct Isolated {
+    role: PluginRole,
+    path: PathBuf,
+    host: HostCommand,
+    /// The `Create` / `CreateTransition` request (JSON params inside).
+    create: Request<SampleOut<'static>>,
+    budget: Duration,
+    child: Mutex<Option<HostProcess>>,
+}
 
-    /// The resolved library file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The name the plugin gives itself.
-    pub fn plugin_name(&self) -> &str {
-        &self.plugin_name
-    }
-
+impl Isolated {
     fn fail(&self, kind: PluginFailure, message: String) -> RewardError {
-        RewardError::plugin(&self.path, kind, message)
+        let e = RewardError::plugin(&self.path, kind, message);
+        match self.role {
+            PluginRole::Reward => e,
+            PluginRole::Transition => e.of_transition(),
+        }
     }
 
-    /// Spawn a host and create the plugin in it.
+    /// Spawn a host in its own process group and create the plugin in it; the plugin's name.
     fn start(&self) -> Result<(HostProcess, String), RewardError> {
-        let mut child = Command::new(&self.host.program)
-            .args(&self.host.args)
+        let mut cmd = Command::new(&self.host.program);
+        cmd.args(&self.host.args)
             .arg(&self.path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                self.fail(
-                    PluginFailure::Host,
-                    format!(
-                        "cannot start the plugin host `{}`: {e}",
-                        self.host.program.display()
-                    ),
-                )
-            })?;
+            .stderr(Stdio::piped());
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::CommandExt;
+            // Its own group: the trainer can kill whatever the plugin forked, and Ctrl-C in the
+            // terminal (sent to the foreground group) reaches the trainer only, which stops at
+            // the end of its step and still needs the plugin for it.
+            cmd.process_group(0);
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            self.fail(
+                PluginFailure::Host,
+                format!(
+                    "cannot start the plugin host `{}`: {e}",
+                    self.host.program.display()
+                ),
+            )
+        })?;
+        let (tx, events) = mpsc::channel();
+        watch_exit(child.id(), tx.clone());
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            let _ = child.kill();
-            let _ = child.wait();
+            drop(HostProcess {
+                child,
+                stdin: None,
+                events,
+                stderr: Arc::default(),
+                exited: false,
+                ended: None,
+            });
             return Err(self.fail(PluginFailure::Host, "the host's pipes are missing".into()));
         };
-        let (tx, frames) = mpsc::channel();
         std::thread::spawn(move || {
             let mut r = BufReader::new(stdout);
             loop {
@@ -191,7 +299,7 @@ impl IsolatedReward {
                     Err(e) => Err(e),
                 };
                 let end = frame.is_err();
-                if tx.send(frame).is_err() || end {
+                if tx.send(Event::Frame(frame)).is_err() || end {
                     return;
                 }
             }
@@ -212,59 +320,55 @@ impl IsolatedReward {
         });
         let mut c = HostProcess {
             child,
-            stdin: BufWriter::new(stdin),
-            frames,
+            stdin: Some(BufWriter::new(stdin)),
+            events,
             stderr: tail,
+            exited: false,
+            ended: None,
         };
-        match self.exchange(
-            &mut c,
-            &Request::<SampleOut>::Create {
-                params: self.params.clone(),
-            },
-            "creating its state",
-        )? {
+        match self.exchange(&mut c, &self.create, "creating its state")? {
             Response::Created { plugin_name } => Ok((c, plugin_name)),
             Response::Error { kind, message } => {
                 self.stop(c);
                 Err(self.fail(kind, message))
             }
-            Response::Scores { .. } => {
+            Response::Scores { .. } | Response::Prompts { .. } => {
                 self.stop(c);
                 Err(self.fail(
                     PluginFailure::Host,
-                    "the host answered create with scores".into(),
+                    "the host answered create with something else".into(),
                 ))
             }
         }
     }
 
-    /// Close the child's stdin and reap it (killing it if it lingers).
-    fn stop(&self, c: HostProcess) {
-        let HostProcess {
-            mut child, stdin, ..
-        } = c;
-        drop(stdin);
-        let _ = wait_for(&mut child, Duration::from_secs(2));
+    /// Close the child's stdin, give it a moment to exit, then kill its group and reap it.
+    fn stop(&self, mut c: HostProcess) {
+        c.stdin = None;
+        c.wait_exit(STOP_GRACE);
+        c.end();
     }
 
     /// Send one request and wait for its response, within the budget. On any failure the
-    /// child is reaped and the error says how it ended.
+    /// child's group is killed, the child reaped, and the error says how it ended.
     fn exchange(
         &self,
         c: &mut HostProcess,
         request: &Request<SampleOut>,
         doing: &str,
     ) -> Result<Response, RewardError> {
-        let sent = write_frame(&mut c.stdin, request);
-        let outcome = match sent {
-            Ok(()) => c.frames.recv_timeout(self.budget),
-            Err(e) => Ok(Err(e)),
+        let sent = match c.stdin.as_mut() {
+            Some(stdin) => write_frame(stdin, request),
+            None => Err(std::io::ErrorKind::BrokenPipe.into()),
         };
-        let ended = match outcome {
-            Ok(Ok(bytes)) => {
+        let outcome = match sent {
+            Ok(()) => c.events.recv_timeout(self.budget),
+            Err(e) => Ok(Event::Frame(Err(e))),
+        };
+        match outcome {
+            Ok(Event::Frame(Ok(bytes))) => {
                 return decode::<Response>(&bytes).map_err(|e| {
-                    let _ = c.child.kill();
-                    let _ = c.child.wait();
+                    c.end();
                     self.fail(
                         PluginFailure::Host,
                         format!("the host sent a garbled answer while {doing}: {e}"),
@@ -272,8 +376,7 @@ impl IsolatedReward {
                 })
             }
             Err(RecvTimeoutError::Timeout) => {
-                let _ = c.child.kill();
-                let _ = c.child.wait();
+                c.end();
                 return Err(self.fail(
                     PluginFailure::TimeBudget,
                     format!(
@@ -282,40 +385,137 @@ impl IsolatedReward {
                     ),
                 ));
             }
-            Ok(Err(_)) | Err(RecvTimeoutError::Disconnected) => {
-                wait_for(&mut c.child, Duration::from_secs(5))
+            Ok(Event::Exited) => c.exited = true,
+            Ok(Event::Frame(Err(_))) | Err(RecvTimeoutError::Disconnected) => {
+                c.wait_exit(EXIT_GRACE);
             }
-        };
-        // Give the stderr thread a moment to collect the child's last words.
-        std::thread::sleep(Duration::from_millis(50));
-        let tail: Vec<String> = c
-            .stderr
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .cloned()
-            .collect();
+        }
+        let ended = c.end();
+        let tail = c.stderr_tail();
         let mut message = format!("the plugin's process {} while {doing}", describe(ended));
         if !tail.is_empty() {
             message.push_str(&format!("; its last stderr lines: {}", tail.join(" | ")));
         }
         Err(self.fail(PluginFailure::Crash, message))
     }
+
+    /// One request on the running child (a fresh one if the last call ended it). The child is
+    /// kept when it answered, whatever it answered.
+    fn call(&self, request: &Request<SampleOut>, doing: &str) -> Result<Response, RewardError> {
+        let mut slot = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = match slot.take() {
+            Some(c) => c,
+            None => self.start()?.0,
+        };
+        let response = self.exchange(&mut c, request, doing)?;
+        *slot = Some(c);
+        Ok(response)
+    }
+
+    fn process_group(&self) -> Option<i32> {
+        self.child
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(HostProcess::pgid)
+    }
+
+    /// Load: resolve the path, start the child and create the plugin in it.
+    fn load(
+        role: PluginRole,
+        requested: &Path,
+        create: Request<SampleOut<'static>>,
+        host: HostCommand,
+        budget: Duration,
+    ) -> Result<(Self, String), RewardError> {
+        let path = crate::plugin_path::resolve(requested).map_err(|e| match role {
+            PluginRole::Reward => e,
+            PluginRole::Transition => e.of_transition(),
+        })?;
+        let mut isolated = Isolated {
+            role,
+            path,
+            host,
+            create,
+            budget,
+            child: Mutex::new(None),
+        };
+        let (child, plugin_name) = isolated.start()?;
+        *isolated.child.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(child);
+        Ok((isolated, plugin_name))
+    }
 }
 
-/// Wait for the child up to `limit`; kill it past that. `None` when it had to be killed.
-fn wait_for(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let start = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(s)) => return Some(s),
-            Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(5)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
+impl Drop for Isolated {
+    fn drop(&mut self) {
+        if let Some(c) = self
+            .child
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            self.stop(c);
         }
+    }
+}
+
+/// A reward plugin running in a child process.
+pub struct IsolatedReward {
+    name: String,
+    plugin_name: String,
+    inner: Isolated,
+}
+
+impl std::fmt::Debug for IsolatedReward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IsolatedReward")
+            .field("name", &self.name)
+            .field("path", &self.inner.path)
+            .field("host", &self.inner.host)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IsolatedReward {
+    /// Start the host for the plugin at `path` (resolved like [`crate::NativeReward::load`])
+    /// and create the plugin's state from `params`. `budget` bounds every call (create and
+    /// each batch); past it the child is killed.
+    pub fn load(
+        path: impl AsRef<Path>,
+        params: &serde_json::Value,
+        host: HostCommand,
+        budget: Duration,
+    ) -> Result<Self, RewardError> {
+        let requested = path.as_ref();
+        let create = Request::Create {
+            params: params.to_string(),
+        };
+        let (inner, plugin_name) =
+            Isolated::load(PluginRole::Reward, requested, create, host, budget)?;
+        Ok(IsolatedReward {
+            name: requested
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "plugin".into()),
+            plugin_name,
+            inner,
+        })
+    }
+
+    /// The resolved library file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The name the plugin gives itself.
+    pub fn plugin_name(&self) -> &str {
+        &self.plugin_name
+    }
+
+    /// The process group of the running host (its pid), if one runs now: every process the
+    /// plugin starts is in it, and all of them are killed when the host ends.
+    pub fn process_group(&self) -> Option<i32> {
+        self.inner.process_group()
     }
 }
 
@@ -325,11 +525,6 @@ impl RewardFn for IsolatedReward {
     }
 
     fn score(&self, batch: &[JointSample]) -> Result<Vec<f32>, RewardError> {
-        let mut slot = self.child.lock().unwrap_or_else(|p| p.into_inner());
-        let mut c = match slot.take() {
-            Some(c) => c,
-            None => self.start()?.0,
-        };
         let samples: Vec<SampleOut> = batch
             .iter()
             .map(|s| SampleOut {
@@ -339,14 +534,12 @@ impl RewardFn for IsolatedReward {
             })
             .collect();
         let doing = format!("scoring a batch of {} joint samples", batch.len());
-        let response = self.exchange(&mut c, &Request::Score { samples }, &doing)?;
-        // The child is healthy (it answered): keep it for the next batch.
-        *slot = Some(c);
-        match response {
+        let fail = |kind, m: String| self.inner.fail(kind, m);
+        match self.inner.call(&Request::Score { samples }, &doing)? {
             Response::Scores { bits } if bits.len() == batch.len() => {
                 Ok(bits.into_iter().map(f32::from_bits).collect())
             }
-            Response::Scores { bits } => Err(self.fail(
+            Response::Scores { bits } => Err(fail(
                 PluginFailure::Host,
                 format!(
                     "the host sent {} scores for {} joint samples",
@@ -354,24 +547,86 @@ impl RewardFn for IsolatedReward {
                     batch.len()
                 ),
             )),
-            Response::Error { kind, message } => Err(self.fail(kind, message)),
-            Response::Created { .. } => Err(self.fail(
+            Response::Error { kind, message } => Err(fail(kind, message)),
+            Response::Created { .. } | Response::Prompts { .. } => Err(fail(
                 PluginFailure::Host,
-                "the host answered a batch with `created`".into(),
+                "the host answered a batch with something else than scores".into(),
             )),
         }
     }
 }
 
-impl Drop for IsolatedReward {
-    fn drop(&mut self) {
-        if let Some(c) = self
-            .child
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            self.stop(c);
+/// A multi-turn transition plugin running in a child process (`isolate: true` on
+/// `trainer.external_transition`, the default on Unix): the same protocol, crash reports and
+/// process-group handling as [`IsolatedReward`].
+pub struct IsolatedTransition {
+    plugin_name: String,
+    inner: Isolated,
+}
+
+impl std::fmt::Debug for IsolatedTransition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IsolatedTransition")
+            .field("path", &self.inner.path)
+            .field("host", &self.inner.host)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IsolatedTransition {
+    /// Start the host for the transition plugin at `path` (resolved like
+    /// [`crate::NativeTransition::load`]) and create its state from `params`. `budget` bounds
+    /// every call (create and each `next`); past it the child is killed.
+    pub fn load(
+        path: impl AsRef<Path>,
+        params: &serde_json::Value,
+        host: HostCommand,
+        budget: Duration,
+    ) -> Result<Self, RewardError> {
+        let create = Request::CreateTransition {
+            params: params.to_string(),
+        };
+        let (inner, plugin_name) =
+            Isolated::load(PluginRole::Transition, path.as_ref(), create, host, budget)?;
+        Ok(IsolatedTransition { plugin_name, inner })
+    }
+
+    /// The resolved library file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The name the plugin gives itself.
+    pub fn plugin_name(&self) -> &str {
+        &self.plugin_name
+    }
+
+    /// The process group of the running host (its pid), if one runs now.
+    pub fn process_group(&self) -> Option<i32> {
+        self.inner.process_group()
+    }
+}
+
+impl TransitionFn for IsolatedTransition {
+    fn next_prompts(&self, input: &TransitionInput) -> Result<Vec<String>, RewardError> {
+        let doing = format!(
+            "writing the prompts of turn {} for {} agents",
+            input.turn + 1,
+            input.completions.len()
+        );
+        let request = Request::Next {
+            ctx: ctx_json(input),
+        };
+        let fail = |kind, m: String| self.inner.fail(kind, m);
+        match self.inner.call(&request, &doing)? {
+            Response::Prompts { prompts } => {
+                check_count(&self.inner.path, prompts, input.completions.len())
+            }
+            Response::Error { kind, message } => Err(fail(kind, message)),
+            Response::Created { .. } | Response::Scores { .. } => Err(fail(
+                PluginFailure::Host,
+                "the host answered `next` with something else than prompts".into(),
+            )),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The plugin-host protocol: length-prefixed JSON frames over the child's stdin (requests)
 //! and stdout (responses). A frame is a 4-byte little-endian length, then that many bytes of
-//! JSON. The client sends `Create` once, then any number of `Score`; the child answers each
-//! request with exactly one response. Closing the child's stdin ends it (exit code 0).
+//! JSON. The client sends `Create` once, then any number of `Score` (a reward plugin), or
+//! `CreateTransition` once, then any number of `Next` (a transition plugin); the child answers
+//! each request with exactly one response. Closing the child's stdin ends it (exit code 0).
 //! Scores travel as `f32` bit patterns so that non-finite values survive JSON.
 use crate::error::PluginFailure;
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,16 @@ pub enum Request<S> {
     Score {
         /// The batch, in order.
         samples: Vec<S>,
+    },
+    /// Load the plugin as a transition plugin (`comlrl_transition_v1`) and create its state.
+    CreateTransition {
+        /// `trainer.external_transition.params`, as JSON text.
+        params: String,
+    },
+    /// Write the next turn's prompts for this context.
+    Next {
+        /// The transition context as JSON text (what an in-process plugin's `next` gets).
+        ctx: String,
     },
 }
 
@@ -59,6 +70,11 @@ pub enum Response {
     Scores {
         /// `f32::to_bits` of each score, in order.
         bits: Vec<u32>,
+    },
+    /// `Next` worked: the prompts the plugin wrote, in order (checked as UTF-8 by the host).
+    Prompts {
+        /// One prompt per agent, if the plugin kept to the contract (the client checks).
+        prompts: Vec<String>,
     },
     /// The request failed inside the host (the plugin reported or caused an error).
     Error {

@@ -98,3 +98,43 @@ impl Branch {
         }
     }
 }
+
+/// The live (not zombie) processes of the process group `pgid`, read from `/proc`; `None`
+/// where there is no `/proc` to read (not Linux).
+pub fn live_group_members(pgid: i32) -> Option<Vec<i32>> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    let mut out = vec![];
+    for entry in dir.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // Gone meanwhile: not a member any more.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let in_group = fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid);
+        let dead = matches!(fields.first(), Some(&"Z") | Some(&"X"));
+        if in_group && !dead {
+            out.push(pid);
+        }
+    }
+    Some(out)
+}
+
+/// Waits up to `limit` for the process group `pgid` to have no live process and returns the
+/// ones still alive then (empty: the group is gone); `None` without `/proc`.
+pub fn live_group_members_after(pgid: i32, limit: std::time::Duration) -> Option<Vec<i32>> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let live = live_group_members(pgid)?;
+        if live.is_empty() || std::time::Instant::now() >= deadline {
+            return Some(live);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -5,7 +5,10 @@
 //!   (writes 4 scores more than asked), `skip_write` (reports success, writes nothing),
 //!   `bad_utf8_error` (an error message that is not UTF-8), `stdout` (prints to stdout, then
 //!   scores 1.0), and the process killers `abort`, `segv`, `stack_overflow`, `exit0`, `hang`,
-//!   and `segv_bedtime` (crashes on a prompt containing "bedtime", else scores 1.0).
+//!   and `segv_bedtime` (crashes on a prompt containing "bedtime", else scores 1.0);
+//! - forks (Unix): `fork_sleep` forks a process that sleeps [`SLEEPER_SECS`] seconds, then
+//!   scores 1.0; `fork_abort` forks the same sleeper, then aborts. The sleeper holds the host's
+//!   pipes, as any forked process does; each call forks once, and the sleeper ends by itself.
 use comlrl_plugin_api::{
     shim, ErrBuf, Reward, RewardPluginV1, Sample, SampleRef, STATUS_ERROR, STATUS_OK,
 };
@@ -42,6 +45,26 @@ impl Reward for Misbehave {
         }
     }
 }
+
+/// How long a forked sleeper lives if nobody kills it: longer than the tests wait for a crash
+/// report, short enough that a leaked one goes away soon.
+pub const SLEEPER_SECS: u32 = 10;
+
+/// Forks one process that sleeps [`SLEEPER_SECS`] seconds and exits.
+#[cfg(unix)]
+fn fork_sleeper() {
+    // SAFETY: fork in a multi-threaded process: the child only calls the async-signal-safe
+    // `sleep` and `_exit`, touching no lock or allocator.
+    unsafe {
+        if libc::fork() == 0 {
+            libc::sleep(SLEEPER_SECS);
+            libc::_exit(0);
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn fork_sleeper() {}
 
 /// Recurses without end (the frame buffer keeps the optimiser from making it a loop).
 #[inline(never)]
@@ -89,6 +112,15 @@ unsafe extern "C" fn score(
             unsafe { shim::score::<Misbehave>(state, samples, n, out, err) }
         }
         "abort" => std::process::abort(),
+        "fork_sleep" => {
+            fork_sleeper();
+            // SAFETY: forwarded unchanged from the host.
+            unsafe { shim::score::<Misbehave>(state, samples, n, out, err) }
+        }
+        "fork_abort" => {
+            fork_sleeper();
+            std::process::abort()
+        }
         // SAFETY: deliberately not: a write through a null pointer, as asked.
         "segv" => unsafe {
             std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1);

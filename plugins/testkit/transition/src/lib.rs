@@ -1,7 +1,10 @@
 //! Test-only transition plugin: each agent's next prompt is `Revise (turn N): <its completion>`.
 //! With params `{"panic": true}` it panics, to test that the host reports it; with
 //! `{"bad_utf8": true}` its raw `next` hands back prompts that are not UTF-8, to test that the
-//! host checks them.
+//! host checks them. With `{"misbehave": M}` its `next` does what a broken plugin does, to
+//! test isolation: `abort`, `segv` (a write through a null pointer), `exit0`, `hang` (sleeps
+//! without end), `stdout` (prints to stdout, then answers normally), or `abort_bedtime`
+//! (aborts when the row's prompt contains "bedtime", else answers normally).
 use comlrl_plugin_api::transition::{shim, PushFn, Transition, TransitionPluginV1};
 use comlrl_plugin_api::{ErrBuf, StrRef, STATUS_OK};
 use std::ffi::c_void;
@@ -9,6 +12,7 @@ use std::ffi::c_void;
 struct Revise {
     panic: bool,
     bad_utf8: bool,
+    misbehave: String,
 }
 
 impl Transition for Revise {
@@ -19,6 +23,11 @@ impl Transition for Revise {
         Ok(Revise {
             panic: v.get("panic").and_then(|p| p.as_bool()).unwrap_or(false),
             bad_utf8: v.get("bad_utf8").and_then(|p| p.as_bool()).unwrap_or(false),
+            misbehave: v
+                .get("misbehave")
+                .and_then(|p| p.as_str())
+                .unwrap_or_default()
+                .to_string(),
         })
     }
 
@@ -28,6 +37,24 @@ impl Transition for Revise {
         }
         let ctx: serde_json::Value = serde_json::from_str(ctx_json).map_err(|e| e.to_string())?;
         let turn = ctx["turn"].as_u64().ok_or("ctx.turn missing")?;
+        match self.misbehave.as_str() {
+            "abort" => std::process::abort(),
+            // SAFETY: deliberately not: a write through a null pointer, as asked.
+            "segv" => unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) },
+            "exit0" => std::process::exit(0),
+            "hang" => loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            },
+            "stdout" => println!("revise: chatter on stdout as asked"),
+            "abort_bedtime"
+                if ctx["prompt"]
+                    .as_str()
+                    .is_some_and(|p| p.contains("bedtime")) =>
+            {
+                std::process::abort()
+            }
+            _ => {}
+        }
         let comps = ctx["completions"]
             .as_array()
             .ok_or("ctx.completions missing")?;

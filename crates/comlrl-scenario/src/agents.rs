@@ -88,7 +88,7 @@ pub(crate) fn model_ref(d: &mut Diags, p: &KeyPath, spec: &str, base: &Path) -> 
             d.error(
                 ErrorKind::MissingFile,
                 p,
-                format!("GGUF file {} does not exist", abs.display()),
+                paths::not_a_file("GGUF file", &abs),
                 Some(format!(
                     "a `*.gguf` model path is relative to {}",
                     base.display()

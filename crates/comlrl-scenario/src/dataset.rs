@@ -177,15 +177,28 @@ fn file(
         );
         return None;
     };
-    if !abs.is_file() {
+    if let Some(why) = crate::files::not_regular(&abs) {
+        // Missing (or a dangling symlink): the path is wrong. Anything else is there but is not
+        // a file of rows; a FIFO or device is refused by its type, never opened.
+        let (kind, hint) = if why.ends_with("does not exist") {
+            (
+                ErrorKind::MissingFile,
+                format!(
+                    "paths are relative to the scenario file's directory ({})",
+                    base.display()
+                ),
+            )
+        } else {
+            (
+                ErrorKind::Dataset,
+                "point `path` at a regular file (pipes and devices are not read)".to_string(),
+            )
+        };
         d.error(
-            ErrorKind::MissingFile,
+            kind,
             &p.key("path"),
-            paths::not_a_file("data file", &abs),
-            Some(format!(
-                "paths are relative to the scenario file's directory ({})",
-                base.display()
-            )),
+            format!("data file {} {why}", abs.display()),
+            Some(hint),
         );
         return None;
     }

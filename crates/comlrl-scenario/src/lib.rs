@@ -24,6 +24,7 @@ pub mod defaults;
 mod deser;
 mod emit;
 pub mod error;
+pub mod files;
 pub mod hub;
 pub mod keys;
 mod logging_keys;
@@ -97,9 +98,12 @@ pub fn load_with(
     overrides: &[String],
     opts: &LoadOptions,
 ) -> Result<Scenario, ScenarioError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-        path: path.to_path_buf(),
-        source,
+    let too_big = "move long prompt lists into a data file (`dataset.path`)";
+    let text = files::read_text(path, files::MAX_SCENARIO_BYTES, too_big).map_err(|source| {
+        ScenarioError::Read {
+            path: path.to_path_buf(),
+            source,
+        }
     })?;
     load_str_with(&text, path, overrides, opts)
 }

@@ -297,3 +297,21 @@ fn cross_joint_actions_are_counted_without_overflow_and_bounded() {
     .unwrap();
     assert_eq!(s.trainer.max_joint_actions, 4096);
 }
+
+#[test]
+fn max_joint_actions_is_at_least_one() {
+    let f = Fixture::new();
+    let (msg, ds) = f.errs(
+        BASE,
+        &["trainer.joint_mode=cross", "trainer.max_joint_actions=0"],
+    );
+    let d = ds
+        .iter()
+        .find(|d| d.message.contains("at least 1"))
+        .unwrap_or_else(|| panic!("no range error in:\n{msg}"));
+    assert_eq!(
+        (d.kind, d.key.as_str()),
+        (InvalidValue, "trainer.max_joint_actions"),
+        "{msg}"
+    );
+}

@@ -130,6 +130,19 @@ pub fn load_str_with(
         file: origin.to_path_buf(),
         diagnostics: d.errors,
     };
+    if let Some(at) = d.index.too_deep().cloned() {
+        d.errors.push(Diagnostic {
+            kind: ErrorKind::Syntax,
+            key: KeyPath::root().to_string(),
+            location: at,
+            message: format!(
+                "the YAML nests deeper than {} levels of mappings and lists",
+                positions::MAX_NESTING
+            ),
+            hint: Some("a scenario nests a few levels; check this part of the file".into()),
+        });
+        return Err(invalid(d));
+    }
     let mut yaml: serde_norway::Value = match serde_norway::from_str(text) {
         Ok(v) => v,
         Err(e) => {

@@ -115,6 +115,17 @@ pub(crate) fn parse(arg: &str, d: &mut Diags) -> Option<Override> {
             )
         }
     };
+    if path.0.len() > crate::positions::MAX_NESTING {
+        return fail(
+            d,
+            format!(
+                "the key path has {} parts, more than the {} levels a scenario may nest",
+                path.0.len(),
+                crate::positions::MAX_NESTING
+            ),
+            "key paths look like `trainer.num_generations` or `agents[1].model`",
+        );
+    }
     let yaml: Yaml = if value.trim().is_empty() {
         Yaml::Null
     } else {

@@ -384,4 +384,13 @@ fn deep_nesting_is_refused_early() {
     let (msg, d) = f.one(BASE, &[&format!("{path}=1")]);
     assert_eq!(d.kind, Override);
     assert!(msg.contains("more than the 128 levels"), "{msg}");
+    let started = std::time::Instant::now();
+    let value = format!("logging.x={}1{}", "[".repeat(60_000), "]".repeat(60_000));
+    let (msg, d) = f.one(BASE, &[&value]);
+    assert_eq!(d.kind, Override);
+    assert!(
+        msg.contains("the value nests deeper than 128 levels"),
+        "{msg}"
+    );
+    assert!(started.elapsed().as_secs() < 2, "{:?}", started.elapsed());
 }

@@ -145,6 +145,48 @@ fn hub_ids_resolve_through_the_cache_and_fail_clearly_offline() {
     );
 }
 
+/// A ref of the cache that is not a plain commit (a path out of the cache) is an error naming
+/// the ref file, and the model it points to outside the cache is not loaded; a revision that
+/// climbs out of `refs/` is refused as written.
+#[test]
+fn tampered_hub_cache_refs_are_refused() {
+    let cache = tempfile::tempdir().unwrap();
+    let repo = cache.path().join("models--acme--tiny");
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::create_dir_all(repo.join("snapshots")).unwrap();
+    let outside = cache.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    copy_model(&fixtures().join("tiny-qwen2"), &outside);
+    std::fs::write(repo.join("refs/main"), "../../outside").unwrap();
+    let env = [
+        ("HF_HUB_CACHE", cache.path().to_str().unwrap()),
+        ("HF_HUB_OFFLINE", "1"),
+    ];
+    let args = |model: &'static str| {
+        [
+            "generate",
+            "--model",
+            model,
+            "--prompt",
+            "Once",
+            "--greedy",
+            "--max-new-tokens",
+            "3",
+        ]
+    };
+    let (ok, _, err) = run(&args("acme/tiny"), &env);
+    assert!(!ok);
+    let ref_file = repo.join("refs").join("main");
+    assert!(
+        err.contains(&format!("the Hub cache ref {}", ref_file.display()))
+            && err.contains("not a commit hash"),
+        "{err}"
+    );
+    let (ok, _, err) = run(&args("acme/tiny@../../../outside"), &env);
+    assert!(!ok);
+    assert!(err.contains("starts with `.`"), "{err}");
+}
+
 #[test]
 fn bad_flags_are_clear_errors() {
     let (ok, _, err) = run(

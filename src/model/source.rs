@@ -65,19 +65,16 @@ impl ModelSource {
             Some((r, rev)) => (r, rev.to_string()),
             None => (spec, "main".to_string()),
         };
-        let valid = |s: &str| {
-            !s.is_empty()
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        };
-        match repo.split_once('/') {
-            Some((owner, name)) if valid(owner) && valid(name) => Ok(ModelSource::Hub {
+        let hub = comlrl_scenario::hub::repo_id_problem(repo)
+            .or_else(|| comlrl_scenario::hub::revision_problem(&revision));
+        match hub {
+            None => Ok(ModelSource::Hub {
                 repo: repo.to_string(),
                 revision,
             }),
-            _ => Err(err(format!(
-                "not a local directory ({} does not exist), not a hub id of the form `owner/name`, \
-                 and not `builtin:<name>`",
+            Some(why) => Err(err(format!(
+                "not a local directory ({} does not exist), not a hub id of the form `owner/name` \
+                 ({why}), and not `builtin:<name>`",
                 local.display()
             ))),
         }
@@ -151,6 +148,16 @@ fn hub_dir(repo: &str, revision: &str) -> Result<PathBuf> {
         hf_hub::RepoType::Model,
         revision.to_string(),
     );
+    // hf-hub joins the ref's text to the snapshots folder unchecked: a tampered ref would point
+    // outside the cache (or name a device that reads without end).
+    let ref_file = cache_root
+        .join(hrepo.folder_name())
+        .join("refs")
+        .join(revision);
+    comlrl_scenario::hub::read_ref(&ref_file).map_err(|msg| Error::Resolve {
+        model: repo.to_string(),
+        msg,
+    })?;
     let cached = cache.repo(hrepo.clone());
     let weights_cached = cached
         .get("model.safetensors")

@@ -88,7 +88,7 @@ pub(crate) fn model_ref(d: &mut Diags, p: &KeyPath, spec: &str, base: &Path) -> 
             d.error(
                 ErrorKind::MissingFile,
                 p,
-                format!("GGUF file {} does not exist", abs.display()),
+                paths::not_a_file("GGUF file", &abs),
                 Some(format!(
                     "a `*.gguf` model path is relative to {}",
                     base.display()
@@ -111,10 +111,10 @@ pub(crate) fn model_ref(d: &mut Diags, p: &KeyPath, spec: &str, base: &Path) -> 
         }
         ModelSource::Local(abs)
     } else {
-        if !is_hub_id(spec_t) {
+        if let Some(why) = hub_id_problem(spec_t) {
             d.invalid(
                 p,
-                format!("`{spec}` is not a model: no such local directory, and not a hub id of the form `owner/name`"),
+                format!("`{spec}` is not a model: no such local directory, and not a hub id of the form `owner/name` ({why})"),
                 "use a hub id (`Qwen/Qwen2.5-0.5B`, optionally `@revision`), a local dir (`./models/x`) or `builtin:tiny`",
             );
         }
@@ -133,15 +133,14 @@ fn is_gguf(spec: &str) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
 }
 
-/// `owner/name` or `owner/name@revision`, as the model loader accepts.
-pub(crate) fn is_hub_id(spec: &str) -> bool {
-    let repo = spec.split_once('@').map_or(spec, |(r, _)| r);
-    let valid = |s: &str| {
-        !s.is_empty()
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+/// Why `spec` is not `owner/name` or `owner/name@revision` as the model loader accepts them
+/// (see [`crate::hub::repo_id_problem`]); `None`: it is one.
+pub(crate) fn hub_id_problem(spec: &str) -> Option<String> {
+    let (repo, revision) = match spec.split_once('@') {
+        Some((r, rev)) => (r, Some(rev)),
+        None => (spec, None),
     };
-    matches!(repo.split_once('/'), Some((owner, name)) if valid(owner) && valid(name))
+    crate::hub::repo_id_problem(repo).or_else(|| revision.and_then(crate::hub::revision_problem))
 }
 
 /// `agents.template`: parsed, and its placeholders checked against every row.

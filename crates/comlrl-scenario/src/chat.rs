@@ -58,12 +58,90 @@ pub enum ChatTemplateError {
     Render {
         /// The template's name (its file or origin).
         name: String,
-        /// The prompt being wrapped.
+        /// The prompt being wrapped (its first 80 characters, `…` marking a cut).
         prompt: String,
         /// The renderer's error.
         #[source]
         source: JinjaError,
     },
+    /// The template used up its step budget ([`RENDER_FUEL`]) on one prompt.
+    #[error(
+        "chat template {name} used up its budget of {RENDER_FUEL} steps rendering one prompt \
+         ({prompt_bytes} bytes){}: a step is one instruction or 64 bytes of text built, and a \
+         chat template renders a prompt in a few thousand, so this one loops far too long \
+         (nested `range` loops?) or builds too much text; fix it, or set `chat_template: none`",
+        line(source)
+    )]
+    OutOfSteps {
+        /// The template's name (its file or origin).
+        name: String,
+        /// The length of the prompt (and system prompt) it was rendering, in bytes.
+        prompt_bytes: usize,
+        /// The renderer's error.
+        #[source]
+        source: JinjaError,
+    },
+    /// The rendered prompt is longer than [`MAX_RENDERED_BYTES`].
+    #[error(
+        "chat template {name} rendered more than {} for one prompt ({prompt_bytes} bytes): \
+         no model takes a prompt that long; fix the template's loops or what it repeats, or \
+         shorten the prompt",
+        crate::files::bytes(MAX_RENDERED_BYTES as u64)
+    )]
+    TooLong {
+        /// The template's name (its file or origin).
+        name: String,
+        /// The length of the prompt (and system prompt) it was rendering, in bytes.
+        prompt_bytes: usize,
+    },
+}
+
+/// The step budget of one render (minijinja's fuel): one step per instruction and per 64 bytes
+/// of text a template creates or filters (so it bounds the memory of a render too, to about 64
+/// bytes a step: 256 MB). A chat template renders a prompt in a few thousand steps and copies
+/// the prompt a few times; 4 million leave room for any of them on a prompt up to
+/// [`MAX_RENDERED_BYTES`] and stop a runaway loop in well under a second.
+pub const RENDER_FUEL: u64 = 4_000_000;
+
+/// The most bytes one rendered prompt may have: 16 MiB, about four million tokens, beyond the
+/// context window of any model, so only a runaway template (or prompt) reaches it.
+pub const MAX_RENDERED_BYTES: usize = 16 << 20;
+
+/// The template's line in a minijinja error, as ` (template line N)`.
+fn line(e: &JinjaError) -> String {
+    e.line()
+        .map(|l| format!(" (template line {l})"))
+        .unwrap_or_default()
+}
+
+/// The first 80 characters of `s`, `…` marking a cut (a prompt shown in an error).
+fn shorten(s: &str) -> String {
+    match s.char_indices().nth(80) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// An output buffer that refuses to grow past `cap` bytes.
+struct Capped {
+    buf: Vec<u8>,
+    cap: usize,
+    over: bool,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > self.cap {
+            self.over = true;
+            return Err(std::io::Error::other("the rendered prompt is too long"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn detail(e: &JinjaError) -> String {
@@ -100,6 +178,7 @@ impl ChatTemplate {
                 source,
             })?;
         env.set_syntax(syntax);
+        env.set_fuel(Some(RENDER_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
@@ -134,7 +213,10 @@ impl ChatTemplate {
     /// directory has no chat template.
     pub fn from_model_dir(dir: &Path) -> Result<Option<Self>, ChatTemplateError> {
         let cfg_path = dir.join("tokenizer_config.json");
-        let cfg: Json = match std::fs::read_to_string(&cfg_path) {
+        let too_big = "it is not a tokenizer config (check the model directory)";
+        let cfg_text =
+            crate::files::read_text(&cfg_path, crate::files::MAX_TOKENIZER_CONFIG_BYTES, too_big);
+        let cfg: Json = match cfg_text {
             Ok(text) => serde_json::from_str(&text).map_err(|e| ChatTemplateError::Config {
                 path: cfg_path.clone(),
                 msg: format!("invalid JSON: {e}"),
@@ -148,12 +230,10 @@ impl ChatTemplate {
             }
         };
         let jinja = dir.join("chat_template.jinja");
-        let (name, source) = if jinja.is_file() {
-            let text =
-                std::fs::read_to_string(&jinja).map_err(|source| ChatTemplateError::Read {
-                    path: jinja.clone(),
-                    source,
-                })?;
+        // Present in any form (a FIFO, a device, a dangling symlink): read, so that it is refused
+        // by name rather than silently passed over for tokenizer_config.json's template.
+        let (name, source) = if std::fs::symlink_metadata(&jinja).is_ok() {
+            let text = read_template(&jinja)?;
             (jinja.display().to_string(), text)
         } else {
             match template_in_config(&cfg, &cfg_path)? {
@@ -201,16 +281,54 @@ impl ChatTemplate {
         ctx.insert("add_generation_prompt".into(), Value::from(true));
         ctx.insert("tools".into(), Value::from(()));
         ctx.insert("documents".into(), Value::from(()));
-        let err = |source| ChatTemplateError::Render {
-            name: self.name.clone(),
-            prompt: prompt.to_string(),
-            source,
+        let prompt_bytes = prompt.len() + system.map_or(0, str::len);
+        let mut out = Capped {
+            buf: Vec::new(),
+            cap: MAX_RENDERED_BYTES,
+            over: false,
         };
-        self.env
+        let rendered = self
+            .env
             .get_template(MAIN)
-            .and_then(|t| t.render(Value::from(ctx)))
-            .map_err(err)
+            .and_then(|t| t.render_captured_to(Value::from(ctx), &mut out));
+        let name = self.name.clone();
+        match rendered {
+            Ok(_) => {}
+            Err(_) if out.over => return Err(ChatTemplateError::TooLong { name, prompt_bytes }),
+            Err(source) if source.kind() == JinjaKind::OutOfFuel => {
+                return Err(ChatTemplateError::OutOfSteps {
+                    name,
+                    prompt_bytes,
+                    source,
+                })
+            }
+            Err(source) => {
+                return Err(ChatTemplateError::Render {
+                    name,
+                    prompt: shorten(prompt),
+                    source,
+                })
+            }
+        }
+        String::from_utf8(out.buf).map_err(|e| ChatTemplateError::Render {
+            name: self.name.clone(),
+            prompt: shorten(prompt),
+            source: JinjaError::new(JinjaKind::InvalidOperation, e.to_string()),
+        })
     }
+}
+
+/// A chat template file's text (a regular file of at most [`crate::files::MAX_TEMPLATE_BYTES`]).
+pub(crate) fn read_template(path: &Path) -> Result<String, ChatTemplateError> {
+    crate::files::read_text(
+        path,
+        crate::files::MAX_TEMPLATE_BYTES,
+        "it is not a chat template (point to the `.jinja` file)",
+    )
+    .map_err(|source| ChatTemplateError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn message(role: &str, content: &str) -> Value {
@@ -391,6 +509,78 @@ mod tests {
             .expect("compiles")
             .render(None, "x")
             .expect("renders")
+    }
+
+    /// The model templates of the fixtures (Qwen2.5's, Llama 3.1's with tool calling) render a
+    /// prompt with a system prompt in a small share of [`RENDER_FUEL`], and a prompt just under
+    /// [`MAX_RENDERED_BYTES`] within it.
+    #[test]
+    fn real_templates_fit_the_budget_with_room() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+        let long = "word ".repeat((MAX_RENDERED_BYTES - 65536) / 5);
+        for dir in ["qwen25-tokenizer", "chat_templates/llama31"] {
+            let mut t = ChatTemplate::from_model_dir(&fixtures.join(dir))
+                .expect("reads")
+                .expect("has a template");
+            let rendered = t
+                .render(Some(&long[..4000]), &long)
+                .expect("a long prompt renders");
+            assert!(rendered.len() > long.len(), "{dir}");
+            t.env.set_fuel(Some(RENDER_FUEL / 1000));
+            t.render(
+                Some("You are a helpful assistant."),
+                "Describe a city in the clouds:",
+            )
+            .unwrap_or_else(|e| panic!("{dir}: {e}"));
+        }
+    }
+
+    #[test]
+    fn runaway_templates_stop_with_their_name() {
+        let started = std::time::Instant::now();
+        let loops = "{% for a in range(100000) %}{% for b in range(100000) %}{{ b }}{% endfor %}{% endfor %}";
+        let e = ChatTemplate::new("loops.jinja", loops)
+            .expect("compiles")
+            .render(None, "p")
+            .unwrap_err();
+        assert!(matches!(e, ChatTemplateError::OutOfSteps { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("chat template loops.jinja used up its budget"),
+            "{e}"
+        );
+        // Text doubled 40 times: few steps, but each byte built is charged.
+        let doubling = "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}";
+        let e = ChatTemplate::new("dbl.jinja", doubling)
+            .expect("compiles")
+            .render(None, "p")
+            .unwrap_err();
+        assert!(matches!(e, ChatTemplateError::OutOfSteps { .. }), "{e}");
+        let big = "{{ 'x' * 100000000 }}{{ messages[0].content }}";
+        let e = ChatTemplate::new("big.jinja", big)
+            .expect("compiles")
+            .render(None, "p")
+            .unwrap_err();
+        assert!(matches!(e, ChatTemplateError::TooLong { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("big.jinja rendered more than 16 MiB"),
+            "{e}"
+        );
+        assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
+    }
+
+    #[test]
+    fn a_failing_prompt_is_shown_cut() {
+        let e = ChatTemplate::new("t", "{{ raise_exception('no') }}")
+            .expect("compiles")
+            .render(None, &"y".repeat(10_000))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.len() < 300 && e.contains(&format!("{}…", "y".repeat(80))),
+            "{e}"
+        );
     }
 
     #[test]

@@ -41,13 +41,17 @@ pub(crate) fn resolve(
         }
         Some(file) => {
             let path = paths::resolve(base, Path::new(file));
-            let source = match std::fs::read_to_string(&path) {
+            let source = match crate::chat::read_template(&path) {
                 Ok(s) => s,
                 Err(e) => {
+                    let why = match &e {
+                        crate::ChatTemplateError::Read { source, .. } => source.to_string(),
+                        other => other.to_string(),
+                    };
                     d.error(
                         ErrorKind::MissingFile,
                         &key,
-                        format!("cannot read chat template {}: {e}", path.display()),
+                        format!("cannot read chat template {}: {why}", path.display()),
                         Some(format!(
                             "use `none`, `auto` or the path of a `.jinja` file (relative to {})",
                             base.display()

@@ -1,8 +1,10 @@
 //! Dataset rows: inline prompts, JSONL / JSON / CSV / parquet files or a Hugging Face Hub dataset,
 //! with a prompt-field mapping (a column name, or a dotted path into nested fields). Every other
 //! column of a row is kept (as JSON) and handed to rewards and templates.
+use crate::files;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 /// One training or evaluation example.
@@ -110,31 +112,32 @@ pub(crate) fn inline_rows(prompts: &[String]) -> Vec<Row> {
 }
 
 /// Reads a dataset file. Errors name the file and the line (JSONL, CSV) or item (JSON) at fault.
+/// The file must be a regular file (see [`crate::files`]); JSONL, JSON and CSV files may hold
+/// [`files::MAX_DATA_FILE_BYTES`], one JSONL line or CSV record [`files::MAX_ROW_BYTES`].
 pub(crate) fn load_file(
     path: &Path,
     format: DataFormat,
     prompt_field: &str,
 ) -> Result<Vec<Row>, String> {
     let shown = path.display();
-    let read = || std::fs::read_to_string(path).map_err(|e| format!("cannot read {shown}: {e}"));
+    let too_big = "split the data set, or convert it to parquet";
+    let open = || {
+        files::open_regular(path, files::MAX_DATA_FILE_BYTES, too_big)
+            .map(|(f, _)| f)
+            .map_err(|e| format!("cannot read {shown}: {e}"))
+    };
     match format {
-        DataFormat::Parquet => crate::parquet_rows::load(path, prompt_field),
-        DataFormat::Jsonl => {
-            let text = read()?;
-            let mut rows = Vec::new();
-            for (i, line) in text.lines().enumerate() {
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let where_ = format!("{shown}:{}", i + 1);
-                let v: Json = serde_json::from_str(line)
-                    .map_err(|e| format!("{where_}: not a JSON object: {e}"))?;
-                rows.push(row_from_json(v, prompt_field, &where_)?);
+        DataFormat::Parquet => {
+            // Opened by the parquet reader; checked here so that a FIFO is never opened.
+            if let Some(why) = files::not_regular(path) {
+                return Err(format!("cannot read {shown}: it {why}"));
             }
-            Ok(rows)
+            crate::parquet_rows::load(path, prompt_field)
         }
+        DataFormat::Jsonl => jsonl_rows(open()?, prompt_field, &shown.to_string()),
         DataFormat::Json => {
-            let text = read()?;
+            let text = files::read_text(path, files::MAX_DATA_FILE_BYTES, too_big)
+                .map_err(|e| format!("cannot read {shown}: {e}"))?;
             let v: Json =
                 serde_json::from_str(&text).map_err(|e| format!("{shown}: invalid JSON: {e}"))?;
             let Json::Array(items) = v else {
@@ -146,8 +149,49 @@ pub(crate) fn load_file(
                 .map(|(i, v)| row_from_json(v, prompt_field, &format!("{shown}: item {i}")))
                 .collect()
         }
-        DataFormat::Csv => csv_rows(&read()?, prompt_field, &shown.to_string()),
+        DataFormat::Csv => csv_rows(open()?, prompt_field, &shown.to_string()),
     }
+}
+
+/// `where_: the line is longer than the cap ...`.
+fn row_too_long(where_: &str, what: &str) -> String {
+    format!(
+        "{where_}: the {what} is longer than the {} a row may hold; a row that long is not a \
+         prompt a model can take (remove it or shorten it)",
+        files::bytes(files::MAX_ROW_BYTES)
+    )
+}
+
+/// JSONL rows, read line by line; no line is read past [`files::MAX_ROW_BYTES`].
+fn jsonl_rows(file: std::fs::File, prompt_field: &str, shown: &str) -> Result<Vec<Row>, String> {
+    let mut reader = BufReader::new(file);
+    let mut rows = Vec::new();
+    let mut buf = Vec::new();
+    for number in 1.. {
+        buf.clear();
+        let n = (&mut reader)
+            .take(files::MAX_ROW_BYTES + 2)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| format!("cannot read {shown}: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        let where_ = format!("{shown}:{number}");
+        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.len() as u64 > files::MAX_ROW_BYTES {
+            return Err(row_too_long(&where_, "line"));
+        }
+        let line =
+            std::str::from_utf8(line).map_err(|e| format!("{where_}: not UTF-8 text: {e}"))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Json =
+            serde_json::from_str(line).map_err(|e| format!("{where_}: not a JSON object: {e}"))?;
+        rows.push(row_from_json(v, prompt_field, &where_)?);
+    }
+    Ok(rows)
 }
 
 /// A row from a JSON object; a dotted `prompt_field` that is not a key is a path into nested
@@ -190,8 +234,10 @@ fn missing_prompt(where_: &str, prompt_field: &str, names: &[&str]) -> String {
     msg
 }
 
-fn csv_rows(text: &str, prompt_field: &str, shown: &str) -> Result<Vec<Row>, String> {
-    let mut reader = csv::Reader::from_reader(text.as_bytes());
+/// CSV rows; a record longer than [`files::MAX_ROW_BYTES`] is refused (the file's size, checked
+/// before, bounds what the reader buffers).
+fn csv_rows(file: std::fs::File, prompt_field: &str, shown: &str) -> Result<Vec<Row>, String> {
+    let mut reader = csv::Reader::from_reader(BufReader::new(file));
     let headers: Vec<String> = reader
         .headers()
         .map_err(|e| format!("{shown}: cannot read the header row: {e}"))?
@@ -206,6 +252,10 @@ fn csv_rows(text: &str, prompt_field: &str, shown: &str) -> Result<Vec<Row>, Str
     for record in reader.records() {
         let record = record.map_err(|e| format!("{shown}: {e}"))?;
         let line = record.position().map_or(0, |p| p.line());
+        let len = record.as_byte_record().as_slice().len() as u64;
+        if len > files::MAX_ROW_BYTES {
+            return Err(row_too_long(&format!("{shown}:{line}"), "record"));
+        }
         let mut fields = Map::new();
         let mut prompt = String::new();
         for (i, value) in record.iter().enumerate() {

@@ -177,15 +177,28 @@ fn file(
         );
         return None;
     };
-    if !abs.is_file() {
+    if let Some(why) = crate::files::not_regular(&abs) {
+        // Missing (or a dangling symlink): the path is wrong. Anything else is there but is not
+        // a file of rows; a FIFO or device is refused by its type, never opened.
+        let (kind, hint) = if why.ends_with("does not exist") {
+            (
+                ErrorKind::MissingFile,
+                format!(
+                    "paths are relative to the scenario file's directory ({})",
+                    base.display()
+                ),
+            )
+        } else {
+            (
+                ErrorKind::Dataset,
+                "point `path` at a regular file (pipes and devices are not read)".to_string(),
+            )
+        };
         d.error(
-            ErrorKind::MissingFile,
+            kind,
             &p.key("path"),
-            paths::not_a_file("data file", &abs),
-            Some(format!(
-                "paths are relative to the scenario file's directory ({})",
-                base.display()
-            )),
+            format!("data file {} {why}", abs.display()),
+            Some(hint),
         );
         return None;
     }
@@ -212,11 +225,11 @@ fn from_hub(
     prompt_field: &str,
     opts: &LoadOptions,
 ) -> Option<(DataSource, Vec<Row>)> {
-    if !crate::agents::is_hub_id(&repo) || repo.contains('@') {
+    if let Some(why) = hub::repo_id_problem(&repo) {
         d.invalid(
             &p.key("hub"),
-            format!("`{repo}` is not a Hub dataset id of the form `org/name`"),
-            "e.g. `hub: openai/gsm8k`",
+            format!("`{repo}` is not a Hub dataset id of the form `org/name`: {why}"),
+            "e.g. `hub: openai/gsm8k` (letters, digits, `-`, `_` and `.`)",
         );
         return None;
     }
@@ -235,19 +248,31 @@ fn from_hub(
     let root = opts.hub_cache.clone().unwrap_or_else(hub::cache_root);
     let files = match hub::find_cached(&root, &req) {
         Ok(f) => Ok(f),
-        Err(first) => match &opts.hub_download {
+        Err(hub::FindError::Missing(first)) => match &opts.hub_download {
             Some(download) => match download(&req, &root) {
                 Ok(()) => hub::find_cached(&root, &req),
-                Err(e) => Err(format!("{first}; downloading failed: {e}")),
+                Err(e) => Err(hub::FindError::Missing(format!(
+                    "{first}; downloading failed: {e}"
+                ))),
             },
-            None => Err(format!(
+            None => Err(hub::FindError::Missing(format!(
                 "{first}; this command reads the cache only (`comlrl run` downloads when online)"
-            )),
+            ))),
         },
+        Err(bad) => Err(bad),
     };
     let files = match files {
         Ok(f) => f,
-        Err(msg) => {
+        Err(hub::FindError::Bad(msg)) => {
+            d.error(
+                ErrorKind::Dataset,
+                &p.key("hub"),
+                msg,
+                Some("or set HF_HOME / HF_HUB_CACHE to another cache".into()),
+            );
+            return None;
+        }
+        Err(hub::FindError::Missing(msg)) => {
             d.error(
                 ErrorKind::MissingFile,
                 &p.key("hub"),

@@ -24,6 +24,7 @@ pub mod defaults;
 mod deser;
 mod emit;
 pub mod error;
+pub mod files;
 pub mod hub;
 pub mod keys;
 mod logging_keys;
@@ -97,9 +98,12 @@ pub fn load_with(
     overrides: &[String],
     opts: &LoadOptions,
 ) -> Result<Scenario, ScenarioError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-        path: path.to_path_buf(),
-        source,
+    let too_big = "move long prompt lists into a data file (`dataset.path`)";
+    let text = files::read_text(path, files::MAX_SCENARIO_BYTES, too_big).map_err(|source| {
+        ScenarioError::Read {
+            path: path.to_path_buf(),
+            source,
+        }
     })?;
     load_str_with(&text, path, overrides, opts)
 }
@@ -126,6 +130,19 @@ pub fn load_str_with(
         file: origin.to_path_buf(),
         diagnostics: d.errors,
     };
+    if let Some(at) = d.index.too_deep().cloned() {
+        d.errors.push(Diagnostic {
+            kind: ErrorKind::Syntax,
+            key: KeyPath::root().to_string(),
+            location: at,
+            message: format!(
+                "the YAML nests deeper than {} levels of mappings and lists",
+                positions::MAX_NESTING
+            ),
+            hint: Some("a scenario nests a few levels; check this part of the file".into()),
+        });
+        return Err(invalid(d));
+    }
     let mut yaml: serde_norway::Value = match serde_norway::from_str(text) {
         Ok(v) => v,
         Err(e) => {

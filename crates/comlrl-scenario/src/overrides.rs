@@ -115,6 +115,31 @@ pub(crate) fn parse(arg: &str, d: &mut Diags) -> Option<Override> {
             )
         }
     };
+    if path.0.len() > crate::positions::MAX_NESTING {
+        return fail(
+            d,
+            format!(
+                "the key path has {} parts, more than the {} levels a scenario may nest",
+                path.0.len(),
+                crate::positions::MAX_NESTING
+            ),
+            "key paths look like `trainer.num_generations` or `agents[1].model`",
+        );
+    }
+    // The same depth limit as the file's, checked before serde_norway (slow on deep values).
+    if crate::positions::PositionIndex::build(value)
+        .too_deep()
+        .is_some()
+    {
+        return fail(
+            d,
+            format!(
+                "the value nests deeper than {} levels",
+                crate::positions::MAX_NESTING
+            ),
+            "write a flat value, e.g. `[a, b]` or `{rhai: t.rhai}`",
+        );
+    }
     let yaml: Yaml = if value.trim().is_empty() {
         Yaml::Null
     } else {

@@ -11,7 +11,13 @@ pub(crate) fn load(path: &Path, prompt_field: &str) -> Result<Vec<Row>, String> 
     let shown = path.display();
     let reader = SerializedFileReader::try_from(path)
         .map_err(|e| format!("{shown}: not a readable parquet file: {e}"))?;
-    let n = reader.metadata().file_metadata().num_rows().max(0) as usize;
+    // The row count is a number in the file: a hint for the first allocation, never trusted
+    // beyond what a real row group holds.
+    let n = reader
+        .metadata()
+        .file_metadata()
+        .num_rows()
+        .clamp(0, 1 << 16) as usize;
     let mut rows = Vec::with_capacity(n);
     for (i, row) in reader.into_iter().enumerate() {
         let row = row.map_err(|e| format!("{shown}: row {i}: cannot decode: {e}"))?;

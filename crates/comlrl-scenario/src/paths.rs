@@ -42,14 +42,12 @@ pub(crate) fn clean(p: &Path) -> PathBuf {
     out.iter().collect()
 }
 
-/// Why `abs` cannot be read as the file `what` names (`Rhai script`, `data file`): it is a
-/// directory, or it does not exist.
+/// Why `abs` cannot be read as the file `what` names (`Rhai script`, `data file`): it does not
+/// exist, or it is a directory, a FIFO, a device, ... (symlinks followed; see
+/// [`crate::files::not_regular`]).
 pub(crate) fn not_a_file(what: &str, abs: &Path) -> String {
-    if abs.is_dir() {
-        format!("{what} {} is a directory, not a file", abs.display())
-    } else {
-        format!("{what} {} does not exist", abs.display())
-    }
+    let why = crate::files::not_regular(abs).unwrap_or_else(|| "is not a regular file".into());
+    format!("{what} {} {why}", abs.display())
 }
 
 /// Whether a model string names a local directory (as opposed to a hub id or `builtin:`).

@@ -132,26 +132,72 @@ impl fmt::Display for KeyPath {
     }
 }
 
+/// The deepest nesting of mappings and lists a scenario may have. Real scenarios nest 4 or 5
+/// levels. Indexing a document costs time and memory quadratic in its depth (each value's key
+/// path holds all its parents), so a deeper one is refused as soon as the parser reaches the
+/// 129th level, before it is read further; 128 is also the YAML deserializer's own recursion
+/// limit.
+pub const MAX_NESTING: usize = 128;
+
 /// Key path -> where it is written (or the override that set it).
 #[derive(Debug, Clone, Default)]
 pub struct PositionIndex {
     map: HashMap<KeyPath, Location>,
     /// Keys written twice in one mapping: the path and where the second one is.
     duplicates: Vec<(KeyPath, Location)>,
+    /// Where the document first nests deeper than [`MAX_NESTING`] levels.
+    too_deep: Option<Location>,
 }
 
 impl PositionIndex {
-    /// Indexes every mapping key and list item of `text`. A text the event parser rejects yields
-    /// the positions seen before the error (the YAML deserializer reports the syntax error).
+    /// Indexes every mapping key and list item of `text` (its first document). A text the event
+    /// parser rejects yields the positions seen before the error (the YAML deserializer reports
+    /// the syntax error); so does one nested deeper than [`MAX_NESTING`] (see
+    /// [`PositionIndex::too_deep`]).
     pub fn build(text: &str) -> Self {
         let mut rx = Builder::default();
         let mut parser = Parser::new_from_str(text);
-        // Errors are reported by serde_norway with their own location; keep what we have.
-        let _ = parser.load(&mut rx, false);
+        let mut depth = 0usize;
+        let mut too_deep = None;
+        // Event by event rather than `Parser::load`, which recurses once per level: the depth is
+        // checked before the next level is read.
+        // Errors are reported by serde_norway with their own location; keep what we have. But
+        // the scanner counts flow levels (`[`, `{`) in a byte and stops at 255 ("recursion
+        // limit exceeded"), possibly before the 129th level is parsed: that is depth too.
+        loop {
+            let (ev, mark) = match parser.next_token() {
+                Ok(next) => next,
+                Err(e) => {
+                    if e.info().contains("recursion limit") {
+                        too_deep = Some(loc(*e.marker()));
+                    }
+                    break;
+                }
+            };
+            match ev {
+                Event::MappingStart(..) | Event::SequenceStart(..) => {
+                    depth += 1;
+                    if depth > MAX_NESTING {
+                        too_deep = Some(loc(mark));
+                        break;
+                    }
+                }
+                Event::MappingEnd | Event::SequenceEnd => depth = depth.saturating_sub(1),
+                Event::DocumentEnd | Event::StreamEnd => break,
+                _ => {}
+            }
+            rx.on_event(ev, mark);
+        }
         PositionIndex {
             map: rx.map,
             duplicates: rx.duplicates,
+            too_deep,
         }
+    }
+
+    /// Where the document first nests deeper than [`MAX_NESTING`] levels, if it does.
+    pub fn too_deep(&self) -> Option<&Location> {
+        self.too_deep.as_ref()
     }
 
     /// The first key written twice in one mapping, and where its second occurrence is.
@@ -343,6 +389,25 @@ mod tests {
         assert_eq!(idx.lookup(&KeyPath::parse("x").expect("path")), want);
         assert_eq!(idx.lookup(&KeyPath::parse("x.y").expect("path")), want);
         assert_eq!(at(&idx, "a.b"), (2, 3));
+    }
+
+    #[test]
+    fn refuses_deep_nesting_early() {
+        let nested = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        assert!(PositionIndex::build(&nested(MAX_NESTING))
+            .too_deep()
+            .is_none());
+        let deep = PositionIndex::build(&format!("a:\n  b: {}", nested(MAX_NESTING + 1)));
+        assert_eq!(
+            deep.too_deep(),
+            Some(&Location::File {
+                line: 2,
+                // The two mappings, then the lists from column 6.
+                column: 6 + MAX_NESTING - 2
+            })
+        );
+        let block: String = (0..200).map(|i| format!("{}k:\n", " ".repeat(i))).collect();
+        assert!(PositionIndex::build(&block).too_deep().is_some());
     }
 
     #[test]

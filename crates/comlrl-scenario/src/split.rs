@@ -51,18 +51,20 @@ impl SplitSpec {
         })
     }
 
-    /// The rows of a split of `n` rows this spec selects.
+    /// The rows of a split of `n` rows this spec selects. The bounds are numbers a user wrote
+    /// (any `i64`), so the arithmetic is done in `i128`, where none of it can overflow.
     pub fn range(&self, n: usize) -> Result<Range<usize>, String> {
         let Some(s) = self.slice else {
             return Ok(0..n);
         };
-        let n_i = n as i64;
-        let abs = |b: i64| {
+        let n_i = n as i128;
+        let abs = |b: i64| -> i128 {
             if s.percent {
-                // Python's round(): half to even, as `datasets` rounds percent slices.
-                (b as f64 * n as f64 / 100.0).round_ties_even() as i64
+                // Python's round(): half to even, as `datasets` rounds percent slices. `|b| ≤ 100`
+                // (checked when parsed), and a float-to-int `as` saturates in any case.
+                (b as f64 * n as f64 / 100.0).round_ties_even() as i128
             } else {
-                b
+                i128::from(b)
             }
         };
         let from = s.from.map_or(0, abs);
@@ -73,9 +75,10 @@ impl SplitSpec {
                 self.name
             ));
         }
-        let wrap = |b: i64| {
+        // In -n..=n, so the wrapped bound is in 0..=n: it fits a usize.
+        let wrap = |b: i128| {
             if b < 0 {
-                (n_i + b) as usize
+                n - b.unsigned_abs() as usize
             } else {
                 b as usize
             }
@@ -101,7 +104,7 @@ fn parse_slice(inner: &str) -> Result<Slice, String> {
         let v: i64 = num
             .parse()
             .map_err(|_| format!("`{t}` is not a whole number of rows or a percentage"))?;
-        if pct && v.abs() > 100 {
+        if pct && v.unsigned_abs() > 100 {
             return Err(format!("`{t}` is more than 100%"));
         }
         Ok((Some(v), pct))
@@ -138,6 +141,111 @@ mod tests {
         assert_eq!(r("train[10%:30%]", 125).unwrap(), 12..38);
         assert_eq!(r("train[:50%]", 5).unwrap(), 0..2);
         assert_eq!(r("train[5:2]", 10).unwrap(), 5..5);
+    }
+
+    #[test]
+    fn extreme_bounds_are_errors_not_panics() {
+        for spec in [
+            "train[-9223372036854775808:]",
+            "train[:-9223372036854775808]",
+            "train[9223372036854775807:]",
+            "train[-9223372036854775808%:]",
+            "train[-9223372036854775808:9223372036854775807]",
+        ] {
+            match SplitSpec::parse(spec) {
+                Ok(s) => {
+                    let e = s.range(10).unwrap_err();
+                    assert!(e.contains("out of range"), "{spec}: {e}");
+                }
+                Err(e) => assert!(e.contains("more than 100%"), "{spec}: {e}"),
+            }
+        }
+        assert_eq!(
+            r("train[-9223372036854775808:]", usize::MAX).unwrap(),
+            usize::MAX - (1 << 63)..usize::MAX
+        );
+        assert_eq!(
+            r("train[-5:]", usize::MAX).unwrap(),
+            usize::MAX - 5..usize::MAX
+        );
+        assert_eq!(r("train[-100%:]", 9).unwrap(), 0..9);
+    }
+
+    /// Random and edge spellings, a bounded number of them: parsing and slicing never panic,
+    /// and a range they give lies within the split.
+    #[test]
+    fn fuzzed_specs_never_panic() {
+        const PIECES: [&str; 30] = [
+            "train",
+            "test",
+            "[",
+            "]",
+            ":",
+            "%",
+            "-",
+            "+",
+            " ",
+            "",
+            "0",
+            "1",
+            "5",
+            "100",
+            "101",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "9223372036854775808",
+            "18446744073709551616",
+            "99999999999999999999999999999999",
+            "1e3",
+            "0x10",
+            ".",
+            "é",
+            "🙂",
+            "\u{0}",
+            "[[",
+            "]]",
+            "::",
+            "%%",
+        ];
+        const SIZES: [usize; 6] = [0, 1, 7, 1000, i64::MAX as usize, usize::MAX];
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            // xorshift64*: deterministic, so a failure reproduces.
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 9) as usize;
+            let mut spec: String = (0..len)
+                .map(|_| PIECES[(next() % PIECES.len() as u64) as usize])
+                .collect();
+            if next() % 2 == 0 {
+                // Mostly well-formed brackets, so that the bounds are what varies.
+                let a = PIECES[(next() % PIECES.len() as u64) as usize];
+                let b = PIECES[(next() % PIECES.len() as u64) as usize];
+                spec = format!(
+                    "train[{a}{}:{b}{}]",
+                    ["", "%"][(next() % 2) as usize],
+                    ["", "%"][(next() % 2) as usize]
+                );
+            }
+            let outcome = std::panic::catch_unwind(|| {
+                let Ok(parsed) = SplitSpec::parse(&spec) else {
+                    return;
+                };
+                for n in SIZES {
+                    if let Ok(range) = parsed.range(n) {
+                        assert!(
+                            range.start <= range.end && range.end <= n,
+                            "{spec} of {n}: {range:?}"
+                        );
+                    }
+                }
+            });
+            assert!(outcome.is_ok(), "split spec {spec:?} panicked");
+        }
     }
 
     #[test]

@@ -210,6 +210,7 @@ settings_section! {
         /// its memory to a few MB with a wide margin for multi-turn trees (joint^turns nodes).
         /// Raise it knowingly.
         max_joint_actions: usize = 4096, kind "integer ≥ 1", why "seconds per node",
+            check at_least(1, "use e.g. `max_joint_actions: 4096`; `cross` scores at least one joint action"),
             only Only::Cross;
     }
     nested {

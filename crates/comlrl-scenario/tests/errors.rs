@@ -297,3 +297,100 @@ fn cross_joint_actions_are_counted_without_overflow_and_bounded() {
     .unwrap();
     assert_eq!(s.trainer.max_joint_actions, 4096);
 }
+
+#[test]
+fn max_joint_actions_is_at_least_one() {
+    let f = Fixture::new();
+    let (msg, ds) = f.errs(
+        BASE,
+        &["trainer.joint_mode=cross", "trainer.max_joint_actions=0"],
+    );
+    let d = ds
+        .iter()
+        .find(|d| d.message.contains("at least 1"))
+        .unwrap_or_else(|| panic!("no range error in:\n{msg}"));
+    assert_eq!(
+        (d.kind, d.key.as_str()),
+        (InvalidValue, "trainer.max_joint_actions"),
+        "{msg}"
+    );
+}
+
+/// A document nested deeper than the limit is refused at the level that crosses it, at once
+/// (indexing a deep document costs time quadratic in its depth); so is a `--set` key path.
+#[test]
+fn deep_nesting_is_refused_early() {
+    let f = Fixture::new();
+    let max = comlrl_scenario::positions::MAX_NESTING;
+    let started = std::time::Instant::now();
+    let deep = format!(
+        "{BASE}logging:\n  x: {}1{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let (msg, d) = f.one(&deep, &[]);
+    // Where the YAML scanner gives up on flow levels (255), on line 11.
+    check(
+        &d,
+        Syntax,
+        "(top level)",
+        11,
+        6 + 255,
+        &[&format!("nests deeper than {max} levels")],
+    );
+    // Below the scanner's limit, the level that crosses ours: `logging` and the document are
+    // two levels, so the list at column 6 + (max - 2).
+    let deep = format!(
+        "{BASE}logging:\n  x: {}1{}\n",
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let (_, d) = f.one(&deep, &[]);
+    check(
+        &d,
+        Syntax,
+        "(top level)",
+        11,
+        6 + max - 2,
+        &["nests deeper"],
+    );
+    let block: String = (0..100_000)
+        .map(|i| format!("{}k:\n", " ".repeat(i % 50)))
+        .collect();
+    let _ = f.errs(&block, &[]);
+    let nested_block: String = (0..1000)
+        .map(|i| format!("{}k:\n", " ".repeat(i)))
+        .collect();
+    let (msg2, d) = f.one(&nested_block, &[]);
+    assert!(
+        d.kind == Syntax
+            && matches!(d.location, comlrl_scenario::Location::File { line, .. } if line == max + 1),
+        "{msg2}"
+    );
+    assert!(
+        started.elapsed().as_secs() < 5,
+        "{:?}\n{msg}\n{msg2}",
+        started.elapsed()
+    );
+    // At the limit, a document still parses (and fails for what it lacks, not its depth).
+    let ok_depth = format!(
+        "{BASE}logging:\n  x: {}1{}\n",
+        "[".repeat(max - 2),
+        "]".repeat(max - 2)
+    );
+    let (msg, _) = f.errs(&ok_depth, &[]);
+    assert!(!msg.contains("nests deeper"), "{msg}");
+    let path = vec!["a"; max + 1].join(".");
+    let (msg, d) = f.one(BASE, &[&format!("{path}=1")]);
+    assert_eq!(d.kind, Override);
+    assert!(msg.contains("more than the 128 levels"), "{msg}");
+    let started = std::time::Instant::now();
+    let value = format!("logging.x={}1{}", "[".repeat(60_000), "]".repeat(60_000));
+    let (msg, d) = f.one(BASE, &[&value]);
+    assert_eq!(d.kind, Override);
+    assert!(
+        msg.contains("the value nests deeper than 128 levels"),
+        "{msg}"
+    );
+    assert!(started.elapsed().as_secs() < 2, "{:?}", started.elapsed());
+}

@@ -290,6 +290,113 @@ fn hub_errors() {
 }
 
 #[test]
+fn hub_ids_follow_the_hubs_rules() {
+    let f = Fixture::new();
+    let cache = tempfile::tempdir().expect("tempdir");
+    fake_cache(cache.path());
+    let o = opts(cache.path());
+    for (id, why) in [
+        ("../..", "starts or ends with `-` or `.`"),
+        ("org/..", "starts or ends with `-` or `.`"),
+        ("-org/data", "starts or ends with `-` or `.`"),
+        ("org/da..ta", "holds `--` or `..`"),
+        ("org/da--ta", "holds `--` or `..`"),
+        ("org/data.git", "ends in `.git`"),
+        ("org/da ta", "only letters, digits"),
+        ("org/dätä", "only letters, digits"),
+        ("org/a/b", "one `/`"),
+        ("/data", "the owner is empty"),
+        ("org/data@main", "only letters, digits"),
+    ] {
+        let e = load(&f, &with_data(&format!("  hub: \"{id}\"\n")), &o).unwrap_err();
+        let msg = e.to_string();
+        let d = &e.diagnostics()[0];
+        assert_eq!(
+            (d.kind, d.key.as_str()),
+            (ErrorKind::InvalidValue, "dataset.hub")
+        );
+        assert!(
+            msg.contains("not a Hub dataset id") && msg.contains(why),
+            "{id}: {msg}"
+        );
+    }
+    let long = format!("org/{}", "d".repeat(97));
+    let e = load(&f, &with_data(&format!("  hub: {long}\n")), &o).unwrap_err();
+    assert!(e.to_string().contains("more than 96"), "{e}");
+    assert_eq!(
+        comlrl_scenario::hub::repo_id_problem(&format!("o_1/{}", "d".repeat(96))),
+        None
+    );
+    // A model's id, and its revision, go through the same rules.
+    let model = |spec: &str| {
+        let text = BASE.replace("model: builtin:tiny", &format!("model: \"{spec}\""));
+        load(&f, &text, &o).map_err(|e| e.to_string())
+    };
+    assert!(model("Qwen/Qwen2.5-0.5B@refs/pr/1").is_ok());
+    let e = model("Qwen/Qwen2.5-0.5B@../../x").unwrap_err();
+    assert!(e.contains("starts with `.`"), "{e}");
+    let e = model("Qwen--x/y").unwrap_err();
+    assert!(e.contains("holds `--` or `..`"), "{e}");
+}
+
+/// A ref of the cache must name a snapshot folder: a tampered one (a path out of the cache, or
+/// a link to a device) is an error naming the ref, and nothing outside the cache is read.
+#[test]
+fn tampered_refs_are_refused() {
+    let f = Fixture::new();
+    let cache = tempfile::tempdir().expect("tempdir");
+    fake_cache(cache.path());
+    // Rows the tampered ref would reach: a "snapshot" outside the repository's folder.
+    write_parquet(&cache.path().join("outside/data/train-0.parquet"), 500..503);
+    let o = opts(cache.path());
+    let refs = cache.path().join("datasets--org--data/refs");
+    let main = refs.join("main");
+    for bad in ["../../outside", "/etc", "aaa111/../../../outside", ".."] {
+        std::fs::write(&main, bad).expect("ref");
+        let e = load(&f, &with_data("  hub: org/data\n"), &o).unwrap_err();
+        let msg = e.to_string();
+        let d = &e.diagnostics()[0];
+        assert_eq!(
+            (d.kind, d.key.as_str()),
+            (ErrorKind::Dataset, "dataset.hub"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(&format!("the Hub cache ref {}", main.display()))
+                && msg.contains("not a commit hash"),
+            "{bad}: {msg}"
+        );
+    }
+    #[cfg(unix)]
+    {
+        std::fs::remove_file(&main).expect("rm");
+        std::os::unix::fs::symlink("/dev/zero", &main).expect("symlink");
+        let started = std::time::Instant::now();
+        let msg = load(&f, &with_data("  hub: org/data\n"), &o)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("is a symlink to /dev/zero, which is a character device"),
+            "{msg}"
+        );
+        assert!(started.elapsed().as_secs() < 5);
+    }
+    // A 40-hex commit (what huggingface_hub writes), with its newline, is followed.
+    std::fs::remove_file(&main).expect("rm");
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    std::fs::write(&main, format!("{commit}\n")).expect("ref");
+    std::fs::rename(
+        cache.path().join("datasets--org--data/snapshots/aaa111"),
+        cache
+            .path()
+            .join(format!("datasets--org--data/snapshots/{commit}")),
+    )
+    .expect("rename");
+    let s = load(&f, &with_data("  hub: org/data\n"), &o).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(s.dataset.train.rows.len(), 10);
+}
+
+#[test]
 fn hub_download_hook_fills_the_cache() {
     let f = Fixture::new();
     let cache = tempfile::tempdir().expect("tempdir");

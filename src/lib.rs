@@ -2,7 +2,6 @@
 pub mod bench;
 pub mod dist;
 pub mod error;
-pub mod files;
 pub mod hub_dataset;
 pub mod metrics;
 pub mod model;

@@ -185,6 +185,14 @@ fn tampered_hub_cache_refs_are_refused() {
     let (ok, _, err) = run(&args("acme/tiny@../../../outside"), &env);
     assert!(!ok);
     assert!(err.contains("starts with `.`"), "{err}");
+    // `check` looks for the model's own chat template in the cache the same way.
+    let (ok, _, err) = env
+        .iter()
+        .fold(on_scenario("check", &tiny_scenario()), |c, (k, v)| c.env(k, v))
+        .sets(&["agents.model=acme/tiny", "agents.chat_template=auto"])
+        .output()
+        .parts();
+    assert!(!ok && err.contains("not a commit hash"), "{err}");
 }
 
 #[test]

@@ -47,7 +47,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     setup::check_joint_actions(&s)?;
     let on_this_machine = |a: &comlrl_scenario::AgentPlan| -> anyhow::Result<bool> {
         let src = setup::model_source(a, &s.base_dir)?;
-        Ok(!matches!(src, ModelSource::Hub { .. }) || cached_model_dir(&src).is_some())
+        Ok(!matches!(src, ModelSource::Hub { .. }) || cached_model_dir(&src)?.is_some())
     };
     let mut local = true;
     for a in &s.agents {
@@ -98,7 +98,7 @@ fn first_prompts(s: &Scenario) -> anyhow::Result<Vec<Option<String>>> {
         .iter()
         .map(|agent| {
             let src = setup::model_source(agent, &s.base_dir)?;
-            let dir = cached_model_dir(&src);
+            let dir = cached_model_dir(&src)?;
             if agent.chat_template == ChatTemplateSpec::Auto && dir.is_none() {
                 if let ModelSource::Gguf(path) = &src {
                     eprintln!(

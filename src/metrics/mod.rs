@@ -14,10 +14,11 @@ pub type Row = Vec<(String, f64)>;
 /// The largest `metrics.jsonl` read back: a row is a few hundred bytes to a few kB, so this is
 /// millions of logged steps; anything larger is not a file a run wrote.
 pub const JSONL_CAP: u64 = 1 << 30;
+const JSONL_TOO_BIG: &str = "it is not a metrics file a run wrote";
 
 /// Reads `metrics.jsonl` back as JSON objects.
 pub fn read_jsonl(path: &Path) -> Result<Vec<serde_json::Value>> {
-    let text = crate::files::read_capped_string(path, JSONL_CAP, "metrics.jsonl")
+    let text = comlrl_scenario::files::read_text(path, JSONL_CAP, JSONL_TOO_BIG)
         .map_err(|e| Error::io(path, e))?;
     text.lines()
         .filter(|l| !l.trim().is_empty())

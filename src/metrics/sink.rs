@@ -34,8 +34,9 @@ impl MetricsSink {
             sink.rewrite_csv(&[])?;
             return Ok((sink, None));
         }
-        let text = crate::files::read_capped_string(&jsonl, super::JSONL_CAP, "metrics.jsonl")
-            .map_err(|e| Error::io(&jsonl, e))?;
+        let text =
+            comlrl_scenario::files::read_text(&jsonl, super::JSONL_CAP, super::JSONL_TOO_BIG)
+                .map_err(|e| Error::io(&jsonl, e))?;
         let torn = !text.is_empty() && !text.ends_with('\n');
         let lines: Vec<&str> = text.lines().collect();
         let complete = lines.len() - usize::from(torn);
@@ -118,8 +119,9 @@ impl MetricsSink {
     }
 
     fn read_rows(&self) -> Result<Vec<Row>> {
-        let text = crate::files::read_capped_string(&self.jsonl, super::JSONL_CAP, "metrics.jsonl")
-            .map_err(|e| Error::io(&self.jsonl, e))?;
+        let text =
+            comlrl_scenario::files::read_text(&self.jsonl, super::JSONL_CAP, super::JSONL_TOO_BIG)
+                .map_err(|e| Error::io(&self.jsonl, e))?;
         text.lines()
             .enumerate()
             .map(|(i, l)| {

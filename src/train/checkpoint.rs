@@ -58,6 +58,9 @@ pub fn state_file(rank: usize) -> String {
     }
 }
 
+/// What a checkpoint file over its size limit is.
+const DAMAGED: &str = "it is not a file comlrl wrote, or it is damaged";
+
 /// The most `checkpoints/latest` may hold: a `step-N` name.
 const LATEST_CAP: u64 = 64;
 
@@ -203,9 +206,7 @@ fn is_this_runs(dir: &Path, run_id: &str) -> bool {
 
 /// The name `latest` holds when it is a valid checkpoint name (a `step-N` child).
 fn latest_name(root: &Path) -> Option<String> {
-    let name =
-        crate::files::read_capped_string(&root.join("latest"), LATEST_CAP, "checkpoints/latest")
-            .ok()?;
+    let name = comlrl_scenario::files::read_text(&root.join("latest"), LATEST_CAP, DAMAGED).ok()?;
     let name = name.trim();
     valid_name(name).then(|| name.to_string())
 }
@@ -232,7 +233,7 @@ pub fn latest(output_dir: &Path) -> Result<Option<PathBuf>> {
     if std::fs::symlink_metadata(&ptr).is_err() {
         return Ok(None);
     }
-    let name = crate::files::read_capped_string(&ptr, LATEST_CAP, "checkpoints/latest")
+    let name = comlrl_scenario::files::read_text(&ptr, LATEST_CAP, DAMAGED)
         .map_err(|e| Error::checkpoint_by(&ptr, "cannot be read", e))?;
     let name = name.trim();
     if !valid_name(name) {
@@ -252,12 +253,11 @@ pub fn latest(output_dir: &Path) -> Result<Option<PathBuf>> {
                 dir.display()
             ),
         )),
-        Ok(m) => Err(Error::checkpoint(
+        Ok(_) => Err(Error::checkpoint(
             &ptr,
             format!(
-                "points to {}, which is {}, not a checkpoint directory",
-                dir.display(),
-                crate::files::kind_of(&m)
+                "points to {}, which is not a directory (a checkpoint is one)",
+                dir.display()
             ),
         )),
         Err(_) => Err(Error::checkpoint(
@@ -309,9 +309,8 @@ pub fn load(
     // Both files were just verified against the manifest: their recorded sizes bound the reads.
     let recorded = |name: &str| m.files.get(name).map_or(0, |f| f.bytes);
     let state_path = dir.join(&sfile);
-    let text =
-        crate::files::read_capped_string(&state_path, recorded(&sfile), "its manifest entry")
-            .map_err(|e| Error::io(&state_path, e))?;
+    let text = comlrl_scenario::files::read_text(&state_path, recorded(&sfile), DAMAGED)
+        .map_err(|e| Error::io(&state_path, e))?;
     let state: TrainState = serde_json::from_str(&text)
         .map_err(|e| Error::checkpoint_by(&state_path, "unreadable checkpoint state", e))?;
     if state.run_id != m.run_id || state.step != m.step {
@@ -340,12 +339,9 @@ pub fn load(
         ));
     }
     let scen_path = dir.join("scenario.yaml");
-    let scenario = crate::files::read_capped_string(
-        &scen_path,
-        recorded("scenario.yaml"),
-        "its manifest entry",
-    )
-    .map_err(|e| Error::io(&scen_path, e))?;
+    let scenario =
+        comlrl_scenario::files::read_text(&scen_path, recorded("scenario.yaml"), DAMAGED)
+            .map_err(|e| Error::io(&scen_path, e))?;
     let held = policies.iter().zip(optims.iter_mut()).enumerate();
     for (i, (p, opt)) in held.filter_map(|(i, (p, o))| Some((i, (p.as_ref()?, o.as_mut()?)))) {
         let wpath = dir.join(format!("agent_{i}.safetensors"));

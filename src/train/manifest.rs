@@ -35,10 +35,12 @@ pub struct FileSum {
 
 /// The largest `manifest.json` read: a checkpoint lists a few files per agent.
 const MANIFEST_CAP: u64 = 1 << 20;
+const DAMAGED: &str = "it is not a manifest comlrl wrote, or it is damaged";
 
 /// Size and SHA-256 of a regular file, read in 1 MiB blocks.
 pub fn sum(path: &Path) -> Result<FileSum> {
-    let (mut f, _) = crate::files::open_regular(path).map_err(|e| Error::io(path, e))?;
+    let (mut f, _) =
+        comlrl_scenario::files::open_regular(path, u64::MAX, "").map_err(|e| Error::io(path, e))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut bytes = 0u64;
@@ -85,8 +87,7 @@ pub fn write(dir: &Path, run_id: &str, step: usize) -> Result<()> {
 /// The run id recorded in `dir/manifest.json`, when it is a readable manifest.
 pub fn run_id_of(dir: &Path) -> Option<String> {
     let path = dir.join(MANIFEST);
-    let text =
-        crate::files::read_capped_string(&path, MANIFEST_CAP, "a checkpoint manifest").ok()?;
+    let text = comlrl_scenario::files::read_text(&path, MANIFEST_CAP, DAMAGED).ok()?;
     let m: Manifest = serde_json::from_str(&text).ok()?;
     Some(m.run_id)
 }
@@ -95,7 +96,7 @@ pub fn run_id_of(dir: &Path) -> Option<String> {
 /// listed file has its recorded size and hash.
 pub fn verify(dir: &Path, required: &[String]) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
-    let text = crate::files::read_capped_string(&path, MANIFEST_CAP, "a checkpoint manifest")
+    let text = comlrl_scenario::files::read_text(&path, MANIFEST_CAP, DAMAGED)
         .map_err(|e| {
         Error::checkpoint_by(
             &path,
@@ -129,7 +130,13 @@ pub fn verify(dir: &Path, required: &[String]) -> Result<Manifest> {
         let file = dir.join(name);
         // The size first: a listed file that is a device, a FIFO or a much larger file is
         // refused before a byte is hashed (a symlink to /dev/zero would be hashed forever).
-        let meta = crate::files::regular_metadata(&file).map_err(|e| Error::io(&file, e))?;
+        if let Some(why) = comlrl_scenario::files::not_regular(&file) {
+            return Err(Error::checkpoint(
+                &file,
+                format!("{why}: the checkpoint is damaged"),
+            ));
+        }
+        let meta = std::fs::metadata(&file).map_err(|e| Error::io(&file, e))?;
         let damaged = |bytes: u64| {
             Error::checkpoint(
                 &file,

@@ -154,23 +154,30 @@ pub fn chat_template(
 /// directory, or a Hub model's snapshot in the Hub cache holding its `tokenizer_config.json` or
 /// `chat_template.jinja`. `None` for built-in models, GGUF files (their template is in the
 /// file's metadata, read when the model is loaded) and uncached Hub models.
-pub fn cached_model_dir(source: &ModelSource) -> Option<PathBuf> {
-    match source {
+pub fn cached_model_dir(source: &ModelSource) -> Result<Option<PathBuf>> {
+    Ok(match source {
         ModelSource::Builtin(_) | ModelSource::Gguf(_) => None,
         ModelSource::Local(dir) => Some(dir.clone()),
         ModelSource::Hub { repo, revision } => {
-            let cache = hf_hub::Cache::new(crate::model::source::hub_cache_dir());
-            let r = cache.repo(hf_hub::Repo::with_revision(
+            let root = crate::model::source::hub_cache_dir();
+            let hrepo = hf_hub::Repo::with_revision(
                 repo.clone(),
                 hf_hub::RepoType::Model,
                 revision.clone(),
-            ));
+            );
+            // hf-hub follows the ref's text unchecked (a tampered ref reads outside the cache).
+            let ref_file = root.join(hrepo.folder_name()).join("refs").join(revision);
+            comlrl_scenario::hub::read_ref(&ref_file).map_err(|msg| Error::Resolve {
+                model: repo.clone(),
+                msg,
+            })?;
+            let r = hf_hub::Cache::new(root).repo(hrepo);
             ["tokenizer_config.json", "chat_template.jinja"]
                 .iter()
                 .find_map(|f| r.get(f))
                 .and_then(|p| p.parent().map(Path::to_path_buf))
         }
-    }
+    })
 }
 
 #[cfg(test)]
@@ -256,10 +263,13 @@ mod tests {
             .chain();
         assert!(e.contains("builtin:tiny has no tokenizer files"), "{e}");
         assert_eq!(
-            cached_model_dir(&ModelSource::Local(qwen.clone())),
+            cached_model_dir(&ModelSource::Local(qwen.clone())).unwrap(),
             Some(qwen)
         );
-        assert_eq!(cached_model_dir(&ModelSource::Builtin("tiny".into())), None);
+        assert_eq!(
+            cached_model_dir(&ModelSource::Builtin("tiny".into())).unwrap(),
+            None
+        );
     }
 
     #[test]

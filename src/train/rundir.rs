@@ -307,8 +307,11 @@ fn read_record(dir: &Path) -> Result<Option<Record>> {
     if std::fs::symlink_metadata(&path).is_err() {
         return Ok(None);
     }
-    let text = crate::files::read_capped_string(&path, RECORD_CAP, "a run record")
-        .map_err(|e| Error::run_dir_by(&path, format!("{} cannot be read", path.display()), e))?;
+    let text =
+        comlrl_scenario::files::read_text(&path, RECORD_CAP, "it is not a run record comlrl wrote")
+            .map_err(|e| {
+                Error::run_dir_by(&path, format!("{} cannot be read", path.display()), e)
+            })?;
     let record: Record = serde_json::from_str(&text).map_err(|e| {
         Error::run_dir_by(
             &path,

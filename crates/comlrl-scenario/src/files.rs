@@ -117,7 +117,13 @@ pub fn open_regular(path: &Path, cap: u64, too_big: &str) -> io::Result<(File, u
         };
         return Err(io::Error::new(kind, format!("it {why}")));
     }
-    let file = File::open(path)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    // A FIFO swapped in after the check would block open(); non-blocking, it opens at once and
+    // is refused below. Reads of a regular file ignore the flag.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options.open(path)?;
     // The path could have been replaced between the check and the open: check what was opened.
     let meta = file.metadata()?;
     if !meta.is_file() {
@@ -194,6 +200,20 @@ mod tests {
             let why = not_regular(&dangling).expect("not regular");
             assert!(why.ends_with("which does not exist"), "{why}");
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("state.json");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: mkfifo on a NUL-terminated path the test owns.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t = std::time::Instant::now();
+        let e = read_text(&fifo, 1 << 20, "").unwrap_err().to_string();
+        assert!(e.contains("FIFO"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
     }
 
     #[test]

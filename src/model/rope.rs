@@ -216,9 +216,17 @@ mod tests {
         rope.tables(&pos, 1001)?;
         assert_eq!(rope.built_positions(), 1024);
         let small = Rope::new(8, 1e4, 10, DType::F32, &dev)?;
-        let e = small.tables(&Tensor::new(&[[0u32]], &dev)?, 11).unwrap_err();
-        assert!(e.to_string().contains("exceeds the model's 10 positions"), "{e}");
-        assert_eq!(small.tables(&Tensor::new(&[[9u32]], &dev)?, 10)?.0.dims(), &[1, 1, 4]);
+        let e = small
+            .tables(&Tensor::new(&[[0u32]], &dev)?, 11)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("exceeds the model's 10 positions"),
+            "{e}"
+        );
+        assert_eq!(
+            small.tables(&Tensor::new(&[[9u32]], &dev)?, 10)?.0.dims(),
+            &[1, 1, 4]
+        );
         Ok(())
     }
 }

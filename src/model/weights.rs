@@ -129,7 +129,13 @@ pub fn load_tensors(
     // The layer count first: it sizes the list of expected names below.
     let held: std::collections::BTreeSet<usize> = found
         .keys()
-        .filter_map(|n| n.strip_prefix("model.layers.")?.split_once('.')?.0.parse().ok())
+        .filter_map(|n| {
+            n.strip_prefix("model.layers.")?
+                .split_once('.')?
+                .0
+                .parse()
+                .ok()
+        })
         .collect();
     if cfg.num_hidden_layers > held.len() {
         return Err(Error::model(

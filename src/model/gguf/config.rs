@@ -94,7 +94,11 @@ pub fn hf_config(m: &Meta, has_output: bool, vocab_size: usize) -> R<serde_json:
         (k("embedding_length"), "hidden_size", hidden),
         (k("feed_forward_length"), "intermediate_size", ffn),
         (k("attention.head_count"), "num_attention_heads", heads),
-        (k("attention.head_count_kv"), "num_key_value_heads", kv_heads),
+        (
+            k("attention.head_count_kv"),
+            "num_key_value_heads",
+            kv_heads,
+        ),
         (k("attention.key_length"), "head_dim", head_dim),
         (
             "tokenizer.ggml.tokens".to_string(),

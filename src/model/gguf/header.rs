@@ -165,13 +165,11 @@ pub fn check<F: Read + Seek>(r: F) -> R<Summary> {
             .and_then(|start| start.checked_add(e.bytes));
         match end {
             Some(end) if end <= file_len => {}
-            _ => {
-                return Err(format!(
-                    "tensor `{}` ({} bytes at offset {} after the header) lies beyond the end of the \
+            _ => return Err(format!(
+                "tensor `{}` ({} bytes at offset {} after the header) lies beyond the end of the \
                      {file_len}-byte file (truncated?)",
-                    e.name, e.bytes, e.offset
-                ))
-            }
+                e.name, e.bytes, e.offset
+            )),
         }
     }
     Ok(Summary {
@@ -306,7 +304,9 @@ impl<F: Read + Seek> Scan<F> {
     fn string_len(&mut self, what: &str, max: u64) -> R<u64> {
         let n = self.len(what)?;
         if n > max {
-            return Err(format!("{what} is {n} bytes long; at most {max} are accepted"));
+            return Err(format!(
+                "{what} is {n} bytes long; at most {max} are accepted"
+            ));
         }
         if n > self.remaining() {
             return Err(format!(
@@ -524,5 +524,262 @@ mod tests {
         // Truncated data.
         let e = check(Cursor::new(&f[..f.len() - 1])).unwrap_err();
         assert!(e.contains("beyond the end"), "{e}");
+    }
+
+    /// A valid tiny Qwen2 GGUF (hidden 8, one layer, 2/1 heads, an 8-token BPE vocabulary)
+    /// that `Policy::load` accepts: the fuzzer's starting point.
+    fn tiny_model() -> Vec<u8> {
+        let dev = Device::Cpu;
+        let mut seed = 0f32;
+        let mut t = |shape: &[usize]| {
+            let n: usize = shape.iter().product();
+            seed += 1.0;
+            let v: Vec<f32> = (0..n)
+                .map(|i| ((i as f32 + seed) * 0.37).sin() * 0.1)
+                .collect();
+            QTensor::quantize(&Tensor::from_vec(v, shape, &dev).unwrap(), GgmlDType::F32).unwrap()
+        };
+        let mut tensors = vec![
+            ("token_embd.weight", t(&[8, 8])),
+            ("output_norm.weight", t(&[8])),
+        ];
+        for (name, shape) in [
+            ("attn_q.weight", vec![8, 8]),
+            ("attn_q.bias", vec![8]),
+            ("attn_k.weight", vec![4, 8]),
+            ("attn_k.bias", vec![4]),
+            ("attn_v.weight", vec![4, 8]),
+            ("attn_v.bias", vec![4]),
+            ("attn_output.weight", vec![8, 8]),
+            ("ffn_gate.weight", vec![16, 8]),
+            ("ffn_up.weight", vec![16, 8]),
+            ("ffn_down.weight", vec![8, 16]),
+            ("attn_norm.weight", vec![8]),
+            ("ffn_norm.weight", vec![8]),
+        ] {
+            tensors.push((
+                Box::leak(format!("blk.0.{name}").into_boxed_str()),
+                t(&shape),
+            ));
+        }
+        let s = |x: &str| Value::String(x.into());
+        let tokens = [
+            "<|endoftext|>",
+            "a",
+            "b",
+            "ab",
+            "\u{120}",
+            "\u{120}a",
+            "1",
+            "2",
+        ];
+        let md = vec![
+            ("general.architecture", s("qwen2")),
+            ("general.alignment", Value::U32(32)),
+            ("qwen2.embedding_length", Value::U32(8)),
+            ("qwen2.block_count", Value::U32(1)),
+            ("qwen2.feed_forward_length", Value::U32(16)),
+            ("qwen2.attention.head_count", Value::U32(2)),
+            ("qwen2.attention.head_count_kv", Value::U32(1)),
+            ("qwen2.context_length", Value::U32(64)),
+            ("qwen2.rope.freq_base", Value::F32(10000.0)),
+            ("qwen2.attention.layer_norm_rms_epsilon", Value::F32(1e-6)),
+            ("tokenizer.ggml.model", s("gpt2")),
+            ("tokenizer.ggml.pre", s("gpt2")),
+            (
+                "tokenizer.ggml.tokens",
+                Value::Array(tokens.iter().map(|x| s(x)).collect()),
+            ),
+            (
+                "tokenizer.ggml.token_type",
+                Value::Array([3, 1, 1, 1, 1, 1, 1, 1].map(Value::I32).to_vec()),
+            ),
+            (
+                "tokenizer.ggml.merges",
+                Value::Array(vec![s("a b"), s("\u{120} a")]),
+            ),
+            ("tokenizer.ggml.eos_token_id", Value::U32(0)),
+            ("tokenizer.chat_template", s("{{ messages[0].content }}")),
+        ];
+        let md: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (*k, v)).collect();
+        let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (*k, v)).collect();
+        let mut out = Cursor::new(Vec::new());
+        gguf_file::write(&mut out, &md, &ts).unwrap();
+        out.into_inner()
+    }
+
+    /// Replaces the file's bytes in place: truncating to zero first makes ext4 flush the
+    /// rewrite to disk at close (`auto_da_alloc`), ~3 ms a file.
+    fn overwrite(path: &std::path::Path, bytes: &[u8]) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        f.write_all(bytes).unwrap();
+        f.set_len(bytes.len() as u64).unwrap();
+    }
+
+    /// Numbers that break careless readers: zero, one, sign bits, sizes past 2^31, 2^32, 2^63.
+    const NASTY: [u64; 12] = [
+        0,
+        1,
+        3,
+        255,
+        1 << 16,
+        (1 << 31) + 1,
+        1 << 32,
+        1 << 40,
+        1_000_000_000,
+        i64::MAX as u64,
+        1 << 63,
+        u64::MAX,
+    ];
+
+    /// `tiny_model()` mutated `n` times by a seeded generator: flipped bits, nasty numbers
+    /// written over lengths, counts, types, dimensions and offsets (anywhere in the header, and
+    /// at each metadata value), truncations; each mutant is loaded as a model (header check,
+    /// candle's reader, config, tokenizer, tensors) in-process. Returns (loaded, refused).
+    fn fuzz(n: usize) -> (usize, usize) {
+        use crate::model::{LoadOptions, ModelSource, Policy};
+        use rand::{Rng, SeedableRng};
+        let base = tiny_model();
+        let header_len = check(Cursor::new(&base)).unwrap().data_offset as usize;
+        let keys: Vec<usize> = [
+            "general.alignment",
+            "qwen2.embedding_length",
+            "qwen2.block_count",
+            "qwen2.feed_forward_length",
+            "qwen2.attention.head_count",
+            "qwen2.attention.head_count_kv",
+            "qwen2.context_length",
+            "tokenizer.ggml.tokens",
+            "tokenizer.ggml.merges",
+            "tokenizer.ggml.eos_token_id",
+            "tokenizer.chat_template",
+        ]
+        .iter()
+        .map(|k| value_at(&base, k) - 4)
+        .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fuzz.gguf");
+        std::fs::write(&path, &base).unwrap();
+        let src = ModelSource::Gguf(path.clone());
+        Policy::load(&src, &LoadOptions::default()).expect("the unmutated file loads");
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(41);
+        let (mut loaded, mut refused) = (0, 0);
+        for i in 0..n {
+            let mut f = base.clone();
+            let nasty = NASTY[rng.random_range(0..NASTY.len())];
+            match rng.random_range(0..6) {
+                0 => {
+                    for _ in 0..rng.random_range(1..4) {
+                        let at = rng.random_range(0..header_len);
+                        f[at] ^= 1 << rng.random_range(0..8);
+                    }
+                }
+                1 => {
+                    let at = rng.random_range(0..header_len - 8);
+                    f[at..at + 8].copy_from_slice(&nasty.to_le_bytes());
+                }
+                2 => {
+                    let at = rng.random_range(0..header_len - 4);
+                    f[at..at + 4].copy_from_slice(&(nasty as u32).to_le_bytes());
+                }
+                3 => f.truncate(rng.random_range(0..f.len())),
+                4 => {
+                    // A metadata entry's type (at the key's end) or its value.
+                    let at = keys[rng.random_range(0..keys.len())] + rng.random_range(0..2) * 4;
+                    let width = [4, 8][rng.random_range(0..2)];
+                    f[at..at + width].copy_from_slice(&nasty.to_le_bytes()[..width]);
+                }
+                _ => {
+                    let at = rng.random_range(0..f.len());
+                    f[at] = rng.random();
+                }
+            }
+            overwrite(&path, &f);
+            let got = std::panic::catch_unwind(|| {
+                Policy::load(&src, &LoadOptions::default()).map(|_| ())
+            });
+            match got {
+                Ok(Ok(())) => loaded += 1,
+                Ok(Err(e)) => {
+                    let msg = e.chain();
+                    assert!(
+                        msg.contains("fuzz.gguf"),
+                        "mutant {i}: the error does not name the file: {msg}"
+                    );
+                    refused += 1;
+                }
+                Err(_) => panic!("mutant {i} panicked (the panic message is above)"),
+            }
+        }
+        (loaded, refused)
+    }
+
+    /// The fuzz loop, run by `fuzzed_files_end_in_errors_under_a_memory_limit` in a child
+    /// process (an abort there fails that test instead of ending the whole test binary).
+    #[test]
+    #[ignore = "run in a child process by fuzzed_files_end_in_errors_under_a_memory_limit"]
+    fn fuzz_child() {
+        if std::env::var_os("COMLRL_GGUF_FUZZ_CHILD").is_none() {
+            return;
+        }
+        let start = std::time::Instant::now();
+        let (loaded, refused) = fuzz(5000);
+        println!(
+            "fuzz: {loaded} loaded, {refused} refused in {:.2} s, peak rss {} MB",
+            start.elapsed().as_secs_f64(),
+            crate::runtime::peak_rss_bytes().unwrap_or(0) >> 20
+        );
+        assert!(
+            loaded > 200 && refused > 2000,
+            "{loaded} loaded, {refused} refused"
+        );
+    }
+
+    /// Mutated GGUF files load or fail with an error naming the file: never a panic, and never
+    /// an allocation sized by a number in the file (the child runs under a 2 GiB address-space
+    /// limit, so such an allocation aborts it).
+    #[test]
+    fn fuzzed_files_end_in_errors_under_a_memory_limit() {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--exact",
+            "model::gguf::header::tests::fuzz_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("COMLRL_GGUF_FUZZ_CHILD", "1")
+        .env("RAYON_NUM_THREADS", "1");
+        // SAFETY: the closure runs in the forked child before exec and only calls setrlimit,
+        // which is async-signal-safe; it touches no memory shared with the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                let limit = libc::rlimit {
+                    rlim_cur: 2 << 30,
+                    rlim_max: 2 << 30,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            out.status.success() && stdout.contains("fuzz: "),
+            "{}\n{stdout}\n{stderr}",
+            out.status
+        );
+        let line = stdout
+            .lines()
+            .find(|l| l.contains("fuzz: "))
+            .unwrap_or_default();
+        eprintln!("{line}");
     }
 }

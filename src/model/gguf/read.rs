@@ -199,10 +199,7 @@ fn planned_tensors(
     others.sort();
     for g in others {
         match names::hf_name(g) {
-            Some(_) => log::warn!(
-                "{}: tensor `{g}` is not used by the model",
-                path.display()
-            ),
+            Some(_) => log::warn!("{}: tensor `{g}` is not used by the model", path.display()),
             None => log::warn!(
                 "{}: ignoring tensor `{g}` (not part of the decoder)",
                 path.display()

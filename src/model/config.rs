@@ -193,8 +193,8 @@ impl ModelConfig {
             if let Some(cap) = cap_of(name) {
                 if v > cap {
                     return Err(format!(
-                        "{name} = {v} is above the {cap} a model may declare here ({}); the \
-                         file is damaged or describes a model far beyond what this crate can run",
+                        "{name} = {v} exceeds {cap}, the most a model may declare here ({}); \
+                         the file is damaged or describes a model far beyond what this crate can run",
                         cap_reason(name)
                     ));
                 }

@@ -165,11 +165,13 @@ pub fn check<F: Read + Seek>(r: F) -> R<Summary> {
             .and_then(|start| start.checked_add(e.bytes));
         match end {
             Some(end) if end <= file_len => {}
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "tensor `{}` ({} bytes at offset {} after the header) lies beyond the end of the \
                      {file_len}-byte file (truncated?)",
                 e.name, e.bytes, e.offset
-            )),
+            ))
+            }
         }
     }
     Ok(Summary {

@@ -161,7 +161,7 @@ impl CausalLm {
         mode: Mode,
     ) -> Result<Tensor> {
         let (_, s) = ids.dims2()?;
-        let (cos, sin) = self.rope.tables(pos, mask.dim(3)?)?;
+        let (cos, sin) = self.rope.tables(pos)?;
         let mask = mask.to_dtype(self.dtype())?;
         let inp = AttnInputs {
             cos: &cos,

@@ -387,7 +387,7 @@ mod tests {
 
         // Reference: autograd through the op-by-op f64 layer.
         let rope64 = Rope::from_spec(&f.rope, cfg.head_dim(), 64, DType::F64, &dev)?;
-        let (c64, s64) = rope64.tables(&pos, s)?;
+        let (c64, s64) = rope64.tables(&pos)?;
         let m64 = mask.to_dtype(DType::F64)?;
         let inp64 = AttnInputs {
             cos: &c64,
@@ -400,7 +400,7 @@ mod tests {
 
         // Hand-written f32, accumulated onto ones (so "added into" is checked too).
         let rope32 = Rope::from_spec(&f.rope, cfg.head_dim(), 64, DType::F32, &dev)?;
-        let (c32, s32) = rope32.tables(&pos, s)?;
+        let (c32, s32) = rope32.tables(&pos)?;
         let m32 = mask.to_dtype(DType::F32)?;
         let inp32 = AttnInputs {
             cos: &c32,

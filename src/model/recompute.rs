@@ -270,7 +270,7 @@ pub fn forward_and_head<'a>(
         ),
         None => (layout.ids.clone(), layout.pos.clone(), layout.mask.clone()),
     };
-    let (cos, sin) = model.rope.tables(&pos, width)?;
+    let (cos, sin) = model.rope.tables(&pos)?;
     let mask = mask.to_dtype(model.dtype())?;
     let inp = AttnInputs {
         cos: &cos,

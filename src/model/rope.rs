@@ -3,7 +3,7 @@
 //! inverse frequencies come from a [`RopeSpec`] (base and scaling).
 use super::mode::Mode;
 use super::rope_scaling::RopeSpec;
-use candle_core::{DType, Device, Result, Tensor, D};
+use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor, D};
 use std::sync::{Arc, RwLock};
 
 /// RoPE cosine and sine tables, built for the positions a run reaches rather than for every
@@ -121,11 +121,11 @@ impl Rope {
         })
     }
 
-    /// Gathers (b, s, head_dim/2) cos and sin for the position ids `pos` (b, s) u32, every one
-    /// below `bound` (the width of the sequence they index, cached positions included).
-    pub fn tables(&self, pos: &Tensor, bound: usize) -> Result<(Tensor, Tensor)> {
+    /// Gathers (b, s, head_dim/2) cos and sin for the position ids `pos` (b, s) u32, growing
+    /// the tables to the largest of them first.
+    pub fn tables(&self, pos: &Tensor) -> Result<(Tensor, Tensor)> {
         let (b, s) = pos.dims2()?;
-        let (cos_all, sin_all) = self.covering(bound)?;
+        let (cos_all, sin_all) = self.covering(span(pos)?)?;
         let idx = pos.flatten_all()?;
         let half = cos_all.dim(1)?;
         let cos = cos_all.index_select(&idx, 0)?.reshape((b, s, half))?;
@@ -147,6 +147,24 @@ impl Rope {
             }
         }
     }
+}
+
+/// One past the largest position id in `pos` (0 when empty): read in place from contiguous u32
+/// CPU storage (every caller's case: no tensor op per forward), else by a reduction.
+fn span(pos: &Tensor) -> Result<usize> {
+    if pos.elem_count() == 0 {
+        return Ok(0);
+    }
+    {
+        let (storage, layout) = pos.storage_and_layout();
+        if let (Storage::Cpu(CpuStorage::U32(v)), Some((a, b))) =
+            (&*storage, layout.contiguous_offsets())
+        {
+            return Ok(v[a..b].iter().max().map_or(0, |&m| m as usize + 1));
+        }
+    }
+    let max = pos.to_dtype(DType::U32)?.flatten_all()?.max(0)?;
+    Ok(max.to_scalar::<u32>()? as usize + 1)
 }
 
 fn rotate_half(x: &Tensor) -> Result<Tensor> {
@@ -194,7 +212,7 @@ mod tests {
             let full = rope.compute(n)?;
             for want in [3, 300, 257, 5000, n] {
                 let pos = Tensor::arange(0u32, want as u32, &dev)?.reshape((1, want))?;
-                let (c, s) = rope.tables(&pos, want)?;
+                let (c, s) = rope.tables(&pos)?;
                 assert!(rope.built_positions() >= want);
                 assert_eq!(bits(&c), bits(&full.cos.narrow(0, 0, want)?));
                 assert_eq!(bits(&s), bits(&full.sin.narrow(0, 0, want)?));
@@ -204,29 +222,27 @@ mod tests {
     }
 
     /// A model declaring 2^24 positions builds tables only for what is used, and refuses a
-    /// sequence beyond its positions with an error.
+    /// position beyond its positions with an error.
     #[test]
     fn tables_cover_what_is_used_and_no_more() -> Result<()> {
         let dev = Device::Cpu;
         let rope = Rope::new(128, 1e6, 1 << 24, DType::F32, &dev)?;
-        let pos = Tensor::new(&[[0u32, 1, 2, 3]], &dev)?;
-        rope.tables(&pos, 4)?;
+        rope.tables(&Tensor::new(&[[0u32, 1, 2, 3]], &dev)?)?;
         assert_eq!(rope.built_positions(), FIRST_ROWS);
-        let pos = Tensor::new(&[[1000u32]], &dev)?;
-        rope.tables(&pos, 1001)?;
+        rope.tables(&Tensor::new(&[[3u32], [1000]], &dev)?)?;
         assert_eq!(rope.built_positions(), 1024);
+        // A strided view and i64 ids take the reduction.
+        let t = Tensor::new(&[[5i64, 2000], [7, 9]], &dev)?.t()?;
+        rope.tables(&t)?;
+        assert_eq!(rope.built_positions(), 2048);
         let small = Rope::new(8, 1e4, 10, DType::F32, &dev)?;
-        let e = small
-            .tables(&Tensor::new(&[[0u32]], &dev)?, 11)
-            .unwrap_err();
+        let e = small.tables(&Tensor::new(&[[10u32]], &dev)?).unwrap_err();
         assert!(
             e.to_string().contains("exceeds the model's 10 positions"),
             "{e}"
         );
-        assert_eq!(
-            small.tables(&Tensor::new(&[[9u32]], &dev)?, 10)?.0.dims(),
-            &[1, 1, 4]
-        );
+        let (c, _) = small.tables(&Tensor::new(&[[9u32]], &dev)?)?;
+        assert_eq!(c.dims(), &[1, 1, 4]);
         Ok(())
     }
 }

@@ -55,7 +55,7 @@ impl PromptPart {
     ) -> Result<Self> {
         let first = |t: &Tensor| t.narrow(0, 0, 1)?.narrow(1, 0, p)?.contiguous();
         let ids = first(&layout.ids)?;
-        let (cos, sin) = model.rope.tables(&first(&layout.pos)?, p)?;
+        let (cos, sin) = model.rope.tables(&first(&layout.pos)?)?;
         let mask = layout
             .mask
             .narrow(0, 0, 1)?

@@ -136,7 +136,7 @@ mod tests {
         let (b, h, s, d) = (2, 3, 5, 8);
         let table = Rope::new(d, 10_000.0, 32, DType::F64, &dev)?;
         let pos = Tensor::new(&[[0u32, 1, 2, 3, 4], [0, 0, 0, 1, 2]], &dev)?;
-        let (c64, s64) = table.tables(&pos, 5)?;
+        let (c64, s64) = table.tables(&pos)?;
         let (c32, s32) = (c64.to_dtype(DType::F32)?, s64.to_dtype(DType::F32)?);
         let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (b, h, s, d), &dev)?)?;
         let probe = Tensor::randn(0f32, 1.0, (b, h, s, d), &dev)?;

@@ -138,6 +138,107 @@ pub fn memory_line() -> String {
     format!("rss {}, peak {}", mb(rss_bytes()), mb(peak_rss_bytes()))
 }
 
+/// Bytes this process can still allocate, and what limits it: the least of the kernel's
+/// `MemAvailable` (/proc/meminfo), the room left under the memory limit of each cgroup the
+/// process is in (v2 `memory.max` − `memory.current`, v1 `memory.limit_in_bytes` −
+/// `memory.usage_in_bytes`, each level up to the root) and under an address-space limit
+/// (`ulimit -v` − the process's current `VmSize`). `None` where none of these can be read.
+pub fn available_memory() -> Option<(u64, String)> {
+    let mut best: Option<(u64, String)> = None;
+    let mut offer = |bytes: u64, what: String| {
+        if best.as_ref().is_none_or(|(b, _)| bytes < *b) {
+            best = Some((bytes, what));
+        }
+    };
+    if let Some(kb) = kb_field("/proc/meminfo", "MemAvailable:") {
+        offer(kb * 1024, "MemAvailable, /proc/meminfo".into());
+    }
+    for (limit, usage, what) in cgroup_limits() {
+        offer(limit.saturating_sub(usage), what);
+    }
+    if let (Some(limit), Some(kb)) = (
+        address_space_limit(),
+        kb_field("/proc/self/status", "VmSize:"),
+    ) {
+        offer(
+            limit.saturating_sub(kb * 1024),
+            format!("under the address-space limit, ulimit -v {}", limit / 1024),
+        );
+    }
+    best
+}
+
+/// The number of kB on the line of `file` that starts with `key`.
+fn kb_field(file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// (limit, usage, name) of every memory-limited cgroup level this process is in.
+fn cgroup_limits() -> Vec<(u64, u64, String)> {
+    let read = |p: &std::path::Path| -> Option<u64> {
+        std::fs::read_to_string(p).ok()?.trim().parse().ok()
+    };
+    let Ok(groups) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in groups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = match (parts.next(), parts.next(), parts.next()) {
+            (Some(a), Some(b), Some(c)) => (a, b, c),
+            _ => continue,
+        };
+        let (root, limit_file, usage_file) = if controllers.is_empty() {
+            ("/sys/fs/cgroup", "memory.max", "memory.current")
+        } else if controllers.split(',').any(|c| c == "memory") {
+            (
+                "/sys/fs/cgroup/memory",
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+            )
+        } else {
+            continue;
+        };
+        // The process's own group and each one above it (a limit may sit on any level); in a
+        // cgroup namespace the mount itself is the process's group.
+        let mut dir = std::path::Path::new(root).join(path.trim_start_matches('/'));
+        loop {
+            // v1 reports "no limit" as a number near 2^63, v2 as "max" (which does not parse).
+            if let (Some(limit), Some(usage)) =
+                (read(&dir.join(limit_file)), read(&dir.join(usage_file)))
+            {
+                if limit < 1 << 60 {
+                    out.push((
+                        limit,
+                        usage,
+                        format!("under the cgroup limit {}", dir.join(limit_file).display()),
+                    ));
+                }
+            }
+            if dir == std::path::Path::new(root) || !dir.pop() {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The address-space limit (`RLIMIT_AS`, `ulimit -v`) in bytes, if one is set.
+fn address_space_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit struct into the one it is given.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) };
+    // rlim_t is u64 on Linux, not on every Unix.
+    #[allow(clippy::unnecessary_cast)]
+    let cur = r.rlim_cur as u64;
+    (rc == 0 && r.rlim_cur != libc::RLIM_INFINITY).then_some(cur)
+}
+
 /// The machine's host name (`unknown` when the system does not say).
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];

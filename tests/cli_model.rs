@@ -188,7 +188,9 @@ fn tampered_hub_cache_refs_are_refused() {
     // `check` looks for the model's own chat template in the cache the same way.
     let (ok, _, err) = env
         .iter()
-        .fold(on_scenario("check", &tiny_scenario()), |c, (k, v)| c.env(k, v))
+        .fold(on_scenario("check", &tiny_scenario()), |c, (k, v)| {
+            c.env(k, v)
+        })
         .sets(&["agents.model=acme/tiny", "agents.chat_template=auto"])
         .output()
         .parts();
@@ -292,4 +294,40 @@ fn export_never_replaces_a_model_file_and_an_existing_file_only_with_force() {
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&out).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o644);
+}
+
+/// `check` prints the agents' memory estimate (per agent and total) before loading them, and
+/// `run` refuses agents that cannot fit with the number and the ways out, before loading any.
+#[test]
+fn the_memory_estimate_is_printed_and_enforced_before_loading() {
+    let o = on_scenario("check", &tiny_scenario()).output();
+    assert!(o.ok, "{}", o.stderr);
+    for want in [
+        "memory estimate (from the model configs, before loading)",
+        "agents 0, 1 (../models/tiny-story, 0.9M parameters)",
+        "per agent at its peak",
+        "AdamW state 7.0 MB",
+        "total: ",
+        "available: ",
+    ] {
+        assert!(o.stderr.contains(want), "{want}: {}", o.stderr);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let t = std::time::Instant::now();
+    let o = on_scenario("run", &tiny_scenario())
+        .set("agents.count=100000")
+        .set(format!("output_dir={}", tmp.path().join("run").display()))
+        .env_remove("COMLRL_IGNORE_MEMORY_ESTIMATE")
+        .output();
+    assert!(!o.ok);
+    for want in [
+        "the 100000 agent(s) need about",
+        "TB of memory at the peak",
+        "is available",
+        "fewer agents (`agents.count`)",
+        "COMLRL_IGNORE_MEMORY_ESTIMATE=1",
+    ] {
+        assert!(o.stderr.contains(want), "{want}: {}", o.stderr);
+    }
+    assert!(t.elapsed().as_secs() < 30, "{:?}", t.elapsed());
 }

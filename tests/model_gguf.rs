@@ -461,3 +461,150 @@ fn llama_and_qwen3_ggufs_match_their_hf_checkpoints() {
         assert_eq!(logits(&c, name), want, "{name}: f32 export → import");
     }
 }
+
+/// `src` rewritten with the metadata `changes` (each replacing or adding a key).
+fn with_metadata(src: &Path, out: &Path, changes: &[(&str, Value)]) {
+    let mut f = std::fs::File::open(src).unwrap();
+    let c = Content::read(&mut f).unwrap();
+    let mut md: Vec<(String, Value)> = c
+        .metadata
+        .iter()
+        .filter(|(k, _)| !changes.iter().any(|(c, _)| c == k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    md.extend(changes.iter().map(|(k, v)| (k.to_string(), v.clone())));
+    let tensors: Vec<(String, candle_core::quantized::QTensor)> = c
+        .tensor_infos
+        .keys()
+        .map(|n| (n.clone(), c.tensor(&mut f, n, &Device::Cpu).unwrap()))
+        .collect();
+    let md: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let ts: Vec<(&str, &candle_core::quantized::QTensor)> =
+        tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    gguf_file::write(&mut std::fs::File::create(out).unwrap(), &md, &ts).unwrap();
+}
+
+/// `comlrl args` under a 4 GiB address-space limit (`ulimit -v 4194304`): (exit code, stderr,
+/// seconds). An allocation sized by a number in a model file aborts the process there.
+fn under_4gib(args: &[&str]) -> (Option<i32>, String, f64) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(args);
+    // SAFETY: the closure runs in the forked child before exec and only calls setrlimit,
+    // which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 4 << 30,
+                rlim_max: 4 << 30,
+            };
+            match libc::setrlimit(libc::RLIMIT_AS, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let t = std::time::Instant::now();
+    let out = cmd.output().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        secs,
+    )
+}
+
+/// Model files declaring absurd sizes (positions, layers, alignment 0, more layers than
+/// stored) end in an error naming the file and the field, quickly, under a 4 GiB limit; a
+/// model declaring 2^24 positions (allowed) generates, its RoPE tables built for what it uses.
+#[test]
+fn absurd_sizes_in_model_files_are_clear_errors_under_a_memory_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixtures().join("gguf/tiny-qwen2.q8_0.gguf");
+    let gguf_cases: [(&str, Value, &str); 4] = [
+        (
+            "qwen2.context_length",
+            Value::U64(1 << 31),
+            "a model may declare",
+        ),
+        (
+            "qwen2.block_count",
+            Value::U32(1_000_000_000),
+            "a model may declare",
+        ),
+        ("general.alignment", Value::U32(0), "power of two"),
+        (
+            "qwen2.block_count",
+            Value::U32(100),
+            "holds tensors of 2 layer",
+        ),
+    ];
+    let mut cases = Vec::new();
+    for (i, (key, v, want)) in gguf_cases.into_iter().enumerate() {
+        let out = tmp.path().join(format!("bad{i}.gguf"));
+        with_metadata(&src, &out, &[(key, v)]);
+        cases.push((out, key.to_string(), want, false));
+    }
+    for (i, (key, v, want, ok)) in [
+        (
+            "max_position_embeddings",
+            "2147483648",
+            "a model may declare",
+            false,
+        ),
+        (
+            "num_hidden_layers",
+            "1000000000",
+            "a model may declare",
+            false,
+        ),
+        (
+            "num_hidden_layers",
+            "100",
+            "holds tensors of 2 layer",
+            false,
+        ),
+        ("max_position_embeddings", "16777216", "", true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dir = tmp.path().join(format!("hf{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in [
+            "model.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "generation_config.json",
+        ] {
+            std::fs::copy(fixtures().join("tiny-qwen2").join(f), dir.join(f)).unwrap();
+        }
+        let mut cfg: serde_json::Value = json(&fixtures().join("tiny-qwen2/config.json"));
+        cfg[key] = serde_json::from_str(v).unwrap();
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        cases.push((dir, key.to_string(), want, ok));
+    }
+    for (model, key, want, ok) in cases {
+        let m = model.to_str().unwrap();
+        let (code, err, secs) = under_4gib(&[
+            "generate",
+            "--model",
+            m,
+            "--prompt",
+            "hi",
+            "--max-new-tokens",
+            "4",
+            "--greedy",
+        ]);
+        if ok {
+            assert_eq!(code, Some(0), "{m}: {err}");
+            continue;
+        }
+        assert_eq!(code, Some(1), "{m} ({key}): {err}");
+        assert!(
+            err.contains(m) && err.contains(&key) && err.contains(want),
+            "{m}: {err}"
+        );
+        assert!(secs < 5.0, "{m}: {secs:.1} s");
+    }
+}

@@ -23,7 +23,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     setup::guard_output_dir(&s)?;
     let stack = setup::reward_stack(&s)?;
     setup::transition(&s)?;
+    let mut seen = std::collections::HashSet::new();
     for agent in &s.agents {
+        // Agents sharing a model (`agents.count`) need its files checked once.
+        if !seen.insert(&agent.model.spec) {
+            continue;
+        }
         let src = setup::model_source(agent, &s.base_dir)?;
         if let comlrl::model::ModelSource::Local(dir) = &src {
             if !dir.join("config.json").is_file() {
@@ -53,6 +58,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     for a in &s.agents {
         local &= on_this_machine(a)?;
     }
+    // Before any model is loaded: a scenario that cannot fit is refused here as `run` would.
+    let memory = comlrl::train::memory::estimate(
+        &s,
+        |_| true,
+        |_| true,
+        comlrl::train::memory::Lookup::Local,
+    )?;
+    eprintln!("{}", memory.report());
+    comlrl::train::memory::enforce(memory)?;
     if local {
         let policies = setup::load_policies(&s, true)?;
         setup::check_prompt_lengths(&s, &policies)?;

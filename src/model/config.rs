@@ -84,6 +84,47 @@ pub struct ModelConfig {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+/// Most positions a model may declare (`max_position_embeddings`, GGUF `context_length`):
+/// RoPE angles are computed in f32 as transformers does, and f32 holds every integer position
+/// exactly only up to 2^24. The RoPE tables themselves are built for the positions a run uses.
+pub const MAX_POSITIONS: usize = 1 << 24;
+/// Most decoder layers a config may declare (the largest open models have ~130).
+pub const MAX_LAYERS: usize = 1 << 10;
+/// Widest residual stream a config may declare (the largest open models: 16384–18432).
+pub const MAX_HIDDEN: usize = 1 << 17;
+/// Widest MLP a config may declare (the largest open dense models: ~53k).
+pub const MAX_INTERMEDIATE: usize = 1 << 20;
+/// Most attention (query or key/value) heads a config may declare (the largest: 128).
+pub const MAX_HEADS: usize = 1 << 10;
+/// Widest attention head a config may declare (the largest: 256).
+pub const MAX_HEAD_DIM: usize = 1 << 12;
+/// Largest vocabulary a config may declare (the largest open models: ~262k).
+pub const MAX_VOCAB: usize = 1 << 21;
+
+/// The cap on a size field of `config.json` (see the `MAX_*` constants), by field name.
+pub fn cap_of(field: &str) -> Option<usize> {
+    Some(match field {
+        "max_position_embeddings" => MAX_POSITIONS,
+        "num_hidden_layers" => MAX_LAYERS,
+        "hidden_size" => MAX_HIDDEN,
+        "intermediate_size" => MAX_INTERMEDIATE,
+        "num_attention_heads" | "num_key_value_heads" => MAX_HEADS,
+        "head_dim" => MAX_HEAD_DIM,
+        "vocab_size" => MAX_VOCAB,
+        _ => return None,
+    })
+}
+
+/// Why a field is capped, for the error message.
+pub fn cap_reason(field: &str) -> &'static str {
+    match field {
+        "max_position_embeddings" => {
+            "RoPE angles are computed in f32, which counts positions exactly only up to 2^24"
+        }
+        _ => "several times the largest open models",
+    }
+}
+
 fn null_as_empty<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> std::result::Result<Vec<String>, D::Error> {
@@ -138,6 +179,25 @@ impl ModelConfig {
         for (name, v) in nums {
             if v == 0 {
                 return Err(format!("{name} must be > 0"));
+            }
+        }
+        if self.head_dim == Some(0) {
+            return Err("head_dim must be > 0".into());
+        }
+        let head_dim = self.head_dim.map(|d| ("head_dim", d));
+        let caps = nums
+            .into_iter()
+            .chain(head_dim)
+            .chain([("max_position_embeddings", self.max_position_embeddings)]);
+        for (name, v) in caps {
+            if let Some(cap) = cap_of(name) {
+                if v > cap {
+                    return Err(format!(
+                        "{name} = {v} exceeds {cap}, the most a model may declare here ({}); \
+                         the file is damaged or describes a model far beyond what this crate can run",
+                        cap_reason(name)
+                    ));
+                }
             }
         }
         if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(self.num_attention_heads) {

@@ -57,17 +57,13 @@ pub(super) fn dir_chat_template(dir: &Path) -> Result<Option<String>> {
     })
 }
 
-/// Token ids given as one number or a list (config files use both).
+/// Token ids given as one number or a list (config files use both). An id beyond u32 becomes
+/// u32::MAX, which the vocabulary check then refuses, rather than wrapping to a real token.
 pub(super) fn ids_of(v: Option<&serde_json::Value>) -> Vec<u32> {
+    let id = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
     match v {
-        Some(serde_json::Value::Number(n)) => {
-            n.as_u64().map(|x| vec![x as u32]).unwrap_or_default()
-        }
-        Some(serde_json::Value::Array(a)) => a
-            .iter()
-            .filter_map(|x| x.as_u64())
-            .map(|x| x as u32)
-            .collect(),
+        Some(serde_json::Value::Number(n)) => n.as_u64().map(|x| vec![id(x)]).unwrap_or_default(),
+        Some(serde_json::Value::Array(a)) => a.iter().filter_map(|x| x.as_u64()).map(id).collect(),
         _ => vec![],
     }
 }

@@ -213,10 +213,7 @@ impl Policy {
     /// `tokenizer.ggml.*`, weights dequantized to `opts.dtype`.
     fn load_gguf(source: ModelSource, path: &Path, opts: &LoadOptions) -> Result<Self> {
         let g = super::gguf::load(path, opts.dtype, &opts.device)?;
-        let cfg: Qwen2Config = serde_json::from_value(g.config.clone())
-            .map_err(|e| Error::model(path, format!("config built from the GGUF metadata: {e}")))?;
-        cfg.validate()
-            .map_err(|m| Error::model(path, format!("config built from the GGUF metadata: {m}")))?;
+        let cfg = super::gguf::read::model_config(path, &g.config)?;
         let tokenizer = Tokenizer::from_json(&g.tokenizer)
             .map_err(|e| Error::model(path, format!("tokenizer from GGUF metadata: {e}")))?;
         let tensors = super::gguf::read::take_expected(&cfg, g.tensors, path)?;

@@ -126,6 +126,28 @@ pub fn load_tensors(
         .map(|f| f.display().to_string())
         .collect::<Vec<_>>()
         .join(", ");
+    // The layer count first: it sizes the list of expected names below.
+    let held: std::collections::BTreeSet<usize> = found
+        .keys()
+        .filter_map(|n| {
+            n.strip_prefix("model.layers.")?
+                .split_once('.')?
+                .0
+                .parse()
+                .ok()
+        })
+        .collect();
+    if cfg.num_hidden_layers > held.len() {
+        return Err(Error::model(
+            files.first().cloned().unwrap_or_default(),
+            format!(
+                "config.json says num_hidden_layers = {} but the checkpoint holds tensors of {} \
+                 layer(s) (looked in {where_}); the checkpoint does not match its config.json",
+                cfg.num_hidden_layers,
+                held.len()
+            ),
+        ));
+    }
     // Every name, shape and dtype is checked before any tensor is read.
     let mut wanted = Vec::new();
     for (name, shape, _) in expected_tensors(cfg)? {

@@ -8,6 +8,7 @@ pub(crate) mod joint;
 pub mod loss;
 pub(crate) mod magrpo;
 pub mod manifest;
+pub mod memory;
 pub(crate) mod moment_io;
 pub mod moments;
 pub mod optim;

@@ -270,6 +270,19 @@ pub fn check_output_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The memory the agents `holds` selects (this rank's; `samples`: those it samples) will take
+/// at the run's peak, estimated from their model configs before any weight is read; fails with
+/// the numbers and the settings that would lower them when that exceeds the memory the machine
+/// has available (see [`super::memory`]; `COMLRL_IGNORE_MEMORY_ESTIMATE=1` warns instead).
+pub fn check_memory(
+    s: &Scenario,
+    holds: impl Fn(usize) -> bool,
+    samples: impl Fn(usize) -> bool,
+    lookup: super::memory::Lookup,
+) -> Result<super::memory::MemoryEstimate> {
+    super::memory::check(s, holds, samples, lookup)
+}
+
 /// Fails when a first-turn prompt (train or eval set, rendered as the model sees it: the
 /// agent's template, then its chat template with the system prompt) encodes to no tokens, or
 /// its tokens plus `max_new_tokens` exceed the agent's model positions: the check sampling

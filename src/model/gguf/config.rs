@@ -84,6 +84,38 @@ pub fn hf_config(m: &Meta, has_output: bool, vocab_size: usize) -> R<serde_json:
         )
     })?;
     let ctx = req_u64(m, &k("context_length"))?;
+    let layers = req_u64(m, &k("block_count"))?;
+    let ffn = req_u64(m, &k("feed_forward_length"))?;
+    // The sizes the model is built from, against the same caps as config.json's: a number
+    // from the file must not size anything before it is known to be sane.
+    let sizes = [
+        (k("context_length"), "max_position_embeddings", ctx),
+        (k("block_count"), "num_hidden_layers", layers),
+        (k("embedding_length"), "hidden_size", hidden),
+        (k("feed_forward_length"), "intermediate_size", ffn),
+        (k("attention.head_count"), "num_attention_heads", heads),
+        (
+            k("attention.head_count_kv"),
+            "num_key_value_heads",
+            kv_heads,
+        ),
+        (k("attention.key_length"), "head_dim", head_dim),
+        (
+            "tokenizer.ggml.tokens".to_string(),
+            "vocab_size",
+            vocab_size as u64,
+        ),
+    ];
+    for (key, field, v) in sizes {
+        let cap = crate::model::config::cap_of(field).unwrap_or(usize::MAX) as u64;
+        if v > cap {
+            return Err(format!(
+                "metadata `{key}` = {v} exceeds {cap}, the most a model may declare here ({}); \
+                 the file is damaged or describes a model far beyond what this crate can run",
+                crate::model::config::cap_reason(field)
+            ));
+        }
+    }
     let mut rope = json!({"rope_type": "default", "rope_theta": theta});
     let mut rope_scaling = serde_json::Value::Null;
     let scaling = super::meta::opt_str(m, &k("rope.scaling.type"))?;
@@ -116,8 +148,8 @@ pub fn hf_config(m: &Meta, has_output: bool, vocab_size: usize) -> R<serde_json:
         "model_type": model_type,
         "vocab_size": vocab_size,
         "hidden_size": hidden,
-        "intermediate_size": req_u64(m, &k("feed_forward_length"))?,
-        "num_hidden_layers": req_u64(m, &k("block_count"))?,
+        "intermediate_size": ffn,
+        "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
@@ -342,6 +374,24 @@ mod tests {
         let mut m: Meta = gguf_metadata(&c).unwrap().into_iter().collect();
         m.insert("tokenizer.ggml.eos_token_id".into(), Value::U32(7));
         assert_eq!(hf_config(&m, false, 300).unwrap(), c);
+    }
+
+    #[test]
+    fn sizes_beyond_the_caps_name_the_key() {
+        for (key, v) in [
+            ("context_length", Value::U64(1 << 31)),
+            ("block_count", Value::U64(1_000_000_000)),
+            ("embedding_length", Value::U64(u64::MAX)),
+            ("attention.head_count_kv", Value::U32(1 << 20)),
+        ] {
+            let e = hf_config(&meta("qwen2", &[(key, v)]), false, 10).unwrap_err();
+            assert!(
+                e.contains(&format!("qwen2.{key}")) && e.contains("a model may declare"),
+                "{e}"
+            );
+        }
+        let e = hf_config(&meta("qwen2", &[]), false, 1 << 30).unwrap_err();
+        assert!(e.contains("tokenizer.ggml.tokens"), "{e}");
     }
 
     #[test]

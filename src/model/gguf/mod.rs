@@ -3,6 +3,7 @@
 //! tokenizer rebuilt from the file's metadata; exporting a policy back to GGUF.
 pub mod config;
 pub mod export;
+pub mod header;
 pub(crate) mod meta;
 pub(crate) mod names;
 pub mod read;

@@ -82,7 +82,9 @@ pub fn unpermute(t: &Tensor, n_head: usize) -> Result<Tensor> {
 
 fn regroup(t: &Tensor, n_head: usize, forward: bool) -> Result<Tensor> {
     let dims = t.dims().to_vec();
-    let rows = dims[0];
+    let Some(&rows) = dims.first() else {
+        candle_core::bail!("cannot permute a scalar into {n_head} heads");
+    };
     if n_head == 0 || !rows.is_multiple_of(2 * n_head) {
         candle_core::bail!("cannot permute {rows} rows into {n_head} heads of rotary pairs");
     }

@@ -4,9 +4,11 @@
 use super::meta::{opt_str, opt_strings, Meta};
 use super::{config, names, rope_freqs, tokenizer};
 use crate::error::{Error, Result};
+use crate::model::ModelConfig;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
+use std::io::{Seek, SeekFrom};
 use std::path::Path;
 
 /// Everything a GGUF file holds, in the terms of an HF model directory.
@@ -27,6 +29,10 @@ pub struct GgufModel {
 /// Opens `path` and reads its header (metadata and tensor table).
 pub fn read_header(path: &Path) -> Result<(Content, std::fs::File)> {
     let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    // candle's reader panics or allocates without bound on some headers: check them first.
+    super::header::check(&mut f)
+        .map_err(|e| Error::model(path, format!("not a readable GGUF file: {e}")))?;
+    f.seek(SeekFrom::Start(0)).map_err(|e| Error::io(path, e))?;
     let content = Content::read(&mut f)
         .map_err(|e| Error::model(path, format!("not a readable GGUF file: {e}")))?;
     Ok((content, f))
@@ -44,7 +50,15 @@ pub fn describe(path: &Path, content: &Content, f: &mut std::fs::File) -> Result
         })?;
     let has_output = content.tensor_infos.contains_key("output.weight");
     let mut cfg = config::hf_config(m, has_output, tokens.len()).map_err(&bad)?;
-    if content.tensor_infos.contains_key("rope_freqs.weight") {
+    if let Some(info) = content.tensor_infos.get("rope_freqs.weight") {
+        // One factor per rotary frequency: a few dozen, never more than half the widest head.
+        let n = info.shape.elem_count();
+        if n > crate::model::config::MAX_HEAD_DIM / 2 {
+            return Err(bad(format!(
+                "tensor `rope_freqs.weight` has {n} elements; a head has at most {} frequencies",
+                crate::model::config::MAX_HEAD_DIM / 2
+            )));
+        }
         let stored = content
             .tensor(f, "rope_freqs.weight", &Device::Cpu)
             .and_then(|q| q.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>())
@@ -89,28 +103,27 @@ pub fn describe(path: &Path, content: &Content, f: &mut std::fs::File) -> Result
     })
 }
 
+/// The model config of a GGUF's HF-style config value ([`GgufModel::config`]), validated.
+pub fn model_config(path: &Path, cfg: &serde_json::Value) -> Result<ModelConfig> {
+    let c: ModelConfig = serde_json::from_value(cfg.clone())
+        .map_err(|e| Error::model(path, format!("config built from the GGUF metadata: {e}")))?;
+    c.validate()
+        .map_err(|m| Error::model(path, format!("config built from the GGUF metadata: {m}")))?;
+    Ok(c)
+}
+
 /// Reads a whole GGUF checkpoint: header, then every decoder tensor dequantized to `dtype`.
+/// The config and every tensor's name and shape are checked against the file's tensor table
+/// before any tensor is read.
 pub fn load(path: &Path, dtype: DType, dev: &Device) -> Result<GgufModel> {
     let (content, mut f) = read_header(path)?;
     let mut model = describe(path, &content, &mut f)?;
+    let cfg = model_config(path, &model.config)?;
     let arch = config::gguf_arch(&model.config).map_err(|e| Error::model(path, e))?;
-    let heads = model.config["num_attention_heads"].as_u64().unwrap_or(0) as usize;
-    let kv_heads = model.config["num_key_value_heads"].as_u64().unwrap_or(0) as usize;
-    let mut gguf_names: Vec<&String> = content.tensor_infos.keys().collect();
-    gguf_names.sort();
-    for g in gguf_names {
-        if g == "rope_freqs.weight" {
-            continue; // read by `describe` into the config's rope scaling
-        }
-        let Some(hf) = names::hf_name(g) else {
-            log::warn!(
-                "{}: ignoring tensor `{g}` (not part of the decoder)",
-                path.display()
-            );
-            continue;
-        };
+    let (heads, kv_heads) = (cfg.num_attention_heads, cfg.kv_heads());
+    for (g, hf) in planned_tensors(path, &cfg, arch, &content)? {
         let q = content
-            .tensor(&mut f, g, &Device::Cpu)
+            .tensor(&mut f, &g, &Device::Cpu)
             .map_err(|e| Error::model(path, format!("tensor `{g}`: {e}")))?;
         let mut t = q.dequantize(&Device::Cpu).map_err(|e| {
             Error::model(
@@ -127,6 +140,73 @@ pub fn load(path: &Path, dtype: DType, dev: &Device) -> Result<GgufModel> {
         model.tensors.insert(hf, t.to_dtype(dtype)?.to_device(dev)?);
     }
     Ok(model)
+}
+
+/// (GGUF name, HF name) of every tensor the model reads, each checked to be in the file with
+/// the shape `cfg` implies; the layer count is checked against the layers the file holds first.
+/// Tensors the decoder does not read are named in a warning and left unread.
+fn planned_tensors(
+    path: &Path,
+    cfg: &ModelConfig,
+    arch: &str,
+    content: &Content,
+) -> Result<Vec<(String, String)>> {
+    let held: std::collections::BTreeSet<usize> = content
+        .tensor_infos
+        .keys()
+        .filter_map(|g| g.strip_prefix("blk.")?.split_once('.')?.0.parse().ok())
+        .collect();
+    if cfg.num_hidden_layers > held.len() {
+        return Err(Error::model(
+            path,
+            format!(
+                "metadata `{arch}.block_count` = {} but the file holds tensors of {} layer(s)",
+                cfg.num_hidden_layers,
+                held.len()
+            ),
+        ));
+    }
+    let mut plan = Vec::new();
+    let mut wanted = std::collections::HashSet::new();
+    for (name, shape, _) in crate::model::weights::expected_tensors(cfg)? {
+        let g = names::gguf_name(&name).unwrap_or_default();
+        let info = content.tensor_infos.get(&g).ok_or_else(|| {
+            Error::model(
+                path,
+                format!(
+                    "tensor `{g}` (HF `{name}`) is missing; the file does not match its own metadata"
+                ),
+            )
+        })?;
+        if info.shape.dims() != shape.as_slice() {
+            return Err(Error::model(
+                path,
+                format!(
+                    "tensor `{g}` has shape {:?} (HF layout) but the metadata implies {:?}",
+                    info.shape.dims(),
+                    shape
+                ),
+            ));
+        }
+        wanted.insert(g.clone());
+        plan.push((g, name));
+    }
+    let mut others: Vec<&String> = content
+        .tensor_infos
+        .keys()
+        .filter(|g| !wanted.contains(*g) && *g != "rope_freqs.weight")
+        .collect();
+    others.sort();
+    for g in others {
+        match names::hf_name(g) {
+            Some(_) => log::warn!("{}: tensor `{g}` is not used by the model", path.display()),
+            None => log::warn!(
+                "{}: ignoring tensor `{g}` (not part of the decoder)",
+                path.display()
+            ),
+        }
+    }
+    Ok(plan)
 }
 
 /// The tensors `cfg` needs, taken from `found` with their shapes checked against the config

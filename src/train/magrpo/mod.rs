@@ -109,6 +109,21 @@ impl Trainer {
         let placement = Placement::new(&scenario, world.as_ref())?;
         let stack = setup::reward_stack(&scenario)?;
         let transition = setup::transition(&scenario)?;
+        let memory = setup::check_memory(
+            &scenario,
+            |i| placement.holds(i),
+            |i| placement.is_local(i),
+            super::memory::Lookup::Download,
+        )?;
+        log::debug!(
+            "memory estimate: {} at the peak for {} agent(s) ({} available)",
+            super::memory::human(memory.peak),
+            memory.agents.len(),
+            memory
+                .available
+                .as_ref()
+                .map_or("unknown".into(), |(b, _)| super::memory::human(*b))
+        );
         let policies = setup::load_placed(&scenario, |i| placement.holds(i), true)?;
         for (a, p) in scenario.agents.iter().zip(&policies) {
             if let Some(p) = p {

@@ -125,6 +125,13 @@ fn an_unwritable_tensorboard_dir_warns_once_and_training_goes_on() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     std::fs::create_dir_all(&out).unwrap();
+    // A previous run's record (one that stopped before its first row) owns `tb`, which is a
+    // file where the folder should go: the new run starts, its tracker cannot write.
+    let record = serde_json::json!({
+        "run_id": "0123456789abcdef",
+        "created": comlrl::train::rundir::CLEARED,
+    });
+    std::fs::write(out.join("run.json"), record.to_string()).unwrap();
     std::fs::write(out.join("tb"), "a file where the tb/ folder should go").unwrap();
     let (ok, stderr) = train(&out);
     assert!(ok, "{stderr}");

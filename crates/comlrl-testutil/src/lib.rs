@@ -81,3 +81,20 @@ pub fn plugin(lib: &str) -> PathBuf {
     assert!(path.is_file(), "plugin {} was not built", path.display());
     path
 }
+
+/// Whether `COMLRL_REQUIRE_ALL=1` is set: every test that would skip for want of something
+/// optional (a Python package, MPI, a CPU feature, a file named by an environment variable)
+/// fails instead, so a by-hand run with everything installed proves that nothing was skipped.
+pub fn require_all() -> bool {
+    std::env::var("COMLRL_REQUIRE_ALL").is_ok_and(|v| v == "1")
+}
+
+/// Skips the rest of the calling test with `reason` (printed as `skipped: <reason>`): the
+/// caller returns right after. Under `COMLRL_REQUIRE_ALL=1` it panics with the reason instead.
+pub fn skip(reason: &str) {
+    assert!(
+        !require_all(),
+        "COMLRL_REQUIRE_ALL=1, but this test would be skipped: {reason}"
+    );
+    eprintln!("skipped: {reason}");
+}

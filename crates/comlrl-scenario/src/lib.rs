@@ -36,12 +36,14 @@ pub mod positions;
 pub mod raw;
 mod resolve;
 mod rewards;
-pub mod spec;
 pub mod split;
 mod suggest;
 pub mod template;
 mod trainer;
 mod trainer_keys;
+
+/// The reward section's plain data, shared with the reward runtime (the `comlrl-spec` crate).
+pub use comlrl_spec as spec;
 
 pub use chat::{ChatTemplate, ChatTemplateError};
 pub use data::{DataFormat, DataSource, Dataset, Row};

@@ -7,12 +7,11 @@
 mod common;
 
 use comlrl_reward::isolate::HOST_ENV;
-use comlrl_reward::spec::{OnError, RewardSpec};
+use comlrl_reward::spec::{CodeSource, OnError, RewardSpec, TransitionPlan};
 use comlrl_reward::{
     HostCommand, IsolatedReward, IsolatedTransition, NativeTransition, PluginFailure, RewardError,
     RewardFn, RewardStack, TransitionFn,
 };
-use comlrl_scenario::{CodeSource, TransitionPlan};
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};

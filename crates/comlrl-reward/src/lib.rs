@@ -29,7 +29,7 @@ pub mod script;
 pub use comlrl_spec as spec;
 
 /// The rewards guide, docs/rewards.md: its Rust examples compile as this crate's doctests
-/// (`cargo test --doc -p comlrl-reward`), its Rhai examples in `tests/guide_examples.rs`.
+/// (`cargo test --doc -p comlrl-reward`), its Rhai examples in `tests/reward/guide_examples.rs`.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/rewards.md")]
 pub struct RewardsGuide;

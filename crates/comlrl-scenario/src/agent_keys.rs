@@ -9,7 +9,7 @@
 //! "hint");`; a default may name `cx` ([`AgentContext`]: the agent's index, the trainer's
 //! learning rate, ...) and the keys above it. Then read `agent.<name>` where the trainer uses it
 //! and regenerate the docs table with `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario
-//! --test key_tables`; `tests/scenario_keys_read.rs` (main crate) fails until code under src/
+//! --test scenario key_tables`; `tests/scenario_keys_read.rs` (main crate) fails until code under src/
 //! reads it. A new enum type must be listed in `plain_settings!` (`keys.rs`). A key whose value
 //! needs resolving (a path, a parsed template) goes in `resolved` with a `via` resolver and an
 //! `emit` writer. Porting a key added the old way (a field in `RawAgent` and `RawAgentGroup`,

@@ -5,7 +5,7 @@
 //! To add a key: add one row below (doc comment, `name: Type = default, kind "...", why "..."`,
 //! plus `check` / `only` if it has a range or only matters sometimes), then read
 //! `scenario.trainer.<name>` where the trainer uses it, and regenerate the docs table with
-//! `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test key_tables`. The main crate's
+//! `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test scenario key_tables`. The main crate's
 //! test `tests/scenario_keys_read.rs` fails until some code under src/ reads the new key.
 //! Porting a key added the old way (a `RawTrainer` field, a `TrainerPlan` field, a `defaults.rs`
 //! constant, a check in `trainer.rs`, an `emit.rs` line, a docs row): fold those into one row

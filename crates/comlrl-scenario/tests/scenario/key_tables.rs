@@ -1,6 +1,6 @@
 //! The key tables (`trainer_keys.rs`, `logging_keys.rs`, `agent_keys.rs`): the docs table is the generated one, every key survives
 //! the resolved-YAML round trip, `null` keeps its meaning, and a refused key says why.
-mod common;
+use crate::common;
 
 use comlrl_scenario::keys::markdown_table;
 use comlrl_scenario::keys::KeyDoc;
@@ -9,7 +9,7 @@ use comlrl_scenario::{load_str, AgentPlan, LoggingPlan, TrainerPlan};
 use common::{check, check_cases, Fixture, BASE};
 use std::path::PathBuf;
 
-const BLESS: &str = "COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test key_tables";
+const BLESS: &str = "COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test scenario key_tables";
 
 fn docs_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/scenario.md")

@@ -77,10 +77,9 @@ crate::agent_macro::agent_section! {
             why "exact: samples from the weights being trained", check sampling_precision;
         /// Keep copies of the weights that make f32 sampling faster: contiguous transposed
         /// copies for models of at most 64 MiB, and above that, on CPUs with AVX-512, the MLP's
-        /// weights packed in f32 panels (freed during update rounds: at Qwen2.5-0.5B, 1.25 GB per
-        /// agent and the seed's peak stays the update's; SmolLM2-135M with both agents updating
-        /// at once peaks 0.45 GB higher). `false` decodes from the weights' own layout: no extra
-        /// memory, slower. Ignored with `sampling_dtype: bf16`, whose bf16 copies take their
+        /// weights packed in f32 panels (freed during update rounds, so they raise a run's peak
+        /// only where sampling, not the update, sets it). `false` decodes from the weights' own
+        /// layout: no extra memory, slower. Ignored with `sampling_dtype: bf16`, whose bf16 copies take their
         /// place. See docs/performance.md.
         sampling_copies: bool = true, kind "bool",
             why "faster f32 decoding, in memory the update round needs anyway";

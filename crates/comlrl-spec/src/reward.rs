@@ -66,9 +66,9 @@ impl Default for RewardSpec {
     }
 }
 
-/// Whether plugins run in a child process unless the term says otherwise: yes on Unix (the
-/// measured cost is a few milliseconds per 1,000 joint samples, see docs/rewards.md), no
-/// elsewhere (isolation needs Unix).
+/// Whether plugins run in a child process unless the term says otherwise: yes on Unix (a
+/// crash becomes an error, at a cost small next to sampling; see docs/rewards.md), no elsewhere
+/// (isolation needs Unix).
 pub const DEFAULT_ISOLATE: bool = cfg!(unix);
 
 /// Default budget of one batch of an isolated plugin, in milliseconds (the child is killed

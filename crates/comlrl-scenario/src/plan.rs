@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub use crate::agent_keys::{AgentPlan, Sampling};
-pub use comlrl_spec::{CodeSource, TransitionPlan};
-pub use crate::logging_keys::LoggingPlan;
+pub use crate::logging_keys::{LoggingPlan, WANDB_PROJECT};
 pub use crate::trainer_keys::TrainerPlan;
+pub use comlrl_spec::{CodeSource, TransitionPlan};
 
 /// A fully resolved scenario. Built by [`crate::load`]; see the README's "Scenario reference" for every key.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,36 +1,31 @@
 //! The `trainer` section's key table: every key once, with its type, default, reason, check and
-//! meaning. [`RawTrainer`], [`TrainerPlan`], the defaults, range checks, the resolved-YAML writer
-//! and the docs table in docs/scenario.md are all derived from it (`keys.rs` has the macro).
+//! meaning (`keys.rs` has the macro and the row syntax). [`RawTrainer`], [`TrainerPlan`], the
+//! defaults, range checks, the resolved-YAML writer and the docs table in docs/scenario.md are
+//! derived from it; cross-key checks are in `trainer.rs`.
 //!
-//! To add a key: add one row below (doc comment, `name: Type = default, kind "...", why "..."`,
-//! plus `check` / `only` if it has a range or only matters sometimes), then read
-//! `scenario.trainer.<name>` where the trainer uses it, and regenerate the docs table with
-//! `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test scenario key_tables`. The main crate's
-//! test `tests/scenario_keys_read.rs` fails until some code under src/ reads the new key.
-//! Porting a key added the old way (a `RawTrainer` field, a `TrainerPlan` field, a `defaults.rs`
-//! constant, a check in `trainer.rs`, an `emit.rs` line, a docs row): fold those into one row
-//! here and delete the rest. A new value type (an enum) must be listed in `plain_settings!` in
-//! `keys.rs` (the compiler says "`Setting` is not implemented" until it is).
+//! To add a key: add one row below, read `scenario.trainer.<name>` where the trainer uses it,
+//! and regenerate the docs table with `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario
+//! --test scenario key_tables`. The main crate's test `tests/scenario_keys_read.rs` fails until
+//! some code under src/ reads the new key. A new value type (an enum) is listed in
+//! `plain_settings!` in `keys.rs` (the compiler says "`Setting` is not implemented" until it is).
 //! Values marked "CoMLRL" are those of `MAGRPOConfig` in CoMLRL 1.4, so that a scenario means
 //! what the same settings mean in the Python library.
 use crate::code::resolve_code;
 use crate::collect::Diags;
 use crate::error::ErrorKind;
 use crate::keys::{
-    at_least, if_set, learning_rate, non_negative, positive, settings_section, unit, Bad, Relevance,
+    at_least, if_set, learning_rate, non_negative, positive, section, unit, Bad, Relevance,
 };
 use crate::plan::{AdvantageMode, CodeSource, Dtype, JointMode, LrScheduler, TransitionPlan};
 use crate::positions::KeyPath;
 use crate::raw::RawTransition;
 use crate::trainer::TrainerContext;
 
-settings_section! {
-    /// `trainer:` — CoMLRL's `MAGRPOConfig` (1.4 names) plus optimizer settings.
-    raw RawTrainer;
-    /// Every `MAGRPOConfig` setting (CoMLRL 1.4 names) plus comlrl's optimizer extras.
-    plan TrainerPlan;
-    section "trainer";
-    context TrainerContext<'_>;
+section! {
+    raw /// `trainer:` — CoMLRL's `MAGRPOConfig` (1.4 names) plus optimizer settings.
+        RawTrainer;
+    plan /// Every `MAGRPOConfig` setting (CoMLRL 1.4 names) plus comlrl's optimizer extras.
+        TrainerPlan, context cx: TrainerContext<'_>;
     keys {
         /// Passes over the training prompts.
         num_train_epochs: usize = 20, kind "integer ≥ 1", why "CoMLRL",
@@ -203,7 +198,7 @@ settings_section! {
             check at_least(1, "use e.g. `max_joint_actions: 4096`; `cross` scores at least one joint action"),
             only Only::Cross;
     }
-    nested {
+    resolved {
         /// Required iff `num_turns > 1`: `{rhai: path}` plus optional `params`, the script that
         /// writes each agent's next-turn prompt from the branch's history (CoMLRL's
         /// `external_transition` callable). It defines `fn transition(ctx)` returning an array
@@ -220,7 +215,9 @@ settings_section! {
         /// joint action's return is its reward + `discount` × the mean of its child's returns;
         /// every node is a training sample.
         external_transition: RawTransition => Option<TransitionPlan>, kind "mapping",
-            shown "none", via transition, emit transition_raw;
+            shown "none", why "",
+            via |d, p, raw| transition(d, &p.key("external_transition"), raw, num_turns, cx),
+            emit transition_raw;
     }
 }
 
@@ -235,7 +232,9 @@ pub(crate) enum Only {
     Cross,
 }
 
-impl Relevance<TrainerPlan> for Only {
+impl Relevance for Only {
+    type Plan = TrainerPlan;
+
     fn holds(&self, t: &TrainerPlan, has_eval: bool) -> bool {
         match self {
             Only::MultiTurn => t.num_turns > 1,
@@ -293,10 +292,9 @@ fn transition(
     d: &mut Diags,
     path: &KeyPath,
     raw: Option<&RawTransition>,
-    plan: &TrainerPlan,
+    num_turns: usize,
     cx: &TrainerContext,
 ) -> Option<TransitionPlan> {
-    let num_turns = plan.num_turns;
     match raw {
         None if num_turns > 1 => {
             d.error(

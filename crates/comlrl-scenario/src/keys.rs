@@ -336,60 +336,17 @@ macro_rules! section {
                 $(shown $lshown:literal,)? why $lwhy:literal $(, check $lcheck:expr)?;
         )* })?
     ) => {
-        $crate::keys::section!(@raw
-            [$($(#[doc = $written_doc])+ $Written)?] [$(#[doc = $raw_doc])+] $Raw
-            typed {
-                $($( $(#[doc = $rdoc])+ pub $rkey: $RRaw, )*)?
-                $($(
-                    $(#[doc = $doc])+
-                    #[serde(
-                        default,
-                        deserialize_with = "crate::keys::setting",
-                        skip_serializing_if = "Option::is_none"
-                    )]
-                    pub $key: Option<$ty>,
-                )*)?
-                $($(
-                    $(#[doc = $gdoc])+
-                    #[serde(
-                        default,
-                        deserialize_with = "crate::keys::setting",
-                        skip_serializing_if = "Option::is_none"
-                    )]
-                    pub $gkey: Option<$gty>,
-                )*)?
-                $($(
-                    $(#[doc = $vdoc])+
-                    #[serde(default, skip_serializing_if = "Option::is_none")]
-                    pub $vkey: Option<$VRaw>,
-                )*)?
-                $($(
-                    $(#[doc = $edoc])+
-                    #[serde(default, skip_serializing_if = "Option::is_none")]
-                    pub $ekey: Option<$ety>,
-                )*)?
-            }
-            json { $($( $(#[doc = $edoc])+ pub $ekey: Option<serde_json::Value>, )*)? }
-            written { $($( $(#[doc = $edoc])+ pub $ekey: $ety, )*)? }
-            getters {
-                $($(
-                    $crate::keys::section!(@getter typed $ekey: $ety, [$($edefault)?], [$($echeck)?]);
-                )*)?
-            }
-            json_getters {
-                $($(
-                    $crate::keys::section!(@getter json $ekey: $ety, [$($edefault)?], [$($echeck)?]);
-                )*)?
-            }
-        );
-
-        $crate::keys::section!(@outer [$($(#[doc = $outer_doc])+ $Outer)?] $Raw
-            fields {
+        $crate::keys::section!(@mirrors
+            [$($(#[doc = $written_doc])+ $Written)?] [$($(#[doc = $outer_doc])+ $Outer)?]
+            [$(#[doc = $raw_doc])+] $Raw
+            first {
                 $($(
                     $(#[doc = $fdoc])+
                     #[serde(default, skip_serializing_if = "Option::is_none")]
                     pub $fkey: Option<$fty>,
                 )*)?
+            }
+            shared {
                 $($( $(#[doc = $rdoc])+ pub $rkey: $RRaw, )*)?
                 $($(
                     $(#[doc = $doc])+
@@ -419,15 +376,22 @@ macro_rules! section {
                     #[serde(default, skip_serializing_if = "Option::is_none")]
                     pub $ekey: Option<$ety>,
                 )*)?
+            }
+            last {
                 $($(
                     $(#[doc = $ldoc])+
                     #[serde(default, skip_serializing_if = "Option::is_none")]
                     pub $lkey: Option<$lty>,
                 )*)?
             }
-            shared { $($($rkey)*)? $($($key)*)? $($($gkey)*)? $($($vkey)*)? $($($ekey)*)? }
-            own { $($($fkey)*)? $($($lkey)*)? }
+            shared_keys { $($($rkey)*)? $($($key)*)? $($($gkey)*)? $($($vkey)*)? $($($ekey)*)? }
+            own_keys { $($($fkey)*)? $($($lkey)*)? }
             getters {
+                $($(
+                    $crate::keys::section!(@getter typed $ekey: $ety, [$($edefault)?], [$($echeck)?]);
+                )*)?
+            }
+            own_getters {
                 $($(
                     $crate::keys::section!(@getter typed $fkey: $fty, [$($fdefault)?], [$($fcheck)?]);
                 )*)?
@@ -435,6 +399,13 @@ macro_rules! section {
                     $crate::keys::section!(@getter typed $lkey: $lty, [$($ldefault)?], [$($lcheck)?]);
                 )*)?
             }
+            json { $($( $(#[doc = $edoc])+ pub $ekey: Option<serde_json::Value>, )*)? }
+            json_getters {
+                $($(
+                    $crate::keys::section!(@getter json $ekey: $ety, [$($edefault)?], [$($echeck)?]);
+                )*)?
+            }
+            written { $($( $(#[doc = $edoc])+ pub $ekey: $ety, )*)? }
         );
 
         $crate::keys::section!(@docs [$($Plan)?] [$($Outer)?] $Raw {
@@ -587,22 +558,32 @@ macro_rules! section {
         );
     };
 
-    // The raw mirror: typed (it is also the written form), or, with `written`, JSON per key
-    // for reading and a typed struct for writing.
-    (@raw [] [$(#[$m:meta])+] $Raw:ident
-        typed { $($typed:tt)* } json { $($json:tt)* } written { $($written:tt)* }
-        getters { $($getters:tt)* } json_getters { $($json_getters:tt)* }
+    // The raw mirror (typed: it is also the written form) and its outer form if any; or, with
+    // `written`, JSON per key for reading and a typed struct for writing.
+    (@mirrors [] [$($outer:tt)*] [$(#[$m:meta])+] $Raw:ident
+        first { $($first:tt)* } shared { $($shared:tt)* } last { $($last:tt)* }
+        shared_keys { $($shared_keys:ident)* } own_keys { $($own_keys:ident)* }
+        getters { $($getters:tt)* } own_getters { $($own_getters:tt)* }
+        json { $($json:tt)* } json_getters { $($json_getters:tt)* } written { $($written:tt)* }
     ) => {
         $(#[$m])+
         #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
         #[serde(deny_unknown_fields)]
-        pub struct $Raw { $($typed)* }
+        pub struct $Raw { $($shared)* }
 
         impl $Raw { $($getters)* }
+
+        $crate::keys::section!(@outer [$($outer)*] $Raw
+            fields { $($first)* $($shared)* $($last)* }
+            shared_keys { $($shared_keys)* } own_keys { $($own_keys)* }
+            own_getters { $($own_getters)* }
+        );
     };
-    (@raw [$(#[$wm:meta])+ $Written:ident] [$(#[$m:meta])+] $Raw:ident
-        typed { $($typed:tt)* } json { $($json:tt)* } written { $($written:tt)* }
-        getters { $($getters:tt)* } json_getters { $($json_getters:tt)* }
+    (@mirrors [$(#[$wm:meta])+ $Written:ident] [] [$(#[$m:meta])+] $Raw:ident
+        first { $($first:tt)* } shared { $($shared:tt)* } last { $($last:tt)* }
+        shared_keys { $($shared_keys:ident)* } own_keys { $($own_keys:ident)* }
+        getters { $($getters:tt)* } own_getters { $($own_getters:tt)* }
+        json { $($json:tt)* } json_getters { $($json_getters:tt)* } written { $($written:tt)* }
     ) => {
         $(#[$m])+
         #[derive(Debug, Default, serde::Deserialize)]
@@ -615,12 +596,11 @@ macro_rules! section {
         #[derive(Debug, serde::Serialize)]
         pub struct $Written { $($written)* }
     };
-
-    // The outer form: its own keys beside the shared ones.
     (@outer [] $($rest:tt)*) => {};
     (@outer [$(#[$m:meta])+ $Outer:ident] $Raw:ident
-        fields { $($fields:tt)* } shared { $($shared:ident)* } own { $($own:ident)* }
-        getters { $($getters:tt)* }
+        fields { $($fields:tt)* }
+        shared_keys { $($shared:ident)* } own_keys { $($own:ident)* }
+        own_getters { $($getters:tt)* }
     ) => {
         $(#[$m])+
         #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -114,6 +114,35 @@ fn parsing_a_scenario_links_no_reward_runtime() {
     );
 }
 
+/// The names of the crates in a `[dependencies]` section.
+fn dependency_names(deps: &str) -> Vec<String> {
+    deps.lines()
+        .skip(1)
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_once('=').map(|(name, _)| name.trim().to_string()))
+        .collect()
+}
+
+#[test]
+fn the_reward_runtime_links_no_scenario_parser() {
+    // The reward stack reads the plain specs of comlrl-spec; the scenario crate (YAML, parquet,
+    // minijinja) stays out of it.
+    let deps = dependencies(&root().join("crates/comlrl-reward/Cargo.toml"));
+    for crate_name in ["comlrl-scenario", "parquet", "minijinja", "serde_norway"] {
+        assert!(
+            !dependency_names(&deps).iter().any(|d| d == crate_name),
+            "comlrl-reward depends on {crate_name}:\n{deps}"
+        );
+    }
+    let spec = dependencies(&root().join("crates/comlrl-spec/Cargo.toml"));
+    assert_eq!(
+        dependency_names(&spec),
+        ["serde", "serde_json"],
+        "comlrl-spec holds plain serde data and depends on nothing else:\n{spec}"
+    );
+}
+
 #[test]
 fn overwrite_clears_the_trackers_state_by_their_own_names() {
     // `train::rundir` names the trackers' files as literals (training does not import `track`).

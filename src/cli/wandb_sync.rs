@@ -40,7 +40,7 @@ impl WandbArgs {
             project: pick(
                 &self.wandb_project,
                 plan.map(|p| p.project.clone()),
-                comlrl_scenario::defaults::WANDB_PROJECT,
+                comlrl_scenario::WANDB_PROJECT,
             ),
             entity: self
                 .wandb_entity
@@ -113,7 +113,7 @@ fn saved_run(yaml: &str, origin: &Path, output_dir: &Path) -> SavedRun {
                 .filter(|w| w.is_object())
                 .map(|_| WandbPlan {
                     project: text("/logging/wandb/project")
-                        .unwrap_or_else(|| comlrl_scenario::defaults::WANDB_PROJECT.into()),
+                        .unwrap_or_else(|| comlrl_scenario::WANDB_PROJECT.into()),
                     entity: text("/logging/wandb/entity"),
                     name: text("/logging/wandb/name").unwrap_or_else(|| name.clone()),
                     tags: v

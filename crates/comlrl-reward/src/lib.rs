@@ -25,11 +25,11 @@ pub mod processor;
 pub mod reference;
 pub mod sandbox;
 pub mod script;
-/// The reward section's plain data, declared by the scenario crate.
-pub use comlrl_scenario::spec;
+/// The reward section's plain data, shared with the scenario loader (the `comlrl-spec` crate).
+pub use comlrl_spec as spec;
 
 /// The rewards guide, docs/rewards.md: its Rust examples compile as this crate's doctests
-/// (`cargo test --doc -p comlrl-reward`), its Rhai examples in `tests/guide_examples.rs`.
+/// (`cargo test --doc -p comlrl-reward`), its Rhai examples in `tests/reward/guide_examples.rs`.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/rewards.md")]
 pub struct RewardsGuide;

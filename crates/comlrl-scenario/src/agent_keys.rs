@@ -1,27 +1,28 @@
 //! The `agents` section's key table: every per-agent key once, with its type, default, reason,
-//! check and meaning. [`RawAgent`] (one list entry), [`RawAgentGroup`] (`{count, ...}`),
-//! [`AgentPlan`] with its [`Sampling`], the defaults, range checks (under `agents.key` or
-//! `agents[i].key`), the resolved-YAML writer and the docs table in docs/scenario.md all derive
-//! from it (`agent_macro.rs` has the macro).
+//! check and meaning (`keys.rs` has the macro and the row syntax). [`RawAgent`] (one list
+//! entry), [`RawAgentGroup`] (`{count, ...}`), [`AgentPlan`] with its [`Sampling`], the
+//! defaults, range checks (under `agents.key` or `agents[i].key`), the resolved-YAML writer and
+//! the docs table in docs/scenario.md all derive from it.
 //!
-//! To add a key: one row in `keys` (or in `group sampling` for a sampling setting), e.g.
-//! `/// meaning` then `replicas: usize = 1, kind "integer ≥ 1", why "...", check at_least(1,
-//! "hint");`; a default may name `cx` ([`AgentContext`]: the agent's index, the trainer's
-//! learning rate, ...) and the keys above it. Then read `agent.<name>` where the trainer uses it
-//! and regenerate the docs table with `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario
-//! --test key_tables`; `tests/scenario_keys_read.rs` (main crate) fails until code under src/
-//! reads it. A new enum type must be listed in `plain_settings!` (`keys.rs`). A key whose value
-//! needs resolving (a path, a parsed template) goes in `resolved` with a `via` resolver and an
-//! `emit` writer. Porting a key added the old way (a field in `RawAgent` and `RawAgentGroup`,
-//! its line in `RawAgentGroup::agent`, an `AgentPlan` field, a `defaults.rs` constant, a check
-//! in `agents.rs`, a line in `emit.rs`, a docs row): fold them into one row and delete the rest.
+//! To add a key: one row in `keys` (or in `group sampling` for a sampling setting); a default
+//! may name `cx` ([`AgentContext`]: the agent's index, the trainer's learning rate, ...) and the
+//! keys above it. Then read `agent.<name>` where the trainer uses it and regenerate the docs
+//! table with `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test scenario
+//! key_tables`; `tests/scenario_keys_read.rs` (main crate) fails until code under src/ reads
+//! it. A key whose value needs resolving (a path, a parsed template) goes in `resolved` with a
+//! `via` resolver and an `emit` writer.
 use crate::agents::{compile_template, model_ref};
 use crate::chat_spec;
-use crate::defaults as def;
-use crate::keys::{at_least, if_set, learning_rate as lr_check, non_negative, Bad};
+use crate::keys::{
+    at_least, if_set, learning_rate as lr_check, non_negative, section, Bad, SectionContext,
+};
 use crate::plan::{ChatTemplateSpec, DatasetPlan, Dtype, ModelRef, ModelSource};
 use crate::template::Template;
 use std::path::Path;
+
+/// Agents in `agents: {model: ...}` without `count` (CoMLRL `num_agents`), and the count
+/// assumed when `agents` is missing.
+pub(crate) const DEFAULT_COUNT: usize = 2;
 
 /// What an agent's defaults and resolvers need from the rest of the scenario.
 pub(crate) struct AgentContext<'a> {
@@ -35,17 +36,18 @@ pub(crate) struct AgentContext<'a> {
     pub dataset: Option<&'a DatasetPlan>,
 }
 
-crate::agent_macro::agent_section! {
-    /// One entry of `agents: [...]` (heterogeneous agents); also the resolved scenario's form.
-    raw RawAgent;
-    /// `agents: {count: N, model: ..., ...}` — N agents with the same settings.
-    group RawAgentGroup;
-    /// One agent: model, dtype, sampling, learning rate and prompt template.
-    plan AgentPlan;
-    context cx: AgentContext<'_>;
-    shape {
+impl SectionContext for AgentContext<'_> {}
+
+section! {
+    raw /// One entry of `agents: [...]` (heterogeneous agents); also the resolved scenario's form.
+        RawAgent;
+    outer /// `agents: {count: N, model: ..., ...}` — N agents with the same settings.
+        RawAgentGroup;
+    plan /// One agent: model, dtype, sampling, learning rate and prompt template.
+        AgentPlan, context cx: AgentContext<'_>;
+    first {
         /// Shared form only: number of agents (CoMLRL `num_agents`). `1` is single-agent GRPO.
-        count: usize = def::AGENT_COUNT, kind "integer ≥ 1", why "CoMLRL",
+        count: usize = DEFAULT_COUNT, kind "integer ≥ 1", why "CoMLRL",
             check at_least(1, "use `count: 2` for two cooperating agents (1 = single-agent GRPO)");
     }
     computed {
@@ -77,10 +79,9 @@ crate::agent_macro::agent_section! {
             why "exact: samples from the weights being trained", check sampling_precision;
         /// Keep copies of the weights that make f32 sampling faster: contiguous transposed
         /// copies for models of at most 64 MiB, and above that, on CPUs with AVX-512, the MLP's
-        /// weights packed in f32 panels (freed during update rounds: at Qwen2.5-0.5B, 1.25 GB per
-        /// agent and the seed's peak stays the update's; SmolLM2-135M with both agents updating
-        /// at once peaks 0.45 GB higher). `false` decodes from the weights' own layout: no extra
-        /// memory, slower. Ignored with `sampling_dtype: bf16`, whose bf16 copies take their
+        /// weights packed in f32 panels (freed during update rounds, so they raise a run's peak
+        /// only where sampling, not the update, sets it). `false` decodes from the weights' own
+        /// layout: no extra memory, slower. Ignored with `sampling_dtype: bf16`, whose bf16 copies take their
         /// place. See docs/performance.md.
         sampling_copies: bool = true, kind "bool",
             why "faster f32 decoding, in memory the update round needs anyway";

@@ -35,7 +35,7 @@ pub(crate) fn parse(d: &mut Diags, value: Option<Json>) -> Option<Vec<(KeyPath, 
             if count < 1 {
                 return None;
             }
-            Some((0..count).map(|_| (p.clone(), group.agent())).collect())
+            Some((0..count).map(|_| (p.clone(), group.shared())).collect())
         }
         Some(Json::Array(items)) => {
             if items.is_empty() {

@@ -3,7 +3,6 @@
 //! shape; rows are loaded here and must not be empty.
 use crate::collect::Diags;
 use crate::data::{self, DataFormat, DataSource, Dataset, Row};
-use crate::defaults as def;
 use crate::deser::section;
 use crate::error::ErrorKind;
 use crate::hub::{self, HubRequest};
@@ -15,6 +14,9 @@ use crate::split::SplitSpec;
 use crate::LoadOptions;
 use serde_json::Value as Json;
 use std::path::Path;
+
+/// The split of a training set from the Hub that names none (an eval set must name its split).
+const HUB_SPLIT: &str = "train";
 
 pub(crate) fn resolve(
     d: &mut Diags,
@@ -36,9 +38,8 @@ pub(crate) fn resolve(
         return None;
     };
     let raw: RawDataset = section(d, &p, value)?;
-    let (train, eval) = raw.split();
-    let train = source(d, &p, train, base, opts, false);
-    let eval = match eval {
+    let train = source(d, &p, raw.shared(), base, opts, false);
+    let eval = match raw.eval {
         Some(e) => Some(source(d, &p.key("eval"), e, base, opts, true)?),
         None => None,
     };
@@ -56,10 +57,7 @@ fn source(
     opts: &LoadOptions,
     is_eval: bool,
 ) -> Option<Dataset> {
-    let prompt_field = raw
-        .prompt_field
-        .clone()
-        .unwrap_or_else(|| def::PROMPT_FIELD.to_string());
+    let prompt_field = raw.prompt_field(d, p);
     let set: Vec<&str> = [
         ("prompts", raw.prompts.is_some()),
         ("path", raw.path.is_some()),
@@ -106,16 +104,16 @@ fn source(
             "a Hub dataset (`hub`), not to a data file",
         );
         file(d, p, &path, raw.format, &prompt_field, base)?
-    } else if let Some(repo) = raw.hub {
+    } else if let Some(repo) = raw.hub.clone() {
         unused(
             d,
             &[("format", raw.format.is_some())],
             "a data file (`path`); Hub datasets are read as parquet",
         );
-        let config = raw.config.unwrap_or_else(|| def::HUB_CONFIG.to_string());
+        let config = raw.config(d, p);
         let split = match (raw.split, is_eval) {
             (Some(s), _) => s,
-            (None, false) => def::HUB_SPLIT.to_string(),
+            (None, false) => HUB_SPLIT.to_string(),
             (None, true) => {
                 d.error(
                     ErrorKind::MissingKey,

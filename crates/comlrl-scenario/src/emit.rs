@@ -3,34 +3,9 @@
 //! gives the same plan (rows of a data file are re-read from its path, not embedded).
 use crate::data::{DataSource, Dataset};
 use crate::plan::Scenario;
-use crate::raw::{RawAgent, RawDataSource, RawDataset, RawLogging, RawTrainer};
-use crate::spec::{ProcessorSpec, RewardSpec};
-use serde::{Serialize, Serializer};
-use std::path::PathBuf;
+use crate::raw::{ProcessorChain, RawDataSource, RawDataset, RawScenario};
 
-#[derive(Serialize)]
-struct Emitted<'a> {
-    dataset: RawDataset,
-    agents: Vec<RawAgent>,
-    reward: &'a [RewardSpec],
-    #[serde(serialize_with = "processors_as_maps")]
-    reward_processors: &'a [ProcessorSpec],
-    trainer: RawTrainer,
-    logging: RawLogging,
-    seed: u64,
-    output_dir: &'a PathBuf,
-    checkpoint_every: u64,
-}
-
-/// `- scale: 100.0` rather than YAML tags (`- !scale 100.0`), as users write them.
-fn processors_as_maps<S: Serializer>(p: &&[ProcessorSpec], s: S) -> Result<S::Ok, S::Error> {
-    let maps: Vec<serde_json::Value> = p
-        .iter()
-        .map(|x| serde_json::to_value(x).unwrap_or(serde_json::Value::Null))
-        .collect();
-    maps.serialize(s)
-}
-
+/// A set of rows as the keys that name its source.
 fn source(ds: &Dataset) -> RawDataSource {
     match &ds.source {
         DataSource::Inline => RawDataSource {
@@ -59,31 +34,20 @@ fn source(ds: &Dataset) -> RawDataSource {
 }
 
 pub(crate) fn to_yaml(s: &Scenario) -> String {
-    let train = source(&s.dataset.train);
-    let dataset = RawDataset {
-        prompts: train.prompts,
-        path: train.path,
-        format: train.format,
-        prompt_field: train.prompt_field,
-        hub: train.hub,
-        config: train.config,
-        split: train.split,
-        eval: s.dataset.eval.as_ref().map(source),
-    };
-    let agents = s.agents.iter().map(|a| a.to_raw()).collect();
+    let mut dataset = RawDataset::from_shared(source(&s.dataset.train));
+    dataset.eval = s.dataset.eval.as_ref().map(source);
     // Settings that are moot in this run (multi-turn ones with one turn, eval ones without an
     // eval set) are left out: reloading gives the same plan, without "no effect" warnings.
-    let trainer = s.trainer.to_raw(s.dataset.eval.is_some());
-    let logging = s.logging.to_raw(false);
-    let doc = Emitted {
+    let has_eval = s.dataset.eval.is_some();
+    let doc = RawScenario {
         dataset,
-        agents,
-        reward: &s.reward.terms,
-        reward_processors: &s.reward.processors,
-        trainer,
-        logging,
+        agents: s.agents.iter().map(|a| a.to_raw(has_eval)).collect(),
+        reward: s.reward.terms.clone(),
+        reward_processors: ProcessorChain(s.reward.processors.clone()),
+        trainer: s.trainer.to_raw(has_eval),
+        logging: s.logging.to_raw(has_eval),
         seed: s.seed,
-        output_dir: &s.output_dir,
+        output_dir: s.output_dir.clone(),
         checkpoint_every: s.checkpoint_every,
     };
     let mut out = format!(

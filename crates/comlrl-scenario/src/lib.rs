@@ -12,7 +12,6 @@
 //! # Ok::<(), comlrl_scenario::ScenarioError>(())
 //! ```
 mod agent_keys;
-mod agent_macro;
 mod agents;
 pub mod chat;
 mod chat_spec;
@@ -20,7 +19,7 @@ mod code;
 mod collect;
 pub mod data;
 mod dataset;
-pub mod defaults;
+mod dataset_keys;
 mod deser;
 mod emit;
 pub mod error;
@@ -36,12 +35,16 @@ pub mod positions;
 pub mod raw;
 mod resolve;
 mod rewards;
-pub mod spec;
 pub mod split;
 mod suggest;
+pub mod tables;
 pub mod template;
+mod top_keys;
 mod trainer;
 mod trainer_keys;
+
+/// The reward section's plain data, shared with the reward runtime (the `comlrl-spec` crate).
+pub use comlrl_spec as spec;
 
 pub use chat::{ChatTemplate, ChatTemplateError};
 pub use data::{DataFormat, DataSource, Dataset, Row};

@@ -1,11 +1,11 @@
-//! The `logging` section's key table (see `trainer_keys.rs` for how to add a key): cadence and
+//! The `logging` section's key table (`keys.rs` has the macro and the row syntax): cadence and
 //! tracking back-ends. [`RawLogging`], [`LoggingPlan`] and the docs table derive from it.
-use crate::collect::Diags;
-use crate::defaults as def;
-use crate::keys::{settings_section, Bad, SectionContext};
+use crate::keys::{section, Bad, SectionContext};
 use crate::plan::WandbPlan;
-use crate::positions::KeyPath;
 use crate::raw::RawWandb;
+
+/// The W&B project of a run whose `logging.wandb` names none (CoMLRL's default project).
+pub const WANDB_PROJECT: &str = "comlrl";
 
 /// What the `logging` resolver needs from the rest of the scenario.
 pub(crate) struct LoggingContext<'a> {
@@ -15,30 +15,28 @@ pub(crate) struct LoggingContext<'a> {
 
 impl SectionContext for LoggingContext<'_> {}
 
-settings_section! {
-    /// `logging:` — cadence and tracking back-ends.
-    raw RawLogging;
-    /// Logging cadence and the tracking back-ends.
-    plan LoggingPlan;
-    section "logging";
-    context LoggingContext<'_>;
+section! {
+    raw /// `logging:` — cadence and tracking back-ends.
+        RawLogging;
+    plan /// Logging cadence and the tracking back-ends.
+        LoggingPlan, context cx: LoggingContext<'_>;
     keys {
         /// Write a metrics row every N training steps (one step = one training prompt). The
         /// row aggregates the steps since the previous row. It lives here, not in `trainer`,
         /// with the rest of what is logged where.
-        steps: usize = def::LOGGING_STEPS, kind "integer ≥ 1", why "CoMLRL `logging_steps`",
+        steps: usize = 50, kind "integer ≥ 1", why "CoMLRL `logging_steps`",
             check cadence;
         /// Write TensorBoard event files (scalars) under `<output_dir>/tb/`; see "Experiment
         /// tracking".
         tensorboard: bool = false, kind "bool", why "off unless asked";
     }
-    nested {
+    resolved {
         /// Weights & Biases run: `project` (default `comlrl`, CoMLRL's), `entity` (default:
         /// your W&B default), `name` (default: the scenario name), `tags` (list). The resolved
         /// scenario is the run config. `--wandb*` flags of `comlrl run` win over these keys;
         /// see "Experiment tracking". Absent: W&B off.
-        wandb: RawWandb => Option<WandbPlan>, kind "mapping", shown "none (off)",
-            via wandb, emit wandb_raw;
+        wandb: RawWandb => Option<WandbPlan>, kind "mapping", shown "none (off)", why "",
+            via |_, _, raw| wandb(raw, cx.name), emit wandb_raw;
     }
 }
 
@@ -50,20 +48,15 @@ fn cadence(_key: &str, steps: &usize) -> Option<Bad> {
     })
 }
 
-fn wandb(
-    _d: &mut Diags,
-    _path: &KeyPath,
-    raw: Option<&RawWandb>,
-    _plan: &LoggingPlan,
-    cx: &LoggingContext,
-) -> Option<WandbPlan> {
+/// `logging.wandb`: the project and run name defaulted.
+fn wandb(raw: Option<&RawWandb>, scenario_name: &str) -> Option<WandbPlan> {
     raw.map(|w| WandbPlan {
         project: w
             .project
             .clone()
-            .unwrap_or_else(|| def::WANDB_PROJECT.to_string()),
+            .unwrap_or_else(|| WANDB_PROJECT.to_string()),
         entity: w.entity.clone(),
-        name: w.name.clone().unwrap_or_else(|| cx.name.to_string()),
+        name: w.name.clone().unwrap_or_else(|| scenario_name.to_string()),
         tags: w.tags.clone().unwrap_or_default(),
     })
 }

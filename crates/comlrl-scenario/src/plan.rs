@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub use crate::agent_keys::{AgentPlan, Sampling};
-pub use crate::logging_keys::LoggingPlan;
+pub use crate::logging_keys::{LoggingPlan, WANDB_PROJECT};
 pub use crate::trainer_keys::TrainerPlan;
+pub use comlrl_spec::{CodeSource, TransitionPlan};
 
 /// A fully resolved scenario. Built by [`crate::load`]; see the README's "Scenario reference" for every key.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,33 +162,6 @@ pub enum LrScheduler {
     Linear,
     /// Decay along a half cosine to 0 over training.
     Cosine,
-}
-
-/// A Rhai script or a native plugin, as an absolute path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CodeSource {
-    /// A Rhai script.
-    Rhai(PathBuf),
-    /// As written (resolved against the scenario dir); a bare name is mapped to the platform's
-    /// `lib<name>.so` / `<name>.dll` / `lib<name>.dylib` by the plugin loader.
-    Plugin(PathBuf),
-}
-
-/// The multi-turn external transition: code that writes each agent's next-turn prompt.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TransitionPlan {
-    /// The script or plugin.
-    pub source: CodeSource,
-    /// Free-form JSON handed to it (`{}` when none).
-    pub params: serde_json::Value,
-    /// Wall-clock budget of one call in milliseconds (≥ 1); `None`: the script sandbox's
-    /// per-call default, or [`crate::spec::ISOLATED_BUDGET_MS`] for an isolated plugin.
-    pub time_budget_ms: Option<u64>,
-    /// Run a plugin in a child process; `None`: [`crate::spec::DEFAULT_ISOLATE`]. Never set for
-    /// a script.
-    pub isolate: Option<bool>,
-    /// What a failing call does to the training step.
-    pub on_error: crate::spec::OnError,
 }
 
 /// Weights & Biases run settings, defaults applied.

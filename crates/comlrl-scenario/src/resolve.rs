@@ -1,8 +1,7 @@
 //! From the (overridden) JSON tree to the [`Scenario`]: splits the top level into sections,
 //! resolves each (collecting every error), and fills the top-level settings and `logging`.
-use crate::agent_keys::AgentContext;
+use crate::agent_keys::{AgentContext, DEFAULT_COUNT};
 use crate::collect::Diags;
-use crate::defaults as def;
 use crate::deser::section;
 use crate::error::ErrorKind;
 use crate::logging_keys::LoggingContext;
@@ -14,6 +13,9 @@ use crate::{agents, dataset, paths, rewards, trainer, LoadOptions};
 use serde::de::DeserializeOwned;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
+
+/// The folder of a scenario's runs, relative to the scenario file: `runs/<scenario stem>`.
+const OUTPUT_ROOT: &str = "runs";
 
 pub(crate) fn resolve(
     d: &mut Diags,
@@ -50,9 +52,8 @@ pub(crate) fn resolve(
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "scenario".into());
 
-    let seed = scalar::<u64>(d, "seed", top.seed).unwrap_or(def::SEED);
-    let checkpoint_every =
-        scalar::<u64>(d, "checkpoint_every", top.checkpoint_every).unwrap_or(def::CHECKPOINT_EVERY);
+    let seed = top.seed(d, &rp);
+    let checkpoint_every = top.checkpoint_every(d, &rp);
     let output_dir = match scalar::<PathBuf>(d, "output_dir", top.output_dir) {
         Some(p) if p.as_os_str().is_empty() => {
             d.invalid(
@@ -60,16 +61,16 @@ pub(crate) fn resolve(
                 "output_dir is empty",
                 "remove it to use runs/<scenario name>, or give a folder",
             );
-            base.join(def::OUTPUT_ROOT).join(&name)
+            base.join(OUTPUT_ROOT).join(&name)
         }
         Some(p) => paths::resolve(&base, &p),
-        None => base.join(def::OUTPUT_ROOT).join(&name),
+        None => base.join(OUTPUT_ROOT).join(&name),
     };
 
     let dataset = dataset::resolve(d, top.dataset, &base, opts);
     let raw_agents = agents::parse(d, top.agents);
     let raw_trainer: RawTrainer = optional(d, "trainer", top.trainer).unwrap_or_default();
-    let num_agents = raw_agents.as_ref().map_or(def::AGENT_COUNT, Vec::len);
+    let num_agents = raw_agents.as_ref().map_or(DEFAULT_COUNT, Vec::len);
     let cx = TrainerContext {
         base: &base,
         opts,
@@ -143,5 +144,6 @@ fn optional<T: DeserializeOwned>(d: &mut Diags, key: &str, v: Option<Json>) -> O
 
 fn logging(d: &mut Diags, v: Option<Json>, name: &str) -> LoggingPlan {
     let raw: RawLogging = optional(d, "logging", v).unwrap_or_default();
-    LoggingPlan::from_raw(d, &raw, &LoggingContext { name })
+    let p = KeyPath::root().key("logging");
+    LoggingPlan::from_raw(d, &p, &raw, &LoggingContext { name })
 }

@@ -25,7 +25,7 @@ impl crate::keys::SectionContext for TrainerContext<'_> {
 pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> TrainerPlan {
     let p = KeyPath::root().key("trainer");
     let at = |k: &str| p.key(k);
-    let t = TrainerPlan::from_raw(d, &raw, cx);
+    let t = TrainerPlan::from_raw(d, &p, &raw, cx);
     let (num_generations, rollout_buffer_size, train_batch_size) =
         (t.num_generations, t.rollout_buffer_size, t.train_batch_size);
     let (joint_mode, advantage_mode) = (t.joint_mode, t.advantage_mode);

@@ -1,36 +1,31 @@
 //! The `trainer` section's key table: every key once, with its type, default, reason, check and
-//! meaning. [`RawTrainer`], [`TrainerPlan`], the defaults, range checks, the resolved-YAML writer
-//! and the docs table in docs/scenario.md are all derived from it (`keys.rs` has the macro).
+//! meaning (`keys.rs` has the macro and the row syntax). [`RawTrainer`], [`TrainerPlan`], the
+//! defaults, range checks, the resolved-YAML writer and the docs table in docs/scenario.md are
+//! derived from it; cross-key checks are in `trainer.rs`.
 //!
-//! To add a key: add one row below (doc comment, `name: Type = default, kind "...", why "..."`,
-//! plus `check` / `only` if it has a range or only matters sometimes), then read
-//! `scenario.trainer.<name>` where the trainer uses it, and regenerate the docs table with
-//! `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test key_tables`. The main crate's
-//! test `tests/scenario_keys_read.rs` fails until some code under src/ reads the new key.
-//! Porting a key added the old way (a `RawTrainer` field, a `TrainerPlan` field, a `defaults.rs`
-//! constant, a check in `trainer.rs`, an `emit.rs` line, a docs row): fold those into one row
-//! here and delete the rest. A new value type (an enum) must be listed in `plain_settings!` in
-//! `keys.rs` (the compiler says "`Setting` is not implemented" until it is).
+//! To add a key: add one row below, read `scenario.trainer.<name>` where the trainer uses it,
+//! and regenerate the docs table with `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario
+//! --test scenario key_tables`. The main crate's test `tests/scenario_keys_read.rs` fails until
+//! some code under src/ reads the new key. A new value type (an enum) is listed in
+//! `plain_settings!` in `keys.rs` (the compiler says "`Setting` is not implemented" until it is).
 //! Values marked "CoMLRL" are those of `MAGRPOConfig` in CoMLRL 1.4, so that a scenario means
 //! what the same settings mean in the Python library.
 use crate::code::resolve_code;
 use crate::collect::Diags;
 use crate::error::ErrorKind;
 use crate::keys::{
-    at_least, if_set, learning_rate, non_negative, positive, settings_section, unit, Bad, Relevance,
+    at_least, if_set, learning_rate, non_negative, positive, section, unit, Bad, Relevance,
 };
 use crate::plan::{AdvantageMode, CodeSource, Dtype, JointMode, LrScheduler, TransitionPlan};
 use crate::positions::KeyPath;
 use crate::raw::RawTransition;
 use crate::trainer::TrainerContext;
 
-settings_section! {
-    /// `trainer:` — CoMLRL's `MAGRPOConfig` (1.4 names) plus optimizer settings.
-    raw RawTrainer;
-    /// Every `MAGRPOConfig` setting (CoMLRL 1.4 names) plus comlrl's optimizer extras.
-    plan TrainerPlan;
-    section "trainer";
-    context TrainerContext<'_>;
+section! {
+    raw /// `trainer:` — CoMLRL's `MAGRPOConfig` (1.4 names) plus optimizer settings.
+        RawTrainer;
+    plan /// Every `MAGRPOConfig` setting (CoMLRL 1.4 names) plus comlrl's optimizer extras.
+        TrainerPlan, context cx: TrainerContext<'_>;
     keys {
         /// Passes over the training prompts.
         num_train_epochs: usize = 20, kind "integer ≥ 1", why "CoMLRL",
@@ -132,44 +127,40 @@ settings_section! {
         batch_buffer_sampling: bool = true, kind "bool", why "same samples, faster decoding";
         /// Agents compute their updates at the same time. Identical results; costs a second set
         /// of gradient accumulators (one more copy of the weights) and activations. Turn it off
-        /// when memory, not time, is short (the Qwen2.5-0.5B seed scenario does: it keeps two
-        /// agents' weights + AdamW moments, 12 GB, plus one agent's gradients under 15 GB).
+        /// when memory, not time, is short: then one agent's gradients and activations are held
+        /// at a time (the Qwen2.5-0.5B seed scenario does).
         parallel_updates: bool = true, kind "bool", why "same results, faster";
         /// Numeric type of AdamW's two moment buffers: `f32` is torch's AdamW exactly; `bf16`
-        /// halves them (8 → 4 bytes per parameter, 2 GB less per agent at Qwen2.5-0.5B) by
-        /// storing bf16 with stochastic rounding: read exactly, updated in f32, rounded up or
-        /// down at random in proportion to the distance, so small updates are not lost on
-        /// average. The random bits are keyed by seed, step and parameter: runs and resumes are
+        /// halves them (8 → 4 bytes per parameter) by storing bf16 with stochastic rounding:
+        /// read exactly, updated in f32, rounded up or down at random in proportion to the
+        /// distance, so small updates are not lost on average. The random bits are keyed by seed, step and parameter: runs and resumes are
         /// reproducible, whatever the thread count. A checkpoint written with the other setting
         /// is converted on resume, with a note. See docs/performance.md.
         optimizer_state_dtype: Dtype = Dtype::F32, kind "`f32` \\| `bf16`",
             why "torch's AdamW exactly", check state_precision;
         /// Completions per forward/backward pass in the loss; `0` = all K of a node sample in
         /// one pass. Gradients are accumulated in place across passes, so results do not
-        /// depend on it (up to float rounding); smaller uses less activation memory. 2 measured
-        /// fastest on `builtin:small` here (1 and 4: slower; 8: 1.5× the memory); at
-        /// Qwen2.5-0.5B shape 8 is ~1.7× faster than 2 in the backward at the same peak, so the
-        /// seed scenario sets 8. Not in CoMLRL, which scores one sequence at a time.
-        micro_batch_size: usize = 2, kind "integer ≥ 0", why "fastest on `builtin:small`";
+        /// depend on it (up to float rounding); smaller uses less activation memory, larger
+        /// makes bigger products, which pays on larger models (the Qwen2.5-0.5B seed scenario
+        /// sets 8). Not in CoMLRL, which scores one sequence at a time.
+        micro_batch_size: usize = 2, kind "integer ≥ 0",
+            why "little activation memory, fast on small models";
         /// Keep only each decoder layer's input during the loss's forward and re-run one layer
         /// at a time in the backward (transformers' `gradient_checkpointing`). One extra
-        /// forward's compute for a fraction of the activation memory; on `builtin:small` here
-        /// it cost no measurable time (update 3.87 vs 3.80 s per step) and cut the update's
-        /// peak from 1.95 to 1.33 GB. Layers whose activations fit `activation_budget_mb`
-        /// are not re-run.
+        /// forward's compute for a fraction of the activation memory. Layers whose activations
+        /// fit `activation_budget_mb` are not re-run.
         gradient_checkpointing: bool = true, kind "bool", why "a fraction of the memory";
         /// With `gradient_checkpointing`, the loss's first forward keeps the activations of
         /// layers (bottom first) while one pass's kept activations fit in this many MiB, and
         /// those layers skip their re-run in the backward: identical results, less compute.
         /// It bounds the extra memory: at most this much per pass (per agent updating at the
         /// same time, and per waiting pass where a mini-batch runs its LM heads first, see
-        /// docs/performance.md). Small models keep every layer: tiny-qwen2 ~2 MB a pass
-        /// (update 21.7 → 18.6 ms per step), small-qwen2 92 MB (update 2.11 → 1.68 s per step,
-        /// peak 1.12 → 1.26 GB); a Qwen2.5-0.5B layer of an 8-sequence pass holds ~59 MB (the
-        /// norms' outputs, attention probabilities and SwiGLU are recomputed, not kept), so the
-        /// seed keeps one layer of 24 there by this budget. 0 re-runs every layer.
+        /// docs/performance.md). Small models keep every layer within the default; a
+        /// Qwen2.5-0.5B-sized model keeps about one layer of an 8-sequence pass (the norms'
+        /// outputs, attention probabilities and SwiGLU are recomputed, not kept). 0 re-runs
+        /// every layer.
         activation_budget_mb: usize = 96, kind "integer ≥ 0",
-            why "small models skip the re-run; one 0.5B layer";
+            why "small models skip the re-run, at a bounded cost in memory";
         /// With `gradient_checkpointing`, the loss computes the prompt that a pass's
         /// completions share (they come from one node sample) once instead of once per
         /// completion: its tokens but the last go through the layers as one row, packed into
@@ -178,9 +169,7 @@ settings_section! {
         /// computing every row whole, up to float rounding, with (rows − 1) × (prompt tokens −
         /// 1) fewer positions in each of a pass's products, so it pays most with long prompts
         /// (chat templates, system prompts, task statements) and passes of many rows
-        /// (`micro_batch_size`): SmolLM2-135M with a 290-token prompt, update 19.1 → 13.8 s per
-        /// step in passes of 2, 21.9 → 9.5 in passes of 8; the 0.5B seed's 8-token prompts
-        /// ~3%. Passes on non-f32 weights or a GPU are computed whole. `false` computes every
+        /// (`micro_batch_size`). Passes on non-f32 weights or a GPU are computed whole. `false` computes every
         /// row whole, as CoMLRL does. See docs/performance.md.
         share_prompt: bool = true, kind "bool", why "same gradients, fewer products";
         /// Operand type of the update's big products: `f32` is the exact path; `bf16` rounds
@@ -189,22 +178,18 @@ settings_section! {
         /// AdamW state stay f32; norms, softmax, attention scores, RoPE, SwiGLU and the loss stay
         /// f32; sampling and scoring are not affected (see `agents.sampling_dtype`). Needs
         /// `gradient_checkpointing: true` and f32 weights. It pays where the CPU multiplies bf16
-        /// faster than f32 (AMX, AMD's `vdpbf16ps`); Intel's cores without AMX run it at half
-        /// the f32 rate, so there `f32` is faster and the run says so. See
-        /// docs/performance.md.
+        /// faster than f32 (AMX, AMD's `vdpbf16ps`); on Intel cores without AMX `f32` is
+        /// faster, and the run says so. See docs/performance.md.
         compute_dtype: Dtype = Dtype::F32, kind "`f32` \\| `bf16`",
             why "exact: the update in f32", check compute_precision;
         /// A mini-batch of several passes prepares each weight once for all of them when the
         /// copies fit in this many MiB (per agent updating at the same time; 4 bytes a
         /// parameter): with `compute_dtype: bf16` packed for the bf16 kernel (both layouts),
-        /// in f32 a contiguous Wᵀ, which gemm multiplies up to ~2× faster than the strided
-        /// view where a pass has few rows (small-qwen2's MLP). Else each product reads the
-        /// weight as it is. The same products bit for bit. tiny-qwen2 3.3 MiB, small-qwen2
-        /// 122 MiB (f32 update 2.54 → 2.39 s per step, bf16 1.65 → 1.54; peak +0.25 GB with two
-        /// agents updating at once); Qwen2.5-0.5B's 1.8 GiB stay per product, and so does
-        /// SmolLM2-135M's 0.5 GiB (copied in f32 at 1024 it ran 6% slower). 0: no copies.
+        /// in f32 a contiguous Wᵀ, which gemm multiplies faster than the strided view where a
+        /// pass has few rows. Else each product reads the weight as it is. The same products
+        /// bit for bit. 0: no copies.
         packed_weights_mb: usize = 256, kind "integer ≥ 0",
-            why "small models prepare once; not 0.5B (1.8 GiB)";
+            why "small models prepare once; large ones read their weights in place";
         /// Most joint actions a rollout node may score (`cross`: num_generations^agents). Each
         /// is one reward call over N completions; 4096 keeps a node's scoring to seconds and
         /// its memory to a few MB with a wide margin for multi-turn trees (joint^turns nodes).
@@ -213,7 +198,7 @@ settings_section! {
             check at_least(1, "use e.g. `max_joint_actions: 4096`; `cross` scores at least one joint action"),
             only Only::Cross;
     }
-    nested {
+    resolved {
         /// Required iff `num_turns > 1`: `{rhai: path}` plus optional `params`, the script that
         /// writes each agent's next-turn prompt from the branch's history (CoMLRL's
         /// `external_transition` callable). It defines `fn transition(ctx)` returning an array
@@ -230,7 +215,9 @@ settings_section! {
         /// joint action's return is its reward + `discount` × the mean of its child's returns;
         /// every node is a training sample.
         external_transition: RawTransition => Option<TransitionPlan>, kind "mapping",
-            shown "none", via transition, emit transition_raw;
+            shown "none", why "",
+            via |d, p, raw| transition(d, &p.key("external_transition"), raw, num_turns, cx),
+            emit transition_raw;
     }
 }
 
@@ -245,7 +232,9 @@ pub(crate) enum Only {
     Cross,
 }
 
-impl Relevance<TrainerPlan> for Only {
+impl Relevance for Only {
+    type Plan = TrainerPlan;
+
     fn holds(&self, t: &TrainerPlan, has_eval: bool) -> bool {
         match self {
             Only::MultiTurn => t.num_turns > 1,
@@ -303,10 +292,9 @@ fn transition(
     d: &mut Diags,
     path: &KeyPath,
     raw: Option<&RawTransition>,
-    plan: &TrainerPlan,
+    num_turns: usize,
     cx: &TrainerContext,
 ) -> Option<TransitionPlan> {
-    let num_turns = plan.num_turns;
     match raw {
         None if num_turns > 1 => {
             d.error(

@@ -1,7 +1,7 @@
 //! Scenario errors about keys and values: the message names the file, line and column of the
 //! offending key, the key path, what is wrong, and a fix — unknown or misplaced keys, wrong
 //! types, values out of range, misspelt enum values, per-agent entries.
-mod common;
+use crate::common;
 
 use comlrl_scenario::ErrorKind::*;
 use common::{check, with, Fixture, BASE};

@@ -1,6 +1,6 @@
 //! The Rhai script and the native plugin of the length-ratio reward agree with each other and
 //! with the Rust reference, on a sweep of (len1, len2) with non-ASCII text.
-mod common;
+use crate::common;
 
 use comlrl_reward::reference::len_ratio;
 use comlrl_reward::{JointSample, NativeReward, RewardFn, RhaiReward};

@@ -1,5 +1,5 @@
 //! The scenario files shipped in `scenarios/` load and resolve to the seed example's values.
-mod common;
+use crate::common;
 
 use comlrl_scenario::spec::ProcessorSpec;
 use comlrl_scenario::{

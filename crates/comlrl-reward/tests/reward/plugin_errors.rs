@@ -1,6 +1,6 @@
 //! Every way a native plugin can fail gives a clear error naming the plugin; none of them
 //! (a panic included) brings the process down. Needs the testkit plugins built.
-mod common;
+use crate::common;
 
 use comlrl_reward::{JointSample, NativeReward, PluginFailure, RewardError, RewardFn};
 use serde_json::json;

@@ -1,6 +1,6 @@
-//! The reward section of a scenario as written in YAML: reward sources with weights and params,
-//! and the processor chain. Plain, serde-facing data: the scenario resolves relative paths in
-//! them, and `comlrl-reward` builds the reward stack from them (this crate never links it).
+//! One reward term of a scenario as written in YAML: its source (a Rhai script or a native
+//! plugin), weight and params, and how it runs (time budget, isolation, what a failure does).
+//! The scenario loader resolves relative paths in it; `comlrl-reward` builds the stack from it.
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -66,9 +66,9 @@ impl Default for RewardSpec {
     }
 }
 
-/// Whether plugins run in a child process unless the term says otherwise: yes on Unix (the
-/// measured cost is a few milliseconds per 1,000 joint samples, see docs/rewards.md), no
-/// elsewhere (isolation needs Unix).
+/// Whether plugins run in a child process unless the term says otherwise: yes on Unix (a
+/// crash becomes an error, at a cost small next to sampling; see docs/rewards.md), no elsewhere
+/// (isolation needs Unix).
 pub const DEFAULT_ISOLATE: bool = cfg!(unix);
 
 /// Default budget of one batch of an isolated plugin, in milliseconds (the child is killed
@@ -100,63 +100,4 @@ fn one() -> f64 {
 
 fn empty_map() -> serde_json::Value {
     serde_json::Value::Object(Default::default())
-}
-
-/// One step of the reward processor chain, applied in order to the weighted sum `x` of the
-/// terms (CoMLRL's `RewardProcessors`; `shift` is comlrl's addition):
-///
-/// | YAML | formula |
-/// | --- | --- |
-/// | `- scale: 100.0` | `x * factor` |
-/// | `- shift: -1.0` | `x + offset` |
-/// | `- clamp: {min: 0.0, max: 1.0}` | `max(min, min(max, x))`; `min` defaults to -10, `max` to 10 |
-/// | `- sigmoid` | `1 / (1 + exp(-x))` |
-/// | `- exp_scale: {factor: 1.0}` | `exp(factor * x) - 1` if `x > 0`, else `1 - exp(-factor * x)` |
-///
-/// `exp_scale` is odd (`exp_scale(-x) = -exp_scale(x)`), so it keeps the sign of `x`.
-/// Non-finite results (e.g. `exp` overflow) are reported as errors by the stack.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum ProcessorSpec {
-    /// Multiply by the factor.
-    Scale(f64),
-    /// Add the offset.
-    Shift(f64),
-    /// Clamp into `[min, max]` (requires `min <= max`).
-    Clamp {
-        /// Lower bound; default -10.0 (CoMLRL's default).
-        #[serde(default = "clamp_min")]
-        min: f64,
-        /// Upper bound; default 10.0 (CoMLRL's default).
-        #[serde(default = "clamp_max")]
-        max: f64,
-    },
-    /// The logistic function.
-    Sigmoid,
-    /// CoMLRL's exponential scale.
-    ExpScale(ExpScaleSpec),
-}
-
-fn clamp_min() -> f64 {
-    -10.0
-}
-
-fn clamp_max() -> f64 {
-    10.0
-}
-
-/// Parameters of `exp_scale` (CoMLRL's `RewardProcessors.exponential_scale(factor)`):
-/// `exp(factor * x) - 1` for `x > 0`, else `1 - exp(-factor * x)`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExpScaleSpec {
-    /// The factor inside the exponential; default 1.0.
-    #[serde(default = "one")]
-    pub factor: f64,
-}
-
-impl Default for ExpScaleSpec {
-    fn default() -> Self {
-        ExpScaleSpec { factor: 1.0 }
-    }
 }

@@ -1,5 +1,5 @@
 //! The weighted stack and processors end to end, with exact expected values.
-mod common;
+use crate::common;
 
 use comlrl_reward::spec::{ExpScaleSpec, OnError, ProcessorSpec, RewardSpec};
 use comlrl_reward::{JointSample, RewardError, RewardStack};

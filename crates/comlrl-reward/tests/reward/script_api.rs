@@ -1,6 +1,6 @@
 //! What a reward script sees and can do: `ctx` fields, N agents, the batched entry point,
 //! `print`/`debug` routed to the log, deterministic parallel scoring.
-mod common;
+use crate::common;
 
 use comlrl_reward::script::Entry;
 use comlrl_reward::{JointSample, RewardFn, RhaiReward};

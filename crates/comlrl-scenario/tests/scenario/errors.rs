@@ -2,7 +2,7 @@
 //! YAML syntax and duplicate keys, several errors at once, warnings, overrides, and the joint
 //! action count; each message names the file, line and column, what is wrong, and a fix.
 //! (Errors about single keys and values: `errors_keys.rs`.)
-mod common;
+use crate::common;
 
 use comlrl_scenario::ErrorKind::*;
 use common::{check, with, Fixture, BASE};

@@ -1,7 +1,7 @@
 //! Parquet dataset files and `dataset.hub` datasets read from a fake Hugging Face cache (parquet
 //! files written here with the parquet crate's writer): layouts, slices, percent slices, nested
 //! fields by dotted path, the download hook, and the errors.
-mod common;
+use crate::common;
 
 use comlrl_scenario::{
     load_str_with, DataFormat, DataSource, ErrorKind, HubRequest, LoadOptions, Scenario,

@@ -2,7 +2,7 @@
 //! (written by scripts/fixtures/chat_templates.py with transformers 5.24.0's
 //! `apply_chat_template(..., add_generation_prompt=True)`) renders byte for byte the same; and
 //! the `agents.chat_template` / `agents.system_prompt` keys of a scenario.
-mod common;
+use crate::common;
 
 use comlrl_scenario::{ChatTemplate, ChatTemplateSpec, ErrorKind};
 use common::{Fixture, BASE};

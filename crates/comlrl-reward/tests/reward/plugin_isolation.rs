@@ -4,15 +4,14 @@
 //! trainer) lives on, and the next call starts a fresh child. Transition plugins run the same
 //! way. The child leads a process group of its own, and nothing the plugin forked outlives it.
 //! Needs the testkit plugins built.
-mod common;
+use crate::common;
 
 use comlrl_reward::isolate::HOST_ENV;
-use comlrl_reward::spec::{OnError, RewardSpec};
+use comlrl_reward::spec::{CodeSource, OnError, RewardSpec, TransitionPlan};
 use comlrl_reward::{
     HostCommand, IsolatedReward, IsolatedTransition, NativeTransition, PluginFailure, RewardError,
     RewardFn, RewardStack, TransitionFn,
 };
-use comlrl_scenario::{CodeSource, TransitionPlan};
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -197,7 +196,7 @@ fn what_a_plugin_forks_dies_with_its_host() {
     );
     let group = reward.process_group().expect("a host runs");
     let Some(live) = common::live_group_members(group) else {
-        eprintln!("skipped: no /proc to list the processes of a group");
+        comlrl_testutil::skip("no /proc to list the processes of a group");
         return;
     };
     // The host and the sleeper it forked (which would sleep for 10 s).

@@ -1,6 +1,6 @@
 //! Every way a Rhai reward script can fail gives a clear error naming the script and, where
 //! Rhai knows it, the line and column; none of them brings the process down.
-mod common;
+use crate::common;
 
 use comlrl_reward::{JointSample, RewardError, RewardFn, RhaiReward, ScriptFailure};
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! `trainer.compute_dtype`: f32 by default, bf16 on request (in the file or with `--set`),
 //! kept by the resolved YAML; any other dtype, and bf16 without gradient checkpointing, is an
 //! error naming the line, the key and the fix.
-mod common;
+use crate::common;
 
 use comlrl_scenario::load_str;
 use comlrl_scenario::Dtype;

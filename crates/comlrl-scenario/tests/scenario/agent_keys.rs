@@ -1,7 +1,7 @@
 //! The `agents` key table (`agent_keys.rs`): both shapes give the same plan, every key survives
 //! the resolved-YAML round trip, the learning rate defaults to the trainer's, and the table's
 //! checks give the diagnostics (key, line, column, message, hint) that agents.rs wrote before.
-mod common;
+use crate::common;
 
 use comlrl_scenario::ErrorKind::*;
 use comlrl_scenario::{load_str, AgentPlan, Dtype};

@@ -1,15 +1,16 @@
-//! The key tables (`trainer_keys.rs`, `logging_keys.rs`, `agent_keys.rs`): the docs table is the generated one, every key survives
-//! the resolved-YAML round trip, `null` keeps its meaning, and a refused key says why.
-mod common;
+//! The key tables (`top_keys.rs`, `dataset_keys.rs`, `agent_keys.rs`, `trainer_keys.rs`,
+//! `logging_keys.rs`): the docs tables are the generated ones, every key survives the
+//! resolved-YAML round trip, `null` keeps its meaning, and a refused key says why.
+use crate::common;
 
 use comlrl_scenario::keys::markdown_table;
-use comlrl_scenario::keys::KeyDoc;
 use comlrl_scenario::ErrorKind::*;
-use comlrl_scenario::{load_str, AgentPlan, LoggingPlan, TrainerPlan};
+use comlrl_scenario::{load_str, tables, TrainerPlan};
 use common::{check, check_cases, Fixture, BASE};
 use std::path::PathBuf;
 
-const BLESS: &str = "COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test key_tables";
+const BLESS: &str =
+    "COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test scenario key_tables";
 
 fn docs_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/scenario.md")
@@ -31,24 +32,16 @@ fn between(doc: &str, section: &str) -> (usize, usize) {
     (start, stop)
 }
 
-/// Each generated section table, with the file its key table lives in.
-fn sections() -> Vec<(&'static str, &'static str, Vec<KeyDoc>)> {
-    vec![
-        ("trainer", "trainer_keys.rs", TrainerPlan::keys()),
-        ("logging", "logging_keys.rs", LoggingPlan::keys()),
-        ("agents", "agent_keys.rs", AgentPlan::keys()),
-    ]
-}
-
 #[test]
 fn docs_key_tables_are_the_generated_ones() {
     let path = docs_path();
     let mut doc = std::fs::read_to_string(&path).expect("read docs/scenario.md");
     let bless = std::env::var_os("COMLRL_BLESS").is_some();
     let mut stale = Vec::new();
-    for (section, file, keys) in sections() {
+    for table in tables::all() {
+        let (section, file) = (table.section, table.file);
         let (start, stop) = between(&doc, section);
-        let want = markdown_table(&keys);
+        let want = markdown_table(&table.keys);
         if doc[start..stop] == want {
             continue;
         }
@@ -74,7 +67,8 @@ fn docs_key_tables_are_the_generated_ones() {
 
 #[test]
 fn the_tables_list_every_key_once_with_docs() {
-    for (_, _, keys) in sections() {
+    for table in tables::all() {
+        let keys = table.keys;
         let mut names: Vec<&str> = keys.iter().map(|k| k.key).collect();
         names.sort_unstable();
         names.dedup();
@@ -183,7 +177,7 @@ trainer:
 #[test]
 fn table_checks_give_the_diagnostics_of_the_hand_written_ones() {
     let f = Fixture::new();
-    // (line added to BASE, message, hint): the messages trainer.rs wrote before the table.
+    // (line added to BASE, message, hint).
     let cases = [
         (
             "num_train_epochs: 0",
@@ -262,4 +256,93 @@ fn table_checks_give_the_diagnostics_of_the_hand_written_ones() {
         11,
         &["logging.steps must be at least 1", "training steps"],
     );
+}
+
+#[test]
+fn a_check_runs_on_the_value_the_scenario_sets() {
+    // `train_batch_size` defaults to `rollout_buffer_size`: a bad buffer size is reported once,
+    // where it is written, not again at the key that took it as its default.
+    let f = Fixture::new();
+    let (_, d) = f.one(&format!("{BASE}  rollout_buffer_size: 0\n"), &[]);
+    check(
+        &d,
+        InvalidValue,
+        "trainer.rollout_buffer_size",
+        10,
+        3,
+        &["rollout_buffer_size must be at least 1"],
+    );
+}
+
+#[test]
+fn the_raw_mirrors_accept_exactly_the_keys_of_the_tables() {
+    // An unknown key with no close spelling is answered with every valid key, in table order:
+    // the raw mirror and the docs table are one list.
+    let f = Fixture::new();
+    let keys = |section: &str, skip: &[&str]| -> String {
+        let table = tables::all()
+            .into_iter()
+            .find(|t| t.section == section)
+            .unwrap();
+        let names: Vec<&str> = table
+            .keys
+            .iter()
+            .map(|k| k.key)
+            .filter(|k| !skip.contains(k))
+            .collect();
+        format!("valid keys here: {}", names.join(", "))
+    };
+    let unknown = "zzzzzzzzzzzzzzzz";
+    let cases = [
+        (
+            format!("{BASE}{unknown}: 1\n"),
+            unknown.to_string(),
+            keys("top", &[]),
+        ),
+        (
+            BASE.replace("  prompts:", &format!("  {unknown}: 1\n  prompts:")),
+            format!("dataset.{unknown}"),
+            keys("dataset", &[]),
+        ),
+        (
+            BASE.replace(
+                "  prompts: [\"a\", \"b\"]\n",
+                &format!("  prompts: [\"a\"]\n  eval: {{prompts: [\"b\"], {unknown}: 1}}\n"),
+            ),
+            format!("dataset.eval.{unknown}"),
+            keys("dataset", &["eval"]),
+        ),
+        (
+            BASE.replace("  count: 2\n", &format!("  count: 2\n  {unknown}: 1\n")),
+            format!("agents.{unknown}"),
+            keys("agents", &[]),
+        ),
+        (
+            BASE.replace(
+                "agents:\n  count: 2\n  model: builtin:tiny\n",
+                &format!("agents:\n  - model: builtin:tiny\n    {unknown}: 1\n"),
+            ),
+            format!("agents[0].{unknown}"),
+            keys("agents", &["count"]),
+        ),
+        (
+            format!("{BASE}  {unknown}: 1\n"),
+            format!("trainer.{unknown}"),
+            keys("trainer", &[]),
+        ),
+        (
+            format!("{BASE}logging: {{{unknown}: 1}}\n"),
+            format!("logging.{unknown}"),
+            keys("logging", &[]),
+        ),
+    ];
+    for (text, key, hint) in cases {
+        let (msg, ds) = f.errs(&text, &[]);
+        let d = ds
+            .iter()
+            .find(|d| d.key == key)
+            .unwrap_or_else(|| panic!("no error at `{key}`:\n{msg}"));
+        assert_eq!(d.kind, UnknownKey, "{msg}");
+        assert_eq!(d.hint.as_deref(), Some(hint.as_str()), "{msg}");
+    }
 }

@@ -1,5 +1,5 @@
 //! `--set key.path=value` overrides: applied before validation, located as "(from --set ...)".
-mod common;
+use crate::common;
 
 use comlrl_scenario::{ErrorKind, JointMode, Location};
 use common::{Fixture, BASE};

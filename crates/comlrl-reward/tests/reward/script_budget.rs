@@ -1,7 +1,7 @@
 //! A reward or transition script cannot stall training: every call has a wall-clock budget
 //! (closures and built-ins that call back included), `sleep` is gone, and growing arrays or
 //! maps stops at a cap in bounded time.
-mod common;
+use crate::common;
 
 use comlrl_reward::{
     JointSample, RewardError, RewardFn, RhaiReward, RhaiTransition, SandboxLimits, ScriptFailure,

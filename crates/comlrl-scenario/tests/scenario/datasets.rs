@@ -1,6 +1,6 @@
 //! Dataset files (JSONL, JSON, CSV) with a prompt-field mapping and extra fields, eval sets, and
 //! prompt templates filled from row fields.
-mod common;
+use crate::common;
 
 use comlrl_scenario::{DataFormat, DataSource, ErrorKind};
 use common::{check, Fixture, BASE};
@@ -235,7 +235,7 @@ fn data_paths_that_are_not_regular_files() {
         .arg(dir.join("pipe.jsonl"))
         .status();
     if !made.is_ok_and(|s| s.success()) {
-        eprintln!("skipping the FIFO case: `mkfifo` is not available");
+        comlrl_testutil::skip("the FIFO case: `mkfifo` is not available");
         return;
     }
     for (path, format) in [("pipe.jsonl", "jsonl"), ("pipe.jsonl", "parquet")] {

@@ -1,0 +1,14 @@
+//! comlrl-scenario's integration tests in one binary: a module per concern, the shared helpers (a
+//! scenario folder, diagnostic lookups) in `common`.
+mod common;
+
+mod agent_keys;
+mod chat_templates;
+mod compute_dtype;
+mod datasets;
+mod errors;
+mod errors_keys;
+mod hub_datasets;
+mod key_tables;
+mod overrides;
+mod shipped;

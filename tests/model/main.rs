@@ -1,0 +1,19 @@
+//! The model, in process: parity with transformers' reference values on every architecture's
+//! fixtures (logits, completion log-probs, greedy ids, gradients), config.json handling,
+//! saving and loading, GGUF files, tokenizers, batched and bf16 sampling, and the bf16 GEMM
+//! kernels. Run one part with `cargo test --release --test model gguf::`.
+#[path = "../common/mod.rs"]
+mod common;
+
+mod arch_config;
+mod arch_training;
+mod arch_transformers;
+mod gguf;
+mod gguf_real;
+mod gradients;
+mod io;
+mod kernels_bf16_gemm;
+mod reference;
+mod sample_batch;
+mod sampling_bf16;
+mod tokenizer_reference;

@@ -1,0 +1,20 @@
+//! Training: the loss path and the optimizer against the PyTorch MAGRPO fixtures, bf16 updates,
+//! whole runs of the real binary on the tiny scenario (learning, resume, failures), the run
+//! directory and its checks, and the trackers (TensorBoard, W&B). Run one part with
+//! `cargo test --release --test train run_dir::`.
+#[path = "../common/mod.rs"]
+mod common;
+
+mod e2e;
+mod failures;
+mod loss;
+mod math;
+mod optim_state;
+mod run_checks;
+mod run_dir;
+mod shared_prompt;
+mod track_tensorboard;
+mod track_wandb;
+mod update_bf16_grads;
+mod update_bf16_run;
+mod zero_advantage;

@@ -1,7 +1,7 @@
 //! The real binary on the Llama and Qwen3 fixtures: `generate --greedy` gives the reference
 //! tokens, `score` the reference log-probs, and `run` trains both agents of the tiny scenario
 //! on them for a few steps and saves models that load again.
-mod common;
+use crate::common;
 use common::run_comlrl as run;
 use common::*;
 

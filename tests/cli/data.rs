@@ -1,7 +1,7 @@
 //! `comlrl check` / `comlrl run` with Hub datasets and chat templates: the first prompt of each
 //! agent shown by `check --print` (as YAML comments), the shipped SmolLM2 scenario checked
 //! offline, and an uncached Hub dataset refused by `run` with the cache path it looked at.
-mod common;
+use crate::common;
 use common::{comlrl, fixtures};
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,5 @@
 //! The real binary's `generate` and `score` commands, and hub-id resolution through the HF cache.
-mod common;
+use crate::common;
 use common::*;
 
 fn run(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {

@@ -1,7 +1,7 @@
 //! The real `comlrl` binary as plugin host: `comlrl plugin-host <path>` serves an isolated
 //! reward term, a crash in the plugin is an error in the trainer, and `comlrl check` reports
 //! a truncated plugin file instead of dying of SIGBUS. The testkit plugins are built on first use.
-mod common;
+use crate::common;
 
 use comlrl_reward::{
     HostCommand, IsolatedReward, JointSample, PluginFailure, RewardError, RewardFn,

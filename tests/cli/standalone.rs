@@ -2,7 +2,7 @@
 //! `comlrl <command>` the docs mention exists, and the agents a run saves load in the
 //! ecosystem (the config keeps the source's keys; transformers, where installed, decodes the
 //! same greedy tokens).
-mod common;
+use crate::common;
 use common::*;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! model, linear RoPE scaling rescales positions, the switches decide which tensors are read,
 //! and what is not implemented (other RoPE types, sliding windows, MoE, other architectures)
 //! is refused naming config.json, the key and what is supported.
-mod common;
+use crate::common;
 use candle_core::{DType, Device, Tensor};
 use comlrl::model::batch::{causal_mask, position_ids};
 use comlrl::model::{LoadOptions, Mode, ModelSource, Policy};

@@ -3,7 +3,7 @@
 //! `loss_grads.safetensors`, every trainable tensor receiving a gradient, and f64 finite
 //! differences on the tensors only these architectures have (q_norm, k_norm) and on the
 //! projections whose outputs go through the llama3-scaled RoPE.
-mod common;
+use crate::common;
 use candle_core::{DType, Tensor, Var};
 use comlrl::model::recompute::weighted_logprob_grads;
 use comlrl::model::{LoadOptions, ModelSource, Policy, ScoreLayout};

@@ -4,7 +4,7 @@
 //! model_reference.rs / arch_training.rs, whose tiny-qwen3 reference values differ from what
 //! transformers computes from the stored weights. Skipped, with a message, when `$COMLRL_PYTHON` (else `python3`)
 //! cannot import torch, transformers and safetensors (CI never installs them).
-mod common;
+use crate::common;
 use candle_core::{DType, Device, Tensor, Var};
 use comlrl::model::batch::{causal_mask, position_ids};
 use comlrl::model::{completion_logprobs, LoadOptions, Mode, ModelSource, Policy, ScoreLayout};

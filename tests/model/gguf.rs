@@ -2,7 +2,7 @@
 //! within the quantization error at q8_0), files written by the `gguf` Python package (llama
 //! q/k un-permutation, qwen3 norms, config from metadata), the tokenizer rebuilt from metadata
 //! against tokenizer.json, and bad files.
-mod common;
+use crate::common;
 use candle_core::quantized::gguf_file::{self, Content, Value};
 use candle_core::{DType, Device, Tensor};
 use comlrl::model::batch::{causal_mask, position_ids};

@@ -1,6 +1,6 @@
 //! A real GGUF file named by `COMLRL_TEST_GGUF` (skipped when unset): metadata, every tensor
 //! dequantized, the tokenizer's encodings against another implementation's (docs/models.md).
-mod common;
+use crate::common;
 use candle_core::{DType, Device, Tensor};
 use comlrl::model::gguf as g;
 use comlrl::model::Tokenizer;

@@ -1,6 +1,6 @@
 //! Gradients of completion log-probs: the MAGRPO loss fixture (loss, global norm, per-tensor
 //! grads incl. the tied embedding), every tensor receiving a gradient, and finite differences.
-mod common;
+use crate::common;
 use candle_core::{DType, Device, Tensor};
 use comlrl::model::{completion_logprobs, LoadOptions, Mode, ModelSource, Policy, ScoreLayout};
 use common::grad::{central_difference, f64s};

@@ -1,5 +1,5 @@
 //! Saving and reloading models, and the errors a user gets for broken model directories.
-mod common;
+use crate::common;
 use candle_core::{DType, Device, Tensor};
 use comlrl::model::batch::{causal_mask, position_ids};
 use comlrl::model::{parse_dtype, LoadOptions, Mode, ModelSource, Policy, RolloutCopies};

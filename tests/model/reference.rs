@@ -1,7 +1,7 @@
 //! The model against transformers' reference values (`tests/fixtures`): logits on left-padded
 //! prompts, completion log-probs, greedy generations, for the tied f32 and untied bf16 Qwen2
 //! models, the llama3-scaled Llama and the q/k-norm Qwen3.
-mod common;
+use crate::common;
 use candle_core::{Device, Tensor};
 use comlrl::model::batch::{causal_mask, position_ids};
 use comlrl::model::{

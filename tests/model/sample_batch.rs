@@ -1,7 +1,7 @@
 //! Sampling several prompts in one batch (the rollout buffer's prompts, one decode batch)
 //! against sampling them one at a time: the same greedy outputs, the same seeded samples from
 //! the same per-prompt RNG streams, and a whole training run with the same metrics.
-mod common;
+use crate::common;
 use comlrl::model::{generate, generate_streams, LoadOptions, ModelSource, Policy, SamplingParams};
 use common::*;
 use rand::SeedableRng;

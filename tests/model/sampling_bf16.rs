@@ -1,7 +1,7 @@
 //! `agents.sampling_dtype: bf16`: decoding with bf16 copies of the weights (f32 accumulation)
 //! stays close to the f32 logits, scoring (`Mode::Infer`) and training stay exactly f32, and
 //! the copies follow weight updates.
-mod common;
+use crate::common;
 use candle_core::{DType, Device, Tensor};
 use comlrl::model::batch::{causal_mask, position_ids};
 use comlrl::model::{generate, LoadOptions, Mode, ModelSource, Policy, SamplingParams};

@@ -1,5 +1,5 @@
 //! The real Qwen2.5 tokenizer's encode/decode cases, and the built-in byte tokenizer's round trip.
-mod common;
+use crate::common;
 use comlrl::model::Tokenizer;
 use common::*;
 

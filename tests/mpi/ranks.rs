@@ -6,7 +6,7 @@
 //! naming the rank.
 //! Skips, saying why, when `mpirun` is missing.
 #![cfg(feature = "mpi")]
-mod common;
+use crate::common;
 use common::bin;
 use common::tiny_run::*;
 use std::path::Path;

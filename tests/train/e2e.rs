@@ -1,6 +1,6 @@
 //! End-to-end training on the tiny scenario: learning, reproducibility, resume after an
 //! interruption or Ctrl-C, evaluation rows, the KL penalty, and multi-turn transitions.
-mod common;
+use crate::common;
 use comlrl::train::{Observer, Trainer};
 use common::tiny_run::{finish, load_small, resume_matches, signal, small, steps, wait_rows};
 use common::*;

@@ -2,7 +2,7 @@
 //! the last checkpoint intact, or skip the step), a crashing isolated plugin, broken models
 //! (the first agent's error), an unwritable output directory, a malformed scenario, and bad
 //! input to `comlrl reward`; in-process, a final checkpoint that cannot be written.
-mod common;
+use crate::common;
 use common::tiny_run::{load_small, small};
 use common::*;
 use std::path::{Path, PathBuf};

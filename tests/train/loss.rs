@@ -1,7 +1,7 @@
 //! The trainer's loss path (`loss_and_grads`) against the PyTorch MAGRPO loss fixture, for
 //! every way of running it: all K sequences in one pass or in micro-batches, with and without
 //! activation recomputation. All must give the reference loss, gradient norm and gradients.
-mod common;
+use crate::common;
 use comlrl::model::{LoadOptions, ModelSource, Policy};
 use comlrl::train::loss::loss_and_grads;
 use comlrl::train::rollout::AgentRollout;

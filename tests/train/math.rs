@@ -1,5 +1,5 @@
 //! Advantages and AdamW against the MAGRPO fixtures (`tests/fixtures/magrpo`).
-mod common;
+use crate::common;
 use candle_core::{Device, Tensor, Var};
 use comlrl::train::advantage::{advantages, Baseline};
 use comlrl::train::optim::{AdamW, AdamWConfig};

@@ -1,7 +1,7 @@
 //! `trainer.optimizer_state_dtype: bf16`: AdamW with bf16 moments (stochastic rounding) tracks
 //! the f32 AdamW, rounds the same whatever the thread count, resumes bit for bit, converts a
 //! checkpoint written with the other setting (with a note), and a whole run with it learns.
-mod common;
+use crate::common;
 use candle_core::{Device, Tensor, Var};
 use comlrl::train::moments::{Moments, StateDtype};
 use comlrl::train::optim::{AdamW, AdamWConfig};

@@ -1,7 +1,7 @@
 //! Checks before and at resume, on the real binary: damaged or edited checkpoints are errors
 //! naming file and field (never a panic), `check` rejects what `run` would, checkpoints that do
 //! not match their config, and the cross joint-action limit.
-mod common;
+use crate::common;
 use common::tiny_run::*;
 use common::*;
 use std::path::{Path, PathBuf};

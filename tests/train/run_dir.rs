@@ -1,7 +1,7 @@
 //! The run directory on the real binary: one run at a time, no silent reuse (`--resume` /
 //! `--overwrite`), pruning by recency, SIGTERM/SIGHUP checkpointing, a CSV with every column,
 //! and kill -9 at random points.
-mod common;
+use crate::common;
 use comlrl::metrics::read_jsonl;
 use common::comlrl;
 use common::tiny_run::*;

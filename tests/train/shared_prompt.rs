@@ -3,7 +3,7 @@
 //! and values. The loss and gradients must be those of every row computed whole (the PyTorch
 //! fixture's) in every pass layout, with layers kept or re-run, on every architecture's
 //! switches and in both compute dtypes, and the products must shrink.
-mod common;
+use crate::common;
 use comlrl::model::recompute::{prompt_part, PassPlan};
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy, ScoreLayout};
 use comlrl::train::loss::{loss_and_grads_in, LossGrads, Share};

@@ -2,7 +2,7 @@
 //! `logging.tensorboard: true`; the event files under `<output_dir>/tb/` are read back (by our
 //! reader, which checks every record's CRCs, and by Python's EventAccumulator where tensorboard
 //! is installed) and must hold the same values as `metrics.jsonl`.
-mod common;
+use crate::common;
 use comlrl::track::tensorboard::read_dir;
 use common::python_with;
 use serde_json::Value;

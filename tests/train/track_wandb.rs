@@ -5,7 +5,7 @@
 //! warning and `comlrl wandb-sync` uploads the same run afterwards; with a rejected key, that one
 //! warning says so; with a server that never answers, that a run and `wandb-sync` give up on it
 //! within seconds.
-mod common;
+use crate::common;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

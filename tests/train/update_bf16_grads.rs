@@ -3,7 +3,7 @@
 //! relative norm error ‖g_bf16 − g_f32‖ / ‖g_f32‖ per tensor (table with `--nocapture`); and
 //! `F32` through the new entry point is the default path bit for bit; bf16 where it has no
 //! path (the plain autograd loss, bf16 weights) is an error.
-mod common;
+use crate::common;
 use candle_core::{DType, Tensor, Var};
 use comlrl::model::recompute::PassPlan;
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy};

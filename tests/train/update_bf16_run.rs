@@ -5,7 +5,7 @@
 //! than f32 the run says so. A run resumes with another
 //! `compute_dtype`, like any other changed trainer setting (with the scenario-changed warning),
 //! and `comlrl bench train` takes the setting as an override.
-mod common;
+use crate::common;
 use common::cli::{comlrl, metrics, tiny_scenario};
 use common::tiny_run::{latest, run};
 

@@ -3,7 +3,7 @@
 //! the skipping: g(A) = g(A with A_j = 0) + g(only A_j), each side computed by the trainer's
 //! loss path, and g(A) is the PyTorch fixture's. A mini-batch with no other sequence still
 //! yields zero gradients (not missing ones), so the optimizer steps as torch's would.
-mod common;
+use crate::common;
 use comlrl::model::{LoadOptions, ModelSource, Policy};
 use comlrl::train::loss::{loss_and_grads, LossGrads, Share};
 use comlrl::train::rollout::AgentRollout;

@@ -9,26 +9,29 @@ pub mod cli;
 pub mod grad;
 pub mod tiny_run;
 
-/// A Python interpreter that imports `modules` (`$COMLRL_PYTHON`, else `python3`), or why
-/// there is none: tests that compare with transformers skip with that reason.
-pub fn python_with(modules: &[&str]) -> Result<String, String> {
+/// A Python interpreter that imports `modules` (`$COMLRL_PYTHON`, else `python3`), or `None`
+/// after skipping with the reason there is none ([`comlrl_testutil::skip`]: a failure under
+/// `COMLRL_REQUIRE_ALL=1`); the caller returns.
+pub fn python_with(modules: &[&str]) -> Option<String> {
     let py = std::env::var("COMLRL_PYTHON").unwrap_or_else(|_| "python3".into());
     let import = format!("import {}", modules.join(", "));
-    match std::process::Command::new(&py)
+    let why = match std::process::Command::new(&py)
         .args(["-c", &import])
         .output()
     {
-        Ok(o) if o.status.success() => Ok(py),
-        Ok(o) => Err(format!(
+        Ok(o) if o.status.success() => return Some(py),
+        Ok(o) => format!(
             "{py} cannot `{import}`: {}",
             String::from_utf8_lossy(&o.stderr)
                 .lines()
                 .last()
                 .unwrap_or("")
                 .trim()
-        )),
-        Err(e) => Err(format!("{py} not runnable: {e}")),
-    }
+        ),
+        Err(e) => format!("{py} not runnable: {e}"),
+    };
+    comlrl_testutil::skip(&why);
+    None
 }
 
 #[allow(unused_imports)]

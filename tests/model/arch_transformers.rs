@@ -1,9 +1,10 @@
 //! comlrl against a live transformers run on the Llama and Qwen3 fixtures' own weights, at the
 //! standard tolerances: logits (valid rows), completion log-probs, and the loss and every
 //! parameter's gradient through the trainer's recomputed loss path. Complements
-//! model_reference.rs / arch_training.rs, whose tiny-qwen3 reference values differ from what
-//! transformers computes from the stored weights. Skipped, with a message, when `$COMLRL_PYTHON` (else `python3`)
-//! cannot import torch, transformers and safetensors (CI never installs them).
+//! reference.rs / arch_training.rs, whose tiny-qwen3 reference values differ from what
+//! transformers computes from the stored weights. Skipped, with the reason, when
+//! `$COMLRL_PYTHON` (else `python3`) cannot import torch, transformers and safetensors (CI never
+//! installs them; `COMLRL_REQUIRE_ALL=1` makes that a failure).
 use crate::common;
 use candle_core::{DType, Device, Tensor, Var};
 use comlrl::model::batch::{causal_mask, position_ids};
@@ -45,15 +46,9 @@ for n, p in m.named_parameters():
 save_file(res, out)
 "#;
 
-/// transformers' values for fixture `name`, or `None` (with a message) without Python.
+/// transformers' values for fixture `name`, or `None` (skipped, with the reason) without them.
 fn transformers_values(name: &str) -> Option<std::collections::HashMap<String, Tensor>> {
-    let py = match python_with(&["torch", "transformers", "safetensors"]) {
-        Ok(py) => py,
-        Err(why) => {
-            eprintln!("{why}: {name} check skipped");
-            return None;
-        }
-    };
+    let py = python_with(&["torch", "transformers", "safetensors"])?;
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("hf.safetensors");
     let run = Command::new(&py)

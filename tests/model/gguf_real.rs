@@ -26,7 +26,7 @@ const REAL_TEXTS: &[&str] = &[
 #[test]
 fn real_gguf_from_env() {
     let Some(path) = std::env::var_os("COMLRL_TEST_GGUF") else {
-        println!("skipped: set COMLRL_TEST_GGUF=/path/model.gguf to check a real file");
+        comlrl_testutil::skip("set COMLRL_TEST_GGUF=/path/model.gguf to check a real file");
         return;
     };
     let path = std::path::PathBuf::from(path);

@@ -1,7 +1,7 @@
 //! The bf16 GEMM (`model::kernels::bf16_gemm`): every backend this machine runs against an f64
 //! reference over the bf16-rounded operands, on odd shapes, strided and transposed views, the
-//! accumulate mode, bf16 inputs and bad input. Backends the machine lacks are skipped with a
-//! printed reason.
+//! accumulate mode, bf16 inputs and bad input. Backends the machine lacks are skipped with the
+//! reason (under `COMLRL_REQUIRE_ALL=1` a CPU without AMX or AVX512-BF16 fails instead).
 use candle_core::{DType, Device, Tensor};
 use comlrl::model::kernels::bf16_gemm::{self, Backend};
 
@@ -65,17 +65,17 @@ fn assert_close(what: &str, got: &Tensor, base: Option<&[Vec<f64>]>, want: &[Vec
     }
 }
 
-/// The backends to test here, printing why the others are skipped.
+/// The backends to test here, skipping the others with the reason.
 fn backends() -> Vec<Backend> {
     Backend::ALL
         .into_iter()
         .filter(|b| {
             let ok = b.usable();
             if !ok {
-                eprintln!(
-                    "skipping the {} backend: this CPU/OS does not run it",
+                comlrl_testutil::skip(&format!(
+                    "the {} backend: this CPU/OS does not run it",
                     b.name()
-                );
+                ));
             }
             ok
         })

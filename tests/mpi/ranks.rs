@@ -4,8 +4,7 @@
 //! two ranks continues exactly (also with the KL penalty and two turns, where rank 0 runs the
 //! transition); with bf16 optimizer state as well; a bad placement ends the job with an error
 //! naming the rank.
-//! Skips, saying why, when `mpirun` is missing.
-#![cfg(feature = "mpi")]
+//! Skips, saying why, when `mpirun` is missing (a failure under `COMLRL_REQUIRE_ALL=1`).
 use crate::common;
 use common::bin;
 use common::tiny_run::*;
@@ -65,7 +64,7 @@ fn same_models(a: &Path, b: &Path, what: &str) {
 #[test]
 fn two_ranks_match_one_process_and_resume_exactly() {
     if let Err(why) = mpirun_ok() {
-        eprintln!("skipped: {why}");
+        comlrl_testutil::skip(&why);
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -120,7 +119,7 @@ fn two_ranks_match_one_process_and_resume_exactly() {
 #[test]
 fn a_rank_outside_the_world_ends_the_job_naming_it() {
     if let Err(why) = mpirun_ok() {
-        eprintln!("skipped: {why}");
+        comlrl_testutil::skip(&why);
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -136,7 +135,7 @@ fn a_rank_outside_the_world_ends_the_job_naming_it() {
 #[test]
 fn kl_penalty_and_two_turns_match_one_process() {
     if let Err(why) = mpirun_ok() {
-        eprintln!("skipped: {why}");
+        comlrl_testutil::skip(&why);
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -243,7 +242,7 @@ fn weights_diff(a: &Path, b: &Path, i: usize) -> (f64, f64) {
 #[test]
 fn two_replicas_per_agent_on_four_ranks_match_one_process() {
     if let Err(why) = mpirun_ok() {
-        eprintln!("skipped: {why}");
+        comlrl_testutil::skip(&why);
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -309,7 +308,7 @@ fn two_replicas_per_agent_on_four_ranks_match_one_process() {
 #[test]
 fn a_world_too_small_for_the_replicas_is_refused() {
     if let Err(why) = mpirun_ok() {
-        eprintln!("skipped: {why}");
+        comlrl_testutil::skip(&why);
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -327,7 +326,7 @@ fn a_world_too_small_for_the_replicas_is_refused() {
 #[test]
 fn bf16_optimizer_state_on_ranks_and_replicas() {
     if let Err(why) = mpirun_ok() {
-        eprintln!("skipped: {why}");
+        comlrl_testutil::skip(&why);
         return;
     }
     // The rounding streams are keyed by the run seed and the agent, never the rank: two ranks

@@ -103,7 +103,6 @@ pub fn load_small<S: AsRef<str>>(out: &Path, sets: &[S]) -> comlrl_scenario::Sce
 
 /// Resumes the interrupted [`small`] run in `b` in-process to its end (20 steps) and asserts it
 /// matches the uninterrupted run in `a`: the same metrics (timing aside) and final weights.
-#[allow(dead_code)]
 pub fn resume_matches<S: AsRef<str>>(a: &Path, b: &Path, sets: &[S]) {
     let done = comlrl::train::Trainer::new(load_small(b, sets))
         .unwrap()

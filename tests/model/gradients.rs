@@ -36,6 +36,7 @@ fn loss_and_gradients_match_reference() {
 
     let grads = loss.backward().unwrap();
     let mut sq = 0f64;
+    let mut compared = 0;
     for (name, var) in policy.vars() {
         let g = grads
             .get(var.as_tensor())
@@ -51,7 +52,9 @@ fn loss_and_gradients_match_reference() {
             .unwrap();
         let key = format!("grad.{name}");
         if let Some(want) = r.get(&key) {
+            compared += 1;
             let (gv, wv) = (f32s(g), f32s(want));
+            assert_eq!(gv.len(), wv.len(), "{key}: size");
             for (i, (a, b)) in gv.iter().zip(&wv).enumerate() {
                 assert!(
                     (a - b).abs() <= 1e-4 + 1e-3 * b.abs(),
@@ -60,6 +63,8 @@ fn loss_and_gradients_match_reference() {
             }
         }
     }
+    let given = r.keys().filter(|k| k.starts_with("grad.")).count();
+    assert_eq!(compared, given, "every given gradient compared");
     let want_norm = r["grad_global_norm"].to_scalar::<f32>().unwrap() as f64;
     let got_norm = sq.sqrt();
     assert!(

@@ -28,7 +28,7 @@ pub enum StartMode {
 const RUN_OUTPUTS: [&str; 3] = ["checkpoints", "metrics.jsonl", "models"];
 /// Every name a run may create in its output directory (its outputs, their temporaries and the
 /// trackers' state: TensorBoard's `tb/` and W&B's `wandb-run.json`, named here as literals so
-/// that training does not import the trackers; `tests/layers.rs` checks they match the
+/// that training does not import the trackers; `tests/cli/layers.rs` checks they match the
 /// trackers' constants). A run starts only where none of them exists or a previous run's
 /// record lists them, so whatever stands under these names was written by comlrl; `run.json`
 /// lists them and `--overwrite` deletes exactly what the record lists.

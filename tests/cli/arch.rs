@@ -65,7 +65,7 @@ fn score_matches_reference_logprobs() {
         let lps = v["logprobs"].as_array().unwrap();
         assert!(!lps.is_empty());
         // tiny-qwen3's stored log-probs are off transformers' own by up to 2.7e-4 (see
-        // model_reference.rs); tiny-llama's match it exactly.
+        // tests/model/reference.rs); tiny-llama's match it exactly.
         let tol = if name == "tiny-qwen3" { 1e-3 } else { 1e-4 };
         for (j, lp) in lps.iter().enumerate() {
             let lp = lp.as_f64().unwrap() as f32;

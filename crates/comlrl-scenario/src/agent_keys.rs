@@ -8,7 +8,7 @@
 //! may name `cx` ([`AgentContext`]: the agent's index, the trainer's learning rate, ...) and the
 //! keys above it. Then read `agent.<name>` where the trainer uses it and regenerate the docs
 //! table with `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario --test scenario
-//! key_tables`; `tests/scenario_keys_read.rs` (main crate) fails until code under src/ reads
+//! key_tables`; `tests/cli/scenario_keys_read.rs` (main crate) fails until code under src/ reads
 //! it. A key whose value needs resolving (a path, a parsed template) goes in `resolved` with a
 //! `via` resolver and an `emit` writer.
 use crate::agents::{compile_template, model_ref};

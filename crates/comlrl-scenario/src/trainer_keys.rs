@@ -5,7 +5,7 @@
 //!
 //! To add a key: add one row below, read `scenario.trainer.<name>` where the trainer uses it,
 //! and regenerate the docs table with `COMLRL_BLESS=1 cargo test --release -p comlrl-scenario
-//! --test scenario key_tables`. The main crate's test `tests/scenario_keys_read.rs` fails until
+//! --test scenario key_tables`. The main crate's test `tests/cli/scenario_keys_read.rs` fails until
 //! some code under src/ reads the new key. A new value type (an enum) is listed in
 //! `plain_settings!` in `keys.rs` (the compiler says "`Setting` is not implemented" until it is).
 //! Values marked "CoMLRL" are those of `MAGRPOConfig` in CoMLRL 1.4, so that a scenario means

@@ -97,7 +97,9 @@ fn text_files(dir: &Path, out: &mut Vec<PathBuf>) {
         } else if ["md", "rs", "toml", "py", "sh", "yaml", "yml"]
             .iter()
             .any(|x| name.ends_with(&format!(".{x}")))
-            || p.parent().is_some_and(|d| d.ends_with(".ci"))
+            || p.parent()
+                .and_then(Path::file_name)
+                .is_some_and(|d| d == ".ci")
         {
             out.push(p);
         }

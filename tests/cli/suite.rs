@@ -41,18 +41,19 @@ fn declared_mods(source: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn every_test_file_is_a_module_of_a_test_binary() {
-    let tests = root().join("tests");
-    let mut bad = vec![];
+/// The test binaries (folders with a main.rs) under `dir` (a crate's tests/ folder); what is
+/// wrong with its files goes to `bad`: a top-level `.rs` file (a binary of its own) or a file
+/// of a binary's folder that its main.rs does not declare.
+fn test_binaries(dir: &Path, bad: &mut Vec<String>) -> Vec<String> {
+    let shown = dir.strip_prefix(root()).unwrap().display().to_string();
     let mut binaries = vec![];
-    for e in std::fs::read_dir(&tests).unwrap().flatten() {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let p = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
         if p.extension().is_some_and(|x| x == "rs") {
             bad.push(format!(
-                "tests/{name} is a test binary of its own (it links the whole crate again): \
-                 make it a module of tests/model, tests/train or tests/cli"
+                "{shown}/{name} is a test binary of its own (it links the whole crate again): \
+                 make it a module of one of the binaries in {shown}/"
             ));
         }
         if !p.join("main.rs").is_file() {
@@ -70,18 +71,28 @@ fn every_test_file_is_a_module_of_a_test_binary() {
             };
             if !mods.contains(&module) {
                 bad.push(format!(
-                    "tests/{name}/{file} is compiled by nothing: add `mod {module};` to \
-                     tests/{name}/main.rs"
+                    "{shown}/{name}/{file} is compiled by nothing: add `mod {module};` to \
+                     {shown}/{name}/main.rs"
                 ));
             }
         }
     }
     binaries.sort();
+    binaries
+}
+
+#[test]
+fn every_test_file_is_a_module_of_a_test_binary() {
+    let mut bad = vec![];
+    let binaries = test_binaries(&root().join("tests"), &mut bad);
     assert_eq!(
         binaries,
         ["cli", "model", "mpi", "train"],
-        "the test binaries"
+        "the root crate's test binaries"
     );
+    for c in crate_dirs().iter().skip(1) {
+        test_binaries(&c.join("tests"), &mut bad);
+    }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 

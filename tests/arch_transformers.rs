@@ -6,7 +6,7 @@
 //! cannot import torch, transformers and safetensors (CI never installs them).
 mod common;
 use candle_core::{DType, Device, Tensor, Var};
-use comlrl::model::batch::{causal_mask, position_ids};
+use comlrl::model::decoder::batch::{causal_mask, position_ids};
 use comlrl::model::{completion_logprobs, LoadOptions, Mode, ModelSource, Policy, ScoreLayout};
 use comlrl::train::loss::loss_and_grads;
 use comlrl::train::rollout::AgentRollout;

@@ -4,7 +4,7 @@
 //! is refused naming config.json, the key and what is supported.
 mod common;
 use candle_core::{DType, Device, Tensor};
-use comlrl::model::batch::{causal_mask, position_ids};
+use comlrl::model::decoder::batch::{causal_mask, position_ids};
 use comlrl::model::{LoadOptions, Mode, ModelSource, Policy};
 use common::*;
 use serde_json::{json, Value};

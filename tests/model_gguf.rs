@@ -5,8 +5,8 @@
 mod common;
 use candle_core::quantized::gguf_file::{self, Content, Value};
 use candle_core::{DType, Device, Tensor};
-use comlrl::model::batch::{causal_mask, position_ids};
-use comlrl::model::gguf::{self as g, Quant};
+use comlrl::model::decoder::batch::{causal_mask, position_ids};
+use comlrl::model::io::gguf::{self as g, Quant};
 use comlrl::model::{LoadOptions, Mode, ModelSource, Policy, Tokenizer};
 use common::*;
 use std::collections::HashMap;

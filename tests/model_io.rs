@@ -1,7 +1,7 @@
 //! Saving and reloading models, and the errors a user gets for broken model directories.
 mod common;
 use candle_core::{DType, Device, Tensor};
-use comlrl::model::batch::{causal_mask, position_ids};
+use comlrl::model::decoder::batch::{causal_mask, position_ids};
 use comlrl::model::{parse_dtype, LoadOptions, Mode, ModelSource, Policy, RolloutCopies};
 use common::*;
 use std::collections::BTreeMap;
@@ -144,7 +144,7 @@ fn rewrite_tensors(dir: &Path, edit: impl FnOnce(&mut BTreeMap<String, Tensor>))
     let path = dir.join("model.safetensors");
     let mut t: BTreeMap<String, Tensor> = load_st(&path).into_iter().collect();
     edit(&mut t);
-    comlrl::model::weights::save_tensors(&t, &path).unwrap();
+    comlrl::model::io::safetensors::save_tensors(&t, &path).unwrap();
 }
 
 #[test]
@@ -195,10 +195,16 @@ fn sharded_checkpoints_load() {
             b.insert(k, v);
         }
     }
-    comlrl::model::weights::save_tensors(&a, &d.path().join("model-00001-of-00002.safetensors"))
-        .unwrap();
-    comlrl::model::weights::save_tensors(&b, &d.path().join("model-00002-of-00002.safetensors"))
-        .unwrap();
+    comlrl::model::io::safetensors::save_tensors(
+        &a,
+        &d.path().join("model-00001-of-00002.safetensors"),
+    )
+    .unwrap();
+    comlrl::model::io::safetensors::save_tensors(
+        &b,
+        &d.path().join("model-00002-of-00002.safetensors"),
+    )
+    .unwrap();
     let idx = serde_json::json!({"metadata": {}, "weight_map": map});
     std::fs::write(
         d.path().join("model.safetensors.index.json"),

@@ -3,7 +3,7 @@
 //! models, the llama3-scaled Llama and the q/k-norm Qwen3.
 mod common;
 use candle_core::{Device, Tensor};
-use comlrl::model::batch::{causal_mask, position_ids};
+use comlrl::model::decoder::batch::{causal_mask, position_ids};
 use comlrl::model::{
     completion_logprobs, generate, Architecture, LoadOptions, Mode, ModelSource, Policy,
     SamplingParams, ScoreLayout,

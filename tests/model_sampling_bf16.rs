@@ -3,7 +3,7 @@
 //! the copies follow weight updates.
 mod common;
 use candle_core::{DType, Device, Tensor};
-use comlrl::model::batch::{causal_mask, position_ids};
+use comlrl::model::decoder::batch::{causal_mask, position_ids};
 use comlrl::model::{generate, LoadOptions, Mode, ModelSource, Policy, SamplingParams};
 use common::*;
 use rand::SeedableRng;

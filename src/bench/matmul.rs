@@ -278,8 +278,12 @@ pub fn run_gemm(
     let flops = 2.0 * (m * k * n) as f64;
     let f32_s = median_secs(repeats, || {
         match layout {
-            GemmLayout::Tn => crate::model::gemm_acc::add_matmul_tn(&acc, &a, &b)?,
-            _ => drop(crate::model::compute::matmul(&a, &b, ComputeDtype::F32)?),
+            GemmLayout::Tn => crate::model::kernels::add_matmul_tn::add_matmul_tn(&acc, &a, &b)?,
+            _ => drop(crate::model::kernels::compute_dtype::matmul(
+                &a,
+                &b,
+                ComputeDtype::F32,
+            )?),
         }
         Ok(())
     })?;

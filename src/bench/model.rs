@@ -1,7 +1,7 @@
 //! Model benchmark: sampling tokens/s (batch × new tokens, KV cache, EOS ignored) and
 //! forward+backward seconds of the policy-gradient loss on a batch of sequences, with GFLOP/s.
 use crate::error::Result;
-use crate::model::flops::{forward_flops, train_flops};
+use crate::model::decoder::flops::{forward_flops, train_flops};
 use crate::model::{completion_logprobs, generate, Mode, Policy, SamplingParams, ScoreLayout};
 use candle_core::Tensor;
 use rand::SeedableRng;

@@ -2,7 +2,7 @@
 //! GGUF) as a llama.cpp GGUF file for llama.cpp / ollama.
 use super::inputs::ModelArgs;
 use anyhow::{bail, Context};
-use comlrl::model::gguf::{export, Quant};
+use comlrl::model::io::gguf::{export, Quant};
 use comlrl::model::ModelSource;
 use std::path::{Path, PathBuf};
 

@@ -1,13 +1,15 @@
 //! A loaded policy: config, trainable weights (a `VarMap` named as the checkpoint), the model
 //! built over them, the tokenizer and the special token ids; loading from any `ModelSource` and
 //! saving back to HF layout.
-use super::config::Qwen2Config;
-use super::model_dir::{copy, dir_chat_template, ids_of, read_json, special_ids, write_json};
-use super::qwen2::Qwen2;
-use super::source::ModelSource;
-use super::tokenizer::{Tokenizer, BYTE_EOS_ID};
-use super::weights;
 use crate::error::{Error, Result};
+use crate::model::decoder::config::Qwen2Config;
+use crate::model::io::model_dir::{
+    copy, dir_chat_template, ids_of, read_json, special_ids, write_json,
+};
+use crate::model::io::safetensors;
+use crate::model::io::source::ModelSource;
+use crate::model::qwen2::Qwen2;
+use crate::model::tokenizer::{Tokenizer, BYTE_EOS_ID};
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use std::collections::{BTreeMap, HashMap};
@@ -59,12 +61,13 @@ impl RolloutCopies {
     /// (`kernels::f32_panels`: decode products ~1.4× faster from memory; 1.25 GB per agent at
     /// Qwen2.5-0.5B, freed during update rounds, so a run's peak stays the update's); none
     /// with `Never` or elsewhere.
-    pub fn large(self, device: &Device) -> super::SamplingWeights {
-        let panels =
-            self != RolloutCopies::Never && device.is_cpu() && super::kernels::f32_panels::usable();
+    pub fn large(self, device: &Device) -> crate::model::sample::copies::SamplingWeights {
+        let panels = self != RolloutCopies::Never
+            && device.is_cpu()
+            && crate::model::kernels::f32_panels::usable();
         match panels {
-            true => super::SamplingWeights::MlpPanels,
-            false => super::SamplingWeights::Checkpoint,
+            true => crate::model::sample::copies::SamplingWeights::MlpPanels,
+            false => crate::model::sample::copies::SamplingWeights::Checkpoint,
         }
     }
 
@@ -132,7 +135,7 @@ pub struct Policy {
     /// The source's `config.json` as read (None for built-in models): saved back with only the
     /// dtype fields changed, so every key the source had survives and none is added.
     source_config: Option<serde_json::Value>,
-    sampling_weights: super::SamplingWeights,
+    sampling_weights: crate::model::sample::copies::SamplingWeights,
     /// The chat template (tokenizer_config.json / chat_template.jinja, or a GGUF's
     /// `tokenizer.chat_template`).
     chat_template: Option<String>,
@@ -156,7 +159,8 @@ impl Policy {
                     model: source.describe(),
                     msg: "unknown preset".into(),
                 })?;
-                let tensors = weights::random_tensors(&cfg, opts.seed, opts.dtype, &opts.device)?;
+                let tensors =
+                    safetensors::random_tensors(&cfg, opts.seed, opts.dtype, &opts.device)?;
                 let tokenizer = Tokenizer::byte_level()?;
                 Self::assemble(
                     source.clone(),
@@ -191,8 +195,8 @@ impl Policy {
             ));
         }
         let tokenizer = Tokenizer::from_file(&tok_path)?;
-        let files = weights::checkpoint_files(dir)?;
-        let tensors = weights::load_tensors(&cfg, &files, opts.dtype, &opts.device)?;
+        let files = safetensors::checkpoint_files(dir)?;
+        let tensors = safetensors::load_tensors(&cfg, &files, opts.dtype, &opts.device)?;
         let (eos_ids, pad_id) = special_ids(dir, &cfg, &tokenizer)?;
         let mut policy = Self::assemble(
             source,
@@ -212,11 +216,11 @@ impl Policy {
     /// A llama.cpp GGUF file: config from its metadata, tokenizer rebuilt from
     /// `tokenizer.ggml.*`, weights dequantized to `opts.dtype`.
     fn load_gguf(source: ModelSource, path: &Path, opts: &LoadOptions) -> Result<Self> {
-        let g = super::gguf::load(path, opts.dtype, &opts.device)?;
-        let cfg = super::gguf::read::model_config(path, &g.config)?;
+        let g = crate::model::io::gguf::load(path, opts.dtype, &opts.device)?;
+        let cfg = crate::model::io::gguf::read::model_config(path, &g.config)?;
         let tokenizer = Tokenizer::from_json(&g.tokenizer)
             .map_err(|e| Error::model(path, format!("tokenizer from GGUF metadata: {e}")))?;
-        let tensors = super::gguf::read::take_expected(&cfg, g.tensors, path)?;
+        let tensors = crate::model::io::gguf::read::take_expected(&cfg, g.tensors, path)?;
         let eos_ids = ids_of(cfg.eos_token_id.as_ref());
         if eos_ids.is_empty() {
             return Err(Error::model(
@@ -270,7 +274,7 @@ impl Policy {
         opts: &LoadOptions,
     ) -> Result<Self> {
         let varmap = VarMap::new();
-        let names: Vec<String> = weights::expected_tensors(&config)?
+        let names: Vec<String> = safetensors::expected_tensors(&config)?
             .into_iter()
             .map(|(n, _, _)| n)
             .collect();
@@ -313,7 +317,7 @@ impl Policy {
                 .map_err(|_| Error::Internal("var map lock poisoned".into()))?;
             if let Some(extra) = data.keys().find(|k| !names.contains(k)) {
                 return Err(Error::Internal(format!(
-                    "the model reads tensor `{extra}`, which weights::expected_tensors does not list"
+                    "the model reads tensor `{extra}`, which safetensors::expected_tensors does not list"
                 )));
             }
         }
@@ -324,8 +328,8 @@ impl Policy {
             .sum();
         let copies = opts.rollout_copies.wanted(weight_bytes);
         let sampling_weights = match (opts.sampling_dtype, copies) {
-            (DType::BF16, _) => super::SamplingWeights::Bf16,
-            (DType::F32, true) => super::SamplingWeights::Transposed,
+            (DType::BF16, _) => crate::model::sample::copies::SamplingWeights::Bf16,
+            (DType::F32, true) => crate::model::sample::copies::SamplingWeights::Transposed,
             (DType::F32, false) => opts.rollout_copies.large(&opts.device),
             (other, _) => {
                 return Err(Error::Invalid(format!(
@@ -364,12 +368,12 @@ impl Policy {
     /// [`Policy::weights_changed`] first, which rebuilds them. Returns whether there were any:
     /// the transposed f32 copies (models of at most 64 MiB, where memory is no concern) stay.
     pub fn release_sampling_copies(&self) -> Result<bool> {
-        use super::SamplingWeights::{Bf16, MlpPanels};
+        use crate::model::sample::copies::SamplingWeights::{Bf16, MlpPanels};
         if !matches!(self.sampling_weights, Bf16 | MlpPanels) {
             return Ok(false);
         }
         self.model
-            .refresh_rollout_weights(super::SamplingWeights::Checkpoint)?;
+            .refresh_rollout_weights(crate::model::sample::copies::SamplingWeights::Checkpoint)?;
         Ok(true)
     }
 
@@ -439,7 +443,7 @@ impl Policy {
             .into_iter()
             .map(|(n, v)| (n, v.as_tensor().detach()))
             .collect();
-        weights::save_tensors(&tensors, &out.join("model.safetensors"))?;
+        safetensors::save_tensors(&tensors, &out.join("model.safetensors"))?;
         write_json(&out.join("config.json"), &self.saved_config()?)?;
         let src_gen = self.dir.as_ref().map(|d| d.join("generation_config.json"));
         match src_gen.filter(|p| p.is_file()) {

@@ -16,7 +16,7 @@ use super::verify::{check_state, Expect};
 use super::window::Window;
 use crate::dist::World;
 use crate::error::{Error, Result};
-use crate::model::weights::save_tensors;
+use crate::model::io::safetensors::save_tensors;
 use crate::model::Policy;
 use candle_core::{Device, Tensor};
 use rand_chacha::ChaCha8Rng;

@@ -14,10 +14,10 @@
 //! the replicas (`magrpo::replicas`).
 use super::rollout::AgentRollout;
 use crate::error::Result;
-use crate::model::accumulate::take_grads;
-use crate::model::flops;
-use crate::model::pass_order::{run_passes, Pass};
-use crate::model::recompute::{prompt_part, PassPlan};
+use crate::model::decoder::flops;
+use crate::model::grad::pass_order::{run_passes, Pass};
+use crate::model::grad::recompute::{prompt_part, PassPlan};
+use crate::model::kernels::add_in_place::take_grads;
 use crate::model::{completion_logprobs, ComputeDtype, Mode, Policy, ScoreLayout};
 use candle_core::{Tensor, Var};
 use std::time::Instant;

@@ -1,7 +1,7 @@
 //! Turning a resolved scenario into what the loop needs: loaded policies, sampling settings,
 //! the reward stack, and a writable output directory — all checked before any training starts.
 use crate::error::{Error, Result};
-use crate::model::recompute::PassPlan;
+use crate::model::grad::recompute::PassPlan;
 use crate::model::{ComputeDtype, LoadOptions, ModelSource, Policy, RolloutCopies, SamplingParams};
 use comlrl_reward::RewardStack;
 use comlrl_scenario::{AgentPlan, Dtype, Scenario};

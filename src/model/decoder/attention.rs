@@ -3,28 +3,28 @@
 //! repeated in memory (head j·g … j·g+g−1 read KV head j, as `repeat_interleave` does).
 use super::arch::Features;
 use super::config::ModelConfig;
-use super::kernels::softmax::masked_softmax;
-use super::kv_cache::KvCache;
+use super::forward::{reduce_dtype, Mode};
 use super::linear::Linear;
-use super::mode::{reduce_dtype, Mode};
 use super::norm::RmsNorm;
 use super::rope::Rope;
+use crate::model::kernels::softmax::masked_softmax;
+use crate::model::sample::kv_cache::KvCache;
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
 
 /// Grouped-query self-attention of one decoder layer.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    pub(super) q_proj: Linear,
-    pub(super) k_proj: Linear,
-    pub(super) v_proj: Linear,
-    pub(super) o_proj: Linear,
+    pub(crate) q_proj: Linear,
+    pub(crate) k_proj: Linear,
+    pub(crate) v_proj: Linear,
+    pub(crate) o_proj: Linear,
     /// RMSNorm over each head of q and of k before RoPE (`q_norm` / `k_norm`, Qwen3).
-    pub(super) q_norm: Option<RmsNorm>,
-    pub(super) k_norm: Option<RmsNorm>,
-    pub(super) heads: usize,
-    pub(super) kv_heads: usize,
-    pub(super) head_dim: usize,
+    pub(crate) q_norm: Option<RmsNorm>,
+    pub(crate) k_norm: Option<RmsNorm>,
+    pub(crate) heads: usize,
+    pub(crate) kv_heads: usize,
+    pub(crate) head_dim: usize,
 }
 
 /// Per-forward inputs shared by every layer.
@@ -66,7 +66,10 @@ impl Attention {
     }
 
     /// Rebuilds (or drops) the projections' sampling copies.
-    pub fn refresh_rollout(&self, kind: super::SamplingWeights) -> Result<()> {
+    pub fn refresh_rollout(
+        &self,
+        kind: crate::model::sample::copies::SamplingWeights,
+    ) -> Result<()> {
         for l in [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj] {
             l.refresh_rollout(kind)?;
         }

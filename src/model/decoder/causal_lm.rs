@@ -5,25 +5,25 @@
 use super::arch::Features;
 use super::attention::{Attention, AttnInputs};
 use super::config::ModelConfig;
-use super::kv_cache::KvCache;
+use super::forward::Mode;
 use super::linear::Linear;
 use super::mlp::Mlp;
-use super::mode::Mode;
 use super::norm::RmsNorm;
 use super::rope::Rope;
+use crate::model::sample::kv_cache::KvCache;
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
 #[derive(Debug, Clone)]
-pub(super) struct DecoderLayer {
-    pub(super) self_attn: Attention,
-    pub(super) mlp: Mlp,
-    pub(super) input_layernorm: RmsNorm,
-    pub(super) post_attention_layernorm: RmsNorm,
+pub(crate) struct DecoderLayer {
+    pub(crate) self_attn: Attention,
+    pub(crate) mlp: Mlp,
+    pub(crate) input_layernorm: RmsNorm,
+    pub(crate) post_attention_layernorm: RmsNorm,
 }
 
 impl DecoderLayer {
-    pub(super) fn new(cfg: &ModelConfig, f: &Features, vb: VarBuilder) -> Result<Self> {
+    pub(crate) fn new(cfg: &ModelConfig, f: &Features, vb: VarBuilder) -> Result<Self> {
         let h = cfg.hidden_size;
         Ok(Self {
             self_attn: Attention::new(cfg, f, vb.pp("self_attn"))?,
@@ -38,7 +38,7 @@ impl DecoderLayer {
     }
 
     /// The layer's projections: attention's q, k, v, o, then the MLP's gate, up, down.
-    pub(super) fn linears(&self) -> [&Linear; 7] {
+    pub(crate) fn linears(&self) -> [&Linear; 7] {
         let (a, m) = (&self.self_attn, &self.mlp);
         [
             &a.q_proj,
@@ -51,7 +51,7 @@ impl DecoderLayer {
         ]
     }
 
-    pub(super) fn forward(
+    pub(crate) fn forward(
         &self,
         x: &Tensor,
         rope: &Rope,
@@ -69,15 +69,15 @@ impl DecoderLayer {
 /// A decoder-only language model: embeddings, decoder layers, final norm and LM head.
 #[derive(Debug, Clone)]
 pub struct CausalLm {
-    pub(super) embed_tokens: Tensor,
-    pub(super) layers: Vec<DecoderLayer>,
-    pub(super) norm: RmsNorm,
+    pub(crate) embed_tokens: Tensor,
+    pub(crate) layers: Vec<DecoderLayer>,
+    pub(crate) norm: RmsNorm,
     /// (vocab, hidden); the embedding matrix itself when embeddings are tied.
-    pub(super) lm_head: Tensor,
+    pub(crate) lm_head: Tensor,
     /// Contiguous (hidden, vocab) copy of the head for sampling (see `Linear`).
-    lm_head_rollout: super::sampling_weights::SamplingSlot,
-    pub(super) rope: Rope,
-    pub(super) cfg: ModelConfig,
+    lm_head_rollout: crate::model::sample::copies::SamplingSlot,
+    pub(crate) rope: Rope,
+    pub(crate) cfg: ModelConfig,
 }
 
 impl CausalLm {
@@ -184,10 +184,15 @@ impl CausalLm {
     /// uses: contiguous transposed ones (M = batch products against a transposed view spend
     /// most of their time packing; one extra copy of the weights) or bf16 ones (half the bytes
     /// per decode step; half a copy), or none.
-    pub fn refresh_rollout_weights(&self, kind: super::SamplingWeights) -> Result<()> {
+    pub fn refresh_rollout_weights(
+        &self,
+        kind: crate::model::sample::copies::SamplingWeights,
+    ) -> Result<()> {
         // Panels are for the MLP only; the rest decodes from the checkpoint layout.
         let rest = match kind {
-            super::SamplingWeights::MlpPanels => super::SamplingWeights::Checkpoint,
+            crate::model::sample::copies::SamplingWeights::MlpPanels => {
+                crate::model::sample::copies::SamplingWeights::Checkpoint
+            }
             other => other,
         };
         for l in &self.layers {
@@ -207,18 +212,18 @@ impl CausalLm {
         let dims = hidden.dims().to_vec();
         let h = self.cfg.hidden_size;
         let rows = hidden.elem_count() / h;
-        use super::sampling_weights::SamplingCopy;
+        use crate::model::sample::copies::SamplingCopy;
         let h2 = hidden.reshape((rows, h))?;
         let y = match (mode, self.lm_head_rollout.get()) {
             (Mode::Train, _) => h2.matmul(&self.lm_head.t()?)?,
             (_, Some(SamplingCopy::Transposed(wt))) => h2.matmul(&wt)?,
             (Mode::Sample, Some(SamplingCopy::Bf16(w))) => {
-                super::sampling_weights::matmul_bf16(&h2.contiguous()?, &w)?
+                crate::model::sample::copies::matmul_bf16(&h2.contiguous()?, &w)?
             }
             // Without the copy: sampling through `f32_decode`, else (W · hᵀ)ᵀ, which keeps
             // the contiguous head on the left (no packing).
             _ => match (mode == Mode::Sample)
-                .then(|| super::kernels::f32_decode::x_wt(&h2, &self.lm_head))
+                .then(|| crate::model::kernels::f32_decode::x_wt(&h2, &self.lm_head))
                 .transpose()?
                 .flatten()
             {

@@ -312,7 +312,7 @@ impl ModelConfig {
     /// `smollm2-135m`: SmolLM2-135M's shape (Llama, 30 layers, 9/3 heads, vocab 49152).
     /// `qwen3-0.6b`: Qwen3-0.6B's shape (head_dim 128 with hidden 1024 / 16 heads).
     pub fn preset(name: &str) -> Option<Self> {
-        let vocab_tiny = super::tokenizer::BYTE_VOCAB_SIZE;
+        let vocab_tiny = crate::model::tokenizer::BYTE_VOCAB_SIZE;
         let c = match name {
             "tiny" => Self::with_shape(vocab_tiny, 64, 128, 2, 4, 2, true),
             "small" => Self::with_shape(3000, 512, 2048, 8, 8, 2, true),

@@ -1,5 +1,5 @@
 //! Matmul FLOP counts of a decoder forward (any supported architecture), used to report achieved GFLOP/s.
-use crate::model::Qwen2Config;
+use crate::model::decoder::config::Qwen2Config;
 
 /// Matmul FLOPs of one forward over `b` rows of `s` tokens, with the LM head applied to
 /// `head_positions` positions per row (all of them when scoring every token).

@@ -1,7 +1,7 @@
 //! A linear layer `y = x·Wᵀ (+ b)` over any leading dims, with W stored as in the checkpoint (out, in).
-use super::kernels::f32_decode;
-use super::mode::Mode;
-use super::sampling_weights::{
+use super::forward::Mode;
+use crate::model::kernels::f32_decode;
+use crate::model::sample::copies::{
     matmul_bf16, matmul_panels, SamplingCopy, SamplingSlot, SamplingWeights,
 };
 use candle_core::{Module, Result, Tensor};
@@ -14,8 +14,8 @@ const PANEL_ROWS: usize = 32;
 /// A dense layer y = x · Wᵀ (+ b), with W in the checkpoint's (out, in) layout.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    pub(super) weight: Tensor,
-    pub(super) bias: Option<Tensor>,
+    pub(crate) weight: Tensor,
+    pub(crate) bias: Option<Tensor>,
     /// A copy of W for sampling (contiguous (in, out), where the small-M products against a
     /// transposed view are dominated by packing; or bf16); refreshed after every weight update.
     rollout: SamplingSlot,

@@ -1,16 +1,16 @@
 //! The SwiGLU feed-forward block: down(silu(gate(x)) · up(x)), biases only where the config
 //! asks for them (Llama's `mlp_bias`).
+use super::forward::Mode;
 use super::linear::Linear;
-use super::mode::Mode;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
 /// The gate, up and down projections of one layer's feed-forward block.
 #[derive(Debug, Clone)]
 pub struct Mlp {
-    pub(super) gate_proj: Linear,
-    pub(super) up_proj: Linear,
-    pub(super) down_proj: Linear,
+    pub(crate) gate_proj: Linear,
+    pub(crate) up_proj: Linear,
+    pub(crate) down_proj: Linear,
 }
 
 impl Mlp {
@@ -29,12 +29,15 @@ impl Mlp {
     pub fn forward_mode(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
         let gate = self.gate_proj.forward_mode(x, mode)?;
         let up = self.up_proj.forward_mode(x, mode)?;
-        let h = super::kernels::swiglu::swiglu(&gate, &up)?;
+        let h = crate::model::kernels::swiglu::swiglu(&gate, &up)?;
         self.down_proj.forward_mode(&h, mode)
     }
 
     /// Rebuilds (or drops) the projections' sampling copies.
-    pub fn refresh_rollout(&self, kind: super::SamplingWeights) -> Result<()> {
+    pub fn refresh_rollout(
+        &self,
+        kind: crate::model::sample::copies::SamplingWeights,
+    ) -> Result<()> {
         for l in [&self.gate_proj, &self.up_proj, &self.down_proj] {
             l.refresh_rollout(kind)?;
         }

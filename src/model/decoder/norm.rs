@@ -1,13 +1,13 @@
 //! RMSNorm (`model.layers.{i}.{input,post_attention}_layernorm`, `model.norm`): w · x / sqrt(mean(x²) + eps).
-use super::mode::reduce_dtype;
+use super::forward::reduce_dtype;
 use candle_core::{Result, Tensor, D};
 use candle_nn::VarBuilder;
 
 /// An RMSNorm's weight and ε.
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
-    pub(super) weight: Tensor,
-    pub(super) eps: f64,
+    pub(crate) weight: Tensor,
+    pub(crate) eps: f64,
 }
 
 impl RmsNorm {
@@ -23,8 +23,8 @@ impl RmsNorm {
     /// op trains and samples: f32 takes the fused kernel.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dtype = x.dtype();
-        if super::kernels::fusable(&[x, &self.weight]) {
-            return super::kernels::rms_norm::rms_norm(x, &self.weight, self.eps);
+        if crate::model::kernels::fusable(&[x, &self.weight]) {
+            return crate::model::kernels::rms_norm::rms_norm(x, &self.weight, self.eps);
         }
         // Other dtypes: normalise in f32, then scale in the model dtype, as transformers does.
         let xf = x.to_dtype(reduce_dtype(dtype))?;

@@ -1,7 +1,7 @@
 //! Rotary position embeddings, non-interleaved ("rotate_half") as in transformers' Qwen2, Llama
 //! and Qwen3, with per-row absolute positions so left-padded batches get HF's positions. The
 //! inverse frequencies come from a [`RopeSpec`] (base and scaling).
-use super::mode::Mode;
+use super::forward::Mode;
 use super::rope_scaling::RopeSpec;
 use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor, D};
 use std::sync::{Arc, RwLock};
@@ -138,7 +138,7 @@ impl Rope {
         match mode {
             Mode::Infer | Mode::Sample => candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin),
             Mode::Train => {
-                if let Some(y) = super::kernels::rope::rope(x, cos, sin)? {
+                if let Some(y) = crate::model::kernels::rope::rope(x, cos, sin)? {
                     return Ok(y);
                 }
                 let cos = Tensor::cat(&[cos, cos], D::Minus1)?.unsqueeze(1)?;
@@ -177,7 +177,7 @@ fn rotate_half(x: &Tensor) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::rope_scaling::RopeScaling;
+    use crate::model::decoder::rope_scaling::RopeScaling;
 
     fn bits(t: &Tensor) -> Vec<u32> {
         t.flatten_all()

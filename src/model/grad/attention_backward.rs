@@ -3,21 +3,21 @@
 //! values. A layer's rows are one group, or a shared prompt's row and the rows that continue
 //! it (`shared_prompt`): two groups whose projections the layer computes in the same products,
 //! the second attending to the first one's keys and values before its own.
-use super::attention::{Attention, AttnInputs};
-use super::kernels::rope::{rope, rope_inverse};
-use super::kernels::softmax::{masked_softmax, masked_softmax_backward};
 use super::shared_prompt::{after_past, Past};
+use crate::model::decoder::attention::{Attention, AttnInputs};
+use crate::model::kernels::rope::{rope, rope_inverse};
+use crate::model::kernels::softmax::{masked_softmax, masked_softmax_backward};
 use candle_core::{Result, Tensor};
 
 /// A group's shape: `b` rows of `s` positions each.
 #[derive(Clone, Copy)]
-pub(super) struct Group {
+pub(crate) struct Group {
     pub b: usize,
     pub s: usize,
 }
 
 /// What a group's backward reads.
-pub(super) struct AttnSaved {
+pub(crate) struct AttnSaved {
     /// Rotated queries (b, nkv, g·s, d), keys and values (b, nkv, P + s, d): a shared
     /// prompt's P first, if any, then the group's own.
     pub q: Tensor,
@@ -68,7 +68,7 @@ fn probs(a: &Attention, q: &Tensor, k: &Tensor, inp: &AttnInputs) -> Result<Tens
 /// The group's merged attention output (b·s, nh·d) for its projected queries (b·s, nh·d), keys
 /// and values (b·s, nkv·d), after the per-head norms, before RoPE; with `past`, the rows attend
 /// to a shared prompt's keys and values first (the mask is (b, 1, s, P + s)).
-pub(super) fn attend(
+pub(crate) fn attend(
     a: &Attention,
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     gr: Group,
@@ -104,7 +104,7 @@ pub(super) fn attend(
 /// (b·s, nh·d), d k and d v (b·s, nkv·d) before RoPE, and where it attended to a shared
 /// prompt's `past_len` keys and values first, their gradients summed over the rows. `back`
 /// adds the gradients that rows continuing this group sent to its keys and values.
-pub(super) fn attend_backward(
+pub(crate) fn attend_backward(
     a: &Attention,
     dya: &Tensor,
     sv: AttnSaved,

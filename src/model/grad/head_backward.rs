@@ -4,9 +4,9 @@
 //! into W's accumulator. At most one chunk's logits and G exist at a time, and W's gradient is
 //! never built by candle's backward (which would add a zero-initialised copy and a transposed
 //! product, three vocabulary × hidden buffers, per pass).
-use super::compute::{add_matmul_tn, matmul, ComputeDtype, Prepared};
-use super::fused_logprob::{logprob_grad_in_place, token_logprob_rows};
-use super::mode::reduce_dtype;
+use crate::model::decoder::forward::reduce_dtype;
+use crate::model::kernels::compute_dtype::{add_matmul_tn, matmul, ComputeDtype, Prepared};
+use crate::model::kernels::token_logprob::{logprob_grad_in_place, token_logprob_rows};
 use candle_core::{Result, Tensor, Var};
 
 /// Logit elements per chunk (f32: 64 MiB): about 110 positions at Qwen2.5's 152k vocabulary,

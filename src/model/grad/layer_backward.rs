@@ -9,15 +9,15 @@
 //! Rows that continue a shared prompt ([`LayerInput::prompt`], see `shared_prompt`) go through
 //! every projection packed with the prompt's row, and attend to its keys and values before
 //! their own (`attn_grad`).
-use super::attention::AttnInputs;
-use super::attn_grad::{attend, attend_backward, AttnSaved, Group};
-use super::causal_lm::DecoderLayer;
-use super::kernels::fusable;
-use super::kernels::swiglu::{swiglu, swiglu_backward};
-pub use super::layer_ops::GradSlots;
-use super::layer_ops::{head_norm, head_norm_back, lin, lin_back, norm, norm_back};
-use super::norm::RmsNorm;
+use super::attention_backward::{attend, attend_backward, AttnSaved, Group};
+pub use super::op_backward::GradSlots;
+use super::op_backward::{head_norm, head_norm_back, lin, lin_back, norm, norm_back};
 use super::packed_weights::Products;
+use crate::model::decoder::attention::AttnInputs;
+use crate::model::decoder::causal_lm::DecoderLayer;
+use crate::model::decoder::norm::RmsNorm;
+use crate::model::kernels::fusable;
+use crate::model::kernels::swiglu::{swiglu, swiglu_backward};
 use candle_core::{Result, Tensor};
 
 /// Whether `layer` can take the hand-written path for input `x` (f32 weights and input, CPU).
@@ -330,14 +330,14 @@ pub fn layer_backward(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::arch::Architecture;
-    use crate::model::batch::causal_mask;
-    use crate::model::compute::ComputeDtype;
-    use crate::model::config::ModelConfig;
+    use crate::model::decoder::arch::Architecture;
+    use crate::model::decoder::batch::causal_mask;
+    use crate::model::decoder::config::ModelConfig;
+    use crate::model::decoder::forward::Mode;
+    use crate::model::decoder::rope::Rope;
+    use crate::model::io::safetensors::expected_tensors;
+    use crate::model::kernels::compute_dtype::ComputeDtype;
     use crate::model::kernels::max_diff;
-    use crate::model::mode::Mode;
-    use crate::model::rope::Rope;
-    use crate::model::weights::expected_tensors;
     use candle_core::{DType, Device, Var};
     use candle_nn::VarBuilder;
 

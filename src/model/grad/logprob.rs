@@ -1,9 +1,9 @@
 //! Per-token log-probabilities of completions given prompts, in one batched forward over
 //! left-padded prompt ⊕ right-padded completion; differentiable w.r.t. every weight in
 //! `Mode::Train`. Logits are computed only at the positions that predict completion tokens.
-use super::batch::{causal_mask, position_ids};
-use super::causal_lm::CausalLm;
-use super::mode::Mode;
+use crate::model::decoder::batch::{causal_mask, position_ids};
+use crate::model::decoder::causal_lm::CausalLm;
+use crate::model::decoder::forward::Mode;
 use candle_core::{Result, Tensor};
 
 /// A prompt/completion batch laid out for scoring.
@@ -107,9 +107,9 @@ pub fn completion_logprobs(model: &CausalLm, layout: &ScoreLayout, mode: Mode) -
 /// Computed in at least f32 by one fused op (see `fused_logprob`), never materialising the
 /// vocabulary-wide log-probs.
 pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let logits = logits.to_dtype(super::mode::reduce_dtype(logits.dtype()))?;
+    let logits = logits.to_dtype(crate::model::decoder::forward::reduce_dtype(logits.dtype()))?;
     let (b, s, v) = logits.dims3()?;
-    let rows = super::fused_logprob::token_logprob_rows(
+    let rows = crate::model::kernels::token_logprob::token_logprob_rows(
         &logits.reshape((b * s, v))?,
         &targets.flatten_all()?,
     )?;

@@ -1,12 +1,12 @@
 //! The hand-written layer's building blocks, without a graph: a linear map and an RMSNorm (over
 //! whole rows or over each head), each with its backward, which writes the weights' gradients
 //! into the caller's accumulators ([`GradSlots`]).
-use super::accumulate::add_into;
-use super::compute::{add_matmul_tn, matmul_tn};
-use super::kernels::rms_norm::{rms_norm, rms_norm_backward};
-use super::linear::Linear;
-use super::norm::RmsNorm;
 use super::packed_weights::Products;
+use crate::model::decoder::linear::Linear;
+use crate::model::decoder::norm::RmsNorm;
+use crate::model::kernels::add_in_place::add_into;
+use crate::model::kernels::compute_dtype::{add_matmul_tn, matmul_tn};
+use crate::model::kernels::rms_norm::{rms_norm, rms_norm_backward};
 use candle_core::{Result, Tensor, TensorId, Var};
 use std::collections::HashMap;
 
@@ -25,7 +25,7 @@ impl GradSlots {
 
     /// The accumulator slot of `w` (`None` inside until its first gradient), or `None` when `w`
     /// is frozen.
-    pub(super) fn slot<'a>(
+    pub(crate) fn slot<'a>(
         &self,
         acc: &'a mut [Option<Tensor>],
         w: &Tensor,
@@ -34,7 +34,7 @@ impl GradSlots {
     }
 
     /// The accumulator of `w` (created as zeros on first use), or `None` when `w` is frozen.
-    pub(super) fn acc<'a>(
+    pub(crate) fn acc<'a>(
         &self,
         acc: &'a mut [Option<Tensor>],
         w: &Tensor,
@@ -50,7 +50,7 @@ impl GradSlots {
 }
 
 /// y = x · Wᵀ (+ b) for x (rows, in), without a graph; the product as `pr` says.
-pub(super) fn lin(x: &Tensor, l: &Linear, pr: Products) -> Result<Tensor> {
+pub(crate) fn lin(x: &Tensor, l: &Linear, pr: Products) -> Result<Tensor> {
     let y = pr.x_wt(x, &l.weight)?;
     match &l.bias {
         Some(b) => y.broadcast_add(&b.detach()),
@@ -61,7 +61,7 @@ pub(super) fn lin(x: &Tensor, l: &Linear, pr: Products) -> Result<Tensor> {
 /// Backward of [`lin`]: accumulates d W = dyᵀ · x (the first one written, not added to
 /// zeros) and d b = Σ dy, returns d x = dy · W (both
 /// products as `pr` says).
-pub(super) fn lin_back(
+pub(crate) fn lin_back(
     dy: &Tensor,
     x: &Tensor,
     l: &Linear,
@@ -82,11 +82,11 @@ pub(super) fn lin_back(
     pr.dy_w(dy, &l.weight)
 }
 
-pub(super) fn norm(x: &Tensor, n: &RmsNorm) -> Result<Tensor> {
+pub(crate) fn norm(x: &Tensor, n: &RmsNorm) -> Result<Tensor> {
     rms_norm(x, &n.weight.detach(), n.eps)
 }
 
-pub(super) fn norm_back(
+pub(crate) fn norm_back(
     dy: &Tensor,
     x: &Tensor,
     n: &RmsNorm,
@@ -101,7 +101,7 @@ pub(super) fn norm_back(
 }
 
 /// RMSNorm over each d-wide head of `t` (rows, heads·d), when the layer has one.
-pub(super) fn head_norm(t: Tensor, n: Option<&RmsNorm>, d: usize) -> Result<Tensor> {
+pub(crate) fn head_norm(t: Tensor, n: Option<&RmsNorm>, d: usize) -> Result<Tensor> {
     match n {
         Some(n) => norm(&t.reshape((t.elem_count() / d, d))?, n)?.reshape(t.shape()),
         None => Ok(t),
@@ -109,7 +109,7 @@ pub(super) fn head_norm(t: Tensor, n: Option<&RmsNorm>, d: usize) -> Result<Tens
 }
 
 /// Backward of [`head_norm`] for the pre-norm input `x` (kept only when there is a norm).
-pub(super) fn head_norm_back(
+pub(crate) fn head_norm_back(
     dy: Tensor,
     x: Option<&Tensor>,
     n: Option<&RmsNorm>,

@@ -8,8 +8,8 @@
 //! a contiguous Wᵀ instead. Either way the copies take 4 bytes a parameter (Wᵀ and W in bf16,
 //! Wᵀ in f32), so they are kept only within `trainer.packed_weights_mb`; the products are the
 //! same bit for bit with and without them.
-use super::causal_lm::CausalLm;
-use super::compute::{matmul, ComputeDtype, Prepared};
+use crate::model::decoder::causal_lm::CausalLm;
+use crate::model::kernels::compute_dtype::{matmul, ComputeDtype, Prepared};
 use candle_core::{Result, Tensor, TensorId};
 use std::collections::HashMap;
 

@@ -11,13 +11,13 @@
 //! In either order the first pass's backward runs first, while most gradients do not exist
 //! yet: that pass also keeps its top layers' activations in the room they leave
 //! ([`PassPlan::keep_top_bytes`], sized by `top_budget`).
-use super::causal_lm::CausalLm;
-use super::compute::ComputeDtype;
-use super::head_grad;
-use super::kernels::bf16_gemm;
+use super::head_backward;
 use super::logprob::ScoreLayout;
 use super::packed_weights::{Head, PackedWeights};
 use super::recompute::{forward_and_head, weighted_logprob_grads_in, PassPlan, PassStats};
+use crate::model::decoder::causal_lm::CausalLm;
+use crate::model::kernels::bf16_gemm;
+use crate::model::kernels::compute_dtype::ComputeDtype;
 use candle_core::{Result, Tensor, Var};
 
 /// One pass of a mini-batch: its rows and each row's loss coefficient.
@@ -181,5 +181,5 @@ fn head_bytes(model: &CausalLm, passes: &[Pass<'_>], dt: ComputeDtype) -> Result
         .map(|p| p.layout.targets.elem_count())
         .max()
         .unwrap_or(0);
-    Ok(packed + head_grad::chunk_bytes(dt, rows, v))
+    Ok(packed + head_backward::chunk_bytes(dt, rows, v))
 }

@@ -12,17 +12,17 @@
 //! Where every row of a pass continues the same prompt (a node sample's K completions) and
 //! [`PassPlan::share_prompt`] allows, the prompt is computed once as one row that the others
 //! attend to (`shared_prompt`, [`prompt_part`]).
-use super::accumulate::{scatter_rows_add, take_grads};
-use super::attention::AttnInputs;
-use super::causal_lm::CausalLm;
-use super::compute::{ComputeDtype, Prepared};
-use super::head_grad::head_backward;
-use super::layer_grad::{self, LayerInput};
+use super::head_backward::head_backward;
+use super::layer_backward::{self, LayerInput};
 use super::logprob::ScoreLayout;
-use super::mode::Mode;
 use super::packed_weights::{Head, PackedWeights, Products};
 pub use super::shared_prompt::prompt_part;
 use super::shared_prompt::PromptPart;
+use crate::model::decoder::attention::AttnInputs;
+use crate::model::decoder::causal_lm::CausalLm;
+use crate::model::decoder::forward::Mode;
+use crate::model::kernels::add_in_place::{scatter_rows_add, take_grads};
+use crate::model::kernels::compute_dtype::{ComputeDtype, Prepared};
 use candle_core::{Module, Result, Tensor, Var};
 
 /// What one recomputed pass reports.
@@ -119,7 +119,7 @@ pub struct Pending<'a> {
     /// Every layer's input, bottom first (the top layer's output is gone: `g` replaced it).
     inputs: Vec<Tensor>,
     /// Per layer, the activations its forward kept (`None`: re-run in the backward).
-    kept: Vec<Option<layer_grad::Kept>>,
+    kept: Vec<Option<layer_backward::Kept>>,
     /// d loss / d (the top layer's output).
     g: Tensor,
     /// A prompt shared by every row, computed once; the fields above are then those of the
@@ -172,11 +172,11 @@ impl Pending<'_> {
         };
         // Layers, top to bottom: re-run one layer, back-propagate d(out) (by hand for f32 on
         // the CPU, else through a graph).
-        let slots = layer_grad::GradSlots::new(vars);
+        let slots = layer_backward::GradSlots::new(vars);
         for layer in model.layers.iter().rev() {
             let x = inputs.pop().expect("one input per layer");
             let k = kept.pop().expect("one entry per layer");
-            if layer_grad::supported(layer, &x) {
+            if layer_backward::supported(layer, &x) {
                 // With a shared prompt, its row goes through the layer's products with the rows.
                 let xp = prompt.as_mut().map(|pp| pp.inputs.pop());
                 let xp = xp.map(|x| x.expect("one prompt input per layer"));
@@ -187,8 +187,9 @@ impl Pending<'_> {
                     prompt: xp.as_ref().zip(pinp.as_ref()),
                 };
                 let dyp = prompt.as_ref().map(|pp| &pp.g);
-                let (dx, dxp) =
-                    layer_grad::layer_backward(layer, &input, &g, dyp, &slots, acc, products, k)?;
+                let (dx, dxp) = layer_backward::layer_backward(
+                    layer, &input, &g, dyp, &slots, acc, products, k,
+                )?;
                 g = dx;
                 if let (Some(pp), Some(dxp)) = (prompt.as_mut(), dxp) {
                     pp.g = dxp;
@@ -286,14 +287,14 @@ pub fn forward_and_head<'a>(
     // the top layers that fit `keep_top_bytes` (known once a layer's size is).
     let n = model.layers.len();
     let mut inputs = Vec::with_capacity(n + 1);
-    let mut kept: Vec<Option<layer_grad::Kept>> = Vec::with_capacity(n);
+    let mut kept: Vec<Option<layer_backward::Kept>> = Vec::with_capacity(n);
     let mut budget = plan.keep_bytes;
     let mut top_from: Option<usize> = None;
     let (mut kept_layers, mut kept_bytes) = (0, 0);
     inputs.push(embedding.forward(&ids)?.detach());
     for (i, layer) in model.layers.iter().enumerate() {
         let x = inputs.last().expect("pushed above");
-        let supported = layer_grad::supported(layer, x);
+        let supported = layer_backward::supported(layer, x);
         let probe = plan.keep_top_bytes > 0 && top_from.is_none();
         let in_top = top_from.is_some_and(|t| i >= t);
         // With a shared prompt, its row goes through the layer's products with the rows.
@@ -307,7 +308,7 @@ pub fn forward_and_head<'a>(
             prompt: xp.zip(pinp.as_ref()),
         };
         let (y, yp) = if supported && (budget > 0 || probe || in_top) {
-            let (y, yp, k) = layer_grad::layer_forward_keep(layer, &input, products)?;
+            let (y, yp, k) = layer_backward::layer_forward_keep(layer, &input, products)?;
             let top = *top_from.get_or_insert(n - (plan.keep_top_bytes / k.bytes().max(1)).min(n));
             let fits = k.bytes() <= budget;
             budget = if fits { budget - k.bytes() } else { 0 };
@@ -320,7 +321,7 @@ pub fn forward_and_head<'a>(
             (y, yp)
         } else if supported {
             kept.push(None);
-            layer_grad::layer_forward(layer, &input, products)?
+            layer_backward::layer_forward(layer, &input, products)?
         } else if dt != ComputeDtype::F32 {
             candle_core::bail!(
                 "trainer.compute_dtype {dt} needs f32 weights on the CPU (this model has {:?} \
@@ -357,7 +358,7 @@ pub fn forward_and_head<'a>(
         .target_mask
         .broadcast_mul(&c_row.to_dtype(layout.target_mask.dtype())?)?
         .flatten_all()?
-        .to_dtype(super::mode::reduce_dtype(model.dtype()))?;
+        .to_dtype(crate::model::decoder::forward::reduce_dtype(model.dtype()))?;
     let head_slot = vars
         .iter()
         .position(|v| v.as_tensor().id() == model.lm_head.id());

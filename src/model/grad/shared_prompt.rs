@@ -7,10 +7,10 @@
 //! to float rounding, for (K − 1)·(T − 1) fewer positions in every product
 //! (`trainer.share_prompt`; the passes run in `recompute`, the layers in `layer_grad`, their
 //! attention in `attn_grad`).
-use super::attention::AttnInputs;
-use super::causal_lm::CausalLm;
-use super::layer_grad;
+use super::layer_backward;
 use super::logprob::ScoreLayout;
+use crate::model::decoder::attention::AttnInputs;
+use crate::model::decoder::causal_lm::CausalLm;
 use candle_core::{Module, Result, Tensor};
 
 /// A shared prompt's rotated keys and values in one layer, (1, kv heads, P, head_dim): what the
@@ -24,7 +24,7 @@ pub struct Past {
 }
 
 /// (b, nkv, s, d) own keys or values after a prompt's (1, nkv, P, d): (b, nkv, P + s, d).
-pub(super) fn after_past(past: &Tensor, own: &Tensor) -> Result<Tensor> {
+pub(crate) fn after_past(past: &Tensor, own: &Tensor) -> Result<Tensor> {
     let (b, nkv, _, d) = own.dims4()?;
     let p = past.dim(2)?;
     let past = past.broadcast_as((b, nkv, p, d))?.contiguous()?;
@@ -32,7 +32,7 @@ pub(super) fn after_past(past: &Tensor, own: &Tensor) -> Result<Tensor> {
 }
 
 /// The shared prompt's part of a pass: its first P = T − 1 tokens as one row.
-pub(super) struct PromptPart {
+pub(crate) struct PromptPart {
     /// (1, P) token ids, RoPE tables and the (1, 1, P, P) causal mask.
     pub ids: Tensor,
     cos: Tensor,
@@ -100,6 +100,6 @@ pub fn prompt_part(model: &CausalLm, layout: &ScoreLayout, share: bool) -> Resul
     let all = model
         .layers
         .iter()
-        .all(|l| layer_grad::supported(l, &probe));
+        .all(|l| layer_backward::supported(l, &probe));
     Ok(all.then_some(p))
 }

@@ -2,9 +2,9 @@
 //! `config.json`, a GGUF header or a preset (validated, so every size is capped), and what the
 //! loaded weights, sampling copies, KV cache and tokenizer take. Sizing a run's agents from this
 //! lets the trainer refuse one that cannot fit instead of loading agents until memory runs out.
-use super::config::ModelConfig;
-use super::tokenizer::BYTE_VOCAB_SIZE;
 use crate::error::{Error, Result};
+use crate::model::decoder::config::ModelConfig;
+use crate::model::tokenizer::BYTE_VOCAB_SIZE;
 use std::path::Path;
 
 /// Bytes a loaded tokenizer takes per byte of its `tokenizer.json` (Qwen2.5's 11.4 MB file

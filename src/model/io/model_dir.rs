@@ -1,24 +1,24 @@
 //! What a Hugging Face model directory says besides its weights: its JSON files (read with
 //! errors naming the file and line), the chat template as transformers finds it, and the eos and
 //! pad token ids in transformers' order of precedence; plus the writes that save one.
-use super::config::Qwen2Config;
-use super::tokenizer::Tokenizer;
 use crate::error::{Error, Result};
+use crate::model::decoder::config::Qwen2Config;
+use crate::model::tokenizer::Tokenizer;
 use std::path::Path;
 
-pub(super) fn write_json(path: &Path, v: &serde_json::Value) -> Result<()> {
+pub(crate) fn write_json(path: &Path, v: &serde_json::Value) -> Result<()> {
     let text = serde_json::to_string_pretty(v)
         .map_err(|e| Error::serialize(path.display().to_string(), e))?;
     std::fs::write(path, text + "\n").map_err(|e| Error::io(path, e))
 }
 
-pub(super) fn copy(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn copy(from: &Path, to: &Path) -> Result<()> {
     std::fs::copy(from, to)
         .map(|_| ())
         .map_err(|e| Error::io(from, e))
 }
 
-pub(super) fn read_json(path: &Path) -> Result<Option<serde_json::Value>> {
+pub(crate) fn read_json(path: &Path) -> Result<Option<serde_json::Value>> {
     if !path.is_file() {
         return Ok(None);
     }
@@ -38,7 +38,7 @@ pub(super) fn read_json(path: &Path) -> Result<Option<serde_json::Value>> {
 /// The directory's chat template as transformers reads it: `chat_template.jinja` first (it
 /// takes priority there), else tokenizer_config.json's `chat_template` (a string, or the
 /// template named `default` of a list).
-pub(super) fn dir_chat_template(dir: &Path) -> Result<Option<String>> {
+pub(crate) fn dir_chat_template(dir: &Path) -> Result<Option<String>> {
     let jinja = dir.join("chat_template.jinja");
     if jinja.is_file() {
         return std::fs::read_to_string(&jinja)
@@ -59,7 +59,7 @@ pub(super) fn dir_chat_template(dir: &Path) -> Result<Option<String>> {
 
 /// Token ids given as one number or a list (config files use both). An id beyond u32 becomes
 /// u32::MAX, which the vocabulary check then refuses, rather than wrapping to a real token.
-pub(super) fn ids_of(v: Option<&serde_json::Value>) -> Vec<u32> {
+pub(crate) fn ids_of(v: Option<&serde_json::Value>) -> Vec<u32> {
     let id = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
     match v {
         Some(serde_json::Value::Number(n)) => n.as_u64().map(|x| vec![id(x)]).unwrap_or_default(),
@@ -70,7 +70,7 @@ pub(super) fn ids_of(v: Option<&serde_json::Value>) -> Vec<u32> {
 
 /// eos ids and the pad id: generation_config.json, then config.json, then tokenizer_config.json's
 /// token strings (transformers' order of precedence for `generate`).
-pub(super) fn special_ids(
+pub(crate) fn special_ids(
     dir: &Path,
     cfg: &Qwen2Config,
     tok: &Tokenizer,

@@ -1,9 +1,9 @@
 //! Checkpoint tensors: the names and shapes a config implies, loading them from one or several
 //! safetensors files (any float dtype, converted to the training dtype) with errors that name the
 //! tensor and file, and seeded random initialisation for built-in models.
-use super::config::ModelConfig;
 use super::shard::Shard;
 use crate::error::{Error, Result};
+use crate::model::decoder::config::ModelConfig;
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};

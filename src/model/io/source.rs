@@ -1,7 +1,7 @@
 //! Where a model comes from: `builtin:<preset>`, a local directory in HF layout, or a Hugging Face
 //! hub id found in the HF cache (snapshot layout) or downloaded when online.
-use super::config::Qwen2Config;
 use crate::error::{Error, Result};
+use crate::model::decoder::config::Qwen2Config;
 use std::path::{Path, PathBuf};
 
 /// A parsed model reference.
@@ -167,7 +167,7 @@ fn hub_dir(repo: &str, revision: &str) -> Result<PathBuf> {
         REQUIRED.iter().all(|f| cached.get(f).is_some()),
     ) {
         let dir = w.parent().map(Path::to_path_buf).unwrap_or_default();
-        if super::weights::checkpoint_files(&dir)?
+        if super::safetensors::checkpoint_files(&dir)?
             .iter()
             .all(|f| f.is_file())
         {

@@ -1,6 +1,6 @@
 //! In-place gradient accumulation: `acc += g` into the accumulator's own buffer, so adding a
 //! pass's gradients allocates nothing.
-use super::storage::{f32s, f32s_mut, slice, slice_mut};
+use super::cpu_slices::{f32s, f32s_mut, slice, slice_mut};
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, Layout, Result, Tensor, Var};
 use rayon::prelude::*;

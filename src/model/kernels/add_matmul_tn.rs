@@ -1,6 +1,6 @@
 //! `acc += aᵀ · b` straight into the accumulator's buffer with gemm's accumulate mode: the LM
 //! head's weight gradient (vocabulary × hidden) without a product buffer of that size.
-use super::storage::{f32s, f32s_mut};
+use super::cpu_slices::{f32s, f32s_mut};
 use candle_core::{CpuStorage, InplaceOp3, Layout, Result, Tensor};
 
 struct AddMatmulTn;
@@ -29,7 +29,7 @@ impl InplaceOp3 for AddMatmulTn {
         let a = f32s(s2, l2, self.name())?;
         let b = f32s(s3, l3, self.name())?;
         // The slices' lengths are exactly m·n, k·m and k·n: contiguous layouts of those shapes.
-        let parallelism = super::gemm_new::parallelism();
+        let parallelism = super::matmul_no_fill::parallelism();
         // SAFETY: d, a and b are live, non-overlapping slices (d is borrowed mutably) holding
         // row-major (m, n), (k, m) and (k, n) matrices, checked above; the strides below stay
         // inside them: dst[i, j] = d[i·n + j], lhs = aᵀ so lhs[i, p] = a[p·m + i],
@@ -70,7 +70,7 @@ pub fn add_matmul_tn(acc: &Tensor, a: &Tensor, b: &Tensor) -> Result<()> {
     {
         acc.inplace_op3(&a.contiguous()?, &b.contiguous()?, &AddMatmulTn)
     } else {
-        super::accumulate::add_into(acc, &a.t()?.matmul(b)?)
+        super::add_in_place::add_into(acc, &a.t()?.matmul(b)?)
     }
 }
 

@@ -7,7 +7,7 @@
 //! `vdpbf16ps` or, where that is slow, by FMAs over the widened pairs ([`Kernel`]).
 use super::amx;
 use super::bf16_gemm::{Backend, PackedB};
-use super::row_tiles;
+use super::row_blocking;
 use half::bf16;
 use rayon::prelude::*;
 
@@ -259,7 +259,7 @@ impl Bf16Matrix {
         let packed = (kernel == Kernel::Amx).then(|| amx::PackedX::new(&xb, m, sd));
         // Tasks of whole W rows: each computes its block of yᵀ (rows, m) locally and writes it
         // transposed into its own columns of y (m, n).
-        row_tiles::par_row_tasks(n, m, sd, |r0, nr, out| {
+        row_blocking::par_row_tasks(n, m, sd, |r0, nr, out| {
             let w = &data[r0 * sd..(r0 + nr) * sd];
             match (kernel, &packed) {
                 #[cfg(target_arch = "x86_64")]

@@ -3,11 +3,11 @@
 //! products in f32, the autocast TRL users get with `bf16=True`. Weights, gradients and the
 //! optimizer state stay f32 either way; only the operands of the matmuls routed through here
 //! (every Linear's x·Wᵀ, dy·W and dyᵀ·x, the LM head's h·Wᵀ, G·W and Gᵀ·h) are rounded.
-use super::kernels::bf16_gemm::{
+use super::{add_matmul_tn, matmul_no_fill};
+use crate::model::kernels::bf16_gemm::{
     self, add_matmul_tn as bf16_add_matmul_tn, matmul as bf16_matmul, PackedB,
 };
-use super::kernels::transpose::transposed;
-use super::{gemm_acc, gemm_new};
+use crate::model::kernels::transpose::transposed;
 use candle_core::{Result, Tensor};
 
 /// The operand type of the update's products.
@@ -30,19 +30,19 @@ impl std::fmt::Display for ComputeDtype {
 }
 
 /// a (m, k) · b (k, n) as f32 (m, n); `F32` is exactly `a.matmul(b)` (through
-/// [`gemm_new`], which skips candle's zero-fill of the output).
+/// [`matmul_no_fill`], which skips candle's zero-fill of the output).
 pub fn matmul(a: &Tensor, b: &Tensor, dt: ComputeDtype) -> Result<Tensor> {
     match dt {
-        ComputeDtype::F32 => gemm_new::matmul(a, b),
+        ComputeDtype::F32 => matmul_no_fill::matmul(a, b),
         ComputeDtype::Bf16 => bf16_matmul(a, b),
     }
 }
 
 /// acc (m, n) += aᵀ · b for a (k, m), b (k, n), in place; `F32` is exactly
-/// `gemm_acc::add_matmul_tn`.
+/// `add_matmul_tn::add_matmul_tn`.
 pub fn add_matmul_tn(acc: &Tensor, a: &Tensor, b: &Tensor, dt: ComputeDtype) -> Result<()> {
     match dt {
-        ComputeDtype::F32 => gemm_acc::add_matmul_tn(acc, a, b),
+        ComputeDtype::F32 => add_matmul_tn::add_matmul_tn(acc, a, b),
         ComputeDtype::Bf16 => bf16_add_matmul_tn(acc, a, b),
     }
 }
@@ -52,9 +52,9 @@ pub fn add_matmul_tn(acc: &Tensor, a: &Tensor, b: &Tensor, dt: ComputeDtype) -> 
 /// zero-filled accumulators were a single-threaded memset of ~2 GB per agent per update.
 pub fn matmul_tn(a: &Tensor, b: &Tensor, dt: ComputeDtype) -> Result<Tensor> {
     match dt {
-        // The same gemm call as `gemm_acc::add_matmul_tn` (aᵀ as a strided view), writing
+        // The same gemm call as `add_matmul_tn::add_matmul_tn` (aᵀ as a strided view), writing
         // instead of adding: 0 + s = s.
-        ComputeDtype::F32 => gemm_new::matmul(&a.t()?, b),
+        ComputeDtype::F32 => matmul_no_fill::matmul(&a.t()?, b),
         ComputeDtype::Bf16 => {
             let acc = Tensor::zeros((a.dim(1)?, b.dim(1)?), a.dtype(), a.device())?;
             bf16_add_matmul_tn(&acc, a, b)?;
@@ -125,8 +125,8 @@ impl Prepared {
     /// x (m, in) · Wᵀ: (m, out); f32 is exactly `x.matmul(&w.t())`.
     pub fn x_wt(&self, x: &Tensor) -> Result<Tensor> {
         match &self.copies {
-            Copies::Transposed(wt) if blocked_either_way(x, wt)? => gemm_new::matmul(x, wt),
-            Copies::None | Copies::Transposed(_) => gemm_new::matmul(x, &self.w.t()?),
+            Copies::Transposed(wt) if blocked_either_way(x, wt)? => matmul_no_fill::matmul(x, wt),
+            Copies::None | Copies::Transposed(_) => matmul_no_fill::matmul(x, &self.w.t()?),
             Copies::Bf16(wt, _) => bf16_gemm::matmul_packed(x, wt),
         }
     }
@@ -134,7 +134,7 @@ impl Prepared {
     /// dy (m, out) · W: (m, in); f32 is exactly `dy.matmul(&w)`.
     pub fn dy_w(&self, dy: &Tensor) -> Result<Tensor> {
         match &self.copies {
-            Copies::None | Copies::Transposed(_) => gemm_new::matmul(dy, &self.w),
+            Copies::None | Copies::Transposed(_) => matmul_no_fill::matmul(dy, &self.w),
             Copies::Bf16(_, w) => bf16_gemm::matmul_packed(dy, w),
         }
     }
@@ -151,7 +151,7 @@ fn blocked_either_way(x: &Tensor, wt: &Tensor) -> Result<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::gemm_new::tests::bits;
+    use super::super::matmul_no_fill::tests::bits;
     use super::*;
     use candle_core::{DType, Device};
 
@@ -216,7 +216,7 @@ mod tests {
         let (acc32, acc16) = (acc0.copy()?, acc0.copy()?);
         add_matmul_tn(&acc32, &a, &dy, ComputeDtype::F32)?;
         let plain = acc0.copy()?;
-        gemm_acc::add_matmul_tn(&plain, &a, &dy)?;
+        add_matmul_tn::add_matmul_tn(&plain, &a, &dy)?;
         assert_eq!(max_diff(&acc32, &plain)?, 0.0);
         add_matmul_tn(&acc16, &a, &dy, ComputeDtype::Bf16)?;
         let dy16 = dy.to_dtype(DType::BF16)?.to_dtype(DType::F64)?;

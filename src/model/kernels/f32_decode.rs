@@ -6,7 +6,7 @@
 //! from memory once (each 4-row block stays in L1/L2 while every x row passes, the next block
 //! prefetched a share per x tile) and nothing is packed or copied. Plain f32 products and sums
 //! (another order than gemm's, as any kernel).
-use super::row_tiles;
+use super::row_blocking;
 use candle_core::{DType, Result, Storage, Tensor};
 
 /// Whether this CPU runs the kernel (AVX-512F).
@@ -51,7 +51,7 @@ pub fn matmul_t(w: &[f32], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> 
     assert!(usable(), "f32_decode needs AVX-512F");
     assert_eq!(w.len(), n * k, "f32_decode: W does not match (n, k)");
     assert_eq!(x.len(), m * k, "f32_decode: x does not match (m, k)");
-    row_tiles::par_row_tasks(n, m, k, |r0, nr, out| {
+    row_blocking::par_row_tasks(n, m, k, |r0, nr, out| {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `usable()` (asserted above) found AVX-512F; rows r0..r0 + nr of w and all m
         // rows of x are k long (lengths asserted above).
@@ -63,7 +63,7 @@ pub fn matmul_t(w: &[f32], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> 
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::super::row_tiles::{by_tiles, Acc, MR};
+    use super::super::row_blocking::{by_tiles, Acc, MR};
     use std::arch::x86_64::*;
 
     /// Which of the next W block's rows this x tile prefetches: the block's rows shared out

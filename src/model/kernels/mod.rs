@@ -6,19 +6,25 @@
 //!
 //! Every op takes the fused path only for contiguous-able f32 CPU tensors ([`fusable`]); callers
 //! keep the op-by-op version for other dtypes (bf16, and the f64 finite-difference tests).
+pub mod add_in_place;
+pub mod add_matmul_tn;
 pub(crate) mod amx;
 pub mod bf16_gemm;
-pub(crate) mod bf16_matmul;
+pub mod bf16_matmul;
+pub mod compute_dtype;
+pub mod cpu_slices;
 pub mod f32_decode;
-pub(crate) mod f32_panels;
+pub mod f32_panels;
+pub mod matmul_no_fill;
 mod panel_tasks;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
-pub(crate) mod row_tiles;
+pub(crate) mod row_blocking;
 pub(crate) mod softmax;
 pub(crate) mod swiglu;
+pub(crate) mod token_logprob;
 pub(crate) mod transpose;
-pub(crate) mod vexp;
+pub(crate) mod vector_exp;
 
 use candle_core::{DType, Tensor};
 use rayon::prelude::*;

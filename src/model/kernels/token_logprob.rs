@@ -3,7 +3,7 @@
 //! writes d logits = g · (onehot(target) − softmax) straight into one (N, V) buffer, taking
 //! logsumexp back from the output (lse = logit[target] − out). The op-by-op version keeps
 //! several vocabulary-sized intermediates per row, which dominate memory at a 152k vocabulary.
-use super::storage::slice;
+use super::cpu_slices::slice;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use num_traits::Float;
 use rayon::prelude::*;
@@ -56,7 +56,7 @@ fn lse_generic<T: Float>(row: &[T]) -> T {
 /// make this the head's hottest loop: 170M exps per pass at Qwen2.5's vocabulary).
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn lse_f32(row: &[f32]) -> f32 {
-    use crate::model::kernels::vexp::{max, sum_exp};
+    use crate::model::kernels::vector_exp::{max, sum_exp};
     let m = max(row);
     m + sum_exp(row, m).ln()
 }
@@ -71,7 +71,7 @@ fn softmax_grad_generic<T: Float>(row: &[T], lse: T, g: T, d: &mut [T]) {
 /// [`softmax_grad_generic`] for f32 with the vectorised exp.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn softmax_grad_f32(row: &[f32], lse: f32, g: f32, d: &mut [f32]) {
-    use crate::model::kernels::vexp::exp;
+    use crate::model::kernels::vector_exp::exp;
     for (d, &x) in d.iter_mut().zip(row) {
         *d = -g * exp(x - lse);
     }
@@ -185,7 +185,7 @@ impl candle_core::InplaceOp1 for GradInPlace {
 
     fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
         let (n, v) = l.shape().dims2()?;
-        let x = super::storage::f32s_mut(s, l, OP)?;
+        let x = super::cpu_slices::f32s_mut(s, l, OP)?;
         if let Some(&bad) = self.targets.iter().find(|&&t| t >= v) {
             candle_core::bail!("token-logprob: target {bad} outside the vocabulary of {v}")
         }
@@ -215,7 +215,7 @@ impl candle_core::InplaceOp1 for GradInPlace {
 /// [`softmax_grad_f32`] with the row as its own output.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn softmax_grad_in_place(row: &mut [f32], lse: f32, g: f32) {
-    use crate::model::kernels::vexp::exp;
+    use crate::model::kernels::vector_exp::exp;
     for x in row.iter_mut() {
         *x = -g * exp(*x - lse);
     }

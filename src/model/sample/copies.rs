@@ -3,10 +3,10 @@
 //! MLP's weights packed in panels, or a bf16 copy multiplied with f32 accumulation
 //! (`agents.sampling_dtype: bf16`). Rebuilt after every
 //! weight update; only `Mode::Sample` reads the bf16 copy (scoring stays in the weights' dtype).
-use super::kernels::bf16_matmul::Bf16Matrix;
-use super::kernels::f32_panels::F32Panels;
-use super::kernels::transpose::transposed;
-use super::storage::f32s;
+use crate::model::kernels::bf16_matmul::Bf16Matrix;
+use crate::model::kernels::cpu_slices::f32s;
+use crate::model::kernels::f32_panels::F32Panels;
+use crate::model::kernels::transpose::transposed;
 use candle_core::{DType, Result, Storage, Tensor};
 use std::sync::{Arc, RwLock};
 

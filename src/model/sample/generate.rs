@@ -1,9 +1,9 @@
 //! Batched sampling with a KV cache: every prompt is prefilled once, its cache shared by its K
 //! generations, then all rows decode together; rows that hit EOS or `max_new_tokens` leave the
 //! batch. Temperature → top-k → top-p as transformers applies them, from a seeded RNG.
-use super::batch::{causal_mask, position_ids};
-use super::causal_lm::CausalLm;
-use super::mode::Mode;
+use crate::model::decoder::batch::{causal_mask, position_ids};
+use crate::model::decoder::causal_lm::CausalLm;
+use crate::model::decoder::forward::Mode;
 use candle_core::{Result, Tensor};
 use rand::Rng;
 

@@ -2,7 +2,7 @@
 //! (batch, kv_heads, capacity, head_dim) written in place, so a decode step copies only its new
 //! token instead of re-concatenating the whole history, and finished rows leave it by moving
 //! the rows that go on down in place.
-use super::storage::f32s_mut;
+use crate::model::kernels::cpu_slices::f32s_mut;
 use candle_core::{CpuStorage, DType, Device, InplaceOp1, Layout, Result, Tensor};
 
 /// The key and value buffers of one layer.

@@ -107,12 +107,12 @@ pub fn hf_config(m: &Meta, has_output: bool, vocab_size: usize) -> R<serde_json:
         ),
     ];
     for (key, field, v) in sizes {
-        let cap = crate::model::config::cap_of(field).unwrap_or(usize::MAX) as u64;
+        let cap = crate::model::decoder::config::cap_of(field).unwrap_or(usize::MAX) as u64;
         if v > cap {
             return Err(format!(
                 "metadata `{key}` = {v} exceeds {cap}, the most a model may declare here ({}); \
                  the file is damaged or describes a model far beyond what this crate can run",
-                crate::model::config::cap_reason(field)
+                crate::model::decoder::config::cap_reason(field)
             ));
         }
     }

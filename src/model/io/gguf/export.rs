@@ -3,7 +3,7 @@
 //! vectors (norms, biases) as f32, as convert_hf_to_gguf.py writes them.
 use super::{config, names, rope_freqs, tokenizer};
 use crate::error::{Error, Result};
-use crate::model::Policy;
+use crate::model::policy::Policy;
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device};

@@ -4,7 +4,7 @@
 use super::meta::{opt_str, opt_strings, Meta};
 use super::{config, names, rope_freqs, tokenizer};
 use crate::error::{Error, Result};
-use crate::model::ModelConfig;
+use crate::model::decoder::config::ModelConfig;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
@@ -53,10 +53,10 @@ pub fn describe(path: &Path, content: &Content, f: &mut std::fs::File) -> Result
     if let Some(info) = content.tensor_infos.get("rope_freqs.weight") {
         // One factor per rotary frequency: a few dozen, never more than half the widest head.
         let n = info.shape.elem_count();
-        if n > crate::model::config::MAX_HEAD_DIM / 2 {
+        if n > crate::model::decoder::config::MAX_HEAD_DIM / 2 {
             return Err(bad(format!(
                 "tensor `rope_freqs.weight` has {n} elements; a head has at most {} frequencies",
-                crate::model::config::MAX_HEAD_DIM / 2
+                crate::model::decoder::config::MAX_HEAD_DIM / 2
             )));
         }
         let stored = content
@@ -168,7 +168,7 @@ fn planned_tensors(
     }
     let mut plan = Vec::new();
     let mut wanted = std::collections::HashSet::new();
-    for (name, shape, _) in crate::model::weights::expected_tensors(cfg)? {
+    for (name, shape, _) in crate::model::io::safetensors::expected_tensors(cfg)? {
         let g = names::gguf_name(&name).unwrap_or_default();
         let info = content.tensor_infos.get(&g).ok_or_else(|| {
             Error::model(
@@ -212,12 +212,12 @@ fn planned_tensors(
 /// The tensors `cfg` needs, taken from `found` with their shapes checked against the config
 /// the file's metadata implies.
 pub fn take_expected(
-    cfg: &crate::model::Qwen2Config,
+    cfg: &crate::model::decoder::config::Qwen2Config,
     mut found: HashMap<String, Tensor>,
     path: &Path,
 ) -> Result<HashMap<String, Tensor>> {
     let mut out = HashMap::new();
-    for (name, shape, _) in crate::model::weights::expected_tensors(cfg)? {
+    for (name, shape, _) in crate::model::io::safetensors::expected_tensors(cfg)? {
         let t = found.remove(&name).ok_or_else(|| {
             Error::model(
                 path,

@@ -338,7 +338,7 @@ impl InplaceOp1 for AddPacked {
     }
 
     fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
-        let c = crate::model::storage::f32s_mut(s, l, self.name())?;
+        let c = crate::model::kernels::cpu_slices::f32s_mut(s, l, self.name())?;
         driver::gemm(self.backend, &self.a, &self.b, c);
         Ok(())
     }

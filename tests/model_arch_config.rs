@@ -24,7 +24,7 @@ fn variant(
     tmp
 }
 
-fn load(dir: &Path) -> comlrl::Result<Policy> {
+fn load(dir: &Path) -> comlrl::model::Result<Policy> {
     Policy::load(
         &ModelSource::Local(dir.to_path_buf()),
         &LoadOptions::default(),

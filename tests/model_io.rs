@@ -19,7 +19,7 @@ fn logits(p: &Policy) -> Vec<f32> {
     f32s(&p.model.logits(&h).unwrap())
 }
 
-fn load_dir(dir: &Path) -> comlrl::Result<Policy> {
+fn load_dir(dir: &Path) -> comlrl::model::Result<Policy> {
     Policy::load(
         &ModelSource::Local(dir.to_path_buf()),
         &LoadOptions::default(),

@@ -43,7 +43,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             // Header only: metadata → config and tokenizer, without reading the weights.
             let (content, mut f) = comlrl::model::io::gguf::read::read_header(path)?;
             comlrl::model::io::gguf::read::describe(path, &content, &mut f)
-                .map_err(|e| e.for_agent(agent.index, None))?;
+                .map_err(|e| comlrl::Error::from(e).for_agent(agent.index, None))?;
         }
     }
     // The models on this machine are loaded for the checks `run` makes before training

@@ -1,6 +1,7 @@
 //! The policy model: a differentiable decoder LM on candle (Qwen2, Llama, Qwen3), its loading,
 //! sampling, scoring and saving.
 pub mod decoder;
+pub mod error;
 pub mod grad;
 pub mod io;
 pub mod kernels;
@@ -12,6 +13,7 @@ pub use decoder::arch::{Architecture, Features};
 pub use decoder::causal_lm::CausalLm;
 pub use decoder::config::{ModelConfig, Qwen2Config};
 pub use decoder::forward::Mode;
+pub use error::{Error, Result};
 pub use grad::head_backward::chunk_bytes as head_chunk_bytes;
 pub use grad::logprob::{completion_logprobs, ScoreLayout};
 pub use io::footprint::ModelInfo;

@@ -1,8 +1,8 @@
 //! A loaded policy: config, trainable weights (a `VarMap` named as the checkpoint), the model
 //! built over them, the tokenizer and the special token ids; loading from any `ModelSource` and
 //! saving back to HF layout.
-use crate::error::{Error, Result};
 use crate::model::decoder::config::Qwen2Config;
+use crate::model::error::{Error, Result};
 use crate::model::io::model_dir::{
     copy, dir_chat_template, ids_of, read_json, special_ids, write_json,
 };
@@ -180,7 +180,7 @@ impl Policy {
     fn load_dir(source: ModelSource, dir: &Path, opts: &LoadOptions) -> Result<Self> {
         let cfg_path = dir.join("config.json");
         if !cfg_path.is_file() {
-            return Err(Error::model(
+            return Err(Error::file(
                 dir,
                 "no config.json: not a model directory in Hugging Face layout",
             ));
@@ -189,7 +189,7 @@ impl Policy {
         let source_config = read_json(&cfg_path)?;
         let tok_path = dir.join("tokenizer.json");
         if !tok_path.is_file() {
-            return Err(Error::model(
+            return Err(Error::file(
                 dir,
                 "no tokenizer.json (the fast-tokenizer file) next to config.json",
             ));
@@ -219,11 +219,11 @@ impl Policy {
         let g = crate::model::io::gguf::load(path, opts.dtype, &opts.device)?;
         let cfg = crate::model::io::gguf::read::model_config(path, &g.config)?;
         let tokenizer = Tokenizer::from_json(&g.tokenizer)
-            .map_err(|e| Error::model(path, format!("tokenizer from GGUF metadata: {e}")))?;
+            .map_err(|e| Error::file(path, format!("tokenizer from GGUF metadata: {e}")))?;
         let tensors = crate::model::io::gguf::read::take_expected(&cfg, g.tensors, path)?;
         let eos_ids = ids_of(cfg.eos_token_id.as_ref());
         if eos_ids.is_empty() {
-            return Err(Error::model(
+            return Err(Error::file(
                 path,
                 "no `tokenizer.ggml.eos_token_id` in the GGUF metadata: generation would never stop",
             ));
@@ -297,7 +297,7 @@ impl Policy {
         {
             if id as usize >= config.vocab_size {
                 let at = dir.clone().unwrap_or_default();
-                return Err(Error::model(
+                return Err(Error::file(
                     at,
                     format!(
                         "{what} {id} is outside the vocabulary (vocab_size {})",

@@ -77,7 +77,7 @@ fn sample_prompts(
             let texts = completions
                 .iter()
                 .map(|c| policy.tokenizer.decode(c, true))
-                .collect::<Result<Vec<_>>>()?;
+                .collect::<crate::model::Result<Vec<_>>>()?;
             Ok(AgentRollout {
                 prompt_ids,
                 completions,

@@ -1,7 +1,7 @@
 //! Decoder model configuration: `config.json` as transformers writes it (v4 and v5 spellings)
 //! for every supported architecture (see `arch`), validated, plus the built-in presets.
 use super::arch::Architecture;
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -146,7 +146,7 @@ impl ModelConfig {
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let cfg: ModelConfig = serde_json::from_str(&text).map_err(|e| {
-            Error::model(
+            Error::file(
                 path,
                 format!(
                     "not a valid model config.json (line {}, column {}): {e}",
@@ -155,7 +155,7 @@ impl ModelConfig {
                 ),
             )
         })?;
-        cfg.validate().map_err(|msg| Error::model(path, msg))?;
+        cfg.validate().map_err(|msg| Error::file(path, msg))?;
         Ok(cfg)
     }
 

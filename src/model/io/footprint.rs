@@ -2,8 +2,8 @@
 //! `config.json`, a GGUF header or a preset (validated, so every size is capped), and what the
 //! loaded weights, sampling copies, KV cache and tokenizer take. Sizing a run's agents from this
 //! lets the trainer refuse one that cannot fit instead of loading agents until memory runs out.
-use crate::error::{Error, Result};
 use crate::model::decoder::config::ModelConfig;
+use crate::model::error::{Error, Result};
 use crate::model::tokenizer::BYTE_VOCAB_SIZE;
 use std::path::Path;
 
@@ -39,7 +39,7 @@ impl ModelInfo {
     pub fn dir(dir: &Path) -> Result<Self> {
         let path = dir.join("config.json");
         if !path.is_file() {
-            return Err(Error::model(
+            return Err(Error::file(
                 dir,
                 "no config.json: not a model directory in Hugging Face layout",
             ));

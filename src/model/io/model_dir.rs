@@ -1,8 +1,8 @@
 //! What a Hugging Face model directory says besides its weights: its JSON files (read with
 //! errors naming the file and line), the chat template as transformers finds it, and the eos and
 //! pad token ids in transformers' order of precedence; plus the writes that save one.
-use crate::error::{Error, Result};
 use crate::model::decoder::config::Qwen2Config;
+use crate::model::error::{Error, Result};
 use crate::model::tokenizer::Tokenizer;
 use std::path::Path;
 
@@ -24,7 +24,7 @@ pub(crate) fn read_json(path: &Path) -> Result<Option<serde_json::Value>> {
     }
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     serde_json::from_str(&text).map(Some).map_err(|e| {
-        Error::model(
+        Error::file(
             path,
             format!(
                 "not valid JSON (line {}, column {}): {e}",
@@ -92,7 +92,7 @@ pub(crate) fn special_ids(
         eos = tok_str("eos_token").into_iter().collect();
     }
     if eos.is_empty() {
-        return Err(Error::model(
+        return Err(Error::file(
             dir,
             "no eos token id in generation_config.json, config.json or tokenizer_config.json; add `eos_token_id` to generation_config.json",
         ));

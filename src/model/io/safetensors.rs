@@ -2,8 +2,8 @@
 //! safetensors files (any float dtype, converted to the training dtype) with errors that name the
 //! tensor and file, and seeded random initialisation for built-in models.
 use super::shard::Shard;
-use crate::error::{Error, Result};
 use crate::model::decoder::config::ModelConfig;
+use crate::model::error::{Error, Result};
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
@@ -78,11 +78,11 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
     if index.is_file() {
         let text = std::fs::read_to_string(&index).map_err(|e| Error::io(&index, e))?;
         let json: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::model(&index, format!("not valid JSON: {e}")))?;
+            .map_err(|e| Error::file(&index, format!("not valid JSON: {e}")))?;
         let map = json
             .get("weight_map")
             .and_then(|m| m.as_object())
-            .ok_or_else(|| Error::model(&index, "has no `weight_map` object"))?;
+            .ok_or_else(|| Error::file(&index, "has no `weight_map` object"))?;
         let mut files: Vec<PathBuf> = map
             .values()
             .filter_map(|v| v.as_str())
@@ -92,7 +92,7 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
         files.dedup();
         return Ok(files);
     }
-    Err(Error::model(
+    Err(Error::file(
         dir,
         "no model.safetensors or model.safetensors.index.json (only safetensors checkpoints are supported; \
          convert .bin/.pth weights with transformers' save_pretrained)",
@@ -113,7 +113,7 @@ pub fn load_tensors(
     let mut found: HashMap<String, (usize, Vec<usize>, safetensors::Dtype)> = HashMap::new();
     for file in files {
         if !file.is_file() {
-            return Err(Error::model(file, "checkpoint shard listed but missing"));
+            return Err(Error::file(file, "checkpoint shard listed but missing"));
         }
         let shard = Shard::open(file)?;
         for (name, info) in shard.tensors() {
@@ -138,7 +138,7 @@ pub fn load_tensors(
         })
         .collect();
     if cfg.num_hidden_layers > held.len() {
-        return Err(Error::model(
+        return Err(Error::file(
             files.first().cloned().unwrap_or_default(),
             format!(
                 "config.json says num_hidden_layers = {} but the checkpoint holds tensors of {} \
@@ -152,14 +152,14 @@ pub fn load_tensors(
     let mut wanted = Vec::new();
     for (name, shape, _) in expected_tensors(cfg)? {
         let (i, got, dt) = found.remove(&name).ok_or_else(|| {
-            Error::model(
+            Error::file(
                 files.first().cloned().unwrap_or_default(),
                 format!("tensor `{name}` is missing (looked in {where_}); the checkpoint does not match its config.json"),
             )
         })?;
         let file = shards[i].path();
         if got != shape {
-            return Err(Error::model(
+            return Err(Error::file(
                 file,
                 format!("tensor `{name}` has shape {got:?} but config.json implies {shape:?}"),
             ));
@@ -185,7 +185,7 @@ pub fn load_tensors(
             .cloned()
             .collect::<Vec<_>>()
             .join(", ");
-        return Err(Error::model(
+        return Err(Error::file(
             files.first().cloned().unwrap_or_default(),
             format!(
                 "{n} tensor(s) that config.json does not use ({shown}{}); the checkpoint does not \
@@ -268,7 +268,7 @@ pub fn save_tensors(tensors: &BTreeMap<String, Tensor>, path: &Path) -> Result<(
         })
         .collect();
     safetensors::serialize_to_file(views.iter().map(|(k, v)| (*k, v)), Some(meta), path)
-        .map_err(|e| Error::model(path, format!("cannot write safetensors: {e}")))?;
+        .map_err(|e| Error::file(path, format!("cannot write safetensors: {e}")))?;
     // safetensors creates the file private (0600); weights are as readable as the other files.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))

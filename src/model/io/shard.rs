@@ -5,7 +5,7 @@
 //! Reading the whole file into memory first (candle's `safetensors::load`) and then copying each
 //! tensor into a variable touched three times a model's size of fresh memory; on a VM, where the
 //! kernel clears every fresh page, that was most of a 0.5B model's load.
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use rayon::prelude::*;
 use safetensors::tensor::{Metadata, TensorInfo};
@@ -31,7 +31,7 @@ impl Shard {
     /// malformed or a tensor's bytes do not match its shape or lie outside the file.
     pub fn open(path: &Path) -> Result<Self> {
         let bad =
-            |msg: String| Error::model(path, format!("not a readable safetensors file: {msg}"));
+            |msg: String| Error::file(path, format!("not a readable safetensors file: {msg}"));
         let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         let mut n = [0u8; 8];
@@ -131,7 +131,7 @@ pub fn loadable(dtype: Dtype) -> bool {
 
 /// The error for a tensor whose dtype does not load, naming its file.
 pub fn unsupported(path: &Path, name: &str, dtype: Dtype) -> Error {
-    Error::model(
+    Error::file(
         path,
         format!("tensor `{name}` has dtype {dtype:?}; only f32, bf16, f16 and f64 weights load"),
     )

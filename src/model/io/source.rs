@@ -1,7 +1,7 @@
 //! Where a model comes from: `builtin:<preset>`, a local directory in HF layout, or a Hugging Face
 //! hub id found in the HF cache (snapshot layout) or downloaded when online.
-use crate::error::{Error, Result};
 use crate::model::decoder::config::Qwen2Config;
+use crate::model::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
 /// A parsed model reference.

@@ -2,7 +2,7 @@
 //! under llama.cpp names (Llama q/k rows re-permuted), matrices as f32, f16 or q8_0 and
 //! vectors (norms, biases) as f32, as convert_hf_to_gguf.py writes them.
 use super::{config, names, rope_freqs, tokenizer};
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 use crate::model::policy::Policy;
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -149,7 +149,7 @@ pub fn export(policy: &Policy, quant: Quant, out: &Path) -> Result<()> {
         let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
         gguf_file::write(&mut w, &meta_refs, &t_refs)
-            .map_err(|e| Error::model(out, format!("cannot write GGUF: {e}")))?;
+            .map_err(|e| Error::file(out, format!("cannot write GGUF: {e}")))?;
         use std::io::Write;
         w.flush().map_err(|e| Error::io(&tmp, e))?;
         std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))

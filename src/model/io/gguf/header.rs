@@ -704,7 +704,12 @@ mod tests {
             match got {
                 Ok(Ok(())) => loaded += 1,
                 Ok(Err(e)) => {
-                    let msg = e.chain();
+                    let mut msg = e.to_string();
+                    let mut cause = std::error::Error::source(&e);
+                    while let Some(c) = cause {
+                        msg = format!("{msg}: {c}");
+                        cause = c.source();
+                    }
                     assert!(
                         msg.contains("fuzz.gguf"),
                         "mutant {i}: the error does not name the file: {msg}"

@@ -3,8 +3,8 @@
 //! llama.cpp's Llama q/k row permutation undone.
 use super::meta::{opt_str, opt_strings, Meta};
 use super::{config, names, rope_freqs, tokenizer};
-use crate::error::{Error, Result};
 use crate::model::decoder::config::ModelConfig;
+use crate::model::error::{Error, Result};
 use candle_core::quantized::gguf_file::Content;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
@@ -31,10 +31,10 @@ pub fn read_header(path: &Path) -> Result<(Content, std::fs::File)> {
     let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     // candle's reader panics or allocates without bound on some headers: check them first.
     super::header::check(&mut f)
-        .map_err(|e| Error::model(path, format!("not a readable GGUF file: {e}")))?;
+        .map_err(|e| Error::file(path, format!("not a readable GGUF file: {e}")))?;
     f.seek(SeekFrom::Start(0)).map_err(|e| Error::io(path, e))?;
     let content = Content::read(&mut f)
-        .map_err(|e| Error::model(path, format!("not a readable GGUF file: {e}")))?;
+        .map_err(|e| Error::file(path, format!("not a readable GGUF file: {e}")))?;
     Ok((content, f))
 }
 
@@ -42,7 +42,7 @@ pub fn read_header(path: &Path) -> Result<(Content, std::fs::File)> {
 /// `rope_freqs.weight` tensor of Llama 3 scaling).
 pub fn describe(path: &Path, content: &Content, f: &mut std::fs::File) -> Result<GgufModel> {
     let m: &Meta = &content.metadata;
-    let bad = |msg: String| Error::model(path, msg);
+    let bad = |msg: String| Error::file(path, msg);
     let tokens = opt_strings(m, "tokenizer.ggml.tokens")
         .map_err(&bad)?
         .ok_or_else(|| {
@@ -106,9 +106,9 @@ pub fn describe(path: &Path, content: &Content, f: &mut std::fs::File) -> Result
 /// The model config of a GGUF's HF-style config value ([`GgufModel::config`]), validated.
 pub fn model_config(path: &Path, cfg: &serde_json::Value) -> Result<ModelConfig> {
     let c: ModelConfig = serde_json::from_value(cfg.clone())
-        .map_err(|e| Error::model(path, format!("config built from the GGUF metadata: {e}")))?;
+        .map_err(|e| Error::file(path, format!("config built from the GGUF metadata: {e}")))?;
     c.validate()
-        .map_err(|m| Error::model(path, format!("config built from the GGUF metadata: {m}")))?;
+        .map_err(|m| Error::file(path, format!("config built from the GGUF metadata: {m}")))?;
     Ok(c)
 }
 
@@ -119,14 +119,14 @@ pub fn load(path: &Path, dtype: DType, dev: &Device) -> Result<GgufModel> {
     let (content, mut f) = read_header(path)?;
     let mut model = describe(path, &content, &mut f)?;
     let cfg = model_config(path, &model.config)?;
-    let arch = config::gguf_arch(&model.config).map_err(|e| Error::model(path, e))?;
+    let arch = config::gguf_arch(&model.config).map_err(|e| Error::file(path, e))?;
     let (heads, kv_heads) = (cfg.num_attention_heads, cfg.kv_heads());
     for (g, hf) in planned_tensors(path, &cfg, arch, &content)? {
         let q = content
             .tensor(&mut f, &g, &Device::Cpu)
-            .map_err(|e| Error::model(path, format!("tensor `{g}`: {e}")))?;
+            .map_err(|e| Error::file(path, format!("tensor `{g}`: {e}")))?;
         let mut t = q.dequantize(&Device::Cpu).map_err(|e| {
-            Error::model(
+            Error::file(
                 path,
                 format!("tensor `{g}` ({:?}): cannot dequantize: {e}", q.dtype()),
             )
@@ -134,7 +134,7 @@ pub fn load(path: &Path, dtype: DType, dev: &Device) -> Result<GgufModel> {
         if arch == "llama" {
             if let Some(n) = names::permuted_heads(&hf, heads, kv_heads) {
                 t = names::unpermute(&t, n)
-                    .map_err(|e| Error::model(path, format!("tensor `{g}`: {e}")))?;
+                    .map_err(|e| Error::file(path, format!("tensor `{g}`: {e}")))?;
             }
         }
         model.tensors.insert(hf, t.to_dtype(dtype)?.to_device(dev)?);
@@ -157,7 +157,7 @@ fn planned_tensors(
         .filter_map(|g| g.strip_prefix("blk.")?.split_once('.')?.0.parse().ok())
         .collect();
     if cfg.num_hidden_layers > held.len() {
-        return Err(Error::model(
+        return Err(Error::file(
             path,
             format!(
                 "metadata `{arch}.block_count` = {} but the file holds tensors of {} layer(s)",
@@ -171,7 +171,7 @@ fn planned_tensors(
     for (name, shape, _) in crate::model::io::safetensors::expected_tensors(cfg)? {
         let g = names::gguf_name(&name).unwrap_or_default();
         let info = content.tensor_infos.get(&g).ok_or_else(|| {
-            Error::model(
+            Error::file(
                 path,
                 format!(
                     "tensor `{g}` (HF `{name}`) is missing; the file does not match its own metadata"
@@ -179,7 +179,7 @@ fn planned_tensors(
             )
         })?;
         if info.shape.dims() != shape.as_slice() {
-            return Err(Error::model(
+            return Err(Error::file(
                 path,
                 format!(
                     "tensor `{g}` has shape {:?} (HF layout) but the metadata implies {:?}",
@@ -219,7 +219,7 @@ pub fn take_expected(
     let mut out = HashMap::new();
     for (name, shape, _) in crate::model::io::safetensors::expected_tensors(cfg)? {
         let t = found.remove(&name).ok_or_else(|| {
-            Error::model(
+            Error::file(
                 path,
                 format!(
                     "tensor `{}` (HF `{name}`) is missing; the file does not match its own metadata",
@@ -228,7 +228,7 @@ pub fn take_expected(
             )
         })?;
         if t.dims() != shape.as_slice() {
-            return Err(Error::model(
+            return Err(Error::file(
                 path,
                 format!(
                     "tensor `{}` has shape {:?} (HF layout) but the metadata implies {:?}",

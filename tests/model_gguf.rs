@@ -35,7 +35,10 @@ fn logits(p: &Policy, fixture: &str) -> Vec<f32> {
     let ids = r["input_ids"].to_dtype(DType::U32).unwrap();
     let pos = position_ids(&valid, t, &Device::Cpu).unwrap();
     let m = causal_mask(&valid, t, &Device::Cpu).unwrap();
-    let h = p.model.hidden(&ids, &pos, &m, None, Mode::Infer).unwrap();
+    let h = p
+        .model
+        .hidden(&ids, &pos, &m, None, p.products(Mode::Infer))
+        .unwrap();
     let l = p.model.logits(&h).unwrap().to_vec3::<f32>().unwrap();
     let mut out = Vec::new();
     for (b, row) in valid.iter().enumerate() {

@@ -14,7 +14,7 @@ fn logits(p: &Policy) -> Vec<f32> {
     let mask = causal_mask(&valid, 4, &Device::Cpu).unwrap();
     let h = p
         .model
-        .hidden(&ids, &pos, &mask, None, Mode::Infer)
+        .hidden(&ids, &pos, &mask, None, p.products(Mode::Infer))
         .unwrap();
     f32s(&p.model.logits(&h).unwrap())
 }
@@ -247,8 +247,11 @@ fn logits_in(p: &Policy, mode: Mode) -> Vec<f32> {
     let ids = Tensor::new(&[[5u32, 6, 7, 8]], &Device::Cpu).unwrap();
     let pos = position_ids(&valid, 4, &Device::Cpu).unwrap();
     let mask = causal_mask(&valid, 4, &Device::Cpu).unwrap();
-    let h = p.model.hidden(&ids, &pos, &mask, None, mode).unwrap();
-    f32s(&p.model.logits_mode(&h, mode).unwrap())
+    let h = p
+        .model
+        .hidden(&ids, &pos, &mask, None, p.products(mode))
+        .unwrap();
+    f32s(&p.model.logits_mode(&h, p.products(mode)).unwrap())
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {

@@ -1,14 +1,18 @@
 //! A loaded policy: config, trainable weights (a `VarMap` named as the checkpoint), the model
 //! built over them, the tokenizer and the special token ids; loading from any `ModelSource` and
 //! saving back to HF layout.
-use crate::model::decoder::config::Qwen2Config;
+use crate::model::decoder::causal_lm::CausalLm;
+use crate::model::decoder::config::ModelConfig;
+use crate::model::decoder::forward::Mode;
 use crate::model::error::{Error, Result};
 use crate::model::io::model_dir::{
     copy, dir_chat_template, ids_of, read_json, special_ids, write_json,
 };
 use crate::model::io::safetensors;
 use crate::model::io::source::ModelSource;
-use crate::model::qwen2::Qwen2;
+use crate::model::kernels::f32_panels;
+use crate::model::sample::copies::{CopyProducts, SamplingCopies, SamplingWeights};
+use crate::model::sample::generate::Sampler;
 use crate::model::tokenizer::{Tokenizer, BYTE_EOS_ID};
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
@@ -61,13 +65,11 @@ impl RolloutCopies {
     /// (`kernels::f32_panels`: decode products ~1.4× faster from memory; 1.25 GB per agent at
     /// Qwen2.5-0.5B, freed during update rounds, so a run's peak stays the update's); none
     /// with `Never` or elsewhere.
-    pub fn large(self, device: &Device) -> crate::model::sample::copies::SamplingWeights {
-        let panels = self != RolloutCopies::Never
-            && device.is_cpu()
-            && crate::model::kernels::f32_panels::usable();
+    pub fn large(self, device: &Device) -> SamplingWeights {
+        let panels = self != RolloutCopies::Never && device.is_cpu() && f32_panels::usable();
         match panels {
-            true => crate::model::sample::copies::SamplingWeights::MlpPanels,
-            false => crate::model::sample::copies::SamplingWeights::Checkpoint,
+            true => SamplingWeights::MlpPanels,
+            false => SamplingWeights::Checkpoint,
         }
     }
 
@@ -120,9 +122,9 @@ pub struct Policy {
     /// Where it was loaded from.
     pub source: ModelSource,
     /// Its `config.json`.
-    pub config: Qwen2Config,
+    pub config: ModelConfig,
     /// The network.
-    pub model: Qwen2,
+    pub model: CausalLm,
     /// Its tokenizer.
     pub tokenizer: Tokenizer,
     /// Generation stops at any of these.
@@ -135,7 +137,9 @@ pub struct Policy {
     /// The source's `config.json` as read (None for built-in models): saved back with only the
     /// dtype fields changed, so every key the source had survives and none is added.
     source_config: Option<serde_json::Value>,
-    sampling_weights: crate::model::sample::copies::SamplingWeights,
+    sampling_weights: SamplingWeights,
+    /// The copies of the weights sampling multiplies by, as `sampling_weights` says.
+    copies: SamplingCopies,
     /// The chat template (tokenizer_config.json / chat_template.jinja, or a GGUF's
     /// `tokenizer.chat_template`).
     chat_template: Option<String>,
@@ -155,7 +159,7 @@ impl Policy {
                 let ModelSource::Builtin(name) = source else {
                     return Err(Error::Internal("builtin without a name".into()));
                 };
-                let cfg = Qwen2Config::preset(name).ok_or_else(|| Error::Resolve {
+                let cfg = ModelConfig::preset(name).ok_or_else(|| Error::Resolve {
                     model: source.describe(),
                     msg: "unknown preset".into(),
                 })?;
@@ -185,7 +189,7 @@ impl Policy {
                 "no config.json: not a model directory in Hugging Face layout",
             ));
         }
-        let cfg = Qwen2Config::from_file(&cfg_path)?;
+        let cfg = ModelConfig::from_file(&cfg_path)?;
         let source_config = read_json(&cfg_path)?;
         let tok_path = dir.join("tokenizer.json");
         if !tok_path.is_file() {
@@ -265,7 +269,7 @@ impl Policy {
     #[allow(clippy::too_many_arguments)]
     fn assemble(
         source: ModelSource,
-        config: Qwen2Config,
+        config: ModelConfig,
         mut tensors: HashMap<String, Tensor>,
         tokenizer: Tokenizer,
         eos_ids: Vec<u32>,
@@ -307,7 +311,7 @@ impl Policy {
             }
         }
         let vb = VarBuilder::from_varmap(&varmap, opts.dtype, &opts.device);
-        let model = Qwen2::new(&config, vb)?;
+        let model = CausalLm::new(&config, vb)?;
         // A VarBuilder over a VarMap creates (randomly initialised) any variable it is asked
         // for that is not there: the model must read exactly the expected tensors.
         {
@@ -328,8 +332,8 @@ impl Policy {
             .sum();
         let copies = opts.rollout_copies.wanted(weight_bytes);
         let sampling_weights = match (opts.sampling_dtype, copies) {
-            (DType::BF16, _) => crate::model::sample::copies::SamplingWeights::Bf16,
-            (DType::F32, true) => crate::model::sample::copies::SamplingWeights::Transposed,
+            (DType::BF16, _) => SamplingWeights::Bf16,
+            (DType::F32, true) => SamplingWeights::Transposed,
             (DType::F32, false) => opts.rollout_copies.large(&opts.device),
             (other, _) => {
                 return Err(Error::Invalid(format!(
@@ -337,8 +341,9 @@ impl Policy {
                 )))
             }
         };
+        let copies = SamplingCopies::for_model(&model);
         if opts.copies_now {
-            model.refresh_rollout_weights(sampling_weights)?;
+            copies.refresh(&model, sampling_weights)?;
         }
         Ok(Self {
             source,
@@ -352,6 +357,7 @@ impl Policy {
             dir,
             source_config: None,
             sampling_weights,
+            copies,
             chat_template: None,
             tokenizer_config: None,
         })
@@ -360,7 +366,8 @@ impl Policy {
     /// Call after the weights changed in place (an optimizer step, a checkpoint restore) so
     /// that sampling sees them.
     pub fn weights_changed(&self) -> Result<()> {
-        Ok(self.model.refresh_rollout_weights(self.sampling_weights)?)
+        self.copies.refresh(&self.model, self.sampling_weights)?;
+        Ok(())
     }
 
     /// Frees the bf16 sampling copies and the MLP's f32 panels (an update round does not read
@@ -368,13 +375,34 @@ impl Policy {
     /// [`Policy::weights_changed`] first, which rebuilds them. Returns whether there were any:
     /// the transposed f32 copies (models of at most 64 MiB, where memory is no concern) stay.
     pub fn release_sampling_copies(&self) -> Result<bool> {
-        use crate::model::sample::copies::SamplingWeights::{Bf16, MlpPanels};
+        use SamplingWeights::{Bf16, MlpPanels};
         if !matches!(self.sampling_weights, Bf16 | MlpPanels) {
             return Ok(false);
         }
-        self.model
-            .refresh_rollout_weights(crate::model::sample::copies::SamplingWeights::Checkpoint)?;
+        self.copies
+            .refresh(&self.model, SamplingWeights::Checkpoint)?;
         Ok(true)
+    }
+
+    /// Rebuilds the sampling copies as `kind` says (for comparing kinds; loading chose one and
+    /// [`Policy::weights_changed`] keeps to it).
+    pub fn refresh_sampling_copies(&self, kind: SamplingWeights) -> Result<()> {
+        self.copies.refresh(&self.model, kind)?;
+        Ok(())
+    }
+
+    /// The model with its sampling copies, for [`crate::model::generate`].
+    pub fn sampler(&self) -> Sampler<'_> {
+        Sampler {
+            model: &self.model,
+            copies: &self.copies,
+        }
+    }
+
+    /// The products of a forward of this policy in `mode`: its sampling copies where they
+    /// serve `mode` (see `model::sample::copies`), else the weights themselves.
+    pub fn products(&self, mode: Mode) -> CopyProducts<'_> {
+        self.copies.products(mode)
     }
 
     /// Trainable variables in checkpoint order (the tied embedding appears once).

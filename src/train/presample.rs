@@ -63,7 +63,7 @@ fn sample_prompts(
         .collect();
     let refs: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
     let out = generate_streams(
-        &policy.model,
+        policy.sampler(),
         &refs,
         spec.k,
         &spec.sampling[i],

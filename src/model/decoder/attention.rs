@@ -1,14 +1,15 @@
 //! Grouped-query self-attention with optional projection biases, optional per-head q/k RMSNorm
-//! (Qwen3), RoPE, an additive causal+padding mask and an optional KV cache. Query heads are grouped per KV head by reshaping, so K and V are never
-//! repeated in memory (head j·g … j·g+g−1 read KV head j, as `repeat_interleave` does).
+//! (Qwen3), RoPE, an additive causal+padding mask and an optional store of earlier positions'
+//! keys and values ([`KvStore`]). Query heads are grouped per KV head by reshaping, so K and V
+//! are never repeated in memory (head j·g … j·g+g−1 read KV head j, as `repeat_interleave`
+//! does).
 use super::arch::Features;
 use super::config::ModelConfig;
-use super::forward::{reduce_dtype, Mode};
+use super::forward::{reduce_dtype, KvStore, WeightProducts};
 use super::linear::Linear;
 use super::norm::RmsNorm;
 use super::rope::Rope;
 use crate::model::kernels::softmax::masked_softmax;
-use crate::model::sample::kv_cache::KvCache;
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
 
@@ -65,26 +66,22 @@ impl Attention {
         })
     }
 
-    /// Rebuilds (or drops) the projections' sampling copies.
-    pub fn refresh_rollout(
-        &self,
-        kind: crate::model::sample::copies::SamplingWeights,
-    ) -> Result<()> {
-        for l in [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj] {
-            l.refresh_rollout(kind)?;
-        }
-        Ok(())
+    /// The projections: q, k, v, o.
+    pub fn linears(&self) -> [&Linear; 4] {
+        [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj]
     }
 
-    /// Attends `x` (b, s, hidden) over the cache's past and itself; appends k/v to `cache`.
+    /// Attends `x` (b, s, hidden) over the stored past and itself; appends k/v to `cache`
+    /// (layer `.1` of the store), the products as `products` computes them.
     pub fn forward(
         &self,
         x: &Tensor,
         rope: &Rope,
         inp: &AttnInputs,
-        cache: Option<(&mut KvCache, usize)>,
-        mode: Mode,
+        cache: Option<(&mut dyn KvStore, usize)>,
+        products: &dyn WeightProducts,
     ) -> Result<Tensor> {
+        let mode = products.mode();
         let (b, s, _) = x.dims3()?;
         let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
         let g = nh / nkv;
@@ -92,16 +89,19 @@ impl Attention {
             Some(n) => n.forward(&t),
             None => Ok(t),
         };
-        let q = self.q_proj.forward_mode(x, mode)?.reshape((b, s, nh, hd))?;
+        let q = self
+            .q_proj
+            .forward_with(x, products)?
+            .reshape((b, s, nh, hd))?;
         let q = per_head(q, &self.q_norm)?.transpose(1, 2)?;
         let k = self
             .k_proj
-            .forward_mode(x, mode)?
+            .forward_with(x, products)?
             .reshape((b, s, nkv, hd))?;
         let k = per_head(k, &self.k_norm)?.transpose(1, 2)?;
         let v = self
             .v_proj
-            .forward_mode(x, mode)?
+            .forward_with(x, products)?
             .reshape((b, s, nkv, hd))?
             .transpose(1, 2)?;
         let q = rope.apply(&q.contiguous()?, inp.cos, inp.sin, mode)?;
@@ -124,6 +124,6 @@ impl Attention {
             .reshape((b, nh, s, hd))?
             .transpose(1, 2)?
             .reshape((b, s, nh * hd))?;
-        self.o_proj.forward_mode(&y, mode)
+        self.o_proj.forward_with(&y, products)
     }
 }

@@ -1,7 +1,8 @@
 //! The SwiGLU feed-forward block: down(silu(gate(x)) · up(x)), biases only where the config
 //! asks for them (Llama's `mlp_bias`).
-use super::forward::Mode;
+use super::forward::{Mode, WeightProducts};
 use super::linear::Linear;
+use crate::model::kernels::swiglu::swiglu;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
@@ -22,31 +23,23 @@ impl Mlp {
             down_proj: Linear::new(intermediate, hidden, bias, vb.pp("down_proj"))?,
         })
     }
-}
 
-impl Mlp {
-    /// down(silu(gate(x)) · up(x)) in `mode`.
-    pub fn forward_mode(&self, x: &Tensor, mode: Mode) -> Result<Tensor> {
-        let gate = self.gate_proj.forward_mode(x, mode)?;
-        let up = self.up_proj.forward_mode(x, mode)?;
-        let h = crate::model::kernels::swiglu::swiglu(&gate, &up)?;
-        self.down_proj.forward_mode(&h, mode)
+    /// The projections: gate, up, down.
+    pub fn linears(&self) -> [&Linear; 3] {
+        [&self.gate_proj, &self.up_proj, &self.down_proj]
     }
 
-    /// Rebuilds (or drops) the projections' sampling copies.
-    pub fn refresh_rollout(
-        &self,
-        kind: crate::model::sample::copies::SamplingWeights,
-    ) -> Result<()> {
-        for l in [&self.gate_proj, &self.up_proj, &self.down_proj] {
-            l.refresh_rollout(kind)?;
-        }
-        Ok(())
+    /// down(silu(gate(x)) · up(x)), the products as `products` computes them.
+    pub fn forward_with(&self, x: &Tensor, products: &dyn WeightProducts) -> Result<Tensor> {
+        let gate = self.gate_proj.forward_with(x, products)?;
+        let up = self.up_proj.forward_with(x, products)?;
+        let h = swiglu(&gate, &up)?;
+        self.down_proj.forward_with(&h, products)
     }
 }
 
 impl Module for Mlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_mode(x, Mode::Train)
+        self.forward_with(x, &Mode::Train)
     }
 }

@@ -6,6 +6,7 @@ pub mod causal_lm;
 pub mod config;
 pub mod flops;
 pub mod forward;
+pub mod layer;
 pub mod linear;
 pub mod mlp;
 pub mod norm;

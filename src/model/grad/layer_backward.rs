@@ -14,7 +14,7 @@ pub use super::op_backward::GradSlots;
 use super::op_backward::{head_norm, head_norm_back, lin, lin_back, norm, norm_back};
 use super::packed_weights::Products;
 use crate::model::decoder::attention::AttnInputs;
-use crate::model::decoder::causal_lm::DecoderLayer;
+use crate::model::decoder::layer::DecoderLayer;
 use crate::model::decoder::norm::RmsNorm;
 use crate::model::kernels::fusable;
 use crate::model::kernels::swiglu::{swiglu, swiglu_backward};
@@ -395,7 +395,7 @@ mod tests {
             mask: &m64,
         };
         let x64 = Var::from_tensor(&x.to_dtype(DType::F64)?)?;
-        let y64 = l64.forward(x64.as_tensor(), &rope64, &inp64, None, Mode::Train)?;
+        let y64 = l64.forward(x64.as_tensor(), &rope64, &inp64, None, &Mode::Train)?;
         let grads = (y64 * dy.to_dtype(DType::F64)?)?.sum_all()?.backward()?;
 
         // Hand-written f32, accumulated onto ones (so "added into" is checked too).
@@ -422,7 +422,13 @@ mod tests {
             ComputeDtype::F32.into(),
         )?
         .0;
-        let want_y = l64.forward(&x.to_dtype(DType::F64)?, &rope64, &inp64, None, Mode::Train)?;
+        let want_y = l64.forward(
+            &x.to_dtype(DType::F64)?,
+            &rope64,
+            &inp64,
+            None,
+            &Mode::Train,
+        )?;
         let real64 = real.to_dtype(DType::F64)?;
         let y_err = max_diff(&y.broadcast_mul(&real)?, &want_y.broadcast_mul(&real64)?)?;
         assert!(y_err < 1e-4, "outputs differ by {y_err}");

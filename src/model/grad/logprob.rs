@@ -3,7 +3,7 @@
 //! `Mode::Train`. Logits are computed only at the positions that predict completion tokens.
 use crate::model::decoder::batch::{causal_mask, position_ids};
 use crate::model::decoder::causal_lm::CausalLm;
-use crate::model::decoder::forward::Mode;
+use crate::model::decoder::forward::WeightProducts;
 use candle_core::{Result, Tensor};
 
 /// A prompt/completion batch laid out for scoring.
@@ -92,9 +92,15 @@ impl ScoreLayout {
     }
 }
 
-/// (b, C) log π(y_t | prompt, y_<t), exactly 0 where the completion is padding.
-pub fn completion_logprobs(model: &CausalLm, layout: &ScoreLayout, mode: Mode) -> Result<Tensor> {
-    let hidden = model.hidden(&layout.ids, &layout.pos, &layout.mask, None, mode)?;
+/// (b, C) log π(y_t | prompt, y_<t), exactly 0 where the completion is padding. The layers'
+/// products as `products` computes them (`Mode::Train` to differentiate), the LM head's always
+/// on the weights themselves.
+pub fn completion_logprobs(
+    model: &CausalLm,
+    layout: &ScoreLayout,
+    products: impl WeightProducts,
+) -> Result<Tensor> {
+    let hidden = model.hidden(&layout.ids, &layout.pos, &layout.mask, None, products)?;
     // Position T-1+j predicts completion token j.
     let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;
     let logits = model.logits(&h)?;

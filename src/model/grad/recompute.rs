@@ -197,7 +197,7 @@ impl Pending<'_> {
                 continue;
             }
             let x = Var::from_tensor(&x)?;
-            let y = layer.forward(x.as_tensor(), &model.rope, &inp, None, Mode::Train)?;
+            let y = layer.forward(x.as_tensor(), &model.rope, &inp, None, &Mode::Train)?;
             let surrogate = (y * &g)?.sum_all()?;
             let mut grads = surrogate.backward()?;
             drop(surrogate);
@@ -332,7 +332,7 @@ pub fn forward_and_head<'a>(
         } else {
             kept.push(None);
             (
-                layer.forward(x, &model.rope, &inp, None, Mode::Train)?,
+                layer.forward(x, &model.rope, &inp, None, &Mode::Train)?,
                 None,
             )
         };

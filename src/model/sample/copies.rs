@@ -1,14 +1,23 @@
 //! The weight copies sampling decodes with, next to the trained weights: none (products
 //! against the checkpoint-layout weight), a contiguous transposed f32 copy, f32 copies of the
 //! MLP's weights packed in panels, or a bf16 copy multiplied with f32 accumulation
-//! (`agents.sampling_dtype: bf16`). Rebuilt after every
-//! weight update; only `Mode::Sample` reads the bf16 copy (scoring stays in the weights' dtype).
+//! (`agents.sampling_dtype: bf16`). Rebuilt after every weight update. A forward reads them
+//! through [`CopyProducts`], the decoder's `WeightProducts` strategy: the transposed copies in
+//! `Mode::Infer` and `Mode::Sample`, the bf16 copies and the panels in `Mode::Sample` only
+//! (scoring stays in the weights' dtype), never in `Mode::Train`.
+use crate::model::decoder::causal_lm::CausalLm;
+use crate::model::decoder::forward::{Mode, WeightProducts};
 use crate::model::kernels::bf16_matmul::Bf16Matrix;
 use crate::model::kernels::cpu_slices::f32s;
 use crate::model::kernels::f32_panels::F32Panels;
 use crate::model::kernels::transpose::transposed;
-use candle_core::{DType, Result, Storage, Tensor};
+use candle_core::{DType, Result, Storage, Tensor, TensorId};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+
+/// The most rows of x a decode product takes through the f32 panels (each block of 16 rows
+/// streams W again); a prompt's prefill (more rows) runs on the checkpoint-layout weight.
+const PANEL_ROWS: usize = 32;
 
 /// Which copy of the weights sampling uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -122,6 +131,94 @@ impl SamplingSlot {
     /// The current copy, if any.
     pub fn get(&self) -> Option<SamplingCopy> {
         self.0.read().ok().and_then(|g| g.clone())
+    }
+}
+
+/// The sampling copies of one model's weights: a slot for each projection's weight and for
+/// the LM head, found by the weight's tensor id.
+#[derive(Debug, Default)]
+pub struct SamplingCopies {
+    slots: HashMap<TensorId, SamplingSlot>,
+}
+
+impl SamplingCopies {
+    /// Empty slots for `model`'s projections and LM head.
+    pub fn for_model(model: &CausalLm) -> Self {
+        let weights = model
+            .layers()
+            .iter()
+            .flat_map(|l| l.linears().map(|l| l.weight()))
+            .chain([model.lm_head()]);
+        Self {
+            slots: weights.map(|w| (w.id(), SamplingSlot::default())).collect(),
+        }
+    }
+
+    /// Rebuilds (call after every weight update) or drops `model`'s copies: contiguous
+    /// transposed ones (M = batch products against a transposed view spend most of their time
+    /// packing; one extra copy of the weights) or bf16 ones (half the bytes per decode step;
+    /// half a copy), or the MLP's f32 panels, or none.
+    pub fn refresh(&self, model: &CausalLm, kind: SamplingWeights) -> Result<()> {
+        // Panels are for the MLP only; the rest decodes from the checkpoint layout.
+        let rest = match kind {
+            SamplingWeights::MlpPanels => SamplingWeights::Checkpoint,
+            other => other,
+        };
+        for l in model.layers() {
+            for p in l.self_attn.linears() {
+                self.slot(p.weight())?.refresh(p.weight(), rest)?;
+            }
+            for p in l.mlp.linears() {
+                self.slot(p.weight())?.refresh(p.weight(), kind)?;
+            }
+        }
+        self.slot(model.lm_head())?.refresh(model.lm_head(), rest)
+    }
+
+    fn slot(&self, w: &Tensor) -> Result<&SamplingSlot> {
+        match self.slots.get(&w.id()) {
+            Some(s) => Ok(s),
+            None => candle_core::bail!("sampling copies: a weight of another model"),
+        }
+    }
+
+    /// The copy of `w`, if there is one.
+    fn get(&self, w: &Tensor) -> Option<SamplingCopy> {
+        self.slots.get(&w.id()).and_then(SamplingSlot::get)
+    }
+
+    /// The products of a forward in `mode` that reads these copies where they serve `mode`.
+    pub fn products(&self, mode: Mode) -> CopyProducts<'_> {
+        CopyProducts { copies: self, mode }
+    }
+}
+
+/// The decoder's products for a model with sampling copies (see the module doc); a weight
+/// without a copy for the mode multiplies as `mode` does on the checkpoint layout.
+#[derive(Debug, Clone, Copy)]
+pub struct CopyProducts<'a> {
+    copies: &'a SamplingCopies,
+    mode: Mode,
+}
+
+impl WeightProducts for CopyProducts<'_> {
+    fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    fn x_wt(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        if !self.mode.no_grad() {
+            return self.mode.x_wt(x, w);
+        }
+        let sample = self.mode == Mode::Sample;
+        match self.copies.get(w) {
+            Some(SamplingCopy::Transposed(wt)) => x.matmul(&wt),
+            Some(SamplingCopy::Bf16(m)) if sample => matmul_bf16(&x.contiguous()?, &m),
+            Some(SamplingCopy::Panels(p)) if sample && x.dim(0)? <= PANEL_ROWS => {
+                matmul_panels(x, &p)
+            }
+            _ => self.mode.x_wt(x, w),
+        }
     }
 }
 

@@ -1,11 +1,22 @@
 //! Batched sampling with a KV cache: every prompt is prefilled once, its cache shared by its K
 //! generations, then all rows decode together; rows that hit EOS or `max_new_tokens` leave the
 //! batch. Temperature → top-k → top-p as transformers applies them, from a seeded RNG.
+use super::copies::SamplingCopies;
+use super::kv_cache::KvCache;
 use crate::model::decoder::batch::{causal_mask, position_ids};
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::forward::Mode;
 use candle_core::{Result, Tensor};
 use rand::Rng;
+
+/// A model and the weight copies its decoding multiplies by (see `copies`).
+#[derive(Debug, Clone, Copy)]
+pub struct Sampler<'a> {
+    /// The network.
+    pub model: &'a CausalLm,
+    /// Its sampling copies.
+    pub copies: &'a SamplingCopies,
+}
 
 /// Sampling settings (CoMLRL's defaults: temperature 0.6, top_p 0.6, top_k 50).
 #[derive(Debug, Clone, PartialEq)]
@@ -40,7 +51,7 @@ impl Default for SamplingParams {
 /// Generates `k` completions for each prompt. Returns `[prompt][k]` token ids, each ending with
 /// its EOS token when it stopped there. Every row draws from the one `rng`.
 pub fn generate(
-    model: &CausalLm,
+    sampler: Sampler<'_>,
     prompts: &[&[u32]],
     k: usize,
     params: &SamplingParams,
@@ -49,7 +60,7 @@ pub fn generate(
     rng: &mut impl Rng,
 ) -> Result<Vec<Vec<Vec<u32>>>> {
     decode(
-        model,
+        sampler,
         prompts,
         k,
         params,
@@ -60,11 +71,11 @@ pub fn generate(
 }
 
 /// [`generate`] with one RNG stream per prompt: prompt p's rows draw only from `rngs[p]`, in
-/// the same order as `generate(model, &[prompts[p]], k, .., &mut rngs[p])` would, so sampling
+/// the same order as `generate(sampler, &[prompts[p]], k, .., &mut rngs[p])` would, so sampling
 /// several prompts in one batch (the weights read once per step for all their rows) draws the
 /// same tokens as sampling them one at a time, up to the last bits of the logits.
 pub fn generate_streams<R: Rng>(
-    model: &CausalLm,
+    sampler: Sampler<'_>,
     prompts: &[&[u32]],
     k: usize,
     params: &SamplingParams,
@@ -79,12 +90,12 @@ pub fn generate_streams<R: Rng>(
             prompts.len()
         );
     }
-    decode(model, prompts, k, params, eos_ids, pad_id, rngs)
+    decode(sampler, prompts, k, params, eos_ids, pad_id, rngs)
 }
 
 /// Prefill + decode; row (p, j) draws from `rngs[p]`, or from `rngs[0]` when there is one.
 fn decode<R: Rng>(
-    model: &CausalLm,
+    sampler: Sampler<'_>,
     prompts: &[&[u32]],
     k: usize,
     params: &SamplingParams,
@@ -92,6 +103,8 @@ fn decode<R: Rng>(
     pad_id: u32,
     rngs: &mut [R],
 ) -> Result<Vec<Vec<Vec<u32>>>> {
+    let model = sampler.model;
+    let products = sampler.copies.products(Mode::Sample);
     let dev = model.device();
     let shared = rngs.len() == 1;
     let n_prompts = prompts.len();
@@ -122,16 +135,16 @@ fn decode<R: Rng>(
         valid.push(v);
     }
     let ids = Tensor::from_vec(ids, (n_prompts, t), dev)?;
-    let mut cache = model.new_cache(n_prompts, capacity)?;
+    let mut cache = KvCache::for_model(model, n_prompts, capacity)?;
     let hidden = model.hidden(
         &ids,
         &position_ids(&valid, t, dev)?,
         &causal_mask(&valid, t, dev)?,
         Some(&mut cache),
-        Mode::Sample,
+        products,
     )?;
     let last = model
-        .logits_mode(&hidden.narrow(1, t - 1, 1)?, Mode::Sample)?
+        .logits_mode(&hidden.narrow(1, t - 1, 1)?, products)?
         .squeeze(1)?; // (P, V)
                       // Share each prompt's cache with its k rows.
     let rows: Vec<u32> = (0..n_prompts as u32)
@@ -186,9 +199,9 @@ fn decode<R: Rng>(
             &Tensor::from_vec(pos, (b, 1), dev)?,
             &causal_mask(&valid, 1, dev)?,
             Some(&mut cache),
-            Mode::Sample,
+            products,
         )?;
-        logits = model.logits_mode(&hidden, Mode::Sample)?.squeeze(1)?;
+        logits = model.logits_mode(&hidden, products)?.squeeze(1)?;
     }
     Ok(out)
 }

@@ -2,6 +2,8 @@
 //! (batch, kv_heads, capacity, head_dim) written in place, so a decode step copies only its new
 //! token instead of re-concatenating the whole history, and finished rows leave it by moving
 //! the rows that go on down in place.
+use crate::model::decoder::causal_lm::CausalLm;
+use crate::model::decoder::forward::KvStore;
 use crate::model::kernels::cpu_slices::f32s_mut;
 use candle_core::{CpuStorage, DType, Device, InplaceOp1, Layout, Result, Tensor};
 
@@ -47,6 +49,20 @@ impl KvCache {
         })
     }
 
+    /// A cache of `model`'s layers for `batch` rows and up to `capacity` positions.
+    pub fn for_model(model: &CausalLm, batch: usize, capacity: usize) -> Result<Self> {
+        let cfg = model.config();
+        Self::new(
+            cfg.num_hidden_layers,
+            batch,
+            cfg.kv_heads(),
+            capacity,
+            cfg.head_dim(),
+            model.dtype(),
+            model.device(),
+        )
+    }
+
     /// Number of positions already stored.
     pub fn len(&self) -> usize {
         self.len
@@ -60,33 +76,6 @@ impl KvCache {
     /// Most positions the cache can hold.
     pub fn capacity(&self) -> usize {
         self.capacity
-    }
-
-    /// Appends k, v (b, kv_heads, s, head_dim) for `layer` at the current length and returns the
-    /// views of everything stored so far, (b, kv_heads, len + s, head_dim). The length advances
-    /// once per forward, in [`KvCache::advance`].
-    pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let s = k.dim(2)?;
-        if self.len + s > self.capacity {
-            candle_core::bail!(
-                "kv cache full: {} + {} positions exceed its capacity {}",
-                self.len,
-                s,
-                self.capacity
-            );
-        }
-        let l = &self.layers[layer];
-        l.k.slice_set(&k.contiguous()?, 2, self.len)?;
-        l.v.slice_set(&v.contiguous()?, 2, self.len)?;
-        Ok((
-            l.k.narrow(2, 0, self.len + s)?,
-            l.v.narrow(2, 0, self.len + s)?,
-        ))
-    }
-
-    /// Marks the `s` positions appended by this forward as stored.
-    pub fn advance(&mut self, s: usize) {
-        self.len += s;
     }
 
     /// A new cache whose row i is row `rows[i]` of this one (each prompt repeated K times
@@ -142,6 +131,35 @@ impl KvCache {
             }
         }
         Ok(())
+    }
+}
+
+impl KvStore for KvCache {
+    /// Appends k, v (b, kv_heads, s, head_dim) for `layer` at the current length and returns the
+    /// views of everything stored so far, (b, kv_heads, len + s, head_dim). The length advances
+    /// once per forward, in [`KvStore::advance`].
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let s = k.dim(2)?;
+        if self.len + s > self.capacity {
+            candle_core::bail!(
+                "kv cache full: {} + {} positions exceed its capacity {}",
+                self.len,
+                s,
+                self.capacity
+            );
+        }
+        let l = &self.layers[layer];
+        l.k.slice_set(&k.contiguous()?, 2, self.len)?;
+        l.v.slice_set(&v.contiguous()?, 2, self.len)?;
+        Ok((
+            l.k.narrow(2, 0, self.len + s)?,
+            l.v.narrow(2, 0, self.len + s)?,
+        ))
+    }
+
+    /// Marks the `s` positions appended by this forward as stored.
+    fn advance(&mut self, s: usize) {
+        self.len += s;
     }
 }
 

@@ -62,7 +62,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 
 fn export(p: &Policy, q: Quant, dir: &Path, name: &str) -> std::path::PathBuf {
     let out = dir.join(name);
-    g::export(p, q, &out).expect("export");
+    p.export_gguf(q, &out).expect("export");
     out
 }
 

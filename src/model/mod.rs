@@ -11,7 +11,7 @@ pub(crate) mod tokenizer;
 
 pub use decoder::arch::{Architecture, Features};
 pub use decoder::causal_lm::CausalLm;
-pub use decoder::config::{ModelConfig, Qwen2Config};
+pub use decoder::config::ModelConfig;
 pub use decoder::forward::Mode;
 pub use error::{Error, Result};
 pub use grad::head_backward::chunk_bytes as head_chunk_bytes;
@@ -23,11 +23,3 @@ pub use policy::{parse_dtype, LoadOptions, Policy, RolloutCopies};
 pub use sample::copies::SamplingWeights;
 pub use sample::generate::{generate, generate_streams, SamplingParams};
 pub use tokenizer::Tokenizer;
-
-/// The model's former name (it was Qwen2-only), kept for existing callers.
-pub use decoder::causal_lm::CausalLm as Qwen2;
-
-/// The former module of [`CausalLm`], kept so `model::qwen2::Qwen2` paths still resolve.
-pub mod qwen2 {
-    pub use super::decoder::causal_lm::CausalLm as Qwen2;
-}

@@ -4,7 +4,9 @@
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::config::ModelConfig;
 use crate::model::decoder::forward::Mode;
+use crate::model::decoder::tensors;
 use crate::model::error::{Error, Result};
+use crate::model::io::gguf::export::{self, Exported, Quant};
 use crate::model::io::model_dir::{
     copy, dir_chat_template, ids_of, read_json, special_ids, write_json,
 };
@@ -163,8 +165,7 @@ impl Policy {
                     model: source.describe(),
                     msg: "unknown preset".into(),
                 })?;
-                let tensors =
-                    safetensors::random_tensors(&cfg, opts.seed, opts.dtype, &opts.device)?;
+                let tensors = tensors::random_tensors(&cfg, opts.seed, opts.dtype, &opts.device)?;
                 let tokenizer = Tokenizer::byte_level()?;
                 Self::assemble(
                     source.clone(),
@@ -278,7 +279,7 @@ impl Policy {
         opts: &LoadOptions,
     ) -> Result<Self> {
         let varmap = VarMap::new();
-        let names: Vec<String> = safetensors::expected_tensors(&config)?
+        let names: Vec<String> = tensors::expected_tensors(&config)?
             .into_iter()
             .map(|(n, _, _)| n)
             .collect();
@@ -321,7 +322,7 @@ impl Policy {
                 .map_err(|_| Error::Internal("var map lock poisoned".into()))?;
             if let Some(extra) = data.keys().find(|k| !names.contains(k)) {
                 return Err(Error::Internal(format!(
-                    "the model reads tensor `{extra}`, which safetensors::expected_tensors does not list"
+                    "the model reads tensor `{extra}`, which tensors::expected_tensors does not list"
                 )));
             }
         }
@@ -403,6 +404,21 @@ impl Policy {
     /// serve `mode` (see `model::sample::copies`), else the weights themselves.
     pub fn products(&self, mode: Mode) -> CopyProducts<'_> {
         self.copies.products(mode)
+    }
+
+    /// Writes this policy to `out` as a llama.cpp GGUF with matrices in `quant`.
+    pub fn export_gguf(&self, quant: Quant, out: &Path) -> Result<()> {
+        let model = Exported {
+            model: self.source.describe(),
+            config: &self.config,
+            saved_config: self.saved_config()?,
+            vars: self.vars(),
+            tokenizer: &self.tokenizer,
+            eos_id: *self.eos_ids.first().unwrap_or(&self.pad_id),
+            pad_id: self.pad_id,
+            chat_template: self.chat_template(),
+        };
+        export::export(&model, quant, out)
     }
 
     /// Trainable variables in checkpoint order (the tied embedding appears once).

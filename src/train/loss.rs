@@ -15,9 +15,9 @@
 use super::rollout::AgentRollout;
 use crate::error::Result;
 use crate::model::decoder::flops;
+use crate::model::grad::accumulators::take_grads;
 use crate::model::grad::pass_order::{run_passes, Pass};
 use crate::model::grad::recompute::{prompt_part, PassPlan};
-use crate::model::kernels::add_in_place::take_grads;
 use crate::model::{completion_logprobs, ComputeDtype, Mode, Policy, ScoreLayout};
 use candle_core::{Tensor, Var};
 use std::time::Instant;

@@ -1,8 +1,11 @@
 //! Which decoder a `config.json` describes: the architecture (Qwen2, Llama, Qwen3) and the
 //! switches of the one decoder implementation every architecture maps to (which projections
 //! carry biases, per-head q/k RMSNorm, RoPE base and scaling).
-use super::config::ModelConfig;
 use super::rope_scaling::RopeSpec;
+
+/// Architectures this crate can load (the `architectures` / `model_type` of `config.json`).
+pub const SUPPORTED_ARCHITECTURES: &[&str] =
+    &["Qwen2ForCausalLM", "LlamaForCausalLM", "Qwen3ForCausalLM"];
 
 /// The architectures this crate loads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +63,7 @@ impl Architecture {
         };
         Err(format!(
             "unsupported architecture ({found}); supported: {}",
-            super::config::SUPPORTED_ARCHITECTURES.join(", ")
+            SUPPORTED_ARCHITECTURES.join(", ")
         ))
     }
 }
@@ -82,17 +85,18 @@ pub struct Features {
     pub rope: RopeSpec,
 }
 
-impl ModelConfig {
-    /// The architecture and its switches, or why this config cannot be loaded (naming the key).
-    pub fn features(&self) -> Result<Features, String> {
-        let arch = Architecture::from_names(&self.architectures, self.model_type.as_deref())?;
-        let rope = RopeSpec::from_config(
-            self.rope_theta,
-            self.rope_scaling.as_ref(),
-            self.rope_parameters.as_ref(),
-        )?;
-        let attention_bias = self.attention_bias.unwrap_or(false);
-        let f = match arch {
+impl Architecture {
+    /// The decoder's switches for this architecture, given the config's `attention_bias` and
+    /// `mlp_bias` (unset: false) and its RoPE.
+    pub fn features(
+        self,
+        attention_bias: Option<bool>,
+        mlp_bias: Option<bool>,
+        rope: RopeSpec,
+    ) -> Features {
+        let attention_bias = attention_bias.unwrap_or(false);
+        let arch = self;
+        match self {
             Architecture::Qwen2 => Features {
                 arch,
                 qkv_bias: true,
@@ -105,7 +109,7 @@ impl ModelConfig {
                 arch,
                 qkv_bias: attention_bias,
                 o_bias: attention_bias,
-                mlp_bias: self.mlp_bias.unwrap_or(false),
+                mlp_bias: mlp_bias.unwrap_or(false),
                 qk_norm: false,
                 rope,
             },
@@ -117,36 +121,7 @@ impl ModelConfig {
                 qk_norm: true,
                 rope,
             },
-        };
-        self.refuse_unsupported()?;
-        Ok(f)
-    }
-
-    /// Settings of a supported architecture that this decoder does not implement.
-    fn refuse_unsupported(&self) -> Result<(), String> {
-        if self.use_sliding_window == Some(true) {
-            return Err(
-                "use_sliding_window = true is not supported (full attention only); set it to false"
-                    .into(),
-            );
         }
-        if let Some(types) = self.extra.get("layer_types").and_then(|v| v.as_array()) {
-            if let Some(t) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
-                return Err(format!(
-                    "layer_types contains {t}: only \"full_attention\" layers are supported"
-                ));
-            }
-        }
-        for key in ["num_experts", "num_local_experts", "n_routed_experts"] {
-            if let Some(n) = self.extra.get(key).and_then(|v| v.as_u64()) {
-                if n > 1 {
-                    return Err(format!(
-                        "{key} = {n}: mixture-of-experts models are not supported (dense models only)"
-                    ));
-                }
-            }
-        }
-        Ok(())
     }
 }
 

@@ -1,16 +1,10 @@
 //! Decoder model configuration: `config.json` as transformers writes it (v4 and v5 spellings)
 //! for every supported architecture (see `arch`), validated, plus the built-in presets.
-use super::arch::Architecture;
+use super::arch::{Architecture, Features};
+use super::rope_scaling::RopeSpec;
 use crate::model::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-
-/// Architectures this crate can load (the `architectures` / `model_type` of `config.json`).
-pub const SUPPORTED_ARCHITECTURES: &[&str] =
-    &["Qwen2ForCausalLM", "LlamaForCausalLM", "Qwen3ForCausalLM"];
-
-/// The former name, kept so code written against the Qwen2-only crate still compiles.
-pub type Qwen2Config = ModelConfig;
 
 /// The subset of `config.json` the model needs. Unknown keys are kept in `extra` so a saved
 /// model round-trips the original file.
@@ -370,4 +364,46 @@ impl ModelConfig {
         "smollm2-135m",
         "qwen3-0.6b",
     ];
+}
+
+impl ModelConfig {
+    /// The architecture and its switches, or why this config cannot be loaded (naming the key).
+    pub fn features(&self) -> Result<Features, String> {
+        let arch = Architecture::from_names(&self.architectures, self.model_type.as_deref())?;
+        let rope = RopeSpec::from_config(
+            self.rope_theta,
+            self.rope_scaling.as_ref(),
+            self.rope_parameters.as_ref(),
+        )?;
+        let f = arch.features(self.attention_bias, self.mlp_bias, rope);
+        self.refuse_unsupported()?;
+        Ok(f)
+    }
+
+    /// Settings of a supported architecture that this decoder does not implement.
+    fn refuse_unsupported(&self) -> Result<(), String> {
+        if self.use_sliding_window == Some(true) {
+            return Err(
+                "use_sliding_window = true is not supported (full attention only); set it to false"
+                    .into(),
+            );
+        }
+        if let Some(types) = self.extra.get("layer_types").and_then(|v| v.as_array()) {
+            if let Some(t) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
+                return Err(format!(
+                    "layer_types contains {t}: only \"full_attention\" layers are supported"
+                ));
+            }
+        }
+        for key in ["num_experts", "num_local_experts", "n_routed_experts"] {
+            if let Some(n) = self.extra.get(key).and_then(|v| v.as_u64()) {
+                if n > 1 {
+                    return Err(format!(
+                        "{key} = {n}: mixture-of-experts models are not supported (dense models only)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }

@@ -1,9 +1,9 @@
 //! Matmul FLOP counts of a decoder forward (any supported architecture), used to report achieved GFLOP/s.
-use crate::model::decoder::config::Qwen2Config;
+use super::config::ModelConfig;
 
 /// Matmul FLOPs of one forward over `b` rows of `s` tokens, with the LM head applied to
 /// `head_positions` positions per row (all of them when scoring every token).
-pub fn forward_flops(cfg: &Qwen2Config, b: usize, s: usize, head_positions: usize) -> f64 {
+pub fn forward_flops(cfg: &ModelConfig, b: usize, s: usize, head_positions: usize) -> f64 {
     let (h, v) = (cfg.hidden_size as f64, cfg.vocab_size as f64);
     let q = (cfg.num_attention_heads * cfg.head_dim()) as f64;
     let tokens = (b * s) as f64;
@@ -16,7 +16,7 @@ pub fn forward_flops(cfg: &Qwen2Config, b: usize, s: usize, head_positions: usiz
 }
 
 /// Matmul FLOPs of one decoder layer's projections for one position, forward only.
-pub fn layer_flops_per_token(cfg: &Qwen2Config) -> f64 {
+pub fn layer_flops_per_token(cfg: &ModelConfig) -> f64 {
     let (h, i) = (cfg.hidden_size as f64, cfg.intermediate_size as f64);
     let q = (cfg.num_attention_heads * cfg.head_dim()) as f64;
     let kv = (cfg.kv_heads() * cfg.head_dim()) as f64;
@@ -24,7 +24,7 @@ pub fn layer_flops_per_token(cfg: &Qwen2Config) -> f64 {
 }
 
 /// Forward + backward ≈ 3 × forward (the backward computes two products per forward product).
-pub fn train_flops(cfg: &Qwen2Config, b: usize, s: usize, head_positions: usize) -> f64 {
+pub fn train_flops(cfg: &ModelConfig, b: usize, s: usize, head_positions: usize) -> f64 {
     3.0 * forward_flops(cfg, b, s, head_positions)
 }
 
@@ -32,7 +32,7 @@ pub fn train_flops(cfg: &Qwen2Config, b: usize, s: usize, head_positions: usize)
 /// `p` tokens computed once (`recompute`'s shared prompt): the layers see p + b·s positions,
 /// and each row's queries also score the prompt part's p keys.
 pub fn train_flops_shared(
-    cfg: &Qwen2Config,
+    cfg: &ModelConfig,
     b: usize,
     p: usize,
     s: usize,

@@ -12,3 +12,4 @@ pub mod mlp;
 pub mod norm;
 pub mod rope;
 pub mod rope_scaling;
+pub mod tensors;

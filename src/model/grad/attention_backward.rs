@@ -1,9 +1,8 @@
-//! The attention core of the hand-written layer (`layer_grad`) over one group of rows, and its
+//! The attention core of the hand-written layer (`layer_backward`) over one group of rows, and its
 //! backward: RoPE, scaled and masked softmax of queries against keys, the weighted sum of
 //! values. A layer's rows are one group, or a shared prompt's row and the rows that continue
 //! it (`shared_prompt`): two groups whose projections the layer computes in the same products,
 //! the second attending to the first one's keys and values before its own.
-use super::shared_prompt::{after_past, Past};
 use crate::model::decoder::attention::{Attention, AttnInputs};
 use crate::model::kernels::rope::{rope, rope_inverse};
 use crate::model::kernels::softmax::{masked_softmax, masked_softmax_backward};
@@ -41,6 +40,24 @@ impl AttnSaved {
             v: self.v.clone(),
         }
     }
+}
+
+/// A shared prompt's rotated keys and values in one layer, (1, kv heads, P, head_dim): what the
+/// rows after it attend to first. As gradients: d loss / d those, summed over the rows.
+#[derive(Clone)]
+pub struct Past {
+    /// Rotated keys (or their gradient).
+    pub k: Tensor,
+    /// Values (or their gradient).
+    pub v: Tensor,
+}
+
+/// (b, nkv, s, d) own keys or values after a prompt's (1, nkv, P, d): (b, nkv, P + s, d).
+pub(crate) fn after_past(past: &Tensor, own: &Tensor) -> Result<Tensor> {
+    let (b, nkv, _, d) = own.dims4()?;
+    let p = past.dim(2)?;
+    let past = past.broadcast_as((b, nkv, p, d))?.contiguous()?;
+    Tensor::cat(&[&past, own], 2)
 }
 
 /// (b·s, heads·d) rows → (b, heads, s, d), contiguous.

@@ -9,8 +9,8 @@
 //! Rows that continue a shared prompt ([`LayerInput::prompt`], see `shared_prompt`) go through
 //! every projection packed with the prompt's row, and attend to its keys and values before
 //! their own (`attn_grad`).
+use super::accumulators::GradSlots;
 use super::attention_backward::{attend, attend_backward, AttnSaved, Group};
-pub use super::op_backward::GradSlots;
 use super::op_backward::{head_norm, head_norm_back, lin, lin_back, norm, norm_back};
 use super::packed_weights::Products;
 use crate::model::decoder::attention::AttnInputs;
@@ -335,7 +335,7 @@ mod tests {
     use crate::model::decoder::config::ModelConfig;
     use crate::model::decoder::forward::Mode;
     use crate::model::decoder::rope::Rope;
-    use crate::model::io::safetensors::expected_tensors;
+    use crate::model::decoder::tensors::expected_tensors;
     use crate::model::kernels::compute_dtype::ComputeDtype;
     use crate::model::kernels::max_diff;
     use candle_core::{DType, Device, Var};

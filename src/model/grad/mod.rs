@@ -1,4 +1,5 @@
 //! Gradients for training: log-prob scoring, the hand-written layer backward, recomputation.
+pub mod accumulators;
 pub(crate) mod attention_backward;
 pub mod head_backward;
 pub(crate) mod layer_backward;

@@ -1,53 +1,14 @@
 //! The hand-written layer's building blocks, without a graph: a linear map and an RMSNorm (over
 //! whole rows or over each head), each with its backward, which writes the weights' gradients
-//! into the caller's accumulators ([`GradSlots`]).
+//! into the caller's accumulators (`accumulators::GradSlots`).
+use super::accumulators::GradSlots;
 use super::packed_weights::Products;
 use crate::model::decoder::linear::Linear;
 use crate::model::decoder::norm::RmsNorm;
 use crate::model::kernels::add_in_place::add_into;
 use crate::model::kernels::compute_dtype::{add_matmul_tn, matmul_tn};
 use crate::model::kernels::rms_norm::{rms_norm, rms_norm_backward};
-use candle_core::{Result, Tensor, TensorId, Var};
-use std::collections::HashMap;
-
-/// Where each trainable tensor's gradient accumulates: its index in the caller's `vars`/`acc`.
-pub struct GradSlots(HashMap<TensorId, usize>);
-
-impl GradSlots {
-    pub fn new(vars: &[Var]) -> Self {
-        Self(
-            vars.iter()
-                .enumerate()
-                .map(|(i, v)| (v.as_tensor().id(), i))
-                .collect(),
-        )
-    }
-
-    /// The accumulator slot of `w` (`None` inside until its first gradient), or `None` when `w`
-    /// is frozen.
-    pub(crate) fn slot<'a>(
-        &self,
-        acc: &'a mut [Option<Tensor>],
-        w: &Tensor,
-    ) -> Option<&'a mut Option<Tensor>> {
-        self.0.get(&w.id()).map(|&i| &mut acc[i])
-    }
-
-    /// The accumulator of `w` (created as zeros on first use), or `None` when `w` is frozen.
-    pub(crate) fn acc<'a>(
-        &self,
-        acc: &'a mut [Option<Tensor>],
-        w: &Tensor,
-    ) -> Result<Option<&'a Tensor>> {
-        let Some(&i) = self.0.get(&w.id()) else {
-            return Ok(None);
-        };
-        if acc[i].is_none() {
-            acc[i] = Some(w.zeros_like()?);
-        }
-        Ok(acc[i].as_ref())
-    }
-}
+use candle_core::{Result, Tensor};
 
 /// y = x · Wᵀ (+ b) for x (rows, in), without a graph; the product as `pr` says.
 pub(crate) fn lin(x: &Tensor, l: &Linear, pr: Products) -> Result<Tensor> {

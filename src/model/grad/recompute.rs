@@ -12,6 +12,7 @@
 //! Where every row of a pass continues the same prompt (a node sample's K completions) and
 //! [`PassPlan::share_prompt`] allows, the prompt is computed once as one row that the others
 //! attend to (`shared_prompt`, [`prompt_part`]).
+use super::accumulators::{take_grads, GradSlots};
 use super::head_backward::head_backward;
 use super::layer_backward::{self, LayerInput};
 use super::logprob::ScoreLayout;
@@ -21,7 +22,7 @@ use super::shared_prompt::PromptPart;
 use crate::model::decoder::attention::AttnInputs;
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::forward::Mode;
-use crate::model::kernels::add_in_place::{scatter_rows_add, take_grads};
+use crate::model::kernels::add_in_place::scatter_rows_add;
 use crate::model::kernels::compute_dtype::{ComputeDtype, Prepared};
 use candle_core::{Module, Result, Tensor, Var};
 
@@ -172,7 +173,7 @@ impl Pending<'_> {
         };
         // Layers, top to bottom: re-run one layer, back-propagate d(out) (by hand for f32 on
         // the CPU, else through a graph).
-        let slots = layer_backward::GradSlots::new(vars);
+        let slots = GradSlots::new(vars);
         for layer in model.layers.iter().rev() {
             let x = inputs.pop().expect("one input per layer");
             let k = kept.pop().expect("one entry per layer");

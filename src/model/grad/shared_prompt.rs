@@ -5,31 +5,13 @@
 //! own. In the backward the rows send the gradients of those keys and values back, summed over
 //! the rows, into the prompt row's own attention backward. The same sums as K whole rows up
 //! to float rounding, for (K − 1)·(T − 1) fewer positions in every product
-//! (`trainer.share_prompt`; the passes run in `recompute`, the layers in `layer_grad`, their
-//! attention in `attn_grad`).
+//! (`trainer.share_prompt`; the passes run in `recompute`, the layers in `layer_backward`,
+//! their attention in `attention_backward`).
 use super::layer_backward;
 use super::logprob::ScoreLayout;
 use crate::model::decoder::attention::AttnInputs;
 use crate::model::decoder::causal_lm::CausalLm;
 use candle_core::{Module, Result, Tensor};
-
-/// A shared prompt's rotated keys and values in one layer, (1, kv heads, P, head_dim): what the
-/// rows after it attend to first. As gradients: d loss / d those, summed over the rows.
-#[derive(Clone)]
-pub struct Past {
-    /// Rotated keys (or their gradient).
-    pub k: Tensor,
-    /// Values (or their gradient).
-    pub v: Tensor,
-}
-
-/// (b, nkv, s, d) own keys or values after a prompt's (1, nkv, P, d): (b, nkv, P + s, d).
-pub(crate) fn after_past(past: &Tensor, own: &Tensor) -> Result<Tensor> {
-    let (b, nkv, _, d) = own.dims4()?;
-    let p = past.dim(2)?;
-    let past = past.broadcast_as((b, nkv, p, d))?.contiguous()?;
-    Tensor::cat(&[&past, own], 2)
-}
 
 /// The shared prompt's part of a pass: its first P = T − 1 tokens as one row.
 pub(crate) struct PromptPart {

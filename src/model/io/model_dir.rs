@@ -1,7 +1,7 @@
 //! What a Hugging Face model directory says besides its weights: its JSON files (read with
 //! errors naming the file and line), the chat template as transformers finds it, and the eos and
 //! pad token ids in transformers' order of precedence; plus the writes that save one.
-use crate::model::decoder::config::Qwen2Config;
+use crate::model::decoder::config::ModelConfig;
 use crate::model::error::{Error, Result};
 use crate::model::tokenizer::Tokenizer;
 use std::path::Path;
@@ -72,7 +72,7 @@ pub(crate) fn ids_of(v: Option<&serde_json::Value>) -> Vec<u32> {
 /// token strings (transformers' order of precedence for `generate`).
 pub(crate) fn special_ids(
     dir: &Path,
-    cfg: &Qwen2Config,
+    cfg: &ModelConfig,
     tok: &Tokenizer,
 ) -> Result<(Vec<u32>, u32)> {
     let gen = read_json(&dir.join("generation_config.json"))?;

@@ -1,6 +1,6 @@
 //! Where a model comes from: `builtin:<preset>`, a local directory in HF layout, or a Hugging Face
 //! hub id found in the HF cache (snapshot layout) or downloaded when online.
-use crate::model::decoder::config::Qwen2Config;
+use crate::model::decoder::config::ModelConfig;
 use crate::model::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -30,10 +30,10 @@ impl ModelSource {
             msg,
         };
         if let Some(name) = spec.strip_prefix("builtin:") {
-            if Qwen2Config::preset(name).is_none() {
+            if ModelConfig::preset(name).is_none() {
                 return Err(err(format!(
                     "unknown built-in model `{name}`; available: {}",
-                    Qwen2Config::PRESETS
+                    ModelConfig::PRESETS
                         .iter()
                         .map(|p| format!("builtin:{p}"))
                         .collect::<Vec<_>>()

@@ -1,8 +1,7 @@
-//! In-place gradient accumulation: `acc += g` into the accumulator's own buffer, so adding a
-//! pass's gradients allocates nothing.
+//! In-place adds into an accumulator's own buffer: `acc += g`, and the embedding lookup's
+//! backward `acc[ids[r]] += g[r]`, so adding a pass's gradients allocates nothing.
 use super::cpu_slices::{f32s, f32s_mut, slice, slice_mut};
-use candle_core::backprop::GradStore;
-use candle_core::{CpuStorage, Layout, Result, Tensor, Var};
+use candle_core::{CpuStorage, Layout, Result, Tensor};
 use rayon::prelude::*;
 
 struct AddAssign;
@@ -104,21 +103,6 @@ pub fn scatter_rows_add(acc: &Tensor, ids: &Tensor, g: &Tensor) -> Result<()> {
         .map(|i| i as usize)
         .collect();
     acc.inplace_op2(&g.contiguous()?, &ScatterRowsAdd(ids))
-}
-
-/// Moves the gradient of each of `vars` out of `grads` into the matching slot of `acc`: added
-/// in place when the slot holds one, else a private copy (a gradient may share storage with
-/// another's, so it is never written to in place).
-pub fn take_grads(grads: &mut GradStore, vars: &[Var], acc: &mut [Option<Tensor>]) -> Result<()> {
-    for (slot, var) in acc.iter_mut().zip(vars) {
-        if let Some(g) = grads.remove(var.as_tensor()) {
-            match slot {
-                Some(prev) => add_into(prev, &g)?,
-                None => *slot = Some(g.copy()?),
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

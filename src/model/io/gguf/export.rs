@@ -1,13 +1,34 @@
-//! Writing a policy as a llama.cpp GGUF: `<arch>.*` and `tokenizer.ggml.*` metadata, tensors
+//! Writing a model as a llama.cpp GGUF: `<arch>.*` and `tokenizer.ggml.*` metadata, tensors
 //! under llama.cpp names (Llama q/k rows re-permuted), matrices as f32, f16 or q8_0 and
 //! vectors (norms, biases) as f32, as convert_hf_to_gguf.py writes them.
 use super::{config, names, rope_freqs, tokenizer};
+use crate::model::decoder::config::ModelConfig;
 use crate::model::error::{Error, Result};
-use crate::model::policy::Policy;
+use crate::model::tokenizer::Tokenizer;
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{DType, Device};
+use candle_core::{DType, Device, Var};
 use std::path::Path;
+
+/// What an export writes: a model's weights and the files that would be saved beside them.
+pub struct Exported<'a> {
+    /// The model, as its source describes it (in errors, and `general.name` from its last part).
+    pub model: String,
+    /// Its config.
+    pub config: &'a ModelConfig,
+    /// The `config.json` it is saved with (`Policy::saved_config`).
+    pub saved_config: serde_json::Value,
+    /// Its weights under their checkpoint names.
+    pub vars: Vec<(String, Var)>,
+    /// Its tokenizer.
+    pub tokenizer: &'a Tokenizer,
+    /// The token generation stops at.
+    pub eos_id: u32,
+    /// The padding token.
+    pub pad_id: u32,
+    /// Its chat template, if any.
+    pub chat_template: Option<&'a str>,
+}
 
 /// The storage type of exported matrices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,46 +78,48 @@ impl Quant {
     }
 }
 
-/// Writes `policy` to `out` (via a temporary sibling file renamed into place).
-pub fn export(policy: &Policy, quant: Quant, out: &Path) -> Result<()> {
-    let cfg = policy.saved_config()?;
+/// Writes `model` to `out` (via a temporary sibling file renamed into place).
+pub fn export(model: &Exported, quant: Quant, out: &Path) -> Result<()> {
+    let cfg = &model.saved_config;
     let bad_cfg = |e: String| Error::Export {
-        model: policy.source.describe(),
+        model: model.model.clone(),
         msg: e,
         source: None,
     };
-    let arch = config::gguf_arch(&cfg).map_err(bad_cfg)?;
-    let mut meta: Vec<(String, Value)> = config::gguf_metadata(&cfg).map_err(bad_cfg)?;
-    meta.push(("general.name".into(), Value::String(name_of(policy))));
+    let arch = config::gguf_arch(cfg).map_err(bad_cfg)?;
+    let mut meta: Vec<(String, Value)> = config::gguf_metadata(cfg).map_err(bad_cfg)?;
+    meta.push(("general.name".into(), Value::String(name_of(&model.model))));
     meta.push(("general.file_type".into(), Value::U32(quant.file_type())));
     meta.push(("general.quantization_version".into(), Value::U32(2)));
-    let tok = policy.tokenizer.to_json()?;
-    let tok_meta = tokenizer::tokenizer_metadata(&tok, policy.config.vocab_size)
-        .map_err(|e| Error::Tokenizer(format!("{}: {e}", policy.source.describe())))?;
+    let tok = model.tokenizer.to_json()?;
+    let tok_meta = tokenizer::tokenizer_metadata(&tok, model.config.vocab_size)
+        .map_err(|e| Error::Tokenizer(format!("{}: {e}", model.model)))?;
     meta.extend(tok_meta);
     if let Some(bos) = cfg.get("bos_token_id").and_then(|v| v.as_u64()) {
         meta.push(("tokenizer.ggml.bos_token_id".into(), Value::U32(bos as u32)));
     }
-    let eos = *policy.eos_ids.first().unwrap_or(&policy.pad_id);
-    meta.push(("tokenizer.ggml.eos_token_id".into(), Value::U32(eos)));
+    meta.push((
+        "tokenizer.ggml.eos_token_id".into(),
+        Value::U32(model.eos_id),
+    ));
     meta.push((
         "tokenizer.ggml.padding_token_id".into(),
-        Value::U32(policy.pad_id),
+        Value::U32(model.pad_id),
     ));
     meta.push(("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)));
-    if let Some(t) = policy.chat_template() {
+    if let Some(t) = model.chat_template {
         meta.push((
             "tokenizer.chat_template".into(),
             Value::String(t.to_string()),
         ));
     }
 
-    let heads = policy.config.num_attention_heads;
-    let kv_heads = policy.config.kv_heads();
+    let heads = model.config.num_attention_heads;
+    let kv_heads = model.config.kv_heads();
     let mut tensors = Vec::new();
-    for (hf, var) in policy.vars() {
-        let g = names::gguf_name(&hf).ok_or_else(|| Error::Export {
-            model: policy.source.describe(),
+    for (hf, var) in &model.vars {
+        let g = names::gguf_name(hf).ok_or_else(|| Error::Export {
+            model: model.model.clone(),
             msg: format!("tensor `{hf}` has no llama.cpp name"),
             source: None,
         })?;
@@ -106,13 +129,13 @@ pub fn export(policy: &Policy, quant: Quant, out: &Path) -> Result<()> {
             .to_device(&Device::Cpu)?
             .to_dtype(DType::F32)?;
         if arch == "llama" {
-            if let Some(n) = names::permuted_heads(&hf, heads, kv_heads) {
+            if let Some(n) = names::permuted_heads(hf, heads, kv_heads) {
                 t = names::permute(&t, n)?;
             }
         }
         let q = QTensor::quantize(&t.contiguous()?, quant.ggml_type(t.dims())).map_err(|e| {
             Error::Export {
-                model: policy.source.describe(),
+                model: model.model.clone(),
                 msg: format!("tensor `{hf}`: cannot quantize"),
                 source: Some(e.into()),
             }
@@ -120,9 +143,9 @@ pub fn export(policy: &Policy, quant: Quant, out: &Path) -> Result<()> {
         tensors.push((g, q));
     }
 
-    if let Some(p) = rope_freqs::llama3_params(&cfg) {
+    if let Some(p) = rope_freqs::llama3_params(cfg) {
         // llama.cpp keeps Llama 3 scaling as per-frequency factors, not metadata.
-        let f = rope_freqs::factors(config::rope_theta(&cfg), policy.config.head_dim(), p);
+        let f = rope_freqs::factors(config::rope_theta(cfg), model.config.head_dim(), p);
         let n = f.len();
         let t = candle_core::Tensor::from_vec(f, n, &Device::Cpu)?;
         tensors.push((
@@ -161,8 +184,8 @@ pub fn export(policy: &Policy, quant: Quant, out: &Path) -> Result<()> {
     r
 }
 
-fn name_of(policy: &Policy) -> String {
-    let d = policy.source.describe();
+fn name_of(model: &str) -> String {
+    let d = model.to_string();
     Path::new(&d)
         .file_name()
         .map(|n| n.to_string_lossy().to_string())

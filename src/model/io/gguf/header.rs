@@ -750,9 +750,14 @@ mod tests {
     fn fuzzed_files_end_in_errors_under_a_memory_limit() {
         use std::os::unix::process::CommandExt;
         let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        // The child test's name as the harness lists it (the module path without the crate).
+        let child = format!(
+            "{}::fuzz_child",
+            module_path!().trim_start_matches("comlrl::")
+        );
         cmd.args([
             "--exact",
-            "model::gguf::header::tests::fuzz_child",
+            &child,
             "--ignored",
             "--nocapture",
             "--test-threads=1",

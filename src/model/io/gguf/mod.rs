@@ -10,7 +10,7 @@ pub mod read;
 pub(crate) mod rope_freqs;
 pub mod tokenizer;
 
-pub use export::{export, Quant};
+pub use export::{export, Exported, Quant};
 pub use read::{load, GgufModel};
 
 /// Whether `path` names a GGUF file (by its extension).

@@ -168,7 +168,7 @@ fn planned_tensors(
     }
     let mut plan = Vec::new();
     let mut wanted = std::collections::HashSet::new();
-    for (name, shape, _) in crate::model::io::safetensors::expected_tensors(cfg)? {
+    for (name, shape, _) in crate::model::decoder::tensors::expected_tensors(cfg)? {
         let g = names::gguf_name(&name).unwrap_or_default();
         let info = content.tensor_infos.get(&g).ok_or_else(|| {
             Error::file(
@@ -212,12 +212,12 @@ fn planned_tensors(
 /// The tensors `cfg` needs, taken from `found` with their shapes checked against the config
 /// the file's metadata implies.
 pub fn take_expected(
-    cfg: &crate::model::decoder::config::Qwen2Config,
+    cfg: &ModelConfig,
     mut found: HashMap<String, Tensor>,
     path: &Path,
 ) -> Result<HashMap<String, Tensor>> {
     let mut out = HashMap::new();
-    for (name, shape, _) in crate::model::io::safetensors::expected_tensors(cfg)? {
+    for (name, shape, _) in crate::model::decoder::tensors::expected_tensors(cfg)? {
         let t = found.remove(&name).ok_or_else(|| {
             Error::file(
                 path,

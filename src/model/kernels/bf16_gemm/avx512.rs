@@ -3,7 +3,7 @@
 //! columns' VNNI pairs against each row's pair broadcast as one 32-bit value. The sums are
 //! added straight into C (masked for a block's last rows and columns), not through a tile
 //! that the caller adds afterwards: that extra pass was 6% of the bf16 update on an EPYC.
-use super::pack::{KSTEP, PANEL, STEP_ELEMS};
+use super::layout::{KSTEP, PANEL, STEP_ELEMS};
 use std::arch::x86_64::*;
 
 /// Rows per register block.

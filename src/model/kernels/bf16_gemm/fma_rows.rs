@@ -12,7 +12,8 @@
 //! AVX-512 BF16 backend's bit for bit, except where `vdpbf16ps` flushes denormals to zero.
 use super::super::panel_tasks::{par_panel_tasks, Columns};
 use super::driver::KC;
-use super::pack::{round_bf16, Packed, KSTEP, PANEL};
+use super::layout::{round_bf16, KSTEP, PANEL};
+use super::pack::Packed;
 
 /// Rows of x per register block (one accumulator each).
 const MB: usize = 16;

@@ -12,6 +12,7 @@ mod amx;
 mod avx512;
 mod driver;
 mod fma_rows;
+mod layout;
 pub mod pack;
 #[cfg(target_arch = "x86_64")]
 mod pack_avx512;
@@ -19,7 +20,8 @@ mod portable;
 mod scratch;
 
 use candle_core::{bail, CpuStorage, DType, Device, InplaceOp1, Layout, Result, Storage, Tensor};
-use pack::{pack_a, pack_b, pack_b_in, Buffer, Packed, View};
+use layout::View;
+use pack::{pack_a, pack_b, pack_b_in, Buffer, Packed};
 use std::sync::OnceLock;
 
 /// Which microkernel runs the blocks.

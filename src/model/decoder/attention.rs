@@ -9,6 +9,7 @@ use super::forward::{reduce_dtype, KvStore, WeightProducts};
 use super::linear::Linear;
 use super::norm::RmsNorm;
 use super::rope::Rope;
+use super::trace::{self, Op};
 use crate::model::kernels::softmax::masked_softmax;
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
@@ -86,7 +87,10 @@ impl Attention {
         let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
         let g = nh / nkv;
         let per_head = |t: Tensor, norm: &Option<RmsNorm>| match norm {
-            Some(n) => n.forward(&t),
+            Some(n) => {
+                trace::forward(|| n.head_op());
+                n.forward(&t)
+            }
             None => Ok(t),
         };
         let q = self
@@ -104,6 +108,7 @@ impl Attention {
             .forward_with(x, products)?
             .reshape((b, s, nkv, hd))?
             .transpose(1, 2)?;
+        trace::forward(|| Op::Attention);
         let q = rope.apply(&q.contiguous()?, inp.cos, inp.sin, mode)?;
         let k = rope.apply(&k.contiguous()?, inp.cos, inp.sin, mode)?;
         let (k, v) = match cache {

@@ -8,6 +8,7 @@ use super::forward::{KvStore, Mode, WeightProducts};
 use super::layer::DecoderLayer;
 use super::norm::RmsNorm;
 use super::rope::Rope;
+use super::trace::{self, Op};
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
@@ -103,6 +104,7 @@ impl CausalLm {
             sin: &sin,
             mask: &mask,
         };
+        trace::forward(|| Op::Embed(self.embed_tokens.id()));
         let mut x = candle_nn::Embedding::new(self.embed_tokens.clone(), self.cfg.hidden_size)
             .forward(ids)?;
         for (i, layer) in self.layers.iter().enumerate() {
@@ -115,6 +117,7 @@ impl CausalLm {
         if let Some(c) = cache {
             c.advance(s);
         }
+        trace::forward(|| self.norm.op());
         self.norm.forward(&x)
     }
 
@@ -128,6 +131,7 @@ impl CausalLm {
         let dims = hidden.dims().to_vec();
         let h = self.cfg.hidden_size;
         let rows = hidden.elem_count() / h;
+        trace::forward(|| Op::Head(self.lm_head.id()));
         let y = products.x_wt(&hidden.reshape((rows, h))?, &self.lm_head)?;
         let mut out = dims;
         let last = out.len() - 1;

@@ -10,6 +10,7 @@ use super::linear::Linear;
 use super::mlp::Mlp;
 use super::norm::RmsNorm;
 use super::rope::Rope;
+use super::trace::{self, Op};
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
 
@@ -59,9 +60,15 @@ impl DecoderLayer {
         cache: Option<(&mut dyn KvStore, usize)>,
         products: &dyn WeightProducts,
     ) -> Result<Tensor> {
+        trace::forward(|| self.input_layernorm.op());
         let h = self.input_layernorm.forward(x)?;
-        let x = (x + self.self_attn.forward(&h, rope, inp, cache, products)?)?;
+        let a = self.self_attn.forward(&h, rope, inp, cache, products)?;
+        trace::forward(|| Op::Residual);
+        let x = (x + a)?;
+        trace::forward(|| self.post_attention_layernorm.op());
         let h = self.post_attention_layernorm.forward(&x)?;
-        x + self.mlp.forward_with(&h, products)?
+        let m = self.mlp.forward_with(&h, products)?;
+        trace::forward(|| Op::Residual);
+        x + m
     }
 }

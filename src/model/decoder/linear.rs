@@ -1,5 +1,6 @@
 //! A linear layer `y = x·Wᵀ (+ b)` over any leading dims, with W stored as in the checkpoint (out, in).
 use super::forward::{Mode, WeightProducts};
+use super::trace::{self, Op};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
@@ -27,6 +28,14 @@ impl Linear {
         &self.weight
     }
 
+    /// The op this projection is in a trace.
+    pub(crate) fn op(&self) -> Op {
+        Op::Linear {
+            weight: self.weight.id(),
+            bias: self.bias.as_ref().map(|b| b.id()),
+        }
+    }
+
     /// x · Wᵀ (+ b) with the product as `products` computes it, over x's leading dims.
     pub fn forward_with(&self, x: &Tensor, products: &dyn WeightProducts) -> Result<Tensor> {
         let dims = x.dims();
@@ -34,6 +43,7 @@ impl Linear {
             candle_core::bail!("linear: a scalar input has no feature dimension")
         };
         let rows = x.elem_count() / in_dim.max(1);
+        trace::forward(|| self.op());
         let y = products.x_wt(&x.reshape((rows, in_dim))?, &self.weight)?;
         let y = match &self.bias {
             Some(b) => y.broadcast_add(b)?,

@@ -2,6 +2,7 @@
 //! asks for them (Llama's `mlp_bias`).
 use super::forward::{Mode, WeightProducts};
 use super::linear::Linear;
+use super::trace::{self, Op};
 use crate::model::kernels::swiglu::swiglu;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
@@ -33,6 +34,7 @@ impl Mlp {
     pub fn forward_with(&self, x: &Tensor, products: &dyn WeightProducts) -> Result<Tensor> {
         let gate = self.gate_proj.forward_with(x, products)?;
         let up = self.up_proj.forward_with(x, products)?;
+        trace::forward(|| Op::SwiGlu);
         let h = swiglu(&gate, &up)?;
         self.down_proj.forward_with(&h, products)
     }

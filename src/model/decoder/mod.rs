@@ -13,3 +13,4 @@ pub mod norm;
 pub mod rope;
 pub mod rope_scaling;
 pub mod tensors;
+pub mod trace;

@@ -1,5 +1,6 @@
 //! RMSNorm (`model.layers.{i}.{input,post_attention}_layernorm`, `model.norm`): w · x / sqrt(mean(x²) + eps).
 use super::forward::reduce_dtype;
+use super::trace::Op;
 use candle_core::{Result, Tensor, D};
 use candle_nn::VarBuilder;
 
@@ -17,6 +18,16 @@ impl RmsNorm {
             weight: vb.get(size, "weight")?,
             eps,
         })
+    }
+
+    /// The op this norm is in a trace, over whole rows.
+    pub(crate) fn op(&self) -> Op {
+        Op::Norm(self.weight.id())
+    }
+
+    /// The op this norm is in a trace, over each head of q or k.
+    pub(crate) fn head_op(&self) -> Op {
+        Op::HeadNorm(self.weight.id())
     }
 
     /// Normalises over the last dimension, in at least f32 precision. The same (differentiable)

@@ -8,14 +8,20 @@
 //! RMSNorm (the fused norm over rows of head_dim) and scaled RoPE (only the tables differ).
 //! Rows that continue a shared prompt ([`LayerInput::prompt`], see `shared_prompt`) go through
 //! every projection packed with the prompt's row, and attend to its keys and values before
-//! their own (`attn_grad`).
+//! their own (`attention_backward`).
+//!
+//! The forward runs the ops of the decoder's layer (`decoder::layer`) in its order and the
+//! backward runs their backwards in exactly the reverse order, each recorded in the trace that
+//! `trace_check` compares with the decoder's own (a gradient reaching a value from several ops
+//! is summed in the forward's order of those ops).
 use super::accumulators::GradSlots;
 use super::attention_backward::{attend, attend_backward, AttnSaved, Group};
-use super::op_backward::{head_norm, head_norm_back, lin, lin_back, norm, norm_back};
+use super::op_backward::{head_norm, head_norm_back, lin, lin_back, norm, norm_back, norm_rows};
 use super::packed_weights::Products;
 use crate::model::decoder::attention::AttnInputs;
 use crate::model::decoder::layer::DecoderLayer;
 use crate::model::decoder::norm::RmsNorm;
+use crate::model::decoder::trace::{self, Op};
 use crate::model::kernels::fusable;
 use crate::model::kernels::swiglu::{swiglu, swiglu_backward};
 use candle_core::{Result, Tensor};
@@ -149,12 +155,15 @@ fn activations(
     let d = a.head_dim;
     let x = input.packed()?;
     let h1 = norm(&x, &layer.input_layernorm)?;
-    let (qp, kp) = (lin(&h1, &a.q_proj, pr)?, lin(&h1, &a.k_proj, pr)?);
     let pre = |t: &Tensor, n: &Option<RmsNorm>| (keep_pre && n.is_some()).then(|| t.clone());
-    let (q_pre, k_pre) = (pre(&qp, &a.q_norm), pre(&kp, &a.k_norm));
+    let qp = lin(&h1, &a.q_proj, pr)?;
+    let q_pre = pre(&qp, &a.q_norm);
     let q = head_norm(qp, a.q_norm.as_ref(), d)?;
+    let kp = lin(&h1, &a.k_proj, pr)?;
+    let k_pre = pre(&kp, &a.k_norm);
     let k = head_norm(kp, a.k_norm.as_ref(), d)?;
     let v = lin(&h1, &a.v_proj, pr)?;
+    trace::forward(|| Op::Attention);
     let (ya, attn, prompt_attn) = match input.prompt {
         None => {
             let (ya, attn) = attend(a, (&q, &k, &v), gr, input.inp, None)?;
@@ -171,11 +180,14 @@ fn activations(
             (Tensor::cat(&[&yp, &ya], 0)?, attn, Some(pa))
         }
     };
-    let x2 = (&x + lin(&ya, &a.o_proj, pr)?)?;
+    let o = lin(&ya, &a.o_proj, pr)?;
+    trace::forward(|| Op::Residual);
+    let x2 = (&x + o)?;
     let h2 = norm(&x2, &layer.post_attention_layernorm)?;
     let mlp = &layer.mlp;
     let gate = lin(&h2, &mlp.gate_proj, pr)?;
     let up = lin(&h2, &mlp.up_proj, pr)?;
+    trace::forward(|| Op::SwiGlu);
     let m = swiglu(&gate, &up)?;
     Ok(Saved {
         x,
@@ -204,7 +216,9 @@ fn output(
     let m =
         sv.m.as_ref()
             .ok_or_else(|| candle_core::Error::Msg("layer output without its SwiGLU".into()))?;
-    let y = (&sv.x2 + lin(m, &layer.mlp.down_proj, pr)?)?;
+    let down = lin(m, &layer.mlp.down_proj, pr)?;
+    trace::forward(|| Op::Residual);
+    let y = (&sv.x2 + down)?;
     let (gr, p) = input.shape()?;
     unpack(&y, gr, p)
 }
@@ -273,7 +287,7 @@ pub fn layer_backward(
     let (gr, p) = input.shape()?;
     let sv = match kept {
         Some(Kept(sv)) => sv,
-        None => activations(layer, input, true, pr)?,
+        None => trace::paused(|| activations(layer, input, true, pr))?,
     };
     let a = &layer.self_attn;
     let mlp = &layer.mlp;
@@ -284,21 +298,27 @@ pub fn layer_backward(
     };
 
     // MLP: y = x2 + down(swiglu(gate(h2), up(h2))), h2 = norm(x2).
+    trace::backward(|| Op::Residual);
     let m = or_recompute(sv.m, || swiglu(&sv.gate, &sv.up))?;
     let dm = lin_back(&dy, &m, &mlp.down_proj, slots, acc, pr)?;
     drop(m);
+    trace::backward(|| Op::SwiGlu);
     let (dgate, dup) = swiglu_backward(&sv.gate, &sv.up, &dm)?;
     drop(dm);
-    let h2 = or_recompute(sv.h2, || norm(&sv.x2, &layer.post_attention_layernorm))?;
-    let dh2 = (lin_back(&dgate, &h2, &mlp.gate_proj, slots, acc, pr)?
-        + lin_back(&dup, &h2, &mlp.up_proj, slots, acc, pr)?)?;
+    let h2 = or_recompute(sv.h2, || norm_rows(&sv.x2, &layer.post_attention_layernorm))?;
+    let dh2_up = lin_back(&dup, &h2, &mlp.up_proj, slots, acc, pr)?;
+    let dh2_gate = lin_back(&dgate, &h2, &mlp.gate_proj, slots, acc, pr)?;
+    let dh2 = (dh2_gate + dh2_up)?;
     drop((dgate, dup, h2));
-    let dx2 = (&dy + norm_back(&dh2, &sv.x2, &layer.post_attention_layernorm, slots, acc)?)?;
+    let dn = norm_back(&dh2, &sv.x2, &layer.post_attention_layernorm, slots, acc)?;
     drop(dh2);
+    trace::backward(|| Op::Residual);
+    let dx2 = (&dy + dn)?;
 
     // Attention: x2 = x + o(attn(q, k, v)), q/k/v = proj(h1), h1 = norm(x). The rows after a
     // shared prompt first: they send its keys and values their gradients.
     let dya = lin_back(&dx2, &sv.ya, &a.o_proj, slots, acc, pr)?;
+    trace::backward(|| Op::Attention);
     let (dq, dk, dv) = match (sv.prompt_attn, input.prompt) {
         (None, _) => {
             let (dq, dk, dv, _) = attend_backward(a, &dya, sv.attn, gr, input.inp, 0, None)?;
@@ -317,12 +337,14 @@ pub fn layer_backward(
     };
     drop(dya);
     let d = a.head_dim;
-    let dq = head_norm_back(dq, sv.q_pre.as_ref(), a.q_norm.as_ref(), d, slots, acc)?;
+    let h1 = or_recompute(sv.h1, || norm_rows(&sv.x, &layer.input_layernorm))?;
+    let dh1_v = lin_back(&dv, &h1, &a.v_proj, slots, acc, pr)?;
     let dk = head_norm_back(dk, sv.k_pre.as_ref(), a.k_norm.as_ref(), d, slots, acc)?;
-    let h1 = or_recompute(sv.h1, || norm(&sv.x, &layer.input_layernorm))?;
-    let dh1 = (lin_back(&dq, &h1, &a.q_proj, slots, acc, pr)?
-        + lin_back(&dk, &h1, &a.k_proj, slots, acc, pr)?)?;
-    let dh1 = (dh1 + lin_back(&dv, &h1, &a.v_proj, slots, acc, pr)?)?;
+    let dh1_k = lin_back(&dk, &h1, &a.k_proj, slots, acc, pr)?;
+    let dq = head_norm_back(dq, sv.q_pre.as_ref(), a.q_norm.as_ref(), d, slots, acc)?;
+    let dh1_q = lin_back(&dq, &h1, &a.q_proj, slots, acc, pr)?;
+    drop((dq, dk, dv, h1));
+    let dh1 = ((dh1_q + dh1_k)? + dh1_v)?;
     let dx = (dx2 + norm_back(&dh1, &sv.x, &layer.input_layernorm, slots, acc)?)?;
     unpack(&dx, gr, p)
 }

@@ -9,3 +9,5 @@ pub mod packed_weights;
 pub mod pass_order;
 pub mod recompute;
 pub(crate) mod shared_prompt;
+#[cfg(test)]
+mod trace_check;

@@ -1,10 +1,12 @@
 //! The hand-written layer's building blocks, without a graph: a linear map and an RMSNorm (over
 //! whole rows or over each head), each with its backward, which writes the weights' gradients
-//! into the caller's accumulators (`accumulators::GradSlots`).
+//! into the caller's accumulators (`accumulators::GradSlots`). Each records the decoder's op it
+//! runs (`decoder::trace`).
 use super::accumulators::GradSlots;
 use super::packed_weights::Products;
 use crate::model::decoder::linear::Linear;
 use crate::model::decoder::norm::RmsNorm;
+use crate::model::decoder::trace;
 use crate::model::kernels::add_in_place::add_into;
 use crate::model::kernels::compute_dtype::{add_matmul_tn, matmul_tn};
 use crate::model::kernels::rms_norm::{rms_norm, rms_norm_backward};
@@ -12,6 +14,7 @@ use candle_core::{Result, Tensor};
 
 /// y = x · Wᵀ (+ b) for x (rows, in), without a graph; the product as `pr` says.
 pub(crate) fn lin(x: &Tensor, l: &Linear, pr: Products) -> Result<Tensor> {
+    trace::forward(|| l.op());
     let y = pr.x_wt(x, &l.weight)?;
     match &l.bias {
         Some(b) => y.broadcast_add(&b.detach()),
@@ -20,8 +23,7 @@ pub(crate) fn lin(x: &Tensor, l: &Linear, pr: Products) -> Result<Tensor> {
 }
 
 /// Backward of [`lin`]: accumulates d W = dyᵀ · x (the first one written, not added to
-/// zeros) and d b = Σ dy, returns d x = dy · W (both
-/// products as `pr` says).
+/// zeros) and d b = Σ dy, returns d x = dy · W (both products as `pr` says).
 pub(crate) fn lin_back(
     dy: &Tensor,
     x: &Tensor,
@@ -30,6 +32,7 @@ pub(crate) fn lin_back(
     acc: &mut [Option<Tensor>],
     pr: Products,
 ) -> Result<Tensor> {
+    trace::backward(|| l.op());
     match slots.slot(acc, &l.weight) {
         Some(Some(a)) => add_matmul_tn(a, dy, x, pr.dt)?,
         Some(empty) => *empty = Some(matmul_tn(dy, x, pr.dt)?),
@@ -43,11 +46,30 @@ pub(crate) fn lin_back(
     pr.dy_w(dy, &l.weight)
 }
 
+/// RMSNorm over the rows of x (rows, h), without a graph.
 pub(crate) fn norm(x: &Tensor, n: &RmsNorm) -> Result<Tensor> {
+    trace::forward(|| n.op());
+    norm_rows(x, n)
+}
+
+/// [`norm`] without recording it: a recomputation of the forward's.
+pub(crate) fn norm_rows(x: &Tensor, n: &RmsNorm) -> Result<Tensor> {
     rms_norm(x, &n.weight.detach(), n.eps)
 }
 
+/// Backward of [`norm`] at its input `x`: accumulates d w, returns d x.
 pub(crate) fn norm_back(
+    dy: &Tensor,
+    x: &Tensor,
+    n: &RmsNorm,
+    slots: &GradSlots,
+    acc: &mut [Option<Tensor>],
+) -> Result<Tensor> {
+    trace::backward(|| n.op());
+    norm_rows_back(dy, x, n, slots, acc)
+}
+
+fn norm_rows_back(
     dy: &Tensor,
     x: &Tensor,
     n: &RmsNorm,
@@ -64,7 +86,10 @@ pub(crate) fn norm_back(
 /// RMSNorm over each d-wide head of `t` (rows, heads·d), when the layer has one.
 pub(crate) fn head_norm(t: Tensor, n: Option<&RmsNorm>, d: usize) -> Result<Tensor> {
     match n {
-        Some(n) => norm(&t.reshape((t.elem_count() / d, d))?, n)?.reshape(t.shape()),
+        Some(n) => {
+            trace::forward(|| n.head_op());
+            norm_rows(&t.reshape((t.elem_count() / d, d))?, n)?.reshape(t.shape())
+        }
         None => Ok(t),
     }
 }
@@ -80,8 +105,9 @@ pub(crate) fn head_norm_back(
 ) -> Result<Tensor> {
     match (n, x) {
         (Some(n), Some(x)) => {
+            trace::backward(|| n.head_op());
             let rows = x.elem_count() / d;
-            norm_back(
+            norm_rows_back(
                 &dy.reshape((rows, d))?,
                 &x.reshape((rows, d))?,
                 n,

@@ -22,6 +22,7 @@ use super::shared_prompt::PromptPart;
 use crate::model::decoder::attention::AttnInputs;
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::forward::Mode;
+use crate::model::decoder::trace::{self, Op};
 use crate::model::kernels::add_in_place::scatter_rows_add;
 use crate::model::kernels::compute_dtype::{ComputeDtype, Prepared};
 use candle_core::{Module, Result, Tensor, Var};
@@ -198,7 +199,9 @@ impl Pending<'_> {
                 continue;
             }
             let x = Var::from_tensor(&x)?;
-            let y = layer.forward(x.as_tensor(), &model.rope, &inp, None, &Mode::Train)?;
+            let y = trace::paused(|| {
+                layer.forward(x.as_tensor(), &model.rope, &inp, None, &Mode::Train)
+            })?;
             let surrogate = (y * &g)?.sum_all()?;
             let mut grads = surrogate.backward()?;
             drop(surrogate);
@@ -217,6 +220,7 @@ impl Pending<'_> {
                 acc[i] = Some(model.embed_tokens.zeros_like()?);
             }
             if let Some(a) = &acc[i] {
+                trace::backward(|| Op::Embed(model.embed_tokens.id()));
                 let rows = |ids: &Tensor, g: &Tensor| -> Result<()> {
                     let (b, s, hd) = g.dims3()?;
                     scatter_rows_add(a, ids, &g.reshape((b * s, hd))?)
@@ -292,6 +296,7 @@ pub fn forward_and_head<'a>(
     let mut budget = plan.keep_bytes;
     let mut top_from: Option<usize> = None;
     let (mut kept_layers, mut kept_bytes) = (0, 0);
+    trace::forward(|| Op::Embed(model.embed_tokens.id()));
     inputs.push(embedding.forward(&ids)?.detach());
     for (i, layer) in model.layers.iter().enumerate() {
         let x = inputs.last().expect("pushed above");
@@ -350,6 +355,7 @@ pub fn forward_and_head<'a>(
         pp.inputs.pop();
     }
     let top = Var::from_tensor(&inputs.pop().expect("one per layer + 1"))?;
+    trace::forward(|| model.norm.op());
     let hidden = model.norm.forward(top.as_tensor())?;
     // Column T − 1 + j predicts completion token j (T − 1 − P in the rows after a prompt part).
     let h = hidden.narrow(1, layout.prompt_width - 1 - p, layout.completion_width)?;
@@ -363,6 +369,7 @@ pub fn forward_and_head<'a>(
     let head_slot = vars
         .iter()
         .position(|v| v.as_tensor().id() == model.lm_head.id());
+    trace::forward(|| Op::Head(model.lm_head.id()));
     let hg = head_backward(
         &h.reshape((b * c, hd))?,
         head,
@@ -371,8 +378,10 @@ pub fn forward_and_head<'a>(
         head_slot.map(|i| &mut acc[i]),
         dt,
     )?;
+    trace::backward(|| Op::Head(model.lm_head.id()));
     let forward_s = start.elapsed().as_secs_f64();
     let start = std::time::Instant::now();
+    trace::backward(|| model.norm.op());
     let surrogate = (h * hg.dh.reshape((b, c, hd))?)?.sum_all()?;
     let mut grads = surrogate.backward()?;
     drop(surrogate);

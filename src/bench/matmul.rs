@@ -249,7 +249,7 @@ pub struct GemmReport {
     pub n: usize,
     /// Operand layout.
     pub layout: GemmLayout,
-    /// f32 through gemm as the update runs it (`model::compute`: candle's gemm call without the
+    /// f32 through gemm as the update runs it (`model::kernels::compute_dtype`: candle's gemm call without the
     /// output's zero-fill; `tn`: gemm's accumulate mode).
     pub f32_gflops_per_s: f64,
     /// The bf16 GEMM, per backend (fastest first; the first is the one `matmul` picks).

@@ -1,18 +1,32 @@
 //! The policy model: a differentiable decoder LM on candle (Qwen2, Llama, Qwen3), its loading,
-//! sampling, scoring and saving.
+//! sampling, scoring, training gradients and saving, in rooms by role. A file imports files of
+//! its own room and of the rooms below it, never above (`tests/layers.rs` reads the imports):
+//!
+//! ```text
+//! error  ←  tokenizer, kernels  ←  decoder  ←  io, sample, grad  ←  policy  (←  this mod.rs)
+//! ```
+//!
+//! - [`kernels`]: CPU kernels (fused ops with their backward, products, in-place adds);
+//! - [`decoder`]: the model's one definition: config, architectures, layers, the causal LM,
+//!   and the strategies a forward is handed (weight products, KV store);
+//! - [`io`]: safetensors, HF model directories, the hub cache, GGUF read and export;
+//! - `sample`: the sampling copies of the weights, the KV cache, batched generation;
+//! - [`grad`]: log-prob scoring, the hand-written backward, recomputation, pass planning;
+//! - `policy`: a loaded model with its tokenizer, copies and special ids; `tokenizer`;
+//!   `error`: the model's error type.
 pub mod decoder;
-pub mod error;
+pub(crate) mod error;
 pub mod grad;
 pub mod io;
 pub mod kernels;
 pub(crate) mod policy;
-pub mod sample;
+pub(crate) mod sample;
 pub(crate) mod tokenizer;
 
 pub use decoder::arch::{Architecture, Features};
 pub use decoder::causal_lm::CausalLm;
 pub use decoder::config::ModelConfig;
-pub use decoder::forward::Mode;
+pub use decoder::forward::{KvStore, Mode, WeightProducts};
 pub use error::{Error, Result};
 pub use grad::head_backward::chunk_bytes as head_chunk_bytes;
 pub use grad::logprob::{completion_logprobs, ScoreLayout};
@@ -20,6 +34,6 @@ pub use io::footprint::ModelInfo;
 pub use io::source::ModelSource;
 pub use kernels::compute_dtype::ComputeDtype;
 pub use policy::{parse_dtype, LoadOptions, Policy, RolloutCopies};
-pub use sample::copies::SamplingWeights;
-pub use sample::generate::{generate, generate_streams, SamplingParams};
+pub use sample::copies::{CopyProducts, SamplingWeights};
+pub use sample::generate::{generate, generate_streams, Sampler, SamplingParams};
 pub use tokenizer::Tokenizer;

@@ -43,16 +43,16 @@ fn dtype_name(d: DType) -> &'static str {
 
 /// With [`RolloutCopies::Auto`], models whose weights take at most this many bytes sample with
 /// transposed copies: the copy costs at most this much, and decoding at such sizes is bound by
-/// the products' packing, not by memory (tiny-qwen2, 3.5 MB: 12.0k → 17.9k tok/s at batch 8,
-/// `comlrl bench models --rollout-copies never|always`); the 126 MB small-qwen2 gains 12%.
+/// the products' packing, not by memory (`comlrl bench models --rollout-copies never|always`
+/// compares the two).
 pub const SMALL_MODEL_BYTES: usize = 64 << 20;
 
 /// Whether f32 sampling keeps contiguous transposed copies of the weights: faster small-M
-/// products (~1.2× at batch 8 at 32M parameters, ~1.5× at 1M), one extra copy of the weights.
+/// products (the more so the smaller the model), one extra copy of the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RolloutCopies {
     /// Copies for models of at most [`SMALL_MODEL_BYTES`], where they cost little; none above,
-    /// where memory is the tighter limit (at Qwen2.5-0.5B two agents' copies take 4 GB).
+    /// where memory is the tighter limit (every agent's weights twice over).
     #[default]
     Auto,
     /// Always keep the copies.
@@ -64,9 +64,9 @@ pub enum RolloutCopies {
 impl RolloutCopies {
     /// The f32 sampling copies of a model above [`SMALL_MODEL_BYTES`] (or any model with
     /// `Never`): with `Auto`, the MLP's weights packed in panels where the CPU has AVX-512F
-    /// (`kernels::f32_panels`: decode products ~1.4× faster from memory; 1.25 GB per agent at
-    /// Qwen2.5-0.5B, freed during update rounds, so a run's peak stays the update's); none
-    /// with `Never` or elsewhere.
+    /// (`kernels::f32_panels`: decode products stream them faster than the checkpoint layout;
+    /// freed during update rounds, so a run's peak stays the update's); none with `Never` or
+    /// elsewhere.
     pub fn large(self, device: &Device) -> SamplingWeights {
         let panels = self != RolloutCopies::Never && device.is_cpu() && f32_panels::usable();
         match panels {
@@ -102,7 +102,7 @@ pub struct LoadOptions {
     /// Build the sampling copies while loading; `false` leaves them to the first
     /// [`Policy::weights_changed`], on the caller's thread: glibc gives each thread its own
     /// arena, and copies built on a loader thread, freed for an update round, could not serve
-    /// the round's gradients (2.5 GB more at 0.5B until the next trim).
+    /// the round's gradients (the process would hold them twice until the next trim).
     pub copies_now: bool,
 }
 
@@ -372,9 +372,9 @@ impl Policy {
     }
 
     /// Frees the bf16 sampling copies and the MLP's f32 panels (an update round does not read
-    /// them; at Qwen2.5-0.5B they are 1 and 1.25 GB per agent); sampling needs
-    /// [`Policy::weights_changed`] first, which rebuilds them. Returns whether there were any:
-    /// the transposed f32 copies (models of at most 64 MiB, where memory is no concern) stay.
+    /// them, and they are half a model or more); sampling needs [`Policy::weights_changed`]
+    /// first, which rebuilds them. Returns whether there were any: the transposed f32 copies
+    /// (models of at most [`SMALL_MODEL_BYTES`], where memory is no concern) stay.
     pub fn release_sampling_copies(&self) -> Result<bool> {
         use SamplingWeights::{Bf16, MlpPanels};
         if !matches!(self.sampling_weights, Bf16 | MlpPanels) {

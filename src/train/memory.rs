@@ -412,7 +412,7 @@ fn agent_memory(s: &Scenario, a: &AgentPlan, info: &ModelInfo, samples: bool) ->
             .saturating_add(layer),
         false => mul(layers, layer),
     };
-    // The recomputed loss takes the LM head in chunks of logits (`model::head_grad`; with
+    // The recomputed loss takes the LM head in chunks of logits (`model::grad::head_backward`; with
     // bf16 products, beside the head's two packed bf16 layouts), the other path whole, with
     // its gradient and a softmax's worth beside it.
     let positions = rows.saturating_mul(new as u64);

@@ -80,7 +80,7 @@ impl CausalLm {
     }
 
     /// The decoder layers, bottom first.
-    pub fn layers(&self) -> &[DecoderLayer] {
+    pub(crate) fn layers(&self) -> &[DecoderLayer] {
         &self.layers
     }
 

@@ -298,8 +298,8 @@ impl ModelConfig {
 
     /// Named shapes usable as `builtin:<name>` models and in benchmarks.
     /// `tiny`: byte-level vocab, 2 layers, ~0.1M parameters (tests, offline quick start).
-    /// `small`: ~32M parameters (hidden 512, intermediate 2048, 8 layers, 8/2 heads, vocab 3000: the peer benchmark's small-qwen2).
-    /// `mid`: ~40M parameters (vocab 32000, hidden 512, 8 layers; the design findings' shape).
+    /// `small`: ~32M parameters (hidden 512, intermediate 2048, 8 layers, 8/2 heads, vocab 3000).
+    /// `mid`: ~40M parameters (vocab 32000, hidden 512, 8 layers).
     /// `qwen2.5-0.5b`: Qwen2.5-0.5B's shape (494M parameters, tied embeddings).
     /// `llama-small`: `small`'s shape as a Llama 3.2-style model (no biases, llama3 RoPE scaling).
     /// `qwen3-small`: `small`'s shape as a Qwen3 model (q/k norms, no biases).

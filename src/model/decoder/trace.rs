@@ -34,45 +34,13 @@ pub enum Op {
 }
 
 /// Which way an op ran.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dir {
     /// The op itself.
     Forward,
     /// Its backward.
     Backward,
-}
-
-#[cfg(test)]
-mod recorder {
-    use super::{Dir, Op};
-    use std::cell::RefCell;
-
-    thread_local! {
-        /// The ops recorded on this thread, while [`record`] runs and nothing is paused.
-        static TRACE: RefCell<Option<Vec<(Dir, Op)>>> = const { RefCell::new(None) };
-    }
-
-    pub fn push(dir: Dir, op: impl FnOnce() -> Op) {
-        TRACE.with(|t| {
-            if let Some(v) = t.borrow_mut().as_mut() {
-                v.push((dir, op()));
-            }
-        });
-    }
-
-    pub fn record<T>(f: impl FnOnce() -> T) -> (T, Vec<(Dir, Op)>) {
-        let outer = TRACE.with(|t| t.borrow_mut().replace(vec![]));
-        let out = f();
-        let ops = TRACE.with(|t| std::mem::replace(&mut *t.borrow_mut(), outer));
-        (out, ops.unwrap_or_default())
-    }
-
-    pub fn paused<T>(f: impl FnOnce() -> T) -> T {
-        let outer = TRACE.with(|t| t.borrow_mut().take());
-        let out = f();
-        TRACE.with(|t| *t.borrow_mut() = outer);
-        out
-    }
 }
 
 /// Records that the op `op()` ran (only in the library's tests, while [`record`] runs).
@@ -107,4 +75,37 @@ pub fn paused<T>(f: impl FnOnce() -> T) -> T {
 #[cfg(test)]
 pub fn record<T>(f: impl FnOnce() -> T) -> (T, Vec<(Dir, Op)>) {
     recorder::record(f)
+}
+
+#[cfg(test)]
+mod recorder {
+    use super::{Dir, Op};
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// The ops recorded on this thread, while [`record`] runs and nothing is paused.
+        static TRACE: RefCell<Option<Vec<(Dir, Op)>>> = const { RefCell::new(None) };
+    }
+
+    pub fn push(dir: Dir, op: impl FnOnce() -> Op) {
+        TRACE.with(|t| {
+            if let Some(v) = t.borrow_mut().as_mut() {
+                v.push((dir, op()));
+            }
+        });
+    }
+
+    pub fn record<T>(f: impl FnOnce() -> T) -> (T, Vec<(Dir, Op)>) {
+        let outer = TRACE.with(|t| t.borrow_mut().replace(vec![]));
+        let out = f();
+        let ops = TRACE.with(|t| std::mem::replace(&mut *t.borrow_mut(), outer));
+        (out, ops.unwrap_or_default())
+    }
+
+    pub fn paused<T>(f: impl FnOnce() -> T) -> T {
+        let outer = TRACE.with(|t| t.borrow_mut().take());
+        let out = f();
+        TRACE.with(|t| *t.borrow_mut() = outer);
+        out
+    }
 }

@@ -9,16 +9,14 @@ use crate::model::kernels::compute_dtype::{add_matmul_tn, matmul, ComputeDtype, 
 use crate::model::kernels::token_logprob::{logprob_grad_in_place, token_logprob_rows};
 use candle_core::{Result, Tensor, Var};
 
-/// Logit elements per chunk (f32: 64 MiB): about 110 positions at Qwen2.5's 152k vocabulary,
-/// a whole micro-batch at small vocabularies. At the 0.5B shape (seed scenario, one update
-/// round) 2^24 instead of 2^26 took the peak from 16.1 to 15.1 GB and the update from 60 to
-/// 50 s per step (`comlrl bench train`).
+/// Logit elements per chunk (f32: 64 MiB): about a hundred positions at a 150k vocabulary, a
+/// whole micro-batch at small vocabularies. Larger chunks raise the update's peak memory (the
+/// logits and their gradient are the largest buffers of the head) for no speed.
 const CHUNK_ELEMS: usize = 1 << 24;
 
 /// [`CHUNK_ELEMS`] under `compute_dtype: bf16`, where each chunk's d W = Gᵀ · h product is
-/// bound by reading and writing W's f32 accumulator (544 MB at Qwen2.5-0.5B) rather than by
-/// its arithmetic: twice the rows per chunk, half the accumulator passes (forward 9.6 -> 8.6 s
-/// per step at the 0.5B shape with the fastest settings, `comlrl bench train`, one noisy pair).
+/// bound by reading and writing W's f32 accumulator (vocabulary × hidden) rather than by its
+/// arithmetic: twice the rows per chunk, half the accumulator passes.
 const BF16_CHUNK_ELEMS: usize = 1 << 25;
 
 /// What [`head_backward`] returns.

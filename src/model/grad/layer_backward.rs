@@ -119,8 +119,8 @@ struct Saved {
 }
 
 impl Saved {
-    /// Without the activations the backward can recompute: at Qwen2.5-0.5B's shape (s ≈ 140)
-    /// 13.6k instead of 22.2k values a position, so a budget keeps 1.6× the layers.
+    /// Without the activations the backward can recompute cheaply (two norms, the attention
+    /// probabilities, the SwiGLU), so an activation budget keeps more layers.
     fn slim(self) -> Self {
         let slim = |a: AttnSaved| AttnSaved { p: None, ..a };
         Self {

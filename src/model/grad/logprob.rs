@@ -110,7 +110,7 @@ pub fn completion_logprobs(
 }
 
 /// log softmax(logits)[target] for every position: logits (b, s, V), targets (b, s) u32 → (b, s).
-/// Computed in at least f32 by one fused op (see `fused_logprob`), never materialising the
+/// Computed in at least f32 by one fused op (see `kernels::token_logprob`), never materialising the
 /// vocabulary-wide log-probs.
 pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let logits = logits.to_dtype(crate::model::decoder::forward::reduce_dtype(logits.dtype()))?;

@@ -1,11 +1,10 @@
 //! The products of one recomputed pass ([`Products`]): their dtype and the model's weights
 //! prepared once for a whole mini-batch ([`PackedWeights`]). In bf16 every x·Wᵀ and dy·W
 //! otherwise packs W (rounding it to bf16 and laying it out in the kernel's panels) for each
-//! product of each pass: a mini-batch of 8 passes packed every weight 16 to 24 times while the
-//! weights stayed the same, and at tiny-qwen2 that packing was ~9% of a bf16 step. In f32 each
-//! x·Wᵀ otherwise reads Wᵀ as a strided view of W, which gemm multiplies at half speed where
-//! the rows are few and W is out of the core's cache (small-qwen2's MLP): the mini-batch keeps
-//! a contiguous Wᵀ instead. Either way the copies take 4 bytes a parameter (Wᵀ and W in bf16,
+//! product of each pass: two or three times per weight per pass while the weights stay the
+//! same. In f32 each x·Wᵀ otherwise reads Wᵀ as a strided view of W, which gemm multiplies
+//! slowly where the rows are few and W is out of the core's cache: the mini-batch keeps a
+//! contiguous Wᵀ instead. Either way the copies take 4 bytes a parameter (Wᵀ and W in bf16,
 //! Wᵀ in f32), so they are kept only within `trainer.packed_weights_mb`; the products are the
 //! same bit for bit with and without them.
 use crate::model::decoder::causal_lm::CausalLm;

@@ -1,8 +1,8 @@
 //! The order in which a mini-batch's recomputed passes run. One after another, every pass
 //! after the first runs its LM head next to all the gradients the earlier passes accumulated;
 //! **heads first**, every pass's forward and LM head run before any pass's layers go backward,
-//! so the head's working set (in bf16 its two packed copies and a chunk's logits: 0.74 GB at
-//! Qwen2.5-0.5B) never coexists with the layers' gradients (1.44 GB there), at the price of
+//! so the head's working set (in bf16 its two packed copies and a chunk's logits, several
+//! vocabulary × hidden buffers) never coexists with the layers' gradients, at the price of
 //! holding the waiting passes' layer inputs and kept activations until their backward. The
 //! order with the lower peak is taken per mini-batch; heads first also packs the head once per
 //! mini-batch instead of once per pass. Either order adds the same terms into the same
@@ -119,9 +119,9 @@ pub fn run_passes_in(
 /// inputs, top gradient and up to `plan.keep_bytes` of kept activations) is less than the
 /// head's working set that one-by-one would hold next to every gradient. The waiting bytes
 /// are an upper bound (a pass counts its whole activation budget), so heads first is taken
-/// only where it surely lowers the peak: at Qwen2.5-0.5B in bf16 the first of two 8-sequence
-/// passes waits with ≤ 0.2 GB against a 0.74 GB head phase; in f32 (no packed head) and on
-/// small models with many passes the order stays one by one.
+/// only where it surely lowers the peak: typically a large vocabulary in bf16 with few
+/// passes; in f32 (no packed head) and on small models with many passes the order stays one
+/// by one.
 pub fn choose(model: &CausalLm, passes: &[Pass<'_>], plan: PassPlan) -> Result<Order> {
     let waiting = passes
         .iter()
@@ -138,11 +138,10 @@ pub fn choose(model: &CausalLm, passes: &[Pass<'_>], plan: PassPlan) -> Result<O
 /// Bytes of top-layer activations the first pass may keep besides its budget
 /// (`PassPlan::keep_top_bytes`): the gradients not yet allocated, less the LM head's own and its
 /// phase's working set. Until its backward those bytes stand in for gradients that do not exist
-/// yet, and the backward frees them (59 MB a layer at Qwen2.5-0.5B) about as fast as it
-/// allocates gradients (60 MB a layer): after i kept layers it holds at most i MB more than
-/// at the head phase, far inside the head phase's room that is free by then, so the peak stays
-/// where the last gradients are added. At 0.5B in bf16: 1.44 GB of layer gradients − 0.74 GB
-/// of head phase = 12 layers not re-run.
+/// yet, and the backward frees a kept layer's activations about as fast as it allocates that
+/// layer's gradients (the two are of a size at usual sequence lengths), staying inside the
+/// head phase's room that is free by then, so the peak stays where the last gradients are
+/// added.
 fn top_budget(
     model: &CausalLm,
     passes: &[Pass<'_>],

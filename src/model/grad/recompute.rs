@@ -33,7 +33,7 @@ pub struct PassStats {
     /// The loss value.
     pub loss: f64,
     /// Seconds in the graph-free forward and the LM head (its forward and backward together,
-    /// chunk by chunk; see `head_grad`).
+    /// chunk by chunk; see `head_backward`).
     pub forward_s: f64,
     /// Seconds in the rest: the final norm's backward and every layer's re-run + backward.
     pub backward_s: f64,
@@ -46,7 +46,7 @@ pub struct PassStats {
 /// How a recomputed pass runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PassPlan {
-    /// The projections' and the LM head's products, forward and backward (`model::compute`).
+    /// The projections' and the LM head's products, forward and backward (`kernels::compute_dtype`).
     pub dtype: ComputeDtype,
     /// Bytes of layer activations the first forward may keep (layers whose activations no
     /// longer fit are re-run in the backward); 0 re-runs every layer.
@@ -348,7 +348,7 @@ pub fn forward_and_head<'a>(
         inputs.push(y.detach());
     }
 
-    // Head: final norm, then the LM head and log-probs in row chunks (see `head_grad`); the
+    // Head: final norm, then the LM head and log-probs in row chunks (see `head_backward`); the
     // norm's backward gives the gradient w.r.t. the last hidden state.
     if let Some(pp) = prompt.as_mut() {
         // The top layer's prompt output reaches no logit: only its keys and values were read.

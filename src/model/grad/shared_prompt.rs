@@ -70,8 +70,7 @@ impl PromptPart {
 /// `share`, at least two rows continuing one prompt of two tokens or more, and every layer on
 /// the hand-written path (f32 weights on the CPU). Returns the prompt part's length P = T − 1.
 /// Packed into the rows' products, the prompt's row costs only two copies of the layer's
-/// activations and a second small attention; on 2 cores the tiny story model's 8-row passes
-/// of 8-token prompts (7 positions saved per pass) measured no slower shared.
+/// activations and a second small attention, so even short prompts gain.
 pub fn prompt_part(model: &CausalLm, layout: &ScoreLayout, share: bool) -> Result<Option<usize>> {
     let (b, _) = layout.ids.dims2()?;
     if !share || !layout.shared_prompt || b < 2 || layout.prompt_width < 2 {

@@ -7,11 +7,11 @@ use crate::model::error::{Error, Result};
 use crate::model::tokenizer::BYTE_VOCAB_SIZE;
 use std::path::Path;
 
-/// Bytes a loaded tokenizer takes per byte of its `tokenizer.json` (Qwen2.5's 11.4 MB file
-/// takes 87–92 MB once loaded: its vocabulary and merges in hash maps).
+/// Bytes a loaded tokenizer takes per byte of its `tokenizer.json`: its vocabulary and merges
+/// in hash maps, several times the file (Qwen2.5's tokenizer set the factor).
 pub const TOKENIZER_BYTES_PER_FILE_BYTE: u64 = 8;
 /// Bytes a loaded byte-level BPE tokenizer takes per vocabulary entry, where there is no file
-/// to measure (GGUF metadata): Qwen2.5's ~90 MB over 151,665 entries.
+/// to size it by (GGUF metadata): the same tokenizer's size over its entries.
 pub const TOKENIZER_BYTES_PER_TOKEN: u64 = 600;
 
 /// A model's shape and its tokenizer's size, read without its weights.
@@ -104,7 +104,7 @@ mod tests {
     fn qwen_shapes_give_their_known_sizes() {
         let q = ModelInfo::builtin("qwen2.5-0.5b").unwrap();
         assert_eq!(q.parameters(), 494_032_768);
-        // 24 layers × 3 × 896 × 4864 f32: the 1.25 GB of panels docs/performance.md measures.
+        // 24 layers × 3 × 896 × 4864 f32.
         assert_eq!(q.mlp_bytes(), 24 * 3 * 896 * 4864 * 4);
         // 24 layers × (k, v) × 2 heads × 64 × 4 bytes.
         assert_eq!(q.kv_bytes_per_position(), 24 * 2 * 2 * 64 * 4);

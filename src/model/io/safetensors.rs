@@ -148,7 +148,7 @@ pub fn load_tensors(
 
 /// Writes tensors to one safetensors file (names sorted; metadata `format: pt` as transformers
 /// expects). f32 CPU tensors are written from their storage without a copy (candle's own view
-/// copies each tensor first: a 544 MB transient for Qwen2.5-0.5B's embedding).
+/// copies each tensor first: a transient as large as the largest tensor).
 pub fn save_tensors(tensors: &BTreeMap<String, Tensor>, path: &Path) -> Result<()> {
     let mut meta = HashMap::new();
     meta.insert("format".to_string(), "pt".to_string());

@@ -3,8 +3,8 @@
 //! buffer the model keeps (a variable tensor), converted on the way where its dtype differs.
 //!
 //! Reading the whole file into memory first (candle's `safetensors::load`) and then copying each
-//! tensor into a variable touched three times a model's size of fresh memory; on a VM, where the
-//! kernel clears every fresh page, that was most of a 0.5B model's load.
+//! tensor into a variable touches three times a model's size of fresh memory; on a VM, where
+//! the kernel clears every fresh page, that dominates loading.
 use crate::model::error::{Error, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use rayon::prelude::*;

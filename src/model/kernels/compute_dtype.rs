@@ -48,8 +48,8 @@ pub fn add_matmul_tn(acc: &Tensor, a: &Tensor, b: &Tensor, dt: ComputeDtype) -> 
 }
 
 /// aᵀ · b (m, n) for a (k, m), b (k, n) as a fresh tensor: exactly what [`add_matmul_tn`] adds
-/// into zeros, without zeroing a buffer first. A gradient's first contribution: at 0.5B the
-/// zero-filled accumulators were a single-threaded memset of ~2 GB per agent per update.
+/// into zeros, without zeroing a buffer first: a gradient's first contribution, which would
+/// otherwise start from a single-threaded memset of every weight's accumulator.
 pub fn matmul_tn(a: &Tensor, b: &Tensor, dt: ComputeDtype) -> Result<Tensor> {
     match dt {
         // The same gemm call as `add_matmul_tn::add_matmul_tn` (aᵀ as a strided view), writing
@@ -65,11 +65,10 @@ pub fn matmul_tn(a: &Tensor, b: &Tensor, dt: ComputeDtype) -> Result<Tensor> {
 
 /// A weight W (out, in) made ready for repeated x·Wᵀ and dy·W products in one dtype: in bf16,
 /// W is packed once for each product (bf16, the kernel's panel layout) instead of once per
-/// call. For the LM head, multiplied once per chunk of ~110 positions at a 152k vocabulary,
-/// packing its 136 M elements per call made the bf16 products slower than f32 (0.7–0.9×,
-/// `comlrl bench matmul --dtype bf16 --gemm 110,896,151936,nt`); packed once, 2.7–4.1×.
-/// The packed copies own their buffers: dropped, their memory goes back to the allocator
-/// (the layers' gradients take it) rather than idling in the GEMM's scratch pool.
+/// call. The LM head is multiplied once per chunk of a few positions at a large vocabulary:
+/// packing all of it for every chunk would cost more than the bf16 products save. The packed
+/// copies own their buffers: dropped, their memory goes back to the allocator (the layers'
+/// gradients take it) rather than idling in the GEMM's scratch pool.
 pub struct Prepared {
     w: Tensor,
     copies: Copies,
@@ -103,10 +102,8 @@ impl Prepared {
 
     /// Prepares `w` for the products of many passes (a mini-batch's): bf16 as [`Prepared::new`];
     /// f32 keeps a contiguous copy of Wᵀ (4 bytes a parameter). gemm reads Wᵀ as a strided
-    /// view otherwise, which costs where the rows are few and W is out of the core's cache:
-    /// x (120, 2048) · Wᵀ for W (512, 2048) runs ~2× faster from the copy on a Zen 4 core
-    /// (a small-qwen2 MLP's down projection), 3–7% at Qwen2.5-0.5B's shapes (see
-    /// docs/performance.md). Same products bit for bit ([`Prepared::x_wt`]).
+    /// view otherwise, which costs where the rows are few and W is out of the core's cache
+    /// (docs/performance.md). Same products bit for bit ([`Prepared::x_wt`]).
     pub fn kept(w: &Tensor, dt: ComputeDtype) -> Result<Self> {
         match dt {
             ComputeDtype::F32 => Ok(Self {

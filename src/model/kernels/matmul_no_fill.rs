@@ -1,9 +1,9 @@
 //! `a · b` for 2-D f32 CPU operands into a fresh buffer that gemm writes without reading it.
 //! candle's CPU matmul zero-fills its output before gemm overwrites it: a single-threaded
-//! memset of every product's result (2.2% of the exact-f32 update's CPU samples on a 2-core
-//! Xeon, run while the other core waits). Here the output is left uninitialised instead and the
-//! gemm call is candle's own (same strides, `read_dst` false, same parallelism), so the bits
-//! are candle's. Other ranks, dtypes and devices go to `Tensor::matmul`.
+//! memset of every product's result, run while the other cores wait. Here the output is left
+//! uninitialised instead and the gemm call is candle's own (same strides, `read_dst` false,
+//! same parallelism), so the bits are candle's. Other ranks, dtypes and devices go to
+//! `Tensor::matmul`.
 use candle_core::{CpuStorage, CustomOp2, DType, Device, Layout, Result, Shape, Tensor};
 
 /// `a (m, k) · b (k, n)`, exactly `a.matmul(b)`.

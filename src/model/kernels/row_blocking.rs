@@ -14,7 +14,7 @@ const TASK_ROWS: usize = 64;
 pub type Acc = [[f32; MR]; NR];
 
 /// Below this many multiply-adds a product's tasks run on the calling thread: waking the pool
-/// cost more than the product (16 rows × 896 × 128 ran at 50 instead of 84 GFLOP/s).
+/// costs more than such a product.
 pub const PAR_MACS: usize = 1 << 21;
 
 /// y (m, n), row-major, for W rows of `k`: tasks of whole W rows run `task(r0, nr, out)`, which

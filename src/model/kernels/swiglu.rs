@@ -1,5 +1,6 @@
 //! silu(g) · u, the SwiGLU gate, as one op: one pass forward, one pass backward (writing both
-//! gradients), instead of candle's silu + mul and their ~15 backward passes with three `exp`s.
+//! gradients), instead of candle's silu + mul and their many backward passes with three
+//! `exp`s.
 use super::vector_exp::sigmoid;
 use super::{fusable, par_rows};
 use crate::model::kernels::cpu_slices::f32s;

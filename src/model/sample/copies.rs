@@ -27,10 +27,10 @@ pub enum SamplingWeights {
     Checkpoint,
     /// Contiguous (in, out) f32 copies: faster small-M products, one extra copy of the weights.
     Transposed,
-    /// f32 copies of the MLP's weights packed in panels (`kernels::f32_panels`, decoded from
-    /// memory ~1.4× faster than the checkpoint layout); attention and the head decode from the
-    /// checkpoint layout. The MLP is ~85% of a Qwen2.5-0.5B layer's weights: 1.25 GB per
-    /// agent there, freed during update rounds.
+    /// f32 copies of the MLP's weights packed in panels (`kernels::f32_panels`, streamed from
+    /// memory faster than the checkpoint layout); attention and the head decode from the
+    /// checkpoint layout. The MLP holds most of a layer's weights; its panels are freed
+    /// during update rounds.
     MlpPanels,
     /// bf16 copies (half the bytes per decode step, half a copy of the weights), f32 sums.
     Bf16,
@@ -57,8 +57,8 @@ impl SamplingSlot {
         let copy = match kind {
             SamplingWeights::Checkpoint => None,
             SamplingWeights::Transposed => Some(SamplingCopy::Transposed(transposed(weight)?)),
-            // After an optimizer step both overwrite their copy in place (no fresh gigabyte of
-            // pages per refresh at 0.5B, no f32 staging copy).
+            // After an optimizer step both overwrite their copy in place (no fresh pages per
+            // refresh, no f32 staging copy).
             SamplingWeights::MlpPanels => match self.rebuild(
                 weight,
                 "f32 panel sampling copy",

@@ -293,10 +293,9 @@ fn sampled_bar(logits: &[f32], inv_t: f32, k: usize) -> Option<f32> {
 /// The `k` best of the logits at or above `bar` (fewer where fewer reach it), in one pass that
 /// appends those logits and, when the candidates reach four times k, cuts them back to the k
 /// best (a linear-time selection) and raises the bar to the worst kept. Runs of 32 logits none
-/// of which reaches the bar are passed over with one vectorised test. A max-heap of k (the
-/// previous design) kept the bar exact but sifted on every entry: at tiny-qwen2's 3,000-token
-/// vocabulary, where k = 50 is a sizeable fraction of the row, that was a quarter of bf16
-/// sampling.
+/// of which reaches the bar are passed over with one vectorised test. A max-heap of k would
+/// keep the bar exact but sift on every entry, which costs most where k is a sizeable fraction
+/// of a small vocabulary.
 fn at_or_above(logits: &[f32], inv_t: f32, k: usize, mut bar: f32) -> Vec<(u32, f32)> {
     /// Logits tested against the bar at once.
     const CHUNK: usize = 32;

@@ -68,16 +68,6 @@ impl KvCache {
         self.len
     }
 
-    /// Whether no position is stored yet.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Most positions the cache can hold.
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     /// A new cache whose row i is row `rows[i]` of this one (each prompt repeated K times
     /// after a shared prefill).
     pub fn select_rows(&self, rows: &Tensor) -> Result<Self> {

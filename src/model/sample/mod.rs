@@ -1,4 +1,5 @@
-//! Sampling: the KV cache, the weight copies decoding multiplies by, batched generation.
-pub mod copies;
-pub mod generate;
-pub mod kv_cache;
+//! Sampling: the weight copies decoding multiplies by and the KV cache (the decoder's
+//! `WeightProducts` and `KvStore` strategies), and batched generation.
+pub(crate) mod copies;
+pub(crate) mod generate;
+pub(crate) mod kv_cache;

@@ -611,7 +611,7 @@ mod tests {
     }
 
     /// Replaces the file's bytes in place: truncating to zero first makes ext4 flush the
-    /// rewrite to disk at close (`auto_da_alloc`), ~3 ms a file.
+    /// rewrite to disk at close (`auto_da_alloc`), which thousands of mutants cannot afford.
     fn overwrite(path: &std::path::Path, bytes: &[u8]) {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();

@@ -88,10 +88,9 @@ impl Backend {
 }
 
 /// Whether `vdpbf16ps` issues at less than the FMA's rate in flops, taken to hold on every
-/// Intel CPU: on a Xeon of family 6 model 207 it takes two cycles where two FMAs issue per cycle
-/// (one core: 1.35 G `vdpbf16ps` against 5.5 G `vfmadd231ps` a second); AMD's Zen 4 (the EPYC
-/// measured in docs/performance.md) runs it at twice the f32 GEMM's rate. A wrong guess costs
-/// speed only: the FMA sampling kernel gives the same sums.
+/// Intel CPU: Intel's cores without AMX take two cycles for it where two FMAs issue per cycle,
+/// while AMD's Zen 4 runs it at twice the f32 GEMM's rate (docs/performance.md). A wrong guess
+/// costs speed only: the FMA sampling kernel gives the same sums.
 pub fn vdpbf16ps_is_slow() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

@@ -12,14 +12,9 @@ pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// Everything the library can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A model directory or model file is unusable.
-    #[error("{}: {msg}", path.display())]
-    Model {
-        /// The directory or file.
-        path: PathBuf,
-        /// What is wrong with it.
-        msg: String,
-    },
+    /// Loading, running or saving a model failed (`comlrl::model::Error`).
+    #[error(transparent)]
+    Model(#[from] crate::model::Error),
     /// A model reference could not be resolved to files.
     #[error("cannot resolve model `{model}`: {msg}")]
     Resolve {
@@ -37,9 +32,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// Tokenizer loading, encoding or decoding failed.
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
     /// Invalid input given by the user (CLI flag, API call, dataset row).
     #[error("{0}")]
     Invalid(String),
@@ -49,17 +41,6 @@ pub enum Error {
     /// Training diverged (non-finite gradients or loss); the message says what to change.
     #[error("{0}")]
     Diverged(String),
-    /// A model cannot be exported (to GGUF).
-    #[error("cannot export {model}: {msg}")]
-    Export {
-        /// The model, as its source describes it.
-        model: String,
-        /// What cannot be exported.
-        msg: String,
-        /// The underlying error, if any.
-        #[source]
-        source: Option<Cause>,
-    },
     /// A reward backend failed.
     #[error(transparent)]
     Reward(#[from] comlrl_reward::RewardError),
@@ -164,14 +145,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// [`Error::Model`] for `path`.
-    pub fn model(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
-        Error::Model {
-            path: path.into(),
-            msg: msg.into(),
-        }
-    }
-
     /// [`Error::Io`] for `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {

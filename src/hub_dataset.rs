@@ -12,7 +12,7 @@ pub fn downloader() -> HubDownload {
 }
 
 fn download(req: &HubRequest, root: &Path) -> Result<(), String> {
-    if crate::model::source::offline() {
+    if crate::model::io::source::offline() {
         return Err("HF_HUB_OFFLINE is set".into());
     }
     let api = hf_hub::api::sync::ApiBuilder::from_cache(hf_hub::Cache::new(root.to_path_buf()))

@@ -249,7 +249,7 @@ pub struct GemmReport {
     pub n: usize,
     /// Operand layout.
     pub layout: GemmLayout,
-    /// f32 through gemm as the update runs it (`model::compute`: candle's gemm call without the
+    /// f32 through gemm as the update runs it (`model::kernels::compute_dtype`: candle's gemm call without the
     /// output's zero-fill; `tn`: gemm's accumulate mode).
     pub f32_gflops_per_s: f64,
     /// The bf16 GEMM, per backend (fastest first; the first is the one `matmul` picks).
@@ -278,8 +278,12 @@ pub fn run_gemm(
     let flops = 2.0 * (m * k * n) as f64;
     let f32_s = median_secs(repeats, || {
         match layout {
-            GemmLayout::Tn => crate::model::gemm_acc::add_matmul_tn(&acc, &a, &b)?,
-            _ => drop(crate::model::compute::matmul(&a, &b, ComputeDtype::F32)?),
+            GemmLayout::Tn => crate::model::kernels::add_matmul_tn::add_matmul_tn(&acc, &a, &b)?,
+            _ => drop(crate::model::kernels::compute_dtype::matmul(
+                &a,
+                &b,
+                ComputeDtype::F32,
+            )?),
         }
         Ok(())
     })?;

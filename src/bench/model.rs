@@ -1,7 +1,7 @@
 //! Model benchmark: sampling tokens/s (batch × new tokens, KV cache, EOS ignored) and
 //! forward+backward seconds of the policy-gradient loss on a batch of sequences, with GFLOP/s.
 use crate::error::Result;
-use crate::model::flops::{forward_flops, train_flops};
+use crate::model::decoder::flops::{forward_flops, train_flops};
 use crate::model::{completion_logprobs, generate, Mode, Policy, SamplingParams, ScoreLayout};
 use candle_core::Tensor;
 use rand::SeedableRng;
@@ -132,14 +132,12 @@ pub fn run(policy: &Policy, o: &ModelBenchOptions) -> Result<ModelBenchReport> {
         ..SamplingParams::default()
     };
     let weight_bytes = policy.num_parameters() * policy.model.dtype().size_in_bytes();
-    policy
-        .model
-        .refresh_rollout_weights(o.sampling_weights(weight_bytes))?;
+    policy.refresh_sampling_copies(o.sampling_weights(weight_bytes))?;
     let mut times = vec![];
     for rep in 0..=o.repeats {
         let t0 = Instant::now();
         generate(
-            &policy.model,
+            policy.sampler(),
             &p,
             1,
             &params,

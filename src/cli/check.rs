@@ -41,9 +41,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         if let comlrl::model::ModelSource::Gguf(path) = &src {
             // Header only: metadata → config and tokenizer, without reading the weights.
-            let (content, mut f) = comlrl::model::gguf::read::read_header(path)?;
-            comlrl::model::gguf::read::describe(path, &content, &mut f)
-                .map_err(|e| e.for_agent(agent.index, None))?;
+            let (content, mut f) = comlrl::model::io::gguf::read::read_header(path)?;
+            comlrl::model::io::gguf::read::describe(path, &content, &mut f)
+                .map_err(|e| comlrl::Error::from(e).for_agent(agent.index, None))?;
         }
     }
     // The models on this machine are loaded for the checks `run` makes before training
@@ -127,7 +127,7 @@ fn first_prompts(s: &Scenario) -> anyhow::Result<Vec<Option<String>>> {
                         "agent {}: `chat_template: auto`: {} is not in the Hub cache ({}), so its chat template is checked when `comlrl run` downloads it",
                         agent.index,
                         src.describe(),
-                        comlrl::model::source::hub_cache_dir().display()
+                        comlrl::model::io::source::hub_cache_dir().display()
                     );
                     return Ok(None);
                 }

@@ -2,7 +2,7 @@
 //! GGUF) as a llama.cpp GGUF file for llama.cpp / ollama.
 use super::inputs::ModelArgs;
 use anyhow::{bail, Context};
-use comlrl::model::gguf::{export, Quant};
+use comlrl::model::io::gguf::Quant;
 use comlrl::model::ModelSource;
 use std::path::{Path, PathBuf};
 
@@ -48,7 +48,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .prefix(".comlrl-export-")
         .tempfile_in(&dir)
         .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
-    export(&policy, quant, tmp.path()).with_context(context)?;
+    policy
+        .export_gguf(quant, tmp.path())
+        .with_context(context)?;
     // A temporary file is private (0600); the export is a model file like the saved ones.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644))

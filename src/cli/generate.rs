@@ -53,7 +53,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(a.seed);
     let out = generate(
-        &policy.model,
+        policy.sampler(),
         &[&prompt],
         a.num,
         &params,

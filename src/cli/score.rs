@@ -27,7 +27,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         bail!("the completion is empty: nothing to score");
     }
     let layout = ScoreLayout::new(&policy.model, &[&prompt], &[&completion], policy.pad_id)?;
-    let lp = completion_logprobs(&policy.model, &layout, Mode::Infer)?;
+    let lp = completion_logprobs(&policy.model, &layout, policy.products(Mode::Infer))?;
     let lp: Vec<f32> = lp.squeeze(0)?.to_vec1()?;
     if a.json {
         println!(

@@ -1,62 +1,39 @@
 //! The policy model: a differentiable decoder LM on candle (Qwen2, Llama, Qwen3), its loading,
-//! sampling, scoring and saving.
-pub(crate) mod accumulate;
-pub(crate) mod arch;
-pub(crate) mod attention;
-mod attn_grad;
-pub mod batch;
-pub(crate) mod causal_lm;
-pub mod compute;
-pub(crate) mod config;
-pub(crate) mod flops;
-pub mod footprint;
-pub(crate) mod fused_logprob;
-pub(crate) mod gemm_acc;
-pub(crate) mod gemm_new;
-pub mod gguf;
-mod head_grad;
+//! sampling, scoring, training gradients and saving, in rooms by role. A file imports files of
+//! its own room and of the rooms below it, never above (`tests/cli/layers.rs` reads the imports):
+//!
+//! ```text
+//! error  ←  tokenizer, kernels  ←  decoder  ←  io, sample, grad  ←  policy  (←  this mod.rs)
+//! ```
+//!
+//! - [`kernels`]: CPU kernels (fused ops with their backward, products, in-place adds);
+//! - [`decoder`]: the model's one definition: config, architectures, layers, the causal LM,
+//!   and the strategies a forward is handed (weight products, KV store);
+//! - [`io`]: safetensors, HF model directories, the hub cache, GGUF read and export;
+//! - `sample`: the sampling copies of the weights, the KV cache, batched generation;
+//! - [`grad`]: log-prob scoring, the hand-written backward, recomputation, pass planning;
+//! - `policy`: a loaded model with its tokenizer, copies and special ids; `tokenizer`;
+//!   `error`: the model's error type.
+pub mod decoder;
+pub(crate) mod error;
+pub mod grad;
+pub mod io;
 pub mod kernels;
-pub(crate) mod kv_cache;
-mod layer_grad;
-mod layer_ops;
-pub(crate) mod linear;
-pub(crate) mod logprob;
-pub(crate) mod mlp;
-pub(crate) mod mode;
-mod model_dir;
-pub(crate) mod norm;
-pub mod packed_weights;
-pub mod pass_order;
 pub(crate) mod policy;
-pub mod recompute;
-pub(crate) mod rope;
-pub(crate) mod rope_scaling;
 pub(crate) mod sample;
-pub(crate) mod sampling_weights;
-mod shard;
-mod shared_prompt;
-pub mod source;
-pub(crate) mod storage;
 pub(crate) mod tokenizer;
-pub mod weights;
 
-pub use arch::{Architecture, Features};
-pub use causal_lm::CausalLm;
-/// The model's former name (it was Qwen2-only), kept for existing callers.
-pub use causal_lm::CausalLm as Qwen2;
-pub use compute::ComputeDtype;
-pub use config::{ModelConfig, Qwen2Config};
-pub use footprint::ModelInfo;
-pub use head_grad::chunk_bytes as head_chunk_bytes;
-pub use logprob::{completion_logprobs, ScoreLayout};
-pub use mode::Mode;
+pub use decoder::arch::{Architecture, Features};
+pub use decoder::causal_lm::CausalLm;
+pub use decoder::config::ModelConfig;
+pub use decoder::forward::{KvStore, Mode, WeightProducts};
+pub use error::{Error, Result};
+pub use grad::head_backward::chunk_bytes as head_chunk_bytes;
+pub use grad::logprob::{completion_logprobs, ScoreLayout};
+pub use io::footprint::ModelInfo;
+pub use io::source::ModelSource;
+pub use kernels::compute_dtype::ComputeDtype;
 pub use policy::{parse_dtype, LoadOptions, Policy, RolloutCopies};
-pub use sample::{generate, generate_streams, SamplingParams};
-pub use sampling_weights::SamplingWeights;
-pub use source::ModelSource;
+pub use sample::copies::{CopyProducts, SamplingWeights};
+pub use sample::generate::{generate, generate_streams, Sampler, SamplingParams};
 pub use tokenizer::Tokenizer;
-
-/// The former module of [`CausalLm`], kept so `model::qwen2::Qwen2` paths still resolve.
-pub mod qwen2 {
-    pub use super::causal_lm::CausalLm as Qwen2;
-}

@@ -1,13 +1,21 @@
 //! A loaded policy: config, trainable weights (a `VarMap` named as the checkpoint), the model
 //! built over them, the tokenizer and the special token ids; loading from any `ModelSource` and
 //! saving back to HF layout.
-use super::config::Qwen2Config;
-use super::model_dir::{copy, dir_chat_template, ids_of, read_json, special_ids, write_json};
-use super::qwen2::Qwen2;
-use super::source::ModelSource;
-use super::tokenizer::{Tokenizer, BYTE_EOS_ID};
-use super::weights;
-use crate::error::{Error, Result};
+use crate::model::decoder::causal_lm::CausalLm;
+use crate::model::decoder::config::ModelConfig;
+use crate::model::decoder::forward::Mode;
+use crate::model::decoder::tensors;
+use crate::model::error::{Error, Result};
+use crate::model::io::gguf::export::{self, Exported, Quant};
+use crate::model::io::model_dir::{
+    copy, dir_chat_template, ids_of, read_json, special_ids, write_json,
+};
+use crate::model::io::safetensors;
+use crate::model::io::source::ModelSource;
+use crate::model::kernels::f32_panels;
+use crate::model::sample::copies::{CopyProducts, SamplingCopies, SamplingWeights};
+use crate::model::sample::generate::Sampler;
+use crate::model::tokenizer::{Tokenizer, BYTE_EOS_ID};
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use std::collections::{BTreeMap, HashMap};
@@ -35,16 +43,16 @@ fn dtype_name(d: DType) -> &'static str {
 
 /// With [`RolloutCopies::Auto`], models whose weights take at most this many bytes sample with
 /// transposed copies: the copy costs at most this much, and decoding at such sizes is bound by
-/// the products' packing, not by memory (tiny-qwen2, 3.5 MB: 12.0k → 17.9k tok/s at batch 8,
-/// `comlrl bench models --rollout-copies never|always`); the 126 MB small-qwen2 gains 12%.
+/// the products' packing, not by memory (`comlrl bench models --rollout-copies never|always`
+/// compares the two).
 pub const SMALL_MODEL_BYTES: usize = 64 << 20;
 
 /// Whether f32 sampling keeps contiguous transposed copies of the weights: faster small-M
-/// products (~1.2× at batch 8 at 32M parameters, ~1.5× at 1M), one extra copy of the weights.
+/// products (the more so the smaller the model), one extra copy of the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RolloutCopies {
     /// Copies for models of at most [`SMALL_MODEL_BYTES`], where they cost little; none above,
-    /// where memory is the tighter limit (at Qwen2.5-0.5B two agents' copies take 4 GB).
+    /// where memory is the tighter limit (every agent's weights twice over).
     #[default]
     Auto,
     /// Always keep the copies.
@@ -56,15 +64,14 @@ pub enum RolloutCopies {
 impl RolloutCopies {
     /// The f32 sampling copies of a model above [`SMALL_MODEL_BYTES`] (or any model with
     /// `Never`): with `Auto`, the MLP's weights packed in panels where the CPU has AVX-512F
-    /// (`kernels::f32_panels`: decode products ~1.4× faster from memory; 1.25 GB per agent at
-    /// Qwen2.5-0.5B, freed during update rounds, so a run's peak stays the update's); none
-    /// with `Never` or elsewhere.
-    pub fn large(self, device: &Device) -> super::SamplingWeights {
-        let panels =
-            self != RolloutCopies::Never && device.is_cpu() && super::kernels::f32_panels::usable();
+    /// (`kernels::f32_panels`: decode products stream them faster than the checkpoint layout;
+    /// freed during update rounds, so a run's peak stays the update's); none with `Never` or
+    /// elsewhere.
+    pub fn large(self, device: &Device) -> SamplingWeights {
+        let panels = self != RolloutCopies::Never && device.is_cpu() && f32_panels::usable();
         match panels {
-            true => super::SamplingWeights::MlpPanels,
-            false => super::SamplingWeights::Checkpoint,
+            true => SamplingWeights::MlpPanels,
+            false => SamplingWeights::Checkpoint,
         }
     }
 
@@ -95,7 +102,7 @@ pub struct LoadOptions {
     /// Build the sampling copies while loading; `false` leaves them to the first
     /// [`Policy::weights_changed`], on the caller's thread: glibc gives each thread its own
     /// arena, and copies built on a loader thread, freed for an update round, could not serve
-    /// the round's gradients (2.5 GB more at 0.5B until the next trim).
+    /// the round's gradients (the process would hold them twice until the next trim).
     pub copies_now: bool,
 }
 
@@ -117,9 +124,9 @@ pub struct Policy {
     /// Where it was loaded from.
     pub source: ModelSource,
     /// Its `config.json`.
-    pub config: Qwen2Config,
+    pub config: ModelConfig,
     /// The network.
-    pub model: Qwen2,
+    pub model: CausalLm,
     /// Its tokenizer.
     pub tokenizer: Tokenizer,
     /// Generation stops at any of these.
@@ -132,7 +139,9 @@ pub struct Policy {
     /// The source's `config.json` as read (None for built-in models): saved back with only the
     /// dtype fields changed, so every key the source had survives and none is added.
     source_config: Option<serde_json::Value>,
-    sampling_weights: super::SamplingWeights,
+    sampling_weights: SamplingWeights,
+    /// The copies of the weights sampling multiplies by, as `sampling_weights` says.
+    copies: SamplingCopies,
     /// The chat template (tokenizer_config.json / chat_template.jinja, or a GGUF's
     /// `tokenizer.chat_template`).
     chat_template: Option<String>,
@@ -152,11 +161,11 @@ impl Policy {
                 let ModelSource::Builtin(name) = source else {
                     return Err(Error::Internal("builtin without a name".into()));
                 };
-                let cfg = Qwen2Config::preset(name).ok_or_else(|| Error::Resolve {
+                let cfg = ModelConfig::preset(name).ok_or_else(|| Error::Resolve {
                     model: source.describe(),
                     msg: "unknown preset".into(),
                 })?;
-                let tensors = weights::random_tensors(&cfg, opts.seed, opts.dtype, &opts.device)?;
+                let tensors = tensors::random_tensors(&cfg, opts.seed, opts.dtype, &opts.device)?;
                 let tokenizer = Tokenizer::byte_level()?;
                 Self::assemble(
                     source.clone(),
@@ -176,23 +185,23 @@ impl Policy {
     fn load_dir(source: ModelSource, dir: &Path, opts: &LoadOptions) -> Result<Self> {
         let cfg_path = dir.join("config.json");
         if !cfg_path.is_file() {
-            return Err(Error::model(
+            return Err(Error::file(
                 dir,
                 "no config.json: not a model directory in Hugging Face layout",
             ));
         }
-        let cfg = Qwen2Config::from_file(&cfg_path)?;
+        let cfg = ModelConfig::from_file(&cfg_path)?;
         let source_config = read_json(&cfg_path)?;
         let tok_path = dir.join("tokenizer.json");
         if !tok_path.is_file() {
-            return Err(Error::model(
+            return Err(Error::file(
                 dir,
                 "no tokenizer.json (the fast-tokenizer file) next to config.json",
             ));
         }
         let tokenizer = Tokenizer::from_file(&tok_path)?;
-        let files = weights::checkpoint_files(dir)?;
-        let tensors = weights::load_tensors(&cfg, &files, opts.dtype, &opts.device)?;
+        let files = safetensors::checkpoint_files(dir)?;
+        let tensors = safetensors::load_tensors(&cfg, &files, opts.dtype, &opts.device)?;
         let (eos_ids, pad_id) = special_ids(dir, &cfg, &tokenizer)?;
         let mut policy = Self::assemble(
             source,
@@ -212,14 +221,14 @@ impl Policy {
     /// A llama.cpp GGUF file: config from its metadata, tokenizer rebuilt from
     /// `tokenizer.ggml.*`, weights dequantized to `opts.dtype`.
     fn load_gguf(source: ModelSource, path: &Path, opts: &LoadOptions) -> Result<Self> {
-        let g = super::gguf::load(path, opts.dtype, &opts.device)?;
-        let cfg = super::gguf::read::model_config(path, &g.config)?;
+        let g = crate::model::io::gguf::load(path, opts.dtype, &opts.device)?;
+        let cfg = crate::model::io::gguf::read::model_config(path, &g.config)?;
         let tokenizer = Tokenizer::from_json(&g.tokenizer)
-            .map_err(|e| Error::model(path, format!("tokenizer from GGUF metadata: {e}")))?;
-        let tensors = super::gguf::read::take_expected(&cfg, g.tensors, path)?;
+            .map_err(|e| Error::file(path, format!("tokenizer from GGUF metadata: {e}")))?;
+        let tensors = crate::model::io::gguf::read::take_expected(&cfg, g.tensors, path)?;
         let eos_ids = ids_of(cfg.eos_token_id.as_ref());
         if eos_ids.is_empty() {
-            return Err(Error::model(
+            return Err(Error::file(
                 path,
                 "no `tokenizer.ggml.eos_token_id` in the GGUF metadata: generation would never stop",
             ));
@@ -261,7 +270,7 @@ impl Policy {
     #[allow(clippy::too_many_arguments)]
     fn assemble(
         source: ModelSource,
-        config: Qwen2Config,
+        config: ModelConfig,
         mut tensors: HashMap<String, Tensor>,
         tokenizer: Tokenizer,
         eos_ids: Vec<u32>,
@@ -270,7 +279,7 @@ impl Policy {
         opts: &LoadOptions,
     ) -> Result<Self> {
         let varmap = VarMap::new();
-        let names: Vec<String> = weights::expected_tensors(&config)?
+        let names: Vec<String> = tensors::expected_tensors(&config)?
             .into_iter()
             .map(|(n, _, _)| n)
             .collect();
@@ -293,7 +302,7 @@ impl Policy {
         {
             if id as usize >= config.vocab_size {
                 let at = dir.clone().unwrap_or_default();
-                return Err(Error::model(
+                return Err(Error::file(
                     at,
                     format!(
                         "{what} {id} is outside the vocabulary (vocab_size {})",
@@ -303,7 +312,7 @@ impl Policy {
             }
         }
         let vb = VarBuilder::from_varmap(&varmap, opts.dtype, &opts.device);
-        let model = Qwen2::new(&config, vb)?;
+        let model = CausalLm::new(&config, vb)?;
         // A VarBuilder over a VarMap creates (randomly initialised) any variable it is asked
         // for that is not there: the model must read exactly the expected tensors.
         {
@@ -313,7 +322,7 @@ impl Policy {
                 .map_err(|_| Error::Internal("var map lock poisoned".into()))?;
             if let Some(extra) = data.keys().find(|k| !names.contains(k)) {
                 return Err(Error::Internal(format!(
-                    "the model reads tensor `{extra}`, which weights::expected_tensors does not list"
+                    "the model reads tensor `{extra}`, which tensors::expected_tensors does not list"
                 )));
             }
         }
@@ -324,8 +333,8 @@ impl Policy {
             .sum();
         let copies = opts.rollout_copies.wanted(weight_bytes);
         let sampling_weights = match (opts.sampling_dtype, copies) {
-            (DType::BF16, _) => super::SamplingWeights::Bf16,
-            (DType::F32, true) => super::SamplingWeights::Transposed,
+            (DType::BF16, _) => SamplingWeights::Bf16,
+            (DType::F32, true) => SamplingWeights::Transposed,
             (DType::F32, false) => opts.rollout_copies.large(&opts.device),
             (other, _) => {
                 return Err(Error::Invalid(format!(
@@ -333,8 +342,9 @@ impl Policy {
                 )))
             }
         };
+        let copies = SamplingCopies::for_model(&model);
         if opts.copies_now {
-            model.refresh_rollout_weights(sampling_weights)?;
+            copies.refresh(&model, sampling_weights)?;
         }
         Ok(Self {
             source,
@@ -348,6 +358,7 @@ impl Policy {
             dir,
             source_config: None,
             sampling_weights,
+            copies,
             chat_template: None,
             tokenizer_config: None,
         })
@@ -356,21 +367,58 @@ impl Policy {
     /// Call after the weights changed in place (an optimizer step, a checkpoint restore) so
     /// that sampling sees them.
     pub fn weights_changed(&self) -> Result<()> {
-        Ok(self.model.refresh_rollout_weights(self.sampling_weights)?)
+        self.copies.refresh(&self.model, self.sampling_weights)?;
+        Ok(())
     }
 
     /// Frees the bf16 sampling copies and the MLP's f32 panels (an update round does not read
-    /// them; at Qwen2.5-0.5B they are 1 and 1.25 GB per agent); sampling needs
-    /// [`Policy::weights_changed`] first, which rebuilds them. Returns whether there were any:
-    /// the transposed f32 copies (models of at most 64 MiB, where memory is no concern) stay.
+    /// them, and they are half a model or more); sampling needs [`Policy::weights_changed`]
+    /// first, which rebuilds them. Returns whether there were any: the transposed f32 copies
+    /// (models of at most [`SMALL_MODEL_BYTES`], where memory is no concern) stay.
     pub fn release_sampling_copies(&self) -> Result<bool> {
-        use super::SamplingWeights::{Bf16, MlpPanels};
+        use SamplingWeights::{Bf16, MlpPanels};
         if !matches!(self.sampling_weights, Bf16 | MlpPanels) {
             return Ok(false);
         }
-        self.model
-            .refresh_rollout_weights(super::SamplingWeights::Checkpoint)?;
+        self.copies
+            .refresh(&self.model, SamplingWeights::Checkpoint)?;
         Ok(true)
+    }
+
+    /// Rebuilds the sampling copies as `kind` says (for comparing kinds; loading chose one and
+    /// [`Policy::weights_changed`] keeps to it).
+    pub fn refresh_sampling_copies(&self, kind: SamplingWeights) -> Result<()> {
+        self.copies.refresh(&self.model, kind)?;
+        Ok(())
+    }
+
+    /// The model with its sampling copies, for [`crate::model::generate`].
+    pub fn sampler(&self) -> Sampler<'_> {
+        Sampler {
+            model: &self.model,
+            copies: &self.copies,
+        }
+    }
+
+    /// The products of a forward of this policy in `mode`: its sampling copies where they
+    /// serve `mode` (see `model::sample::copies`), else the weights themselves.
+    pub fn products(&self, mode: Mode) -> CopyProducts<'_> {
+        self.copies.products(mode)
+    }
+
+    /// Writes this policy to `out` as a llama.cpp GGUF with matrices in `quant`.
+    pub fn export_gguf(&self, quant: Quant, out: &Path) -> Result<()> {
+        let model = Exported {
+            model: self.source.describe(),
+            config: &self.config,
+            saved_config: self.saved_config()?,
+            vars: self.vars(),
+            tokenizer: &self.tokenizer,
+            eos_id: *self.eos_ids.first().unwrap_or(&self.pad_id),
+            pad_id: self.pad_id,
+            chat_template: self.chat_template(),
+        };
+        export::export(&model, quant, out)
     }
 
     /// Trainable variables in checkpoint order (the tied embedding appears once).
@@ -439,7 +487,7 @@ impl Policy {
             .into_iter()
             .map(|(n, v)| (n, v.as_tensor().detach()))
             .collect();
-        weights::save_tensors(&tensors, &out.join("model.safetensors"))?;
+        safetensors::save_tensors(&tensors, &out.join("model.safetensors"))?;
         write_json(&out.join("config.json"), &self.saved_config()?)?;
         let src_gen = self.dir.as_ref().map(|d| d.join("generation_config.json"));
         match src_gen.filter(|p| p.is_file()) {

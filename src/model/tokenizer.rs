@@ -1,6 +1,6 @@
 //! Tokenizers: a model directory's `tokenizer.json` through the `tokenizers` crate, and the
 //! built-in byte-level tokenizer of `builtin:*` models (256 byte tokens + 3 specials, no merges).
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 use std::path::Path;
 
 /// `<|endoftext|>`, `<|im_start|>`, `<|im_end|>` follow the 256 byte tokens.
@@ -46,7 +46,7 @@ impl Tokenizer {
     /// Loads a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| Error::model(path, format!("cannot load tokenizer: {e}")))?;
+            .map_err(|e| Error::file(path, format!("cannot load tokenizer: {e}")))?;
         Ok(Self::wrap(inner))
     }
 
@@ -140,7 +140,7 @@ impl Tokenizer {
     pub fn save(&self, path: &Path) -> Result<()> {
         self.inner
             .save(path, false)
-            .map_err(|e| Error::model(path, format!("cannot write tokenizer: {e}")))
+            .map_err(|e| Error::file(path, format!("cannot write tokenizer: {e}")))
     }
 }
 

@@ -16,7 +16,7 @@ use super::verify::{check_state, Expect};
 use super::window::Window;
 use crate::dist::World;
 use crate::error::{Error, Result};
-use crate::model::weights::save_tensors;
+use crate::model::io::safetensors::save_tensors;
 use crate::model::Policy;
 use candle_core::{Device, Tensor};
 use rand_chacha::ChaCha8Rng;
@@ -291,7 +291,7 @@ pub fn load(
     }
     let m = manifest::verify(dir, &required).map_err(|e| match rank {
         0 => e,
-        r => Error::model(
+        r => Error::checkpoint(
             &mpath,
             format!("{e}; rank {r} has no part in this checkpoint: was it written by fewer ranks? resume with the same `mpirun -np` as the run that wrote it"),
         ),
@@ -328,7 +328,7 @@ pub fn load(
             true => "all on one process".to_string(),
             false => format!("on ranks {r:?}"),
         };
-        return Err(Error::model(
+        return Err(Error::checkpoint(
             &state_path,
             format!(
                 "field `ranks`: the checkpoint's agents were {}, this run places them {}; \

@@ -14,10 +14,10 @@
 //! the replicas (`magrpo::replicas`).
 use super::rollout::AgentRollout;
 use crate::error::Result;
-use crate::model::accumulate::take_grads;
-use crate::model::flops;
-use crate::model::pass_order::{run_passes, Pass};
-use crate::model::recompute::{prompt_part, PassPlan};
+use crate::model::decoder::flops;
+use crate::model::grad::accumulators::take_grads;
+use crate::model::grad::pass_order::{run_passes, Pass};
+use crate::model::grad::recompute::{prompt_part, PassPlan};
 use crate::model::{completion_logprobs, ComputeDtype, Mode, Policy, ScoreLayout};
 use candle_core::{Tensor, Var};
 use std::time::Instant;
@@ -65,7 +65,7 @@ impl Share {
 
 /// Forward + backward of the mini-batch `samples` for `policy`, `chunk` sequences per pass
 /// (0: all K sequences of a sample in one pass); with `recompute`, each pass keeps only layer
-/// inputs and re-runs one layer at a time in the backward (see `model::recompute`). Only the
+/// inputs and re-runs one layer at a time in the backward (see `model::grad::recompute`). Only the
 /// passes of `share` are computed; with replicas and `chunk` 0 a sample's sequences are split
 /// into one pass per replica. The products run in f32, every layer re-run (see
 /// [`loss_and_grads_in`]).

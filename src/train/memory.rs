@@ -215,16 +215,16 @@ pub enum Lookup {
 /// Reads the shape of `src`'s model (`None`: an uncached Hub model with [`Lookup::Local`]).
 fn inspect(src: &ModelSource, lookup: Lookup) -> Result<Option<ModelInfo>> {
     match src {
-        ModelSource::Builtin(name) => ModelInfo::builtin(name).map(Some),
-        ModelSource::Gguf(path) => ModelInfo::gguf(path).map(Some),
-        ModelSource::Local(dir) => ModelInfo::dir(dir).map(Some),
+        ModelSource::Builtin(name) => Ok(Some(ModelInfo::builtin(name)?)),
+        ModelSource::Gguf(path) => Ok(Some(ModelInfo::gguf(path)?)),
+        ModelSource::Local(dir) => Ok(Some(ModelInfo::dir(dir)?)),
         ModelSource::Hub { .. } => {
             let dir = match lookup {
                 Lookup::Download => src.resolve_dir()?,
                 Lookup::Local => super::prompt::cached_model_dir(src)?
                     .filter(|d| d.join("config.json").is_file()),
             };
-            dir.map(|d| ModelInfo::dir(&d)).transpose()
+            Ok(dir.map(|d| ModelInfo::dir(&d)).transpose()?)
         }
     }
 }
@@ -412,7 +412,7 @@ fn agent_memory(s: &Scenario, a: &AgentPlan, info: &ModelInfo, samples: bool) ->
             .saturating_add(layer),
         false => mul(layers, layer),
     };
-    // The recomputed loss takes the LM head in chunks of logits (`model::head_grad`; with
+    // The recomputed loss takes the LM head in chunks of logits (`model::grad::head_backward`; with
     // bf16 products, beside the head's two packed bf16 layouts), the other path whole, with
     // its gradient and a softmax's worth beside it.
     let positions = rows.saturating_mul(new as u64);

@@ -5,7 +5,7 @@
 use super::adamw_chunk::{self, Coeffs};
 use super::moments::{ChunkRng, Moments, StateDtype};
 use crate::error::{Error, Result};
-use crate::model::storage::{f32s, f32s_mut};
+use crate::model::kernels::cpu_slices::{f32s, f32s_mut};
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, Layout, Storage, Tensor, Var};
 use rayon::prelude::*;

@@ -63,7 +63,7 @@ fn sample_prompts(
         .collect();
     let refs: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
     let out = generate_streams(
-        &policy.model,
+        policy.sampler(),
         &refs,
         spec.k,
         &spec.sampling[i],
@@ -77,7 +77,7 @@ fn sample_prompts(
             let texts = completions
                 .iter()
                 .map(|c| policy.tokenizer.decode(c, true))
-                .collect::<Result<Vec<_>>>()?;
+                .collect::<crate::model::Result<Vec<_>>>()?;
             Ok(AgentRollout {
                 prompt_ids,
                 completions,

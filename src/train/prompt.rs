@@ -159,7 +159,7 @@ pub fn cached_model_dir(source: &ModelSource) -> Result<Option<PathBuf>> {
         ModelSource::Builtin(_) | ModelSource::Gguf(_) => None,
         ModelSource::Local(dir) => Some(dir.clone()),
         ModelSource::Hub { repo, revision } => {
-            let root = crate::model::source::hub_cache_dir();
+            let root = crate::model::io::source::hub_cache_dir();
             let hrepo = hf_hub::Repo::with_revision(
                 repo.clone(),
                 hf_hub::RepoType::Model,

@@ -426,8 +426,10 @@ fn kl_k3(policy: &Policy, reference: &Policy, a: &AgentRollout) -> Result<Vec<f3
     let prompts: Vec<&[u32]> = vec![a.prompt_ids.as_slice(); k];
     let comps: Vec<&[u32]> = a.completions.iter().map(|c| c.as_slice()).collect();
     let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
-    let cur = completion_logprobs(&policy.model, &layout, Mode::Infer)?.to_vec2::<f32>()?;
-    let refl = completion_logprobs(&reference.model, &layout, Mode::Infer)?.to_vec2::<f32>()?;
+    let cur = completion_logprobs(&policy.model, &layout, policy.products(Mode::Infer))?
+        .to_vec2::<f32>()?;
+    let refl = completion_logprobs(&reference.model, &layout, reference.products(Mode::Infer))?
+        .to_vec2::<f32>()?;
     Ok(a.completions
         .iter()
         .enumerate()

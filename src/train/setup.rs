@@ -1,7 +1,7 @@
 //! Turning a resolved scenario into what the loop needs: loaded policies, sampling settings,
 //! the reward stack, and a writable output directory — all checked before any training starts.
 use crate::error::{Error, Result};
-use crate::model::recompute::PassPlan;
+use crate::model::grad::recompute::PassPlan;
 use crate::model::{ComputeDtype, LoadOptions, ModelSource, Policy, RolloutCopies, SamplingParams};
 use comlrl_reward::RewardStack;
 use comlrl_scenario::{AgentPlan, Dtype, Scenario};
@@ -54,7 +54,7 @@ pub fn load_placed(
     for (a, p) in s.agents.iter().zip(&policies) {
         if let Some(p) = p {
             p.weights_changed()
-                .map_err(|e| e.for_agent(a.index, Some(a.model.spec.clone())))?;
+                .map_err(|e| Error::from(e).for_agent(a.index, Some(a.model.spec.clone())))?;
         }
     }
     Ok(policies)
@@ -88,7 +88,8 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
         copies_now: false,
         ..LoadOptions::default()
     };
-    Policy::load(&src, &opts).map_err(|e| e.for_agent(a.index, Some(a.model.spec.clone())))
+    Policy::load(&src, &opts)
+        .map_err(|e| Error::from(e).for_agent(a.index, Some(a.model.spec.clone())))
 }
 
 /// The operand type of the update's products (`trainer.compute_dtype`, checked by the

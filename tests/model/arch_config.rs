@@ -4,7 +4,7 @@
 //! is refused naming config.json, the key and what is supported.
 use crate::common;
 use candle_core::{DType, Device, Tensor};
-use comlrl::model::batch::{causal_mask, position_ids};
+use comlrl::model::decoder::batch::{causal_mask, position_ids};
 use comlrl::model::{LoadOptions, Mode, ModelSource, Policy};
 use common::*;
 use serde_json::{json, Value};
@@ -24,7 +24,7 @@ fn variant(
     tmp
 }
 
-fn load(dir: &Path) -> comlrl::Result<Policy> {
+fn load(dir: &Path) -> comlrl::model::Result<Policy> {
     Policy::load(
         &ModelSource::Local(dir.to_path_buf()),
         &LoadOptions::default(),

@@ -5,7 +5,7 @@
 //! projections whose outputs go through the llama3-scaled RoPE.
 use crate::common;
 use candle_core::{DType, Tensor, Var};
-use comlrl::model::recompute::weighted_logprob_grads;
+use comlrl::model::grad::recompute::weighted_logprob_grads;
 use comlrl::model::{LoadOptions, ModelSource, Policy, ScoreLayout};
 use comlrl::train::loss::loss_and_grads;
 use comlrl::train::rollout::AgentRollout;

@@ -7,7 +7,7 @@
 //! installs them; `COMLRL_REQUIRE_ALL=1` makes that a failure).
 use crate::common;
 use candle_core::{DType, Device, Tensor, Var};
-use comlrl::model::batch::{causal_mask, position_ids};
+use comlrl::model::decoder::batch::{causal_mask, position_ids};
 use comlrl::model::{completion_logprobs, LoadOptions, Mode, ModelSource, Policy, ScoreLayout};
 use comlrl::train::loss::loss_and_grads;
 use comlrl::train::rollout::AgentRollout;
@@ -97,7 +97,10 @@ fn agrees_with_transformers(name: &str) {
         ("logits_spread", &spread, Mode::Infer),
     ] {
         let want = hf[key].to_vec3::<f32>().unwrap();
-        let h = policy.model.hidden(&input, pos, &mask, None, mode).unwrap();
+        let h = policy
+            .model
+            .hidden(&input, pos, &mask, None, policy.products(mode))
+            .unwrap();
         let got = policy.model.logits(&h).unwrap().to_vec3::<f32>().unwrap();
         let (mut diff, mut top) = (0f32, 0f32);
         for (b, row) in valid.iter().enumerate() {
@@ -147,7 +150,7 @@ fn agrees_with_transformers(name: &str) {
     let layout = ScoreLayout::new(&policy.model, &p, &c, policy.pad_id).unwrap();
     let want_lp = hf["completion_logprobs"].to_vec2::<f32>().unwrap();
     for mode in [Mode::Train, Mode::Infer] {
-        let got = completion_logprobs(&policy.model, &layout, mode).unwrap();
+        let got = completion_logprobs(&policy.model, &layout, policy.products(mode)).unwrap();
         let got = got.to_vec2::<f32>().unwrap();
         for (b, n) in lens.iter().enumerate() {
             let d = max_abs(&got[b][..*n], &want_lp[b][..*n]);

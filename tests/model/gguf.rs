@@ -5,8 +5,8 @@
 use crate::common;
 use candle_core::quantized::gguf_file::{self, Content, Value};
 use candle_core::{DType, Device, Tensor};
-use comlrl::model::batch::{causal_mask, position_ids};
-use comlrl::model::gguf::{self as g, Quant};
+use comlrl::model::decoder::batch::{causal_mask, position_ids};
+use comlrl::model::io::gguf::{self as g, Quant};
 use comlrl::model::{LoadOptions, Mode, ModelSource, Policy, Tokenizer};
 use common::*;
 use std::collections::HashMap;
@@ -35,7 +35,10 @@ fn logits(p: &Policy, fixture: &str) -> Vec<f32> {
     let ids = r["input_ids"].to_dtype(DType::U32).unwrap();
     let pos = position_ids(&valid, t, &Device::Cpu).unwrap();
     let m = causal_mask(&valid, t, &Device::Cpu).unwrap();
-    let h = p.model.hidden(&ids, &pos, &m, None, Mode::Infer).unwrap();
+    let h = p
+        .model
+        .hidden(&ids, &pos, &m, None, p.products(Mode::Infer))
+        .unwrap();
     let l = p.model.logits(&h).unwrap().to_vec3::<f32>().unwrap();
     let mut out = Vec::new();
     for (b, row) in valid.iter().enumerate() {
@@ -59,7 +62,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 
 fn export(p: &Policy, q: Quant, dir: &Path, name: &str) -> std::path::PathBuf {
     let out = dir.join(name);
-    g::export(p, q, &out).expect("export");
+    p.export_gguf(q, &out).expect("export");
     out
 }
 

@@ -2,7 +2,7 @@
 //! dequantized, the tokenizer's encodings against another implementation's (docs/models.md).
 use crate::common;
 use candle_core::{DType, Device, Tensor};
-use comlrl::model::gguf as g;
+use comlrl::model::io::gguf as g;
 use comlrl::model::Tokenizer;
 use common::*;
 use std::collections::HashMap;

@@ -1,7 +1,7 @@
 //! Saving and reloading models, and the errors a user gets for broken model directories.
 use crate::common;
 use candle_core::{DType, Device, Tensor};
-use comlrl::model::batch::{causal_mask, position_ids};
+use comlrl::model::decoder::batch::{causal_mask, position_ids};
 use comlrl::model::{parse_dtype, LoadOptions, Mode, ModelSource, Policy, RolloutCopies};
 use common::*;
 use std::collections::BTreeMap;
@@ -14,12 +14,12 @@ fn logits(p: &Policy) -> Vec<f32> {
     let mask = causal_mask(&valid, 4, &Device::Cpu).unwrap();
     let h = p
         .model
-        .hidden(&ids, &pos, &mask, None, Mode::Infer)
+        .hidden(&ids, &pos, &mask, None, p.products(Mode::Infer))
         .unwrap();
     f32s(&p.model.logits(&h).unwrap())
 }
 
-fn load_dir(dir: &Path) -> comlrl::Result<Policy> {
+fn load_dir(dir: &Path) -> comlrl::model::Result<Policy> {
     Policy::load(
         &ModelSource::Local(dir.to_path_buf()),
         &LoadOptions::default(),
@@ -144,7 +144,7 @@ fn rewrite_tensors(dir: &Path, edit: impl FnOnce(&mut BTreeMap<String, Tensor>))
     let path = dir.join("model.safetensors");
     let mut t: BTreeMap<String, Tensor> = load_st(&path).into_iter().collect();
     edit(&mut t);
-    comlrl::model::weights::save_tensors(&t, &path).unwrap();
+    comlrl::model::io::safetensors::save_tensors(&t, &path).unwrap();
 }
 
 #[test]
@@ -195,10 +195,16 @@ fn sharded_checkpoints_load() {
             b.insert(k, v);
         }
     }
-    comlrl::model::weights::save_tensors(&a, &d.path().join("model-00001-of-00002.safetensors"))
-        .unwrap();
-    comlrl::model::weights::save_tensors(&b, &d.path().join("model-00002-of-00002.safetensors"))
-        .unwrap();
+    comlrl::model::io::safetensors::save_tensors(
+        &a,
+        &d.path().join("model-00001-of-00002.safetensors"),
+    )
+    .unwrap();
+    comlrl::model::io::safetensors::save_tensors(
+        &b,
+        &d.path().join("model-00002-of-00002.safetensors"),
+    )
+    .unwrap();
     let idx = serde_json::json!({"metadata": {}, "weight_map": map});
     std::fs::write(
         d.path().join("model.safetensors.index.json"),
@@ -241,8 +247,11 @@ fn logits_in(p: &Policy, mode: Mode) -> Vec<f32> {
     let ids = Tensor::new(&[[5u32, 6, 7, 8]], &Device::Cpu).unwrap();
     let pos = position_ids(&valid, 4, &Device::Cpu).unwrap();
     let mask = causal_mask(&valid, 4, &Device::Cpu).unwrap();
-    let h = p.model.hidden(&ids, &pos, &mask, None, mode).unwrap();
-    f32s(&p.model.logits_mode(&h, mode).unwrap())
+    let h = p
+        .model
+        .hidden(&ids, &pos, &mask, None, p.products(mode))
+        .unwrap();
+    f32s(&p.model.logits_mode(&h, p.products(mode)).unwrap())
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {

@@ -3,7 +3,7 @@
 //! models, the llama3-scaled Llama and the q/k-norm Qwen3.
 use crate::common;
 use candle_core::Device;
-use comlrl::model::batch::{causal_mask, position_ids};
+use comlrl::model::decoder::batch::{causal_mask, position_ids};
 use comlrl::model::{
     completion_logprobs, generate, Architecture, LoadOptions, Mode, ModelSource, Policy,
     SamplingParams, ScoreLayout,
@@ -38,7 +38,10 @@ fn check_logits_within(name: &str, mode: Mode, tol: f32) {
         ref_pos.to_vec2::<u32>().unwrap()
     );
     let m = causal_mask(&valid, t, &Device::Cpu).unwrap();
-    let hidden = policy.model.hidden(&ids, &pos, &m, None, mode).unwrap();
+    let hidden = policy
+        .model
+        .hidden(&ids, &pos, &m, None, policy.products(mode))
+        .unwrap();
     let logits = policy.model.logits(&hidden).unwrap();
     let got = logits.to_vec3::<f32>().unwrap();
     let want = r["logits"].to_vec3::<f32>().unwrap();
@@ -85,7 +88,7 @@ fn check_logprobs_within(name: &str, mode: Mode, tol: f32) {
     let p: Vec<&[u32]> = prompts.iter().map(|v| v.as_slice()).collect();
     let c: Vec<&[u32]> = comps.iter().map(|v| v.as_slice()).collect();
     let layout = ScoreLayout::new(&policy.model, &p, &c, policy.pad_id).unwrap();
-    let got = completion_logprobs(&policy.model, &layout, mode)
+    let got = completion_logprobs(&policy.model, &layout, policy.products(mode))
         .unwrap()
         .to_vec2::<f32>()
         .unwrap();
@@ -128,7 +131,7 @@ fn check_greedy(name: &str) {
     };
     let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0);
     let out = generate(
-        &policy.model,
+        policy.sampler(),
         &p,
         1,
         &params,

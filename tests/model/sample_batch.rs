@@ -38,7 +38,7 @@ fn alone_and_batched(p: &Policy, params: &SamplingParams, k: usize) -> [Vec<Vec<
         .map(|(i, prompt)| {
             let mut rng = ChaCha8Rng::seed_from_u64(7 + i as u64);
             let mut out = generate(
-                &p.model,
+                p.sampler(),
                 &[prompt],
                 k,
                 params,
@@ -54,8 +54,16 @@ fn alone_and_batched(p: &Policy, params: &SamplingParams, k: usize) -> [Vec<Vec<
         .map(|i| ChaCha8Rng::seed_from_u64(7 + i as u64))
         .collect();
     let refs: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
-    let batched =
-        generate_streams(&p.model, &refs, k, params, &p.eos_ids, p.pad_id, &mut rngs).unwrap();
+    let batched = generate_streams(
+        p.sampler(),
+        &refs,
+        k,
+        params,
+        &p.eos_ids,
+        p.pad_id,
+        &mut rngs,
+    )
+    .unwrap();
     [alone, batched]
 }
 
@@ -143,7 +151,7 @@ fn streams_must_match_prompts() {
     let refs: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
     let mut rngs = vec![ChaCha8Rng::seed_from_u64(0)];
     let err = generate_streams(
-        &p.model,
+        p.sampler(),
         &refs,
         2,
         &SamplingParams::default(),
@@ -187,19 +195,16 @@ fn mlp_panels_sample_as_the_checkpoint_layout_does() {
         ignore_eos: true,
         ..Default::default()
     };
-    p.model
-        .refresh_rollout_weights(SamplingWeights::Checkpoint)
+    p.refresh_sampling_copies(SamplingWeights::Checkpoint)
         .unwrap();
     let [checkpoint, _] = alone_and_batched(&p, &params, 2);
-    p.model
-        .refresh_rollout_weights(SamplingWeights::MlpPanels)
+    p.refresh_sampling_copies(SamplingWeights::MlpPanels)
         .unwrap();
     let [alone, batched] = alone_and_batched(&p, &params, 2);
     assert_eq!(alone, batched, "panels: batched equals alone");
     same_draws(&checkpoint, &alone, "panels against the checkpoint layout");
     // A second refresh refills the copies in place and serves the same tokens.
-    p.model
-        .refresh_rollout_weights(SamplingWeights::MlpPanels)
+    p.refresh_sampling_copies(SamplingWeights::MlpPanels)
         .unwrap();
     let [again, _] = alone_and_batched(&p, &params, 2);
     assert_eq!(again, alone);

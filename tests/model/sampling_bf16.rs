@@ -3,7 +3,7 @@
 //! the copies follow weight updates.
 use crate::common;
 use candle_core::{DType, Device, Tensor};
-use comlrl::model::batch::{causal_mask, position_ids};
+use comlrl::model::decoder::batch::{causal_mask, position_ids};
 use comlrl::model::{generate, LoadOptions, Mode, ModelSource, Policy, SamplingParams};
 use common::*;
 use rand::SeedableRng;
@@ -30,8 +30,11 @@ fn logits_in(p: &Policy, mode: Mode) -> Vec<f32> {
     let ids = Tensor::from_vec(ids, (1, 12), &Device::Cpu).unwrap();
     let pos = position_ids(&valid, 12, &Device::Cpu).unwrap();
     let mask = causal_mask(&valid, 12, &Device::Cpu).unwrap();
-    let h = p.model.hidden(&ids, &pos, &mask, None, mode).unwrap();
-    f32s(&p.model.logits_mode(&h, mode).unwrap())
+    let h = p
+        .model
+        .hidden(&ids, &pos, &mask, None, p.products(mode))
+        .unwrap();
+    f32s(&p.model.logits_mode(&h, p.products(mode)).unwrap())
 }
 
 /// max |a − b| / max |b|.
@@ -135,7 +138,7 @@ fn bf16_greedy_decoding_starts_like_f32() {
     let run = |p: &Policy| {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
         generate(
-            &p.model,
+            p.sampler(),
             &[&prompt],
             1,
             &params,

@@ -162,8 +162,8 @@ fn replica_shares_add_up_to_the_whole_mini_batch() {
 /// recomputes: two norms, the attention probabilities and the SwiGLU).
 #[test]
 fn kept_activations_give_the_rerun_gradients_exactly() {
-    use comlrl::model::compute::Prepared;
-    use comlrl::model::recompute::{forward_and_head, PassPlan};
+    use comlrl::model::grad::recompute::{forward_and_head, PassPlan};
+    use comlrl::model::kernels::compute_dtype::Prepared;
     use comlrl::model::ComputeDtype;
     use comlrl::train::loss::{loss_and_grads_in, Share};
     let policy = load("tiny-qwen2");
@@ -254,9 +254,9 @@ fn kept_activations_give_the_rerun_gradients_exactly() {
 /// Each waiting pass holds no more than the order's estimate of it.
 #[test]
 fn heads_first_gives_the_one_by_one_gradients() {
-    use comlrl::model::pass_order::{run_passes_in, waiting_bytes, Order, Pass};
-    use comlrl::model::recompute::{forward_and_head, PassPlan};
-    use comlrl::model::{compute::Prepared, ComputeDtype, ScoreLayout};
+    use comlrl::model::grad::pass_order::{run_passes_in, waiting_bytes, Order, Pass};
+    use comlrl::model::grad::recompute::{forward_and_head, PassPlan};
+    use comlrl::model::{kernels::compute_dtype::Prepared, ComputeDtype, ScoreLayout};
     let (prompt, completions, _) = common::grad::loss_fixture();
     for (name, dtype) in [
         ("tiny-qwen2", ComputeDtype::F32),
@@ -359,8 +359,8 @@ fn heads_first_gives_the_one_by_one_gradients() {
 /// passes could hold more (a large activation budget each).
 #[test]
 fn the_pass_order_follows_the_estimated_peak() {
-    use comlrl::model::pass_order::{choose, Order, Pass};
-    use comlrl::model::recompute::PassPlan;
+    use comlrl::model::grad::pass_order::{choose, Order, Pass};
+    use comlrl::model::grad::recompute::PassPlan;
     use comlrl::model::{ComputeDtype, ScoreLayout};
     let policy = load("tiny-qwen2");
     let (prompt, completions, _) = common::grad::loss_fixture();

@@ -1,10 +1,10 @@
-//! The update's shared prompt (`trainer.share_prompt`, `model::recompute::prompt_part`): a pass
+//! The update's shared prompt (`trainer.share_prompt`, `model::grad::recompute::prompt_part`): a pass
 //! whose rows continue one prompt computes that prompt once and the rows attend to its keys
 //! and values. The loss and gradients must be those of every row computed whole (the PyTorch
 //! fixture's) in every pass layout, with layers kept or re-run, on every architecture's
 //! switches and in both compute dtypes, and the products must shrink.
 use crate::common;
-use comlrl::model::recompute::{prompt_part, PassPlan};
+use comlrl::model::grad::recompute::{prompt_part, PassPlan};
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy, ScoreLayout};
 use comlrl::train::loss::{loss_and_grads_in, LossGrads, Share};
 use comlrl::train::rollout::AgentRollout;

@@ -5,7 +5,7 @@
 //! path (the plain autograd loss, bf16 weights) is an error.
 use crate::common;
 use candle_core::{DType, Tensor, Var};
-use comlrl::model::recompute::PassPlan;
+use comlrl::model::grad::recompute::PassPlan;
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy};
 use comlrl::train::loss::{loss_and_grads, loss_and_grads_in, LossGrads, Share};
 use comlrl::train::rollout::AgentRollout;
@@ -190,7 +190,7 @@ fn bf16_products_need_f32_weights() {
     let layout = comlrl::model::ScoreLayout::new(&policy.model, &p, &c, policy.pad_id).unwrap();
     let coef = vec![0.5f32; c.len()];
     let mut acc = vec![None; vars.len()];
-    let err = comlrl::model::recompute::weighted_logprob_grads_in(
+    let err = comlrl::model::grad::recompute::weighted_logprob_grads_in(
         &policy.model,
         &layout,
         &coef,
@@ -210,7 +210,7 @@ fn bf16_products_need_f32_weights() {
 /// prepared only where that gains: several passes, within the budget.
 #[test]
 fn weights_packed_once_per_mini_batch_change_no_bit() {
-    use comlrl::model::packed_weights::PackedWeights;
+    use comlrl::model::grad::packed_weights::PackedWeights;
     for name in ["tiny-qwen2", "tiny-llama", "tiny-qwen3"] {
         let policy = load(name);
         let vars: Vec<Var> = policy.vars().into_iter().map(|(_, v)| v).collect();

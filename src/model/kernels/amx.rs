@@ -2,9 +2,9 @@
 //! plus Linux's permission request for the tile-data state) and the block kernel
 //! out (n, m) = W (n, k) · xᵀ, where W's bf16 rows load straight into the A tiles (W keeps its
 //! checkpoint layout) and x, small at decode, is repacked into the B tiles' pair layout.
-//! One `tdpbf16ps` multiplies a 16 × 32 by a 32 × 16 bf16 block into 16 × 16 f32 sums; a core
-//! runs ~3.6 TFLOP/s of them here (vs ~175 GFLOP/s of f32 FMAs), so decode is left with the
-//! weights' memory traffic. Rust has no stable AMX intrinsics: the instructions are `asm!`.
+//! One `tdpbf16ps` multiplies a 16 × 32 by a 32 × 16 bf16 block into 16 × 16 f32 sums, an
+//! order of magnitude more per cycle than f32 FMAs, so decode is left with the weights' memory
+//! traffic. Rust has no stable AMX intrinsics: the instructions are `asm!`.
 use half::bf16;
 use std::sync::OnceLock;
 
@@ -117,8 +117,8 @@ impl TileConfig {
 /// [`available`] must have returned true; `w` must hold `nr` rows of `sd`, `out` `nr · m`
 /// values, and `x` must have been packed with the same `sd`.
 #[cfg(target_arch = "x86_64")]
-// Kept out of line: inlined into its caller's parallel loop (which happened after unrelated
-// changes elsewhere in the crate), the same code decoded 20% slower at Qwen2.5-0.5B.
+// Kept out of line: inlined into its caller's parallel loop, the same code decodes slower
+// (the compiler's register allocation around the `asm!` blocks suffers).
 #[inline(never)]
 pub unsafe fn rows_xt(w: &[bf16], x: &PackedX, sd: usize, nr: usize, out: &mut [f32]) {
     use std::arch::asm;

@@ -7,7 +7,7 @@
 //! `vdpbf16ps` or, where that is slow, by FMAs over the widened pairs ([`Kernel`]).
 use super::amx;
 use super::bf16_gemm::{Backend, PackedB};
-use super::row_tiles;
+use super::row_blocking;
 use half::bf16;
 use rayon::prelude::*;
 
@@ -30,17 +30,14 @@ pub enum Layout {
     Rows,
     /// The bf16 GEMM's panels of Wᵀ (16 output columns of VNNI pairs, k-step after k-step): x's
     /// pairs broadcast against whole columns, no lane reductions, and each panel one
-    /// contiguous stream. On an AMD EPYC (Zen 4, no AMX) at the 0.5B shape, 16 rows: the
-    /// 272 MB head 185 → 325–341 GFLOP/s (`comlrl bench matmul --decode 16,896,151936`, its
-    /// cold rate), a whole decode 128 → 187 tokens/s (`comlrl bench models --sample-batch 16
-    /// --new-tokens 64 --repeats 1 --sampling-dtype bf16`).
+    /// contiguous stream (`comlrl bench matmul --decode` compares the two layouts).
     Panels,
 }
 
 impl Layout {
-    /// Panels where the CPU has AVX-512 without AMX (measured above, and the FMA kernel reads
-    /// only panels); rows with AMX (the row kernel was measured there, the panels at decode
-    /// shapes were not) and on CPUs without AVX-512.
+    /// Panels where the CPU has AVX-512 without AMX (the FMA kernel reads only panels, and
+    /// the panels avoid the lane reductions); rows with AMX (its tiles take W's rows) and on
+    /// CPUs without AVX-512.
     pub fn detect() -> Self {
         match Kernel::detect() {
             Kernel::Avx512Bf16 | Kernel::Avx512Fma => Layout::Panels,
@@ -62,13 +59,12 @@ pub enum Kernel {
     /// chosen at run time where the CPU and the OS allow it.
     Amx,
     /// AVX-512 BF16 (`vdpbf16ps`), chosen at run time where the CPU has it and issues it at
-    /// the FMA's rate (AMD's Zen 4).
+    /// the FMA's rate.
     Avx512Bf16,
     /// AVX-512F FMAs over the panels' pairs widened to f32 (`bf16_gemm::fma_rows`): the
-    /// `vdpbf16ps` kernel's sums bit for bit (but for its flushed denormals), twice its rate
-    /// on Intel's cores without AMX (`vdpbf16ps` there issues once per two cycles, the FMA
-    /// twice per cycle: `comlrl bench matmul --decode` shows both), and the fast kernel of
-    /// AVX-512 CPUs without BF16. Over the rows layout it is the `vdpbf16ps` kernel.
+    /// `vdpbf16ps` kernel's sums bit for bit (but for its flushed denormals), for CPUs that
+    /// issue `vdpbf16ps` at half the FMA's rate (Intel's cores without AMX) and AVX-512 CPUs
+    /// without BF16. Over the rows layout it is the `vdpbf16ps` kernel.
     Avx512Fma,
     /// Portable f32 loop over the same bf16 operands.
     Portable,
@@ -259,7 +255,7 @@ impl Bf16Matrix {
         let packed = (kernel == Kernel::Amx).then(|| amx::PackedX::new(&xb, m, sd));
         // Tasks of whole W rows: each computes its block of yᵀ (rows, m) locally and writes it
         // transposed into its own columns of y (m, n).
-        row_tiles::par_row_tasks(n, m, sd, |r0, nr, out| {
+        row_blocking::par_row_tasks(n, m, sd, |r0, nr, out| {
             let w = &data[r0 * sd..(r0 + nr) * sd];
             match (kernel, &packed) {
                 #[cfg(target_arch = "x86_64")]

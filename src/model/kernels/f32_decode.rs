@@ -1,12 +1,12 @@
 //! The f32 sampling product `y = x · Wᵀ` for rows of x against W (out, in) exactly as the
-//! checkpoint stores it: the sampling path of models too large for transposed copies (f32
-//! sampling at Qwen2.5-0.5B streams its 2 GB of weights once per decode step, 8–16 rows). The
-//! gemm crate, given W · xᵀ with 16 columns, ran at 80–130 GFLOP/s on an AMD EPYC whose f32 FMA
-//! peak is ~230; here blocks of 4 W rows × 4 x rows keep 16 accumulators in registers, W is read
-//! from memory once (each 4-row block stays in L1/L2 while every x row passes, the next block
-//! prefetched a share per x tile) and nothing is packed or copied. Plain f32 products and sums
-//! (another order than gemm's, as any kernel).
-use super::row_tiles;
+//! checkpoint stores it: the sampling path of models too large for transposed copies, where a
+//! decode step of a few rows streams every weight once and is bound by memory. The gemm crate,
+//! given W · xᵀ with so few columns, stays far below the FMA peak; here blocks of 4 W rows × 4 x
+//! rows keep 16 accumulators in registers, W is read from memory once (each 4-row block stays
+//! in L1/L2 while every x row passes, the next block prefetched a share per x tile) and nothing
+//! is packed or copied. Plain f32 products and sums (another order than gemm's, as any
+//! kernel).
+use super::row_blocking;
 use candle_core::{DType, Result, Storage, Tensor};
 
 /// Whether this CPU runs the kernel (AVX-512F).
@@ -51,7 +51,7 @@ pub fn matmul_t(w: &[f32], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> 
     assert!(usable(), "f32_decode needs AVX-512F");
     assert_eq!(w.len(), n * k, "f32_decode: W does not match (n, k)");
     assert_eq!(x.len(), m * k, "f32_decode: x does not match (m, k)");
-    row_tiles::par_row_tasks(n, m, k, |r0, nr, out| {
+    row_blocking::par_row_tasks(n, m, k, |r0, nr, out| {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `usable()` (asserted above) found AVX-512F; rows r0..r0 + nr of w and all m
         // rows of x are k long (lengths asserted above).
@@ -63,15 +63,13 @@ pub fn matmul_t(w: &[f32], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> 
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::super::row_tiles::{by_tiles, Acc, MR};
+    use super::super::row_blocking::{by_tiles, Acc, MR};
     use std::arch::x86_64::*;
 
     /// Which of the next W block's rows this x tile prefetches: the block's rows shared out
     /// over the x tiles, so that the memory reads spread over the whole time the block is in
-    /// use. Prefetching all of them during the first x tile left the memory idle for the rest
-    /// (Xeon, 0.5B exact-f32 sampling 19.2–20.4 → 17.3–18.2 s a step; a decode step's
-    /// products over the 2 GB of weights ~15% faster, in every one of 16 alternated rounds). With more than 4 x tiles
-    /// (over 16 rows) the later tiles prefetch nothing.
+    /// use; prefetching all of them during the first x tile would leave the memory idle for
+    /// the rest. With more than 4 x tiles (over 16 rows) the later tiles prefetch nothing.
     #[derive(Clone, Copy)]
     struct Share {
         tile: usize,
@@ -170,9 +168,7 @@ mod avx512 {
                 }
                 // The next block's rows, while this one is in cache: a hint, never a load
                 // (wrapping arithmetic, as it may point past the slice). Into L2, not L1:
-                // there they no longer evict the block and x rows in use (AMD EPYC, 16 rows,
-                // cold weights: the head 896 → 151936 132–133 → 158–162 GFLOP/s, the MLP's
-                // shapes 108–118 → 130–147, `comlrl bench matmul --decode`; the same sums).
+                // there they do not evict the block and x rows in use.
                 for jj in 0..N {
                     if pf.takes(jj) {
                         _mm_prefetch::<_MM_HINT_T1>(wp.wrapping_add((N + jj) * k + p) as *const i8);

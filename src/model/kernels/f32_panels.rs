@@ -1,11 +1,10 @@
 //! f32 sampling products `y = x · Wᵀ` for a few rows of x against a copy of W packed in
 //! panels: 16 output rows of W side by side, k after k (`[k][16]`, one 64-byte line a k), so
 //! a panel streams from memory in order and each line feeds 16 FMAs per row of x, x's value
-//! broadcast, with no lane reductions. On a 2-core Xeon (family 6 model 207), 16 rows against
-//! cold weights: 17–22 GB/s of weights against 12–16 for `f32_decode`'s row tiles on the same
-//! shapes (Qwen2.5-0.5B's MLP 4864 × 896 and 896 × 4864, its head 151936 × 896). Each output
-//! is one running sum over k in order, whatever the other rows: a row samples the same tokens
-//! alone or batched with other prompts' rows.
+//! broadcast, with no lane reductions: it streams the weights faster than `f32_decode`'s row
+//! tiles, which reduce across lanes (`comlrl bench matmul --decode` compares them). Each
+//! output is one running sum over k in order, whatever the other rows: a row samples the same
+//! tokens alone or batched with other prompts' rows.
 use super::panel_tasks::{par_panel_tasks, Columns};
 use rayon::prelude::*;
 
@@ -152,11 +151,9 @@ mod avx512 {
     use super::{MB, PANEL};
     use std::arch::x86_64::*;
 
-    /// k-steps (64-byte lines of the panel) prefetched ahead of the one being read: 64 read
-    /// from memory at 17–22 GB/s, 16 at 14–18 (a throwaway microbenchmark, cold weights).
-    /// Prefetched into L2 (`T1`), not L1: on an AMD EPYC, 16 rows, cold weights, the head
-    /// 896 → 151936 184–200 → 209–216 GFLOP/s and the MLP's shapes 135–172 → 164–185
-    /// (`comlrl bench matmul --decode`).
+    /// k-steps (64-byte lines of the panel) prefetched ahead of the one being read: far enough
+    /// to cover the memory latency of a cold stream. Prefetched into L2 (`T1`), not L1, where
+    /// the lines would evict the x rows in use.
     const AHEAD: usize = 64;
 
     /// `sums[r * 16 + j]` = Σ_k xt[k][r] · w[k][j] for the 16 rows of the block.

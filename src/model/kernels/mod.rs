@@ -1,24 +1,37 @@
-//! Fused f32 CPU kernels for the decoder's elementwise work, each a candle custom op with its
-//! own backward: SwiGLU, the attention's scaled+masked softmax, RMSNorm and RoPE. The op-by-op
-//! versions make 5–15 passes over memory per op (plus candle's zero-then-add gradient
-//! accumulation) and call libm's scalar `expf`; these make one or two passes, vectorised with
-//! runtime CPU dispatch (`multiversion`), split over rayon's pool.
-//!
-//! Every op takes the fused path only for contiguous-able f32 CPU tensors ([`fusable`]); callers
-//! keep the op-by-op version for other dtypes (bf16, and the f64 finite-difference tests).
+//! The CPU kernels the model runs on, the bottom room of `model` (they know no model):
+//! - fused f32 ops for the decoder's elementwise work, each a candle custom op with its own
+//!   backward: SwiGLU, the attention's scaled+masked softmax, RMSNorm, RoPE and the token
+//!   log-prob. The op-by-op versions make many passes over memory per op (plus candle's
+//!   zero-then-add gradient accumulation) and call libm's scalar `expf`; these make one or two
+//!   passes, vectorised with runtime CPU dispatch (`multiversion`), split over rayon's pool.
+//!   Every op takes the fused path only for contiguous-able f32 CPU tensors ([`fusable`]);
+//!   callers keep the op-by-op version for other dtypes (bf16, and the f64 finite-difference
+//!   tests);
+//! - products: f32 without candle's zero-fill (`matmul_no_fill`), added in place into an
+//!   accumulator (`add_matmul_tn`), in the update's compute dtype (`compute_dtype`), the bf16
+//!   GEMM (`bf16_gemm`) and the decode-shaped sampling products (`f32_decode`, `f32_panels`,
+//!   `bf16_matmul`, `amx`);
+//! - in-place adds (`add_in_place`) and the checked views of CPU storage they all use
+//!   (`cpu_slices`).
+pub(crate) mod add_in_place;
+pub(crate) mod add_matmul_tn;
 pub(crate) mod amx;
 pub mod bf16_gemm;
 pub(crate) mod bf16_matmul;
+pub mod compute_dtype;
+pub(crate) mod cpu_slices;
 pub mod f32_decode;
 pub(crate) mod f32_panels;
+pub(crate) mod matmul_no_fill;
 mod panel_tasks;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
-pub(crate) mod row_tiles;
+pub(crate) mod row_blocking;
 pub(crate) mod softmax;
 pub(crate) mod swiglu;
+pub(crate) mod token_logprob;
 pub(crate) mod transpose;
-pub(crate) mod vexp;
+pub(crate) mod vector_exp;
 
 use candle_core::{DType, Tensor};
 use rayon::prelude::*;

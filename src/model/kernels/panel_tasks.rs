@@ -1,7 +1,7 @@
 //! The parallel frame the two panel kernels share (`bf16_gemm::fma_rows`, `f32_panels`):
 //! y (m, n), row-major, filled by tasks that each own a range of W's output columns and write
 //! only those; small products run on the calling thread.
-use super::row_tiles::PAR_MACS;
+use super::row_blocking::PAR_MACS;
 use rayon::prelude::*;
 
 /// y's buffer as the tasks see it: each writes its own columns.

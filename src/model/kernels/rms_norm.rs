@@ -1,9 +1,9 @@
 //! RMSNorm w · x / sqrt(mean(x²) + eps) over the last dim as one op with a backward that writes
 //! d x and d w in one pass over the rows (d w summed from per-task partials). The op-by-op
 //! version is sqr, mean, add, sqrt, div, mul forward and about twice that backward.
-use super::vexp::{dot, dot3};
+use super::vector_exp::{dot, dot3};
 use super::{fusable, rows_per_task};
-use crate::model::storage::f32s;
+use crate::model::kernels::cpu_slices::f32s;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, D};
 use multiversion::multiversion;
 use rayon::prelude::*;

@@ -3,7 +3,7 @@
 //! the sine negated. The op-by-op version is two cats, a narrow, neg, cat, two broadcast
 //! muls and an add, each a pass over q or k, plus their backward passes.
 use super::{fusable, par_rows};
-use crate::model::storage::f32s;
+use crate::model::kernels::cpu_slices::f32s;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use multiversion::multiversion;
 
@@ -125,9 +125,9 @@ impl CustomOp3 for Rotate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::decoder::forward::Mode;
+    use crate::model::decoder::rope::Rope;
     use crate::model::kernels::max_diff;
-    use crate::model::mode::Mode;
-    use crate::model::rope::Rope;
     use candle_core::{DType, Device, Var};
 
     #[test]

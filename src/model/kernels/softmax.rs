@@ -3,9 +3,9 @@
 //! dims, as attention heads share it. Forward: one pass per row (write, max, exp, normalise);
 //! backward: dx = scale · y · (dy − Σ dy·y) in one pass. The op-by-op version is a scale, a
 //! broadcast add, max, sub, exp, sum, div, and their backward passes.
-use super::vexp::{dot, exp, max as vmax, sum};
+use super::vector_exp::{dot, exp, max as vmax, sum};
 use super::{fusable, par_rows};
-use crate::model::storage::f32s;
+use crate::model::kernels::cpu_slices::f32s;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, D};
 use multiversion::multiversion;
 

@@ -1,8 +1,9 @@
 //! silu(g) · u, the SwiGLU gate, as one op: one pass forward, one pass backward (writing both
-//! gradients), instead of candle's silu + mul and their ~15 backward passes with three `exp`s.
-use super::vexp::sigmoid;
+//! gradients), instead of candle's silu + mul and their many backward passes with three
+//! `exp`s.
+use super::vector_exp::sigmoid;
 use super::{fusable, par_rows};
-use crate::model::storage::f32s;
+use crate::model::kernels::cpu_slices::f32s;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use multiversion::multiversion;
 

@@ -1,6 +1,6 @@
 //! W (out, in) as a contiguous (in, out) copy, by a tiled transpose for f32 CPU tensors:
 //! sampling's transposed copies and the update's mini-batch copies of Wᵀ.
-use crate::model::storage::f32s;
+use crate::model::kernels::cpu_slices::f32s;
 use candle_core::{DType, Result, Storage, Tensor};
 
 /// W (out, in) as a contiguous (in, out) tensor; f32 CPU weights go through a tiled transpose

@@ -4,7 +4,7 @@
 //! AMX intrinsics: the instructions are written with `asm!` (the compiler never allocates tmm
 //! registers, so tile state persists between blocks). Also the one-time detection and the
 //! per-process permission request the Linux kernel requires before a thread may use tiles.
-use super::pack::{PANEL, STEP_ELEMS};
+use super::layout::{PANEL, STEP_ELEMS};
 use std::arch::asm;
 
 /// Bytes per tile row (32 bf16, 16 f32).

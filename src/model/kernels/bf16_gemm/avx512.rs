@@ -2,8 +2,8 @@
 //! `vdpbf16ps`, 8 rows × 32 columns (16 zmm accumulators) at a time: per k-pair, two zmm of 16
 //! columns' VNNI pairs against each row's pair broadcast as one 32-bit value. The sums are
 //! added straight into C (masked for a block's last rows and columns), not through a tile
-//! that the caller adds afterwards: that extra pass was 6% of the bf16 update on an EPYC.
-use super::pack::{KSTEP, PANEL, STEP_ELEMS};
+//! that the caller adds afterwards, which would be one more pass over C.
+use super::layout::{KSTEP, PANEL, STEP_ELEMS};
 use std::arch::x86_64::*;
 
 /// Rows per register block.

@@ -2,7 +2,8 @@
 //! 256 columns (run in parallel over rayon's pool for large products), each walking K in
 //! chunks of up to 2048 and, inside, 32 × 32 blocks handed to the chosen microkernel; each
 //! block's result is added into C (or, for a new C, stored by the first K chunk).
-use super::pack::{Packed, BLOCK, PANEL, STEP_ELEMS};
+use super::layout::{BLOCK, PANEL, STEP_ELEMS};
+use super::pack::Packed;
 use super::Backend;
 use rayon::prelude::*;
 use std::mem::MaybeUninit;

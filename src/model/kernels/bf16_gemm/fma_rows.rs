@@ -2,9 +2,8 @@
 //! instead of `vdpbf16ps`: each VNNI pair of the B panel is widened to two f32 vectors (its
 //! even elements by a shift, its odd ones by a mask) and multiplied by x's pair, broadcast from
 //! a widened copy of x. Intel's cores without AMX issue `vdpbf16ps` once per two cycles against
-//! two FMAs per cycle (on a Xeon of family 6 model 207, one core: 1.35 G `vdpbf16ps` against
-//! 5.5 G `vfmadd231ps` a second, 86 against 176 GFLOP/s), so there 32 FMAs and 2 widening
-//! instructions per k-pair of 16 rows beat 16 `vdpbf16ps`.
+//! two FMAs per cycle, so there 32 FMAs and 2 widening instructions per k-pair of 16 rows beat
+//! 16 `vdpbf16ps`.
 //!
 //! The arithmetic is `vdpbf16ps`'s: per pair the odd product is added first, then the even one,
 //! each with one rounding (a bf16 product is exact in f32), and K is cut into the GEMM driver's
@@ -12,7 +11,8 @@
 //! AVX-512 BF16 backend's bit for bit, except where `vdpbf16ps` flushes denormals to zero.
 use super::super::panel_tasks::{par_panel_tasks, Columns};
 use super::driver::KC;
-use super::pack::{round_bf16, Packed, KSTEP, PANEL};
+use super::layout::{round_bf16, KSTEP, PANEL};
+use super::pack::Packed;
 
 /// Rows of x per register block (one accumulator each).
 const MB: usize = 16;
@@ -52,8 +52,9 @@ pub(super) fn matmul_rows(b: &Packed, x: &[f32], m: usize) -> Vec<f32> {
             // The driver's K chunks, each summed from zero, then added to the total in order.
             for c0 in (0..pairs).step_by(CHUNK_PAIRS) {
                 let span = (c0, (c0 + CHUNK_PAIRS).min(pairs));
-                // Panel after panel: each one streams from memory in order (interleaving the
-                // panels over shorter spans of k, for x to stay in L1, measured slower).
+                // Panel after panel: each one streams from memory in order, which the prefetcher
+                // follows (interleaving the panels over shorter spans of k would keep x in L1
+                // but break the streams).
                 for (a, panel) in acc.iter_mut().zip(first..last) {
                     let bp = &b.data[panel * ps..(panel + 1) * ps];
                     #[cfg(target_arch = "x86_64")]

@@ -12,6 +12,7 @@ mod amx;
 mod avx512;
 mod driver;
 mod fma_rows;
+mod layout;
 pub mod pack;
 #[cfg(target_arch = "x86_64")]
 mod pack_avx512;
@@ -19,7 +20,8 @@ mod portable;
 mod scratch;
 
 use candle_core::{bail, CpuStorage, DType, Device, InplaceOp1, Layout, Result, Storage, Tensor};
-use pack::{pack_a, pack_b, pack_b_in, Buffer, Packed, View};
+use layout::View;
+use pack::{pack_a, pack_b, pack_b_in, Buffer, Packed};
 use std::sync::OnceLock;
 
 /// Which microkernel runs the blocks.
@@ -86,10 +88,9 @@ impl Backend {
 }
 
 /// Whether `vdpbf16ps` issues at less than the FMA's rate in flops, taken to hold on every
-/// Intel CPU: on a Xeon of family 6 model 207 it takes two cycles where two FMAs issue per cycle
-/// (one core: 1.35 G `vdpbf16ps` against 5.5 G `vfmadd231ps` a second); AMD's Zen 4 (the EPYC
-/// measured in docs/performance.md) runs it at twice the f32 GEMM's rate. A wrong guess costs
-/// speed only: the FMA sampling kernel gives the same sums.
+/// Intel CPU: Intel's cores without AMX take two cycles for it where two FMAs issue per cycle,
+/// while AMD's Zen 4 runs it at twice the f32 GEMM's rate (docs/performance.md). A wrong guess
+/// costs speed only: the FMA sampling kernel gives the same sums.
 pub fn vdpbf16ps_is_slow() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -338,7 +339,7 @@ impl InplaceOp1 for AddPacked {
     }
 
     fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
-        let c = crate::model::storage::f32s_mut(s, l, self.name())?;
+        let c = crate::model::kernels::cpu_slices::f32s_mut(s, l, self.name())?;
         driver::gemm(self.backend, &self.a, &self.b, c);
         Ok(())
     }

@@ -1,13 +1,13 @@
 //! Packing with AVX-512 BF16, one k-step of a panel (16 rows or columns × 32 k) at a time,
-//! rounded 32 values per `vcvtne2ps2bf16` (nearest even, as [`super::pack::round_bf16`],
+//! rounded 32 values per `vcvtne2ps2bf16` (nearest even, as [`super::layout::round_bf16`],
 //! except that f32 denormals become zero, as the AMX and `vdpbf16ps` products treat them
 //! anyway). A whole step is read with vector loads: straight along a row-major source, and
 //! through 16 × 16 register transposes where the source runs across the panel (A from a
 //! transposed view such as dyᵀ, B from a row-major weight W for x · Wᵀ); B's k-pairs are
 //! interleaved with one `vpermw` or fall out of the transpose. Only a partial step (the
 //! operand's edge) is gathered element by element into an f32 block first: gathering every
-//! step was 12.5% of a 0.5B bf16 training run's samples on an AMD EPYC (`perf`), 5.3% after.
-use super::pack::{View, KSTEP, PANEL, STEP_ELEMS};
+//! step made packing a large share of a bf16 update.
+use super::layout::{View, KSTEP, PANEL, STEP_ELEMS};
 use std::arch::x86_64::*;
 
 /// Whether this CPU runs these packers.

@@ -1,7 +1,7 @@
 //! The portable microkernel: one 32 × 32 block of C from the packed bf16 panels with plain f32
 //! arithmetic (every bf16 product is exact in f32; sums in f32). The reference the fast
 //! kernels are tested against, and the path on CPUs without AVX-512 BF16 or AMX.
-use super::pack::{KSTEP, PANEL, STEP_ELEMS};
+use super::layout::{KSTEP, PANEL, STEP_ELEMS};
 
 #[inline(always)]
 fn f(bits: u16) -> f32 {

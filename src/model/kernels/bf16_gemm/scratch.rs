@@ -1,10 +1,11 @@
 //! Packing buffers kept for reuse: every product packs its operands into fresh bf16 buffers
-//! (the LM head's two packed copies are 272 MB each at Qwen2.5-0.5B), and a fresh buffer's
-//! pages fault in one by one on first write. Returned buffers wait here, up to
-//! [`RETAIN_BYTES`] in all, for the next product of a similar size.
+//! (the LM head's two packed copies are vocabulary × hidden each), and a fresh buffer's pages
+//! fault in one by one on first write. Returned buffers wait here, up to [`RETAIN_BYTES`] in
+//! all, for the next product of a similar size.
 use std::sync::Mutex;
 
-/// Most bytes of idle buffers kept: the 0.5B head's two packed copies plus a layer's operands.
+/// Most bytes of idle buffers kept: a Qwen2.5-0.5B-sized head's two packed copies plus a
+/// layer's operands.
 pub const RETAIN_BYTES: usize = 640 << 20;
 
 /// A buffer serves a request of at least this fraction of its capacity (a big buffer is not

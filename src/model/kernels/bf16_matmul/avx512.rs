@@ -1,5 +1,5 @@
 //! The bf16 row kernel's AVX-512 BF16 body: `vdpbf16ps` over blocks of W rows × x rows.
-use super::super::row_tiles::{by_tiles, Acc};
+use super::super::row_blocking::{by_tiles, Acc};
 use super::{bf16, KB};
 use std::arch::x86_64::*;
 

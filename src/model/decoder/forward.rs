@@ -1,0 +1,86 @@
+//! How one forward pass runs, as the decoder sees it: its [`Mode`] (which kernels it may use)
+//! and the two strategies a caller hands it, [`WeightProducts`] (how rows are multiplied by
+//! each weight) and [`KvStore`] (where attention keeps the keys and values of earlier
+//! positions). The decoder defines them and `Mode` is the plain strategy, on the weights as
+//! the checkpoint stores them; sampling implements both with its weight copies and its KV
+//! cache (`model::sample`), so the layers know nothing of either.
+use crate::model::kernels::f32_decode;
+use candle_core::{DType, Result, Tensor};
+
+/// Which kernels a forward pass may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Only ops with a backward: use for any forward whose result is differentiated.
+    Train,
+    /// May use kernels without a backward (candle's rope, the decode-shaped linear products):
+    /// sampling and scoring only. RMSNorm, SwiGLU and the attention softmax are the same
+    /// differentiable fused kernels in both modes (`model::kernels`).
+    Infer,
+    /// `Infer` for decoding, a few rows per product: the products may also read lower-precision
+    /// copies of the weights (`agents.sampling_dtype: bf16`, see `model::sample::copies`).
+    /// Scoring (KL, `comlrl score`) uses `Infer`.
+    Sample,
+}
+
+impl Mode {
+    /// Whether kernels without a backward may run (`Infer` and `Sample`).
+    pub fn no_grad(self) -> bool {
+        self != Mode::Train
+    }
+}
+
+/// How a forward multiplies rows by the model's weights.
+pub trait WeightProducts {
+    /// Which kernels the forward may use.
+    fn mode(&self) -> Mode;
+
+    /// x (rows, in) · Wᵀ for `w` (out, in), a projection's or the LM head's weight as the
+    /// checkpoint stores it.
+    fn x_wt(&self, x: &Tensor, w: &Tensor) -> Result<Tensor>;
+}
+
+/// The products on the checkpoint-layout weights themselves: `Train` through a transposed view
+/// of W (differentiable); `Infer` as (W · xᵀ)ᵀ, the contiguous W on the left, which gemm runs
+/// without packing it (scoring's many rows); `Sample` through `f32_decode` where the CPU runs
+/// it (W read once, nothing packed; a row's result does not depend on the batch), else as
+/// `Infer`.
+impl WeightProducts for Mode {
+    fn mode(&self) -> Mode {
+        *self
+    }
+
+    fn x_wt(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        match self {
+            Mode::Train => x.matmul(&w.t()?),
+            Mode::Sample => match f32_decode::x_wt(x, w)? {
+                Some(y) => Ok(y),
+                None => w_xt(x, w),
+            },
+            Mode::Infer => w_xt(x, w),
+        }
+    }
+}
+
+/// x · Wᵀ computed as (W · xᵀ)ᵀ, made contiguous.
+fn w_xt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    w.matmul(&x.contiguous()?.t()?)?.t()?.contiguous()
+}
+
+/// Where attention keeps the keys and values of the positions before this forward, per layer.
+pub trait KvStore {
+    /// Appends this forward's keys and values (b, kv_heads, s, head_dim) of `layer` and returns
+    /// every position's so far, these included: (b, kv_heads, past + s, head_dim).
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)>;
+
+    /// Marks the `s` positions this forward appended as stored (after its last layer).
+    fn advance(&mut self, s: usize);
+}
+
+/// The dtype reductions (norms, softmax, log-softmax) run in: f32 for half types, else unchanged
+/// (so f64 models stay f64, which finite-difference checks rely on).
+pub fn reduce_dtype(d: DType) -> DType {
+    match d {
+        DType::BF16 | DType::F16 => DType::F32,
+        other => other,
+    }
+}

@@ -1,0 +1,19 @@
+//! The decoder itself, one definition for every architecture: its config and architectures,
+//! the tensors a config implies, RoPE, the layers (norms, projections, attention, MLP), the
+//! causal LM, the strategies a forward is handed ([`forward`]) and the op trace the
+//! hand-written backward is checked against ([`trace`]).
+pub(crate) mod arch;
+pub(crate) mod attention;
+pub mod batch;
+pub(crate) mod causal_lm;
+pub(crate) mod config;
+pub(crate) mod flops;
+pub(crate) mod forward;
+pub(crate) mod layer;
+pub(crate) mod linear;
+pub(crate) mod mlp;
+pub(crate) mod norm;
+pub(crate) mod rope;
+pub(crate) mod rope_scaling;
+pub(crate) mod tensors;
+pub(crate) mod trace;

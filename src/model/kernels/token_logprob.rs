@@ -1,0 +1,359 @@
+//! log softmax(logits)[target] as one differentiable op over (N, V) logits: the forward makes
+//! one pass per row (max, Σ exp, pick) and keeps nothing but its (N) output; the backward
+//! writes d logits = g · (onehot(target) − softmax) straight into one (N, V) buffer, taking
+//! logsumexp back from the output (lse = logit[target] − out). The op-by-op version keeps
+//! several vocabulary-sized intermediates per row, which dominate memory at a 152k vocabulary.
+use super::cpu_slices::slice;
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use num_traits::Float;
+use rayon::prelude::*;
+
+/// The op's name in errors.
+const OP: &str = "token-logprob";
+
+/// Rows per parallel task (rows are vocabulary-long, so a few already make a task worth it).
+const ROWS: usize = 4;
+
+struct Forward;
+struct Backward;
+
+fn targets(s: &CpuStorage, l: &Layout) -> Result<Vec<usize>> {
+    Ok(match s {
+        CpuStorage::U32(v) => slice(v, l, OP)?.iter().map(|&t| t as usize).collect(),
+        CpuStorage::I64(v) => slice(v, l, OP)?.iter().map(|&t| t as usize).collect(),
+        _ => candle_core::bail!("token-logprob: targets must be u32 or i64"),
+    })
+}
+
+/// out[r] = x[r, t[r]] − lse(x[r]) for every row, rows split over rayon's threads.
+fn forward<T, L>(x: &[T], t: &[usize], v: usize, lse: L) -> Result<Vec<T>>
+where
+    T: Float + Send + Sync,
+    L: Fn(&[T]) -> T + Sync,
+{
+    if let Some(&bad) = t.iter().find(|&&t| t >= v) {
+        candle_core::bail!("token-logprob: target {bad} outside the vocabulary of {v}")
+    }
+    let mut out = vec![T::zero(); t.len()];
+    out.par_chunks_mut(ROWS)
+        .zip(x.par_chunks(ROWS * v))
+        .zip(t.par_chunks(ROWS))
+        .for_each(|((o, x), t)| {
+            for ((o, row), &t) in o.iter_mut().zip(x.chunks(v)).zip(t) {
+                *o = row[t] - lse(row);
+            }
+        });
+    Ok(out)
+}
+
+/// logsumexp of a row, any float type.
+fn lse_generic<T: Float>(row: &[T]) -> T {
+    let m = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
+    m + row.iter().fold(T::zero(), |a, &b| a + (b - m).exp()).ln()
+}
+
+/// logsumexp of an f32 row with the vectorised exp and reductions (the vocabulary-long rows
+/// make this the head's hottest loop: 170M exps per pass at Qwen2.5's vocabulary).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn lse_f32(row: &[f32]) -> f32 {
+    use crate::model::kernels::vector_exp::{max, sum_exp};
+    let m = max(row);
+    m + sum_exp(row, m).ln()
+}
+
+/// d[j] = −g · e^(x[j] − lse), any float type.
+fn softmax_grad_generic<T: Float>(row: &[T], lse: T, g: T, d: &mut [T]) {
+    for (d, &x) in d.iter_mut().zip(row) {
+        *d = -g * (x - lse).exp();
+    }
+}
+
+/// [`softmax_grad_generic`] for f32 with the vectorised exp.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn softmax_grad_f32(row: &[f32], lse: f32, g: f32, d: &mut [f32]) {
+    use crate::model::kernels::vector_exp::exp;
+    for (d, &x) in d.iter_mut().zip(row) {
+        *d = -g * exp(x - lse);
+    }
+}
+
+/// d logits = g · (onehot(t) − softmax) per row; aux holds (out, d out) per row.
+fn backward<T, G>(x: &[T], t: &[usize], aux: &[T], v: usize, grad: G) -> Vec<T>
+where
+    T: Float + Send + Sync,
+    G: Fn(&[T], T, T, &mut [T]) + Sync,
+{
+    let mut dx = vec![T::zero(); x.len()];
+    dx.par_chunks_mut(ROWS * v)
+        .zip(x.par_chunks(ROWS * v))
+        .zip(t.par_chunks(ROWS))
+        .zip(aux.par_chunks(ROWS * 2))
+        .for_each(|(((d, x), t), aux)| {
+            for (((d, row), &t), a) in d.chunks_mut(v).zip(x.chunks(v)).zip(t).zip(aux.chunks(2)) {
+                let (out, g) = (a[0], a[1]);
+                if g == T::zero() {
+                    continue; // padding: masked out, d logits stays 0
+                }
+                grad(row, row[t] - out, g, d);
+                d[t] = d[t] + g;
+            }
+        });
+    dx
+}
+
+impl CustomOp2 for Forward {
+    fn name(&self) -> &'static str {
+        "token-logprob"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (n, v) = l1.shape().dims2()?;
+        let t = targets(s2, l2)?;
+        if t.len() != n {
+            candle_core::bail!("token-logprob: {} targets for {n} rows", t.len())
+        }
+        let out = match s1 {
+            CpuStorage::F32(x) => CpuStorage::F32(forward(slice(x, l1, OP)?, &t, v, lse_f32)?),
+            CpuStorage::F64(x) => CpuStorage::F64(forward(slice(x, l1, OP)?, &t, v, lse_generic)?),
+            _ => candle_core::bail!("token-logprob: logits must be f32 or f64"),
+        };
+        Ok((out, Shape::from(n)))
+    }
+
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        targets: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let aux = Tensor::stack(&[res, grad_res], 1)?.contiguous()?;
+        let d = logits.apply_op3_no_bwd(targets, &aux, &Backward)?;
+        Ok((Some(d), None))
+    }
+}
+
+impl CustomOp3 for Backward {
+    fn name(&self) -> &'static str {
+        "token-logprob-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (_, v) = l1.shape().dims2()?;
+        let t = targets(s2, l2)?;
+        let d = match (s1, s3) {
+            (CpuStorage::F32(x), CpuStorage::F32(a)) => {
+                let (x, a) = (slice(x, l1, OP)?, slice(a, l3, OP)?);
+                CpuStorage::F32(backward(x, &t, a, v, softmax_grad_f32))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(a)) => {
+                let (x, a) = (slice(x, l1, OP)?, slice(a, l3, OP)?);
+                CpuStorage::F64(backward(x, &t, a, v, softmax_grad_generic))
+            }
+            _ => candle_core::bail!("token-logprob: logits and gradient must share f32 or f64"),
+        };
+        Ok((d, l1.shape().clone()))
+    }
+}
+
+/// The op of [`logprob_grad_in_place`]: each row's log-prob into `lp`, the row overwritten
+/// by its gradient.
+struct GradInPlace {
+    targets: Vec<usize>,
+    weights: Vec<f32>,
+    lp: std::sync::Mutex<Vec<f32>>,
+}
+
+impl candle_core::InplaceOp1 for GradInPlace {
+    fn name(&self) -> &'static str {
+        "token-logprob-grad-in-place"
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
+        let (n, v) = l.shape().dims2()?;
+        let x = super::cpu_slices::f32s_mut(s, l, OP)?;
+        if let Some(&bad) = self.targets.iter().find(|&&t| t >= v) {
+            candle_core::bail!("token-logprob: target {bad} outside the vocabulary of {v}")
+        }
+        let mut lp = vec![0f32; n];
+        lp.par_chunks_mut(ROWS)
+            .zip(x.par_chunks_mut(ROWS * v))
+            .zip(self.targets.par_chunks(ROWS))
+            .zip(self.weights.par_chunks(ROWS))
+            .for_each(|(((lp, x), t), w)| {
+                for (((lp, row), &t), &g) in lp.iter_mut().zip(x.chunks_mut(v)).zip(t).zip(w) {
+                    // The same values, in the same order, as the forward and backward ops.
+                    *lp = row[t] - lse_f32(row);
+                    if g == 0.0 {
+                        row.fill(0.0);
+                        continue;
+                    }
+                    let lse = row[t] - *lp;
+                    softmax_grad_in_place(row, lse, g);
+                    row[t] += g;
+                }
+            });
+        *self.lp.lock().unwrap_or_else(|e| e.into_inner()) = lp;
+        Ok(())
+    }
+}
+
+/// [`softmax_grad_f32`] with the row as its own output.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn softmax_grad_in_place(row: &mut [f32], lse: f32, g: f32) {
+    use crate::model::kernels::vector_exp::exp;
+    for x in row.iter_mut() {
+        *x = -g * exp(*x - lse);
+    }
+}
+
+/// For f32 logits (N, V) on the CPU: returns log softmax(logits)[target] per row (N) and
+/// overwrites `logits` with d (Σ_r weights_r · logprob_r) / d logits, the values
+/// [`token_logprob_rows`]'s backward gives, without its (N, V) gradient buffer. `logits` must
+/// not be shared with any other tensor.
+pub fn logprob_grad_in_place(logits: &Tensor, targets: &Tensor, weights: &[f32]) -> Result<Tensor> {
+    let targets: Vec<usize> = targets
+        .to_dtype(candle_core::DType::U32)?
+        .to_vec1::<u32>()?
+        .into_iter()
+        .map(|t| t as usize)
+        .collect();
+    let (n, _) = logits.dims2()?;
+    if targets.len() != n || weights.len() != n {
+        candle_core::bail!(
+            "token-logprob: {} targets and {} weights for {n} rows",
+            targets.len(),
+            weights.len()
+        )
+    }
+    let op = GradInPlace {
+        targets,
+        weights: weights.to_vec(),
+        lp: std::sync::Mutex::new(Vec::new()),
+    };
+    logits.inplace_op1(&op)?;
+    let lp = std::mem::take(&mut *op.lp.lock().unwrap_or_else(|e| e.into_inner()));
+    Tensor::from_vec(lp, n, logits.device())
+}
+
+/// log softmax(logits)[target] for every row: logits (N, V) f32/f64, targets (N) u32 → (N).
+pub fn token_logprob_rows(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    logits
+        .contiguous()?
+        .apply_op2(&targets.contiguous()?, Forward)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var, D};
+
+    /// The op-by-op reference: logit − logsumexp.
+    fn reference(x: &Tensor, t: &Tensor) -> Result<Tensor> {
+        let lse = x.exp()?.sum_keepdim(D::Minus1)?.log()?;
+        let picked = x.gather(&t.unsqueeze(D::Minus1)?, D::Minus1)?;
+        (picked - lse)?.squeeze(D::Minus1)
+    }
+
+    #[test]
+    fn values_and_gradients_match_the_op_by_op_version() -> Result<()> {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&(Tensor::randn(0f64, 3.0, (5, 11), &dev)?))?;
+        let t = Tensor::new(&[0u32, 10, 3, 3, 7], &dev)?;
+        let w = Tensor::new(&[0.5f64, -2.0, 0.0, 1.5, 3.0], &dev)?;
+        let fused = token_logprob_rows(x.as_tensor(), &t)?;
+        let plain = reference(x.as_tensor(), &t)?;
+        let diff = (&fused - &plain)?.abs()?.max_all()?.to_scalar::<f64>()?;
+        assert!(diff < 1e-12, "values differ by {diff}");
+        let gf = (fused * &w)?.sum_all()?.backward()?;
+        let gp = (plain * &w)?.sum_all()?.backward()?;
+        let (a, b) = (
+            gf.get(x.as_tensor()).unwrap(),
+            gp.get(x.as_tensor()).unwrap(),
+        );
+        let diff = (a - b)?.abs()?.max_all()?.to_scalar::<f64>()?;
+        assert!(diff < 1e-12, "gradients differ by {diff}");
+        // A zero weight (a padded position) leaves its row's gradient exactly zero.
+        assert!(a.get(2)?.abs()?.max_all()?.to_scalar::<f64>()? == 0.0);
+        Ok(())
+    }
+
+    /// The f32 path (vectorised exp) against the f64 reference, on rows longer than a lane block.
+    #[test]
+    fn f32_values_and_gradients_match_f64() -> Result<()> {
+        let dev = Device::Cpu;
+        let x64 = Var::from_tensor(&(Tensor::randn(0f64, 3.0, (6, 75), &dev)?))?;
+        let x32 = Var::from_tensor(&x64.to_dtype(candle_core::DType::F32)?)?;
+        let t = Tensor::new(&[0u32, 74, 3, 3, 17, 60], &dev)?;
+        let w = Tensor::new(&[0.5f64, -2.0, 0.0, 1.5, 3.0, -1.0], &dev)?;
+        let want = reference(x64.as_tensor(), &t)?;
+        let got = token_logprob_rows(x32.as_tensor(), &t)?;
+        let diff = (got.to_dtype(candle_core::DType::F64)? - &want)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f64>()?;
+        assert!(diff < 1e-5, "values differ by {diff}");
+        let gp = (want * &w)?.sum_all()?.backward()?;
+        let gf = (got * w.to_dtype(candle_core::DType::F32)?)?
+            .sum_all()?
+            .backward()?;
+        let a = gf.get(x32.as_tensor()).unwrap();
+        let b = gp.get(x64.as_tensor()).unwrap();
+        let diff = (a.to_dtype(candle_core::DType::F64)? - b)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f64>()?;
+        assert!(diff < 1e-5, "gradients differ by {diff}");
+        assert!(a.get(2)?.abs()?.max_all()?.to_scalar::<f32>()? == 0.0);
+        Ok(())
+    }
+
+    /// In place: the same log-probs and the same gradient as the op and its backward, bit for
+    /// bit, a zero weight giving a zero row.
+    #[test]
+    fn in_place_gradient_is_the_backward_bit_for_bit() -> Result<()> {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&(Tensor::randn(0f32, 3.0, (7, 75), &dev)?))?;
+        let t = Tensor::new(&[0u32, 74, 3, 3, 17, 60, 5], &dev)?;
+        let w = [0.5f32, -2.0, 0.0, 1.5, 3.0, -1.0, 0.25];
+        let lp = token_logprob_rows(x.as_tensor(), &t)?;
+        let grads = (&lp * Tensor::new(&w, &dev)?)?.sum_all()?.backward()?;
+        let want = grads.get(x.as_tensor()).unwrap().to_vec2::<f32>()?;
+        let logits = x.as_tensor().copy()?;
+        let got_lp = logprob_grad_in_place(&logits, &t, &w)?;
+        assert_eq!(got_lp.to_vec1::<f32>()?, lp.to_vec1::<f32>()?);
+        assert_eq!(logits.to_vec2::<f32>()?, want);
+        assert!(want[2].iter().all(|&g| g == 0.0));
+        let bad = Tensor::new(&[0u32, 75, 3, 3, 17, 60, 5], &dev)?;
+        let err = logprob_grad_in_place(&logits, &bad, &w).unwrap_err();
+        assert!(err.to_string().contains("target 75 outside"), "{err}");
+        Ok(())
+    }
+
+    #[test]
+    fn rejects_targets_outside_the_vocabulary() -> Result<()> {
+        let dev = Device::Cpu;
+        let x = Tensor::zeros((2, 4), candle_core::DType::F32, &dev)?;
+        let t = Tensor::new(&[1u32, 4], &dev)?;
+        let err = token_logprob_rows(&x, &t).unwrap_err().to_string();
+        assert!(
+            err.contains("target 4 outside the vocabulary of 4"),
+            "{err}"
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,439 @@
+//! Batched sampling with a KV cache: every prompt is prefilled once, its cache shared by its K
+//! generations, then all rows decode together; rows that hit EOS or `max_new_tokens` leave the
+//! batch. Temperature → top-k → top-p as transformers applies them, from a seeded RNG.
+use super::copies::SamplingCopies;
+use super::kv_cache::KvCache;
+use crate::model::decoder::batch::{causal_mask, position_ids};
+use crate::model::decoder::causal_lm::CausalLm;
+use crate::model::decoder::forward::Mode;
+use candle_core::{Result, Tensor};
+use rand::Rng;
+
+/// A model and the weight copies its decoding multiplies by (see `copies`).
+#[derive(Debug, Clone, Copy)]
+pub struct Sampler<'a> {
+    /// The network.
+    pub model: &'a CausalLm,
+    /// Its sampling copies.
+    pub copies: &'a SamplingCopies,
+}
+
+/// Sampling settings (CoMLRL's defaults: temperature 0.6, top_p 0.6, top_k 50).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Most tokens generated per completion.
+    pub max_new_tokens: usize,
+    /// Logits are divided by this before sampling; 0 or less samples greedily.
+    pub temperature: f64,
+    /// 1.0 disables nucleus filtering.
+    pub top_p: f64,
+    /// 0 disables top-k filtering.
+    pub top_k: usize,
+    /// Argmax decoding (ties go to the lowest id, as torch's argmax).
+    pub greedy: bool,
+    /// Keep generating after EOS (benchmarks, reference checks).
+    pub ignore_eos: bool,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            max_new_tokens: 128,
+            temperature: 0.6,
+            top_p: 0.6,
+            top_k: 50,
+            greedy: false,
+            ignore_eos: false,
+        }
+    }
+}
+
+/// Generates `k` completions for each prompt. Returns `[prompt][k]` token ids, each ending with
+/// its EOS token when it stopped there. Every row draws from the one `rng`.
+pub fn generate(
+    sampler: Sampler<'_>,
+    prompts: &[&[u32]],
+    k: usize,
+    params: &SamplingParams,
+    eos_ids: &[u32],
+    pad_id: u32,
+    rng: &mut impl Rng,
+) -> Result<Vec<Vec<Vec<u32>>>> {
+    decode(
+        sampler,
+        prompts,
+        k,
+        params,
+        eos_ids,
+        pad_id,
+        std::slice::from_mut(rng),
+    )
+}
+
+/// [`generate`] with one RNG stream per prompt: prompt p's rows draw only from `rngs[p]`, in
+/// the same order as `generate(sampler, &[prompts[p]], k, .., &mut rngs[p])` would, so sampling
+/// several prompts in one batch (the weights read once per step for all their rows) draws the
+/// same tokens as sampling them one at a time, up to the last bits of the logits.
+pub fn generate_streams<R: Rng>(
+    sampler: Sampler<'_>,
+    prompts: &[&[u32]],
+    k: usize,
+    params: &SamplingParams,
+    eos_ids: &[u32],
+    pad_id: u32,
+    rngs: &mut [R],
+) -> Result<Vec<Vec<Vec<u32>>>> {
+    if rngs.len() != prompts.len() {
+        candle_core::bail!(
+            "generate_streams: {} RNG streams for {} prompts",
+            rngs.len(),
+            prompts.len()
+        );
+    }
+    decode(sampler, prompts, k, params, eos_ids, pad_id, rngs)
+}
+
+/// Prefill + decode; row (p, j) draws from `rngs[p]`, or from `rngs[0]` when there is one.
+fn decode<R: Rng>(
+    sampler: Sampler<'_>,
+    prompts: &[&[u32]],
+    k: usize,
+    params: &SamplingParams,
+    eos_ids: &[u32],
+    pad_id: u32,
+    rngs: &mut [R],
+) -> Result<Vec<Vec<Vec<u32>>>> {
+    let model = sampler.model;
+    let products = sampler.copies.products(Mode::Sample);
+    let dev = model.device();
+    let shared = rngs.len() == 1;
+    let n_prompts = prompts.len();
+    let mut out = vec![vec![Vec::new(); k]; n_prompts];
+    if n_prompts == 0 || k == 0 || params.max_new_tokens == 0 {
+        return Ok(out);
+    }
+    if prompts.iter().any(|p| p.is_empty()) {
+        candle_core::bail!("cannot generate from an empty prompt");
+    }
+    let t = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+    let capacity = t + params.max_new_tokens;
+    if capacity > model.max_positions() {
+        candle_core::bail!(
+            "prompt ({t} tokens) + max_new_tokens ({}) exceed the model's {} positions",
+            params.max_new_tokens,
+            model.max_positions()
+        );
+    }
+    // Prefill the distinct prompts once.
+    let mut ids = Vec::with_capacity(n_prompts * t);
+    let mut valid = Vec::with_capacity(n_prompts);
+    for p in prompts {
+        ids.extend(std::iter::repeat_n(pad_id, t - p.len()));
+        ids.extend_from_slice(p);
+        let mut v = vec![false; t - p.len()];
+        v.extend(std::iter::repeat_n(true, p.len()));
+        valid.push(v);
+    }
+    let ids = Tensor::from_vec(ids, (n_prompts, t), dev)?;
+    let mut cache = KvCache::for_model(model, n_prompts, capacity)?;
+    let hidden = model.hidden(
+        &ids,
+        &position_ids(&valid, t, dev)?,
+        &causal_mask(&valid, t, dev)?,
+        Some(&mut cache),
+        products,
+    )?;
+    let last = model
+        .logits_mode(&hidden.narrow(1, t - 1, 1)?, products)?
+        .squeeze(1)?; // (P, V)
+                      // Share each prompt's cache with its k rows.
+    let rows: Vec<u32> = (0..n_prompts as u32)
+        .flat_map(|p| std::iter::repeat_n(p, k))
+        .collect();
+    let rows_t = Tensor::from_vec(rows.clone(), rows.len(), dev)?;
+    let mut cache = cache.select_rows(&rows_t)?;
+    let mut logits = last.index_select(&rows_t, 0)?;
+    // Active rows: (prompt, sample, prompt length, prompt-valid row).
+    let mut active: Vec<(usize, usize)> = (0..n_prompts)
+        .flat_map(|p| (0..k).map(move |j| (p, j)))
+        .collect();
+    let lens: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
+    for step in 0..params.max_new_tokens {
+        let rows_logits = logits.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
+        let mut next = Vec::with_capacity(active.len());
+        let mut keep = Vec::with_capacity(active.len());
+        for (r, &(p, j)) in active.iter().enumerate() {
+            let rng = &mut rngs[if shared { 0 } else { p }];
+            let tok = pick(&rows_logits[r], params, rng);
+            out[p][j].push(tok);
+            let stop =
+                (!params.ignore_eos && eos_ids.contains(&tok)) || step + 1 == params.max_new_tokens;
+            if !stop {
+                keep.push(r);
+                next.push(tok);
+            }
+        }
+        if keep.is_empty() {
+            break;
+        }
+        if keep.len() < active.len() {
+            cache.retain_rows(&keep)?;
+            active = keep.iter().map(|&r| active[r]).collect();
+        }
+        let b = active.len();
+        let past = cache.len();
+        let valid: Vec<Vec<bool>> = active
+            .iter()
+            .map(|&(p, _)| {
+                let mut v = vec![false; t - lens[p]];
+                v.extend(std::iter::repeat_n(true, past + 1 - (t - lens[p])));
+                v
+            })
+            .collect();
+        let pos: Vec<u32> = active
+            .iter()
+            .map(|&(p, _)| (lens[p] + step) as u32)
+            .collect();
+        let hidden = model.hidden(
+            &Tensor::from_vec(next, (b, 1), dev)?,
+            &Tensor::from_vec(pos, (b, 1), dev)?,
+            &causal_mask(&valid, 1, dev)?,
+            Some(&mut cache),
+            products,
+        )?;
+        logits = model.logits_mode(&hidden, products)?.squeeze(1)?;
+    }
+    Ok(out)
+}
+
+/// Chooses the next token from one row of logits.
+pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut impl Rng) -> u32 {
+    if params.greedy || params.temperature <= 0.0 {
+        return argmax(logits);
+    }
+    let inv_t = 1.0 / params.temperature as f32;
+    // Candidates: top-k by logit (all when k is 0 or ≥ vocab), sorted descending.
+    let mut cand = if params.top_k > 0 && params.top_k < logits.len() {
+        top_k(logits, inv_t, params.top_k)
+    } else {
+        logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (i as u32, l * inv_t))
+            .collect()
+    };
+    cand.sort_unstable_by(by_logit);
+    let max = cand[0].1;
+    let mut probs: Vec<f64> = cand.iter().map(|c| ((c.1 - max) as f64).exp()).collect();
+    let total: f64 = probs.iter().sum();
+    probs.iter_mut().for_each(|p| *p /= total);
+    if params.top_p < 1.0 {
+        // Keep the smallest prefix whose mass reaches top_p (always at least one token).
+        let mut mass = 0.0;
+        let mut keep = probs.len();
+        for (i, p) in probs.iter().enumerate() {
+            mass += p;
+            if mass >= params.top_p {
+                keep = i + 1;
+                break;
+            }
+        }
+        probs.truncate(keep);
+    }
+    let total: f64 = probs.iter().sum();
+    let mut u = rng.random::<f64>() * total;
+    for (i, p) in probs.iter().enumerate() {
+        u -= p;
+        if u <= 0.0 {
+            return cand[i].0;
+        }
+    }
+    cand[probs.len() - 1].0
+}
+
+/// Descending by scaled logit, ties to the lower id.
+fn by_logit(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// The `k` best (id, logit · inv_t) under [`by_logit`], in no particular order. A first bar
+/// comes from a strided sample of the row (its rank is chosen so that about 2k logits reach
+/// it); one pass then keeps only the logits at or above the bar ([`at_or_above`]). Should fewer
+/// than k reach it (a row laid out against the sample), the pass runs again from no bar.
+fn top_k(logits: &[f32], inv_t: f32, k: usize) -> Vec<(u32, f32)> {
+    let k = k.min(logits.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    if let Some(bar) = sampled_bar(logits, inv_t, k) {
+        let cand = at_or_above(logits, inv_t, k, bar);
+        if cand.len() == k {
+            return cand;
+        }
+    }
+    at_or_above(logits, inv_t, k, f32::NEG_INFINITY)
+}
+
+/// A bar about 2k logits of the row reach, from every `n / s`-th logit (s = max(4k, n / 64)):
+/// the sample's ⌈2k·s / n⌉-th best. `None` for rows under 8k logits, which one pass without a
+/// bar serves as well.
+fn sampled_bar(logits: &[f32], inv_t: f32, k: usize) -> Option<f32> {
+    let n = logits.len();
+    if n < 8 * k {
+        return None;
+    }
+    let s = (4 * k).max(n / 64);
+    let stride = n / s;
+    let mut sample: Vec<f32> = logits.iter().step_by(stride).map(|&l| l * inv_t).collect();
+    let rank = (2 * k * sample.len()).div_ceil(n).clamp(1, sample.len());
+    let (_, bar, _) = sample.select_nth_unstable_by(rank - 1, |a, b| b.total_cmp(a));
+    Some(*bar)
+}
+
+/// The `k` best of the logits at or above `bar` (fewer where fewer reach it), in one pass that
+/// appends those logits and, when the candidates reach four times k, cuts them back to the k
+/// best (a linear-time selection) and raises the bar to the worst kept. Runs of 32 logits none
+/// of which reaches the bar are passed over with one vectorised test. A max-heap of k would
+/// keep the bar exact but sift on every entry, which costs most where k is a sizeable fraction
+/// of a small vocabulary.
+fn at_or_above(logits: &[f32], inv_t: f32, k: usize, mut bar: f32) -> Vec<(u32, f32)> {
+    /// Logits tested against the bar at once.
+    const CHUNK: usize = 32;
+    let cap = 4 * k;
+    let mut cand: Vec<(u32, f32)> = Vec::with_capacity(cap + CHUNK);
+    for (c, chunk) in logits.chunks(CHUNK).enumerate() {
+        // A branch-free test the compiler vectorises: "not below the bar" holds for a value at
+        // or above it and for a NaN (above every number in `total_cmp`'s order, sorted out by
+        // the exact test below).
+        let reaches = |&l: &f32| u32::from(!(l * inv_t).lt(&bar));
+        if chunk.iter().map(reaches).sum::<u32>() == 0 {
+            continue;
+        }
+        // Ties with the bar enter: `keep_best` orders them by id.
+        let key = order_key(bar);
+        for (j, &l) in chunk.iter().enumerate() {
+            let v = l * inv_t;
+            if order_key(v) >= key {
+                cand.push(((c * CHUNK + j) as u32, v));
+            }
+        }
+        if cand.len() >= cap {
+            keep_best(&mut cand, k);
+            bar = worst(&cand);
+        }
+    }
+    keep_best(&mut cand, k);
+    cand
+}
+
+/// Cuts `cand` to its `k` best under [`by_logit`] (in no particular order).
+fn keep_best(cand: &mut Vec<(u32, f32)>, k: usize) {
+    if cand.len() > k {
+        cand.select_nth_unstable_by(k - 1, by_logit);
+        cand.truncate(k);
+    }
+}
+
+/// The worst of `cand`'s scaled logits (the lowest in `f32::total_cmp`'s order).
+fn worst(cand: &[(u32, f32)]) -> f32 {
+    cand.iter()
+        .map(|c| c.1)
+        .min_by(f32::total_cmp)
+        .unwrap_or(f32::NEG_INFINITY)
+}
+
+/// `f32::total_cmp`'s order as an integer: a.total_cmp(&b) == key(a).cmp(&key(b)).
+fn order_key(v: f32) -> i32 {
+    let b = v.to_bits() as i32;
+    b ^ (((b >> 31) as u32) >> 1) as i32
+}
+
+fn argmax(xs: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate() {
+        if x > xs[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    /// The one-pass top-k gives the candidates a full sort does, ties (to the lower id)
+    /// included, and `pick` draws the same tokens through it.
+    #[test]
+    fn top_k_is_the_sorted_prefix() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for case in 0..200usize {
+            let n = 1 + case * 37 % 3000;
+            // Few distinct values, so ties at the k-th place are common; negatives, both
+            // zeros (total_cmp puts -0 below +0) and -inf (a masked token) in some rows.
+            let shift = if case % 2 == 0 { 0.0 } else { 2.5 };
+            let logits: Vec<f32> = (0..n)
+                .map(|i| match i % 89 {
+                    7 if case % 3 == 0 => -0.0,
+                    8 if case % 3 == 0 => f32::NEG_INFINITY,
+                    _ => (rng.random::<f32>() * 20.0).round() / 4.0 - shift,
+                })
+                .collect();
+            for k in [1, 5, 50, n.saturating_sub(1).max(1)] {
+                if k >= n {
+                    continue;
+                }
+                let inv_t = 1.0 / 0.6f32;
+                let mut all: Vec<(u32, f32)> = logits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &l)| (i as u32, l * inv_t))
+                    .collect();
+                all.sort_unstable_by(by_logit);
+                all.truncate(k);
+                let mut got = top_k(&logits, inv_t, k);
+                got.sort_unstable_by(by_logit);
+                assert_eq!(got, all, "n {n}, k {k}");
+            }
+        }
+    }
+
+    /// Rising logits: every logit beats the bar, so the candidates are cut back many times
+    /// in one scan; falling logits: none after the first k enters; constant logits: every one
+    /// ties. Against the sample: only the sampled logits are high, so fewer than k reach the
+    /// sampled bar and the scan runs again without one.
+    #[test]
+    fn top_k_survives_every_logit_entering() {
+        let n = 3000;
+        let rising: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
+        let falling: Vec<f32> = rising.iter().rev().copied().collect();
+        let flat = vec![1.5f32; n];
+        // k = 50: a sample of 200, every 15th logit; its 7th best is the bar.
+        let against: Vec<f32> = (0..n)
+            .map(|i| if i % 15 == 0 { 100.0 + i as f32 } else { 0.0 })
+            .collect();
+        let bar = sampled_bar(&against, 1.0, 50).expect("a row of 3000 is sampled");
+        assert!(against.iter().filter(|&&l| l >= bar).count() < 50);
+        let cases = [
+            ("rising", rising),
+            ("falling", falling),
+            ("flat", flat),
+            ("against the sample", against),
+        ];
+        for (name, logits) in cases {
+            for k in [1, 7, 50, 2999] {
+                let mut want: Vec<(u32, f32)> = logits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &l)| (i as u32, l))
+                    .collect();
+                want.sort_unstable_by(by_logit);
+                want.truncate(k);
+                let mut got = top_k(&logits, 1.0, k);
+                got.sort_unstable_by(by_logit);
+                assert_eq!(got, want, "{name}, k {k}");
+            }
+        }
+    }
+}

@@ -2,10 +2,10 @@
 //! completions (all-gathered, so every rank sees every agent's), rank 0's rewards and next-turn
 //! prompts (broadcast: scripts and plugins run in one place), and the reference KL of each
 //! rank's agents. In a one-process run none of these is called.
-use super::rollout::AgentRollout;
 use crate::dist::codec::{Dec, Enc};
 use crate::dist::World;
 use crate::error::{Error, Result};
+use crate::train::rollout::tree::AgentRollout;
 use comlrl_reward::{RewardError, Scored};
 
 /// All-gathers the rollouts sampled here (`mine[j]` is agent `local[j]`'s, with its prompt

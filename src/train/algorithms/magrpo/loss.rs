@@ -12,13 +12,13 @@
 //! Data-parallel replicas ([`Share`]) number the mini-batch's passes in order and each computes
 //! the passes `p` with `p mod R` = its replica index; their gradients are then summed across
 //! the replicas (`magrpo::replicas`).
-use super::rollout::AgentRollout;
 use crate::error::Result;
 use crate::model::accumulate::take_grads;
 use crate::model::flops;
 use crate::model::pass_order::{run_passes, Pass};
 use crate::model::recompute::{prompt_part, PassPlan};
 use crate::model::{completion_logprobs, ComputeDtype, Mode, Policy, ScoreLayout};
+use crate::train::rollout::tree::AgentRollout;
 use candle_core::{Tensor, Var};
 use std::time::Instant;
 

@@ -3,7 +3,7 @@
 //! fused multiply-adds, no reordered sums), so the wide versions give the baseline's bits; the
 //! bf16-moment chunk draws element i's random bits from its stream's i-th output
 //! ([`ChunkRng::at`]) rather than in sequence, which keeps the loop free of a carried state.
-use super::moments::{bf16_to_f32, round_bf16, ChunkRng};
+use crate::train::optim::moments::{bf16_to_f32, round_bf16, ChunkRng};
 use multiversion::multiversion;
 
 /// The step's per-element constants.

@@ -6,7 +6,7 @@ use crate::dist::World;
 use crate::error::{Error, Result};
 use crate::metrics::read_jsonl;
 use crate::model::Policy;
-use crate::train::checkpoint::TrainState;
+use crate::train::run::checkpoint::TrainState;
 
 impl Trainer {
     /// Saves the final models (a finished run only), draws the plot (rank 0) and sums up.
@@ -26,7 +26,7 @@ impl Trainer {
             false => vec![],
         };
         if !rows_json.is_empty() {
-            crate::train::plot::plot(&rows_json, n_agents, &out.join("training.svg"))?;
+            crate::train::report::plot::plot(&rows_json, n_agents, &out.join("training.svg"))?;
         }
         let epoch_reward_means = state
             .epoch_rewards

@@ -1,7 +1,7 @@
 //! AdamW moments in checkpoint files: a moment buffer written as a safetensors tensor without a
 //! copy (F32, or BF16 for bf16 state), and a stored tensor read back into a buffer of the run's
 //! `optimizer_state_dtype`, converting when the checkpoint was written with the other one.
-use super::moments::{Moments, StateDtype};
+use crate::train::optim::moments::{Moments, StateDtype};
 use candle_core::{DType, Tensor};
 
 /// A borrowed moment buffer as a safetensors tensor (written without a copy on little-endian

@@ -4,8 +4,8 @@
 use crate::dist::codec::{Dec, Enc};
 use crate::dist::{Placement, World};
 use crate::error::{Error, Result};
-use crate::train::rundir::RunLock;
-use crate::train::window::Window;
+use crate::train::report::window::Window;
+use crate::train::run::dir::RunLock;
 
 /// The run id every rank uses and, on rank 0, the claim itself. `claimed` is rank 0's claim (or
 /// the lock its caller took); its error reaches every rank.

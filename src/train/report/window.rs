@@ -20,7 +20,7 @@ pub struct Window {
     pub generated_tokens: usize,
     /// Seconds per phase (sampling, reward, update, …).
     #[serde(default)]
-    pub phases: super::timing::Phases,
+    pub phases: crate::train::report::timing::Phases,
     /// Model FLOPs of the loss's forward and backward passes (all agents).
     #[serde(default)]
     pub train_flops: f64,

@@ -2,8 +2,8 @@
 //! of their own, so evaluating never changes the training stream.
 use super::Trainer;
 use crate::error::Result;
-use crate::train::rollout::{rollout, RolloutSpec, RowInput};
-use crate::train::timing::Phases;
+use crate::train::report::timing::Phases;
+use crate::train::rollout::tree::{rollout, RolloutSpec, RowInput};
 use rand::SeedableRng;
 
 impl Trainer {

@@ -6,15 +6,15 @@
 //! in lockstep on every rank (see `docs/distributed.md`): rank 0 alone writes metrics, the plot
 //! and the manifests. An agent with `replicas` > 1 is held by several ranks: its first replica
 //! samples it, all of them train it (`replicas`).
-use super::checkpoint::TrainState;
-use super::moments::StateDtype;
-use super::optim::{AdamW, AdamWConfig};
-use super::rundir::RunLock;
-use super::setup;
-use super::verify::Expect;
 use crate::dist::{Placement, World};
 use crate::error::{Error, Result};
 use crate::model::{Policy, SamplingParams};
+use crate::train::optim::adamw::{AdamW, AdamWConfig};
+use crate::train::optim::moments::StateDtype;
+use crate::train::run::checkpoint::TrainState;
+use crate::train::run::dir::RunLock;
+use crate::train::run::verify::Expect;
+use crate::train::setup::agents;
 use comlrl_reward::RewardStack;
 use comlrl_scenario::{Dtype, JointMode, Scenario};
 use std::collections::VecDeque;
@@ -25,8 +25,6 @@ use std::time::Instant;
 
 mod eval;
 mod finish;
-mod gather;
-mod replicas;
 mod start;
 mod step;
 mod update;
@@ -82,7 +80,7 @@ pub struct Trainer {
     /// Stop after this many steps without writing checkpoints or final models (benchmarks).
     stop_after: Option<usize>,
     /// Each agent's template + chat template.
-    prompts: Arc<super::prompt::Prompts>,
+    prompts: Arc<crate::train::rollout::prompt::Prompts>,
     /// The claim on the output directory (taken by `run` when the caller has not given one).
     lock: Option<RunLock>,
     /// The run's processes.
@@ -90,7 +88,7 @@ pub struct Trainer {
     /// Which rank holds which agent.
     placement: Placement,
     /// Each replicated agent's sub-world of replica ranks.
-    replicas: replicas::Replicas,
+    replicas: crate::train::world::replicas::Replicas,
     /// `samples[i]`: this rank samples agent `i` and writes its files (its first replica).
     samples: Vec<bool>,
 }
@@ -103,36 +101,38 @@ impl Trainer {
 
     /// [`Trainer::new`] as one rank of `world`: loads only the agents placed on this rank.
     pub fn in_world(scenario: Scenario, world: Arc<dyn World>) -> Result<Self> {
-        setup::guard_output_dir(&scenario)?;
-        setup::check_output_dir(&scenario.output_dir)?;
-        setup::check_joint_actions(&scenario)?;
+        agents::guard_output_dir(&scenario)?;
+        agents::check_output_dir(&scenario.output_dir)?;
+        agents::check_joint_actions(&scenario)?;
         let placement = Placement::new(&scenario, world.as_ref())?;
-        let stack = setup::reward_stack(&scenario)?;
-        let transition = setup::transition(&scenario)?;
-        let memory = setup::check_memory(
+        let stack = agents::reward_stack(&scenario)?;
+        let transition = agents::transition(&scenario)?;
+        let memory = agents::check_memory(
             &scenario,
             |i| placement.holds(i),
             |i| placement.is_local(i),
-            super::memory::Lookup::Download,
+            crate::train::setup::memory::Lookup::Download,
         )?;
         log::debug!(
             "memory estimate: {} at the peak for {} agent(s) ({} available)",
-            super::memory::human(memory.peak),
+            crate::train::setup::memory::human(memory.peak),
             memory.agents.len(),
             memory
                 .available
                 .as_ref()
-                .map_or("unknown".into(), |(b, _)| super::memory::human(*b))
+                .map_or("unknown".into(), |(b, _)| {
+                    crate::train::setup::memory::human(*b)
+                })
         );
-        let policies = setup::load_placed(&scenario, |i| placement.holds(i), true)?;
+        let policies = agents::load_placed(&scenario, |i| placement.holds(i), true)?;
         for (a, p) in scenario.agents.iter().zip(&policies) {
             if let Some(p) = p {
-                setup::check_agent_prompt_lengths(&scenario, a, p)?;
+                agents::check_agent_prompt_lengths(&scenario, a, p)?;
             }
         }
         let references = if scenario.trainer.kl_coef != 0.0 {
             // Only the sampling replica computes the reference KL.
-            Some(setup::load_placed(
+            Some(agents::load_placed(
                 &scenario,
                 |i| placement.is_local(i),
                 false,
@@ -163,17 +163,19 @@ impl Trainer {
                     .map(|p| AdamW::with_state(p.vars(), cfg, state, seed))
             })
             .collect();
-        let sampling = scenario.agents.iter().map(setup::sampling).collect();
+        let sampling = scenario.agents.iter().map(agents::sampling).collect();
         let component_names = stack
             .component_names()
             .iter()
             .map(|s| s.to_string())
             .collect();
         let yaml = scenario.to_yaml();
-        let prompts = Arc::new(super::prompt::Prompts::for_placed(&scenario, &policies)?);
+        let prompts = Arc::new(crate::train::rollout::prompt::Prompts::for_placed(
+            &scenario, &policies,
+        )?);
         let replicas = match placement.replicated() {
-            true => replicas::Replicas::new(&placement, world.as_ref()),
-            false => replicas::Replicas::none(scenario.agents.len()),
+            true => crate::train::world::replicas::Replicas::new(&placement, world.as_ref()),
+            false => crate::train::world::replicas::Replicas::none(scenario.agents.len()),
         };
         let samples = (0..scenario.agents.len())
             .map(|i| placement.is_local(i))
@@ -255,7 +257,7 @@ impl Trainer {
     /// Joint actions scored per rollout node (bounded by the scenario's `max_joint_actions`).
     fn joint_per_node(&self) -> usize {
         let t = &self.scenario.trainer;
-        super::joint::joint_count(
+        crate::train::rollout::joint::joint_count(
             self.scenario.agents.len(),
             t.num_generations,
             t.joint_mode == JointMode::Cross,
@@ -322,7 +324,8 @@ impl Trainer {
             world.as_ref(),
         );
         log::debug!("models loaded; {}", crate::runtime::memory_line());
-        if let Some(note) = crate::train::setup::compute_dtype_note(&self.scenario.trainer) {
+        if let Some(note) = crate::train::setup::agents::compute_dtype_note(&self.scenario.trainer)
+        {
             obs.message(&note);
         }
         obs.start(total, state.step);
@@ -350,7 +353,7 @@ impl Trainer {
                 report_epoch(&state, state.step / rows, obs);
             }
             // A signal may reach the ranks at different steps: stop when any rank has one.
-            let stop = gather::any(world.as_ref(), self.interrupt.load(Ordering::SeqCst));
+            let stop = crate::train::world::run::any(world.as_ref(), self.interrupt.load(Ordering::SeqCst));
             if let Err(e) = self.checkpoint_if_due(&state, stop) {
                 return Err(self.after_failed_checkpoint(e, &state));
             }

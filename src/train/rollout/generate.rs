@@ -1,10 +1,10 @@
 //! Sampling the agents' completions of a node: one prompt per agent from its own RNG stream,
 //! or the first turn of several consecutive prompts in one batch per agent (each prompt still
 //! from its own stream), to be scored one prompt at a time by `rollout_presampled`.
-use super::rollout::{AgentRollout, RolloutSpec};
-use super::timing::{since, Phases};
 use crate::error::Result;
 use crate::model::{generate_streams, Policy};
+use crate::train::report::timing::{since, Phases};
+use crate::train::rollout::tree::{AgentRollout, RolloutSpec};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -41,7 +41,7 @@ fn sample_prompts(
                 .model
                 .max_positions()
                 .saturating_sub(spec.sampling[i].max_new_tokens);
-            if let Err(found) = super::setup::check_prompt_bytes(prompt, policy, room) {
+            if let Err(found) = crate::train::setup::agents::check_prompt_bytes(prompt, policy, room) {
                 return Err(crate::Error::Invalid(format!(
                     "agent {i}'s prompt at turn {} {found}; check the dataset, template or transition",
                     turn + 1,
@@ -101,9 +101,9 @@ pub struct Presampled {
 /// Samples the first turn of several consecutive prompts (`prompts[row][agent]`) in one batch
 /// per agent — every decode step reads the weights once for all their rows. Valid while the
 /// policies do not change between those prompts (CoMLRL's per-prompt loop samples all of a
-/// rollout buffer's prompts before its update). The seeds are the ones [`super::rollout::rollout`] would draw
+/// rollout buffer's prompts before its update). The seeds are the ones [`crate::train::rollout::tree::rollout`] would draw
 /// for those prompts in turn from `rng` (a copy is used: `rng` itself does not move), so
-/// [`super::rollout::rollout_presampled`] then scores each prompt exactly as if it had sampled it itself.
+/// [`crate::train::rollout::tree::rollout_presampled`] then scores each prompt exactly as if it had sampled it itself.
 pub fn sample_group(
     policies: &[Option<Policy>],
     prompts: &[Vec<String>],

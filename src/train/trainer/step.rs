@@ -1,14 +1,14 @@
 //! One training step of the loop: the prompt's rollouts (sampled ahead with the rest of its
 //! rollout buffer where it can), the buffer and its update rounds; then the logging window and
 //! the checkpoint when due.
-use super::gather;
 use super::{Observer, Trainer};
 use crate::error::{Error, Result};
 use crate::metrics::MetricsSink;
-use crate::train::checkpoint::{self, TrainState};
-use crate::train::presample::{sample_group, Presampled};
-use crate::train::rollout::{rollout_presampled, NodeSample, RolloutSpec, RowInput};
-use crate::train::timing::Phases;
+use crate::train::report::timing::Phases;
+use crate::train::rollout::generate::{sample_group, Presampled};
+use crate::train::rollout::tree::{rollout_presampled, NodeSample, RolloutSpec, RowInput};
+use crate::train::run::checkpoint::{self, TrainState};
+use crate::train::world::run;
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -126,7 +126,7 @@ impl Trainer {
         {
             if self.placement.distributed() {
                 let t = Instant::now();
-                gather::merge_window(self.world.as_ref(), &self.placement, &mut state.window)?;
+                run::merge_window(self.world.as_ref(), &self.placement, &mut state.window)?;
                 state.window.phases.comm += t.elapsed().as_secs_f64();
             }
             let epoch = (state.step - 1) / self.scenario.dataset.train.rows.len() + 1;

@@ -5,13 +5,13 @@
 use super::Trainer;
 use crate::error::Result;
 use crate::model::Policy;
-use crate::train::checkpoint::TrainState;
-use crate::train::loss::loss_and_grads_in;
-use crate::train::optim::AdamW;
-use crate::train::rollout::NodeSample;
-use crate::train::schedule::lr_at;
-use crate::train::setup::pass_plan;
-use crate::train::timing::{since, Phases};
+use crate::train::algorithms::magrpo::loss::loss_and_grads_in;
+use crate::train::optim::adamw::AdamW;
+use crate::train::optim::schedule::lr_at;
+use crate::train::report::timing::{since, Phases};
+use crate::train::rollout::tree::NodeSample;
+use crate::train::run::checkpoint::TrainState;
+use crate::train::setup::agents::pass_plan;
 use rayon::prelude::*;
 use std::time::Instant;
 
@@ -47,7 +47,7 @@ impl Trainer {
                     ..Default::default()
                 };
                 for chunk in buffer.chunks(t.train_batch_size.max(1)) {
-                    let samples: Vec<&crate::train::rollout::AgentRollout> =
+                    let samples: Vec<&crate::train::rollout::tree::AgentRollout> =
                         chunk.iter().map(|s| &s.agents[i]).collect();
                     let mut lg = loss_and_grads_in(
                         policy,

@@ -1,18 +1,18 @@
 //! The start of a run: rank 0 claims the output directory, the state is a fresh one or the
 //! latest checkpoint's (`--resume`), rank 0 opens the metrics sink, and the rollout settings
 //! are put together from the scenario.
-use super::gather;
 use super::{Observer, Trainer};
 use crate::dist::World;
 use crate::error::{Error, Result};
 use crate::metrics::MetricsSink;
 use crate::model::{Policy, SamplingParams};
-use crate::train::advantage::Baseline;
-use crate::train::checkpoint::{self, TrainState};
-use crate::train::prompt::PromptFormatter;
-use crate::train::rollout::RolloutSpec;
-use crate::train::rundir::{self, RunLock, StartMode};
-use crate::train::window::Window;
+use crate::train::algorithms::magrpo::advantage::Baseline;
+use crate::train::report::window::Window;
+use crate::train::rollout::prompt::PromptFormatter;
+use crate::train::rollout::tree::RolloutSpec;
+use crate::train::run::checkpoint::{self, TrainState};
+use crate::train::run::dir::{self, RunLock, StartMode};
+use crate::train::world::run;
 use comlrl_reward::TransitionFn;
 use comlrl_scenario::{AdvantageMode, JointMode};
 use rand::SeedableRng;
@@ -37,11 +37,11 @@ impl Trainer {
                 } else {
                     StartMode::Fresh
                 };
-                Some(rundir::claim(&out, mode))
+                Some(dir::claim(&out, mode))
             }
             (None, false) => None,
         };
-        let (run_id, lock) = gather::share_claim(world.as_ref(), claimed)?;
+        let (run_id, lock) = run::share_claim(world.as_ref(), claimed)?;
         let expect = self.expect();
         let state = match (resume, checkpoint::latest(&out)?) {
             (true, Some(dir)) => {

@@ -273,14 +273,14 @@ pub fn check_output_dir(dir: &Path) -> Result<()> {
 /// The memory the agents `holds` selects (this rank's; `samples`: those it samples) will take
 /// at the run's peak, estimated from their model configs before any weight is read; fails with
 /// the numbers and the settings that would lower them when that exceeds the memory the machine
-/// has available (see [`super::memory`]; `COMLRL_IGNORE_MEMORY_ESTIMATE=1` warns instead).
+/// has available (see [`crate::train::setup::memory`]; `COMLRL_IGNORE_MEMORY_ESTIMATE=1` warns instead).
 pub fn check_memory(
     s: &Scenario,
     holds: impl Fn(usize) -> bool,
     samples: impl Fn(usize) -> bool,
-    lookup: super::memory::Lookup,
-) -> Result<super::memory::MemoryEstimate> {
-    super::memory::check(s, holds, samples, lookup)
+    lookup: crate::train::setup::memory::Lookup,
+) -> Result<crate::train::setup::memory::MemoryEstimate> {
+    crate::train::setup::memory::check(s, holds, samples, lookup)
 }
 
 /// Fails when a first-turn prompt (train or eval set, rendered as the model sees it: the
@@ -309,7 +309,7 @@ pub fn check_agent_prompt_lengths(s: &Scenario, agent: &AgentPlan, p: &Policy) -
             agent.index
         )));
     }
-    let formatter = crate::train::prompt::formatter(agent, p)?;
+    let formatter = crate::train::rollout::prompt::formatter(agent, p)?;
     let room = max - new;
     for (what, set) in sets.iter().filter_map(|(w, d)| d.map(|d| (w, d))) {
         for (r, row) in set.rows.iter().enumerate() {
@@ -355,7 +355,7 @@ pub fn check_joint_actions(s: &Scenario) -> Result<()> {
     if !cross || s.agents.len() < 2 {
         return Ok(());
     }
-    match super::joint::joint_count(s.agents.len(), t.num_generations, cross) {
+    match crate::train::rollout::joint::joint_count(s.agents.len(), t.num_generations, cross) {
         Some(n) if n <= t.max_joint_actions => Ok(()),
         n => Err(Error::Config(format!(
             "trainer.joint_mode: {} joint actions per prompt ({} generations, {} agents) exceed \

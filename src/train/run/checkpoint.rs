@@ -7,17 +7,17 @@
 //! (`state.json` on rank 0, `state.rank<r>.json` on rank r) into the same directory (the output
 //! directory must be on a filesystem every rank sees); rank 0 writes the manifest last, once
 //! every rank's part is there, so a checkpoint is complete only with all of them.
-use super::manifest;
-use super::moment_io::{self, dtype_name, MomentView};
-use super::moments::{Moments, StateDtype};
-use super::optim::AdamW;
-use super::rollout::NodeSample;
-use super::verify::{check_state, Expect};
-use super::window::Window;
 use crate::dist::World;
 use crate::error::{Error, Result};
 use crate::model::weights::save_tensors;
 use crate::model::Policy;
+use crate::train::optim::adamw::AdamW;
+use crate::train::optim::moment_io::{self, dtype_name, MomentView};
+use crate::train::optim::moments::{Moments, StateDtype};
+use crate::train::report::window::Window;
+use crate::train::rollout::tree::NodeSample;
+use crate::train::run::manifest;
+use crate::train::run::verify::{check_state, Expect};
 use candle_core::{Device, Tensor};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};

@@ -8,14 +8,14 @@
 //! holds (`Some` in `policies`); the completions are then all-gathered, rank 0 scores them and
 //! runs the transition, and every rank computes every agent's returns and advantages from the
 //! same numbers (see `exchange`).
-use super::advantage::{advantages, Baseline};
-use super::exchange;
-use super::joint::{completion_returns, joint_actions};
-use super::presample::{sample_agent, Presampled};
-use super::timing::{since, Phases};
 use crate::dist::World;
 use crate::error::{Error, Result};
 use crate::model::{Policy, SamplingParams};
+use crate::train::algorithms::magrpo::advantage::{advantages, Baseline};
+use crate::train::report::timing::{since, Phases};
+use crate::train::rollout::generate::{sample_agent, Presampled};
+use crate::train::rollout::joint::{completion_returns, joint_actions};
+use crate::train::world::rollouts;
 use comlrl_reward::{JointSample, RewardStack, TransitionFn, TransitionInput};
 use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
@@ -79,7 +79,7 @@ pub struct RolloutSpec<'a> {
     pub transition: Option<&'a dyn TransitionFn>,
     /// Each agent's prompt formatting (template, then chat template), applied to the
     /// transition's prompts.
-    pub prompts: &'a [Option<super::prompt::PromptFormatter>],
+    pub prompts: &'a [Option<crate::train::rollout::prompt::PromptFormatter>],
     /// `external_prompt_passthrough`: the transition's prompts skip the agents' `template`
     /// (a chat template still wraps them).
     pub passthrough: bool,
@@ -224,7 +224,7 @@ fn build(
     let mut prompts = prompts.to_vec();
     let agents = if spec.distributed() {
         let t = std::time::Instant::now();
-        let all = exchange::share_rollouts(spec.world, &local, mine, &mut prompts)?;
+        let all = rollouts::share_rollouts(spec.world, &local, mine, &mut prompts)?;
         phases.comm += since(t);
         all
     } else {
@@ -247,7 +247,7 @@ fn build(
     let t = std::time::Instant::now();
     let scored = if spec.distributed() {
         let mut secs = 0.0;
-        let s = exchange::root_scores(spec.world, || {
+        let s = rollouts::root_scores(spec.world, || {
             let t = std::time::Instant::now();
             let s = stack.score(&batch);
             secs = since(t);
@@ -305,7 +305,7 @@ fn build(
             };
             let next = if spec.distributed() {
                 let mut secs = 0.0;
-                let next = exchange::root_prompts(spec.world, || {
+                let next = rollouts::root_prompts(spec.world, || {
                     let t = std::time::Instant::now();
                     let next = transition.next_prompts(&input).map_err(Error::from);
                     secs = since(t);
@@ -390,7 +390,7 @@ fn finish(
         }
         if spec.distributed() {
             let t = std::time::Instant::now();
-            exchange::share_kl(spec.world, &mut agents, &local)?;
+            rollouts::share_kl(spec.world, &mut agents, &local)?;
             phases.comm += since(t);
         }
     }

@@ -87,7 +87,7 @@ const RECORD_CAP: u64 = 64 * 1024;
 /// `Overwrite` deletes what the previous run's record lists, `Resume` reads the run id. A
 /// fresh start records a new run id.
 pub fn claim(dir: &Path, mode: StartMode) -> Result<RunLock> {
-    crate::train::setup::check_output_dir(dir)?;
+    crate::train::setup::agents::check_output_dir(dir)?;
     let lock_path = dir.join(LOCK_FILE);
     let new_lock = std::fs::symlink_metadata(&lock_path).is_err();
     let file = lock(dir)?;
@@ -352,7 +352,7 @@ pub fn read_run_id(dir: &Path) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::setup::refuse_reserved_dir;
+    use crate::train::setup::agents::refuse_reserved_dir;
 
     #[test]
     fn second_claim_is_refused_while_the_first_is_held() {

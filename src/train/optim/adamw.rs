@@ -2,10 +2,10 @@
 //! with global-norm gradient clipping folded into the same pass. Moments live in plain vectors
 //! (f32, or bf16 with stochastic rounding: see `moments`) so an update allocates nothing and
 //! the state serialises into checkpoints.
-use super::adamw_chunk::{self, Coeffs};
-use super::moments::{ChunkRng, Moments, StateDtype};
 use crate::error::{Error, Result};
 use crate::model::storage::{f32s, f32s_mut};
+use crate::train::optim::adamw_chunk::{self, Coeffs};
+use crate::train::optim::moments::{ChunkRng, Moments, StateDtype};
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, Layout, Storage, Tensor, Var};
 use rayon::prelude::*;

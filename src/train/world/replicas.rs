@@ -7,7 +7,7 @@ use crate::dist::codec::{Dec, Enc};
 use crate::dist::{Placement, World};
 use crate::error::{Error, Result};
 use crate::model::Policy;
-use crate::train::loss::{LossGrads, Share};
+use crate::train::algorithms::magrpo::loss::{LossGrads, Share};
 use candle_core::{DType, Tensor, Var};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;

@@ -1,0 +1,3 @@
+//! MAGRPO.
+pub mod advantage;
+pub mod loss;

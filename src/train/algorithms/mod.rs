@@ -1,0 +1,2 @@
+//! Training algorithms.
+pub mod magrpo;

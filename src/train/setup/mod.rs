@@ -1,0 +1,3 @@
+//! From the resolved scenario to loaded parts.
+pub mod agents;
+pub mod memory;

@@ -1,8 +1,8 @@
 //! Advantages and AdamW against the MAGRPO fixtures (`tests/fixtures/magrpo`).
 mod common;
 use candle_core::{Device, Tensor, Var};
-use comlrl::train::algorithms::magrpo::advantage::{advantages, Baseline};
-use comlrl::train::optim::adamw::{AdamW, AdamWConfig};
+use comlrl::train::advantage::{advantages, Baseline};
+use comlrl::train::optim::{AdamW, AdamWConfig};
 use common::*;
 
 fn f32v(v: &serde_json::Value) -> Vec<f32> {

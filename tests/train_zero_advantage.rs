@@ -5,8 +5,8 @@
 //! yields zero gradients (not missing ones), so the optimizer steps as torch's would.
 mod common;
 use comlrl::model::{LoadOptions, ModelSource, Policy};
-use comlrl::train::algorithms::magrpo::loss::{loss_and_grads, LossGrads, Share};
-use comlrl::train::rollout::tree::AgentRollout;
+use comlrl::train::loss::{loss_and_grads, LossGrads, Share};
+use comlrl::train::rollout::AgentRollout;
 use common::*;
 
 fn tiny() -> Policy {

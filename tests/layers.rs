@@ -117,7 +117,7 @@ fn parsing_a_scenario_links_no_reward_runtime() {
 #[test]
 fn overwrite_clears_the_trackers_state_by_their_own_names() {
     // `train::rundir` names the trackers' files as literals (training does not import `track`).
-    let cleared = comlrl::train::rundir::CLEARED;
+    let cleared = comlrl::train::run::dir::CLEARED;
     for name in [
         comlrl::track::tensorboard::DIR,
         comlrl::track::wandb::RUN_FILE,

@@ -4,10 +4,13 @@
 //! first prompt as the model sees it.
 use super::scenario_args::ScenarioArgs;
 use comlrl::model::ModelSource;
+use comlrl::train::rollout::joint::check_joint_actions;
+use comlrl::train::rollout::prompt::check_prompt_lengths;
 use comlrl::train::rollout::prompt::{
     cached_model_dir, chat_template, ModelFiles, PromptFormatter,
 };
-use comlrl::train::setup::agents;
+use comlrl::train::run::dir::guard_output_dir;
+use comlrl::train::setup::{models, rewards};
 use comlrl_scenario::{ChatTemplateSpec, Scenario};
 
 #[derive(Debug, clap::Args)]
@@ -22,16 +25,16 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let s = a.scenario.load()?;
-    agents::guard_output_dir(&s)?;
-    let stack = agents::reward_stack(&s)?;
-    agents::transition(&s)?;
+    guard_output_dir(&s)?;
+    let stack = rewards::reward_stack(&s)?;
+    rewards::transition(&s)?;
     let mut seen = std::collections::HashSet::new();
     for agent in &s.agents {
         // Agents sharing a model (`agents.count`) need its files checked once.
         if !seen.insert(&agent.model.spec) {
             continue;
         }
-        let src = agents::model_source(agent, &s.base_dir)?;
+        let src = models::model_source(agent, &s.base_dir)?;
         if let comlrl::model::ModelSource::Local(dir) = &src {
             if !dir.join("config.json").is_file() {
                 anyhow::bail!(
@@ -51,9 +54,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // The models on this machine are loaded for the checks `run` makes before training
     // (prompt lengths): a scenario that passes `check` does not fail them. `check` never
     // downloads: with a Hub model that is not cached, `run` makes these checks.
-    agents::check_joint_actions(&s)?;
+    check_joint_actions(&s)?;
     let on_this_machine = |a: &comlrl_scenario::AgentPlan| -> anyhow::Result<bool> {
-        let src = agents::model_source(a, &s.base_dir)?;
+        let src = models::model_source(a, &s.base_dir)?;
         Ok(!matches!(src, ModelSource::Hub { .. }) || cached_model_dir(&src)?.is_some())
     };
     let mut local = true;
@@ -70,8 +73,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     eprintln!("{}", memory.report());
     comlrl::train::setup::memory::enforce(memory)?;
     if local {
-        let policies = agents::load_policies(&s, true)?;
-        agents::check_prompt_lengths(&s, &policies)?;
+        let policies = models::load_policies(&s, true)?;
+        check_prompt_lengths(&s, &policies)?;
     } else {
         eprintln!(
             "note: a model is not in the Hugging Face cache; prompt lengths are checked by `comlrl run` once it is downloaded"
@@ -113,7 +116,7 @@ fn first_prompts(s: &Scenario) -> anyhow::Result<Vec<Option<String>>> {
     s.agents
         .iter()
         .map(|agent| {
-            let src = agents::model_source(agent, &s.base_dir)?;
+            let src = models::model_source(agent, &s.base_dir)?;
             let dir = cached_model_dir(&src)?;
             if agent.chat_template == ChatTemplateSpec::Auto && dir.is_none() {
                 if let ModelSource::Gguf(path) = &src {

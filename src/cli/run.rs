@@ -184,7 +184,7 @@ fn run_rank(a: Args, world: Arc<dyn comlrl::dist::World>) -> anyhow::Result<Exit
         (false, false) => StartMode::Fresh,
     };
     // Claimed before the models load: a busy or reused directory is refused at once.
-    comlrl::train::setup::agents::guard_output_dir(&scenario)?;
+    dir::guard_output_dir(&scenario)?;
     let lock = dir::claim(&scenario.output_dir, mode)?;
     let mut trainer = Trainer::in_world(scenario, world)?;
     trainer.hold(lock)?;

@@ -1,7 +1,9 @@
 //! The logging window: sums of everything a training step measures, aggregated between two
 //! log lines into one metrics row (written by `crate::metrics`).
+use super::timing::Phases;
 use crate::metrics::Row;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Sums since the last logged row.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -20,7 +22,7 @@ pub struct Window {
     pub generated_tokens: usize,
     /// Seconds per phase (sampling, reward, update, …).
     #[serde(default)]
-    pub phases: crate::train::report::timing::Phases,
+    pub phases: Phases,
     /// Model FLOPs of the loss's forward and backward passes (all agents).
     #[serde(default)]
     pub train_flops: f64,
@@ -64,6 +66,10 @@ pub struct AgentWindow {
     /// Completions whose advantage is exactly 0 (the update skips them).
     #[serde(default)]
     pub zero_advantages: usize,
+    /// Sums of the algorithm's own per-step metrics, by name (logged as `agent_<i>/<name>`,
+    /// their mean per optimizer step).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, f64>,
 }
 
 impl Window {
@@ -116,6 +122,9 @@ impl Window {
             if a.updates > 0 {
                 row.push((format!("agent_{i}/loss"), a.loss / u));
                 row.push((format!("agent_{i}/grad_norm"), a.grad_norm / u));
+                for (name, sum) in &a.extra {
+                    row.push((format!("agent_{i}/{name}"), sum / u));
+                }
             }
             row.push((format!("agent_{i}/completion_length_mean"), a.len_sum / c));
             row.push((format!("agent_{i}/return_mean"), a.returns_sum / c));
@@ -152,5 +161,29 @@ impl Window {
             row.push(("eval/return_mean".into(), ret));
         }
         Some(row)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_algorithms_own_sums_are_logged_per_optimizer_step() {
+        let mut w = Window::new(2, 0, false, false);
+        w.steps = 1;
+        w.rewards = vec![1.0];
+        let a = &mut w.agents[1];
+        a.updates = 2;
+        a.loss = 1.0;
+        a.extra.insert("value_loss".into(), 3.0);
+        let row = w.row(1, 1, &[]).expect("a row");
+        let get = |k: &str| row.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+        assert_eq!(get("agent_1/value_loss"), Some(1.5));
+        assert_eq!(get("agent_1/loss"), Some(0.5));
+        assert_eq!(get("agent_0/value_loss"), None);
+        // A window without such sums serializes as before.
+        let json = serde_json::to_string(&Window::new(1, 0, false, false)).expect("json");
+        assert!(!json.contains("extra"), "{json}");
     }
 }

@@ -1,10 +1,12 @@
 //! Sampling the agents' completions of a node: one prompt per agent from its own RNG stream,
 //! or the first turn of several consecutive prompts in one batch per agent (each prompt still
-//! from its own stream), to be scored one prompt at a time by `rollout_presampled`.
+//! from its own stream), to be scored one prompt at a time by the rollout (`tree`).
+use super::prompt::check_prompt_bytes;
+use super::samples::AgentRollout;
+use super::spec::RolloutSpec;
 use crate::error::Result;
 use crate::model::{generate_streams, Policy};
 use crate::train::report::timing::{since, Phases};
-use crate::train::rollout::tree::{AgentRollout, RolloutSpec};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -41,7 +43,7 @@ fn sample_prompts(
                 .model
                 .max_positions()
                 .saturating_sub(spec.sampling[i].max_new_tokens);
-            if let Err(found) = crate::train::setup::agents::check_prompt_bytes(prompt, policy, room) {
+            if let Err(found) = check_prompt_bytes(prompt, policy, room) {
                 return Err(crate::Error::Invalid(format!(
                     "agent {i}'s prompt at turn {} {found}; check the dataset, template or transition",
                     turn + 1,
@@ -78,14 +80,7 @@ fn sample_prompts(
                 .iter()
                 .map(|c| policy.tokenizer.decode(c, true))
                 .collect::<Result<Vec<_>>>()?;
-            Ok(AgentRollout {
-                prompt_ids,
-                completions,
-                texts,
-                returns: vec![],
-                advantages: vec![],
-                kl: vec![],
-            })
+            Ok(AgentRollout::sampled(prompt_ids, completions, texts))
         })
         .collect()
 }
@@ -101,17 +96,17 @@ pub struct Presampled {
 /// Samples the first turn of several consecutive prompts (`prompts[row][agent]`) in one batch
 /// per agent — every decode step reads the weights once for all their rows. Valid while the
 /// policies do not change between those prompts (CoMLRL's per-prompt loop samples all of a
-/// rollout buffer's prompts before its update). The seeds are the ones [`crate::train::rollout::tree::rollout`] would draw
-/// for those prompts in turn from `rng` (a copy is used: `rng` itself does not move), so
-/// [`crate::train::rollout::tree::rollout_presampled`] then scores each prompt exactly as if it had sampled it itself.
+/// rollout buffer's prompts before its update). The seeds are the ones the rollout
+/// ([`super::tree::rollout`]) would draw for those prompts in turn from `rng` (a copy is used:
+/// `rng` itself does not move), so it then scores each prompt exactly as if it had sampled it
+/// itself.
 pub fn sample_group(
-    policies: &[Option<Policy>],
-    prompts: &[Vec<String>],
     spec: &RolloutSpec,
+    prompts: &[Vec<String>],
     rng: &ChaCha8Rng,
     phases: &mut Phases,
 ) -> Result<Vec<Presampled>> {
-    let n = policies.len();
+    let n = spec.policies.len();
     if spec.turns != 1 {
         return Err(crate::Error::Internal(
             "presampling is for single-turn rollouts".into(),
@@ -124,7 +119,8 @@ pub fn sample_group(
         .collect();
     let t = std::time::Instant::now();
     // The agents sampled here (an agent's first replica samples it).
-    let held: Vec<(usize, &Policy)> = policies
+    let held: Vec<(usize, &Policy)> = spec
+        .policies
         .iter()
         .enumerate()
         .filter(|&(i, _)| spec.samples[i])

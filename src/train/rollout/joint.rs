@@ -2,6 +2,8 @@
 //! `aligned`: joint action j = the j-th completion of every agent (K per prompt).
 //! `cross`: every combination (K^N); a completion's return sums the rewards of the combinations
 //! it takes part in (CoMLRL's semantics).
+use crate::error::{Error, Result};
+use comlrl_scenario::Scenario;
 
 /// Joint actions per prompt: `k` aligned, `k^agents` crossed; `None` when that overflows.
 pub fn joint_count(agents: usize, k: usize, cross: bool) -> Option<usize> {
@@ -45,6 +47,27 @@ pub fn completion_returns(
         }
     }
     out
+}
+
+/// Fails when a rollout node would score more joint actions than `trainer.max_joint_actions`
+/// (the scenario loader checks this too; a hand-built plan is checked here).
+pub fn check_joint_actions(s: &Scenario) -> Result<()> {
+    let t = &s.trainer;
+    let cross = t.joint_mode == comlrl_scenario::JointMode::Cross;
+    if !cross || s.agents.len() < 2 {
+        return Ok(());
+    }
+    match joint_count(s.agents.len(), t.num_generations, cross) {
+        Some(n) if n <= t.max_joint_actions => Ok(()),
+        n => Err(Error::Config(format!(
+            "trainer.joint_mode: {} joint actions per prompt ({} generations, {} agents) exceed \
+             trainer.max_joint_actions ({})",
+            n.map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string()),
+            t.num_generations,
+            s.agents.len(),
+            t.max_joint_actions
+        ))),
+    }
 }
 
 #[cfg(test)]

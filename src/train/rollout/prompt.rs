@@ -2,6 +2,8 @@
 //! `agents.chat_template` — wrapped by a chat template (`auto`: the model's own, from its
 //! `chat_template.jinja` / `tokenizer_config.json`; or a `.jinja` file) as a user message after the
 //! optional `system_prompt`, ending in the assistant header (`add_generation_prompt=True`).
+//! And whether a prompt fits its model: checked for every dataset prompt before training, and
+//! for each transition's prompt before it is encoded.
 use crate::error::{Error, Result};
 use crate::model::{ModelSource, Policy};
 use comlrl_scenario::{AgentPlan, ChatTemplate, ChatTemplateSpec, Row, Scenario, Template};
@@ -178,6 +180,70 @@ pub fn cached_model_dir(source: &ModelSource) -> Result<Option<PathBuf>> {
                 .and_then(|p| p.parent().map(Path::to_path_buf))
         }
     })
+}
+
+/// Fails when a first-turn prompt (train or eval set, rendered as the model sees it: the
+/// agent's template, then its chat template with the system prompt) encodes to no tokens, or
+/// its tokens plus `max_new_tokens` exceed the agent's model positions: the check sampling
+/// would make at that step, made before training (and by `comlrl check`).
+pub fn check_prompt_lengths(s: &Scenario, policies: &[Policy]) -> Result<()> {
+    for (agent, p) in s.agents.iter().zip(policies) {
+        check_agent_prompt_lengths(s, agent, p)?;
+    }
+    Ok(())
+}
+
+/// [`check_prompt_lengths`] for one agent.
+pub fn check_agent_prompt_lengths(s: &Scenario, agent: &AgentPlan, p: &Policy) -> Result<()> {
+    let sets = [
+        ("training", Some(&s.dataset.train)),
+        ("eval", s.dataset.eval.as_ref()),
+    ];
+    let max = p.model.max_positions();
+    let new = agent.sampling.max_new_tokens;
+    if new >= max {
+        return Err(Error::Config(format!(
+            "agent {}: max_new_tokens ({new}) leaves no room for a prompt in the model's {max} positions; \
+             lower `agents.max_new_tokens`",
+            agent.index
+        )));
+    }
+    let formatter = formatter(agent, p)?;
+    let room = max - new;
+    for (what, set) in sets.iter().filter_map(|(w, d)| d.map(|d| (w, d))) {
+        for (r, row) in set.rows.iter().enumerate() {
+            let text = formatter.render(row)?;
+            let fail = |found: String| {
+                Error::Config(format!(
+                    "agent {}: {what} prompt {} {found}; with max_new_tokens ({new}) it must fit \
+                     between 1 and the model's {max} positions; shorten the prompt or lower \
+                     `agents.max_new_tokens`",
+                    agent.index,
+                    r + 1,
+                ))
+            };
+            check_prompt_bytes(&text, p, room).map_err(fail)?;
+            let ids = p.tokenizer.encode(&text)?;
+            if ids.is_empty() || ids.len() > room {
+                return Err(fail(format!("encodes to {} tokens", ids.len())));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses, before encoding, a prompt with more bytes than `room` tokens can stand for (see
+/// `Tokenizer::max_bytes_for`); the error text says what was found.
+pub fn check_prompt_bytes(text: &str, p: &Policy, room: usize) -> std::result::Result<(), String> {
+    let most = p.tokenizer.max_bytes_for(room);
+    match text.len() > most {
+        true => Err(format!(
+            "is {} bytes (as the model sees it), more than the {room} tokens left for a prompt \
+             can hold with this tokenizer (at most {most} bytes)",
+            text.len()
+        )),
+        false => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,9 @@
 //! (`state.json` on rank 0, `state.rank<r>.json` on rank r) into the same directory (the output
 //! directory must be on a filesystem every rank sees); rank 0 writes the manifest last, once
 //! every rank's part is there, so a checkpoint is complete only with all of them.
+use super::manifest;
+use super::state::TrainState;
+use super::verify::{check_state, Expect};
 use crate::dist::World;
 use crate::error::{Error, Result};
 use crate::model::weights::save_tensors;
@@ -14,40 +17,30 @@ use crate::model::Policy;
 use crate::train::optim::adamw::AdamW;
 use crate::train::optim::moment_io::{self, dtype_name, MomentView};
 use crate::train::optim::moments::{Moments, StateDtype};
-use crate::train::report::window::Window;
-use crate::train::rollout::tree::NodeSample;
-use crate::train::run::manifest;
-use crate::train::run::verify::{check_state, Expect};
 use candle_core::{Device, Tensor};
-use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Everything besides tensors that a resumed run needs to continue exactly.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TrainState {
-    /// The run that wrote this state (see `rundir`); a resume must match it.
-    #[serde(default)]
-    pub run_id: String,
-    /// Training prompts processed so far (the next step's index).
-    pub step: usize,
-    /// Optimizer steps taken by each agent.
-    pub opt_steps: Vec<u64>,
-    /// The trainer's random number generator.
-    pub rng: ChaCha8Rng,
-    /// Rollouts waiting for the next update.
-    pub buffer: Vec<NodeSample>,
-    /// The logging window not yet written.
-    pub window: Window,
-    /// Rows in metrics.jsonl when the checkpoint was written.
-    pub metrics_rows: usize,
-    /// Per epoch: (sum of joint rewards, count).
-    pub epoch_rewards: Vec<(f64, usize)>,
-    /// The rank of each agent when written by a distributed run (empty: one process); a
-    /// resume must place the agents the same way.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ranks: Vec<usize>,
+/// What a checkpoint holds beside the agents' weights, AdamW moments and the training state:
+/// an algorithm's own networks (critics, value heads) with their optimizers, and its own
+/// state. Written by every rank for the agents it writes, verified by the manifest like the
+/// rest, restored after the agents.
+pub trait CheckpointPart {
+    /// The files written for agent `i` (each must be there on resume).
+    fn files(&self, _agent: usize) -> Vec<String> {
+        vec![]
+    }
+
+    /// Writes this rank's files into the checkpoint directory `dir` (for the agents `writes`
+    /// selects).
+    fn save(&self, _dir: &Path, _writes: &[bool]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Restores them from the verified checkpoint in `dir` (for the agents `held` selects).
+    fn load(&mut self, _dir: &Path, _held: &[bool]) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The state file of `rank` in a checkpoint directory.
@@ -77,9 +70,7 @@ pub fn checkpoints_dir(output_dir: &Path) -> PathBuf {
 pub fn save(
     output_dir: &Path,
     state: &TrainState,
-    policies: &[Option<Policy>],
-    optims: &[Option<AdamW>],
-    writes: &[bool],
+    held: &Held,
     scenario_yaml: &str,
     world: &dyn World,
 ) -> Result<PathBuf> {
@@ -97,7 +88,9 @@ pub fn save(
     }
     // The other ranks write into the directory rank 0 has just made.
     world.barrier();
-    if let Err(e) = write_parts(&tmp, state, policies, optims, writes, world.rank()) {
+    let written = write_parts(&tmp, state, held, world.rank())
+        .and_then(|()| held.extra.save(&tmp, held.writes));
+    if let Err(e) = written {
         // A checkpoint without its manifest is never used, but its bytes are what a full disk
         // needs back (for the final models, see `Trainer::after_failed_checkpoint`).
         let _ = std::fs::remove_dir_all(&tmp);
@@ -148,16 +141,28 @@ pub fn save(
     Ok(dir)
 }
 
+/// What a checkpoint saves of this rank: its agents with their optimizers (`None` where
+/// another rank holds one), which of them it writes, and the algorithm's part.
+pub struct Held<'a> {
+    /// Each agent's policy.
+    pub policies: &'a [Option<Policy>],
+    /// Each agent's optimizer.
+    pub optims: &'a [Option<AdamW>],
+    /// `writes[i]`: this rank writes agent `i`'s files (its first replica).
+    pub writes: &'a [bool],
+    /// What the algorithm adds.
+    pub extra: &'a dyn CheckpointPart,
+}
+
 /// This rank's part of a checkpoint in `tmp`: its training state, and the weights and AdamW
 /// moments of the agents it writes.
-fn write_parts(
-    tmp: &Path,
-    state: &TrainState,
-    policies: &[Option<Policy>],
-    optims: &[Option<AdamW>],
-    writes: &[bool],
-    rank: usize,
-) -> Result<()> {
+fn write_parts(tmp: &Path, state: &TrainState, held: &Held, rank: usize) -> Result<()> {
+    let Held {
+        policies,
+        optims,
+        writes,
+        ..
+    } = *held;
     let state_json =
         serde_json::to_string(state).map_err(|e| Error::serialize("the training state", e))?;
     write(&tmp.join(state_file(rank)), &state_json)?;
@@ -272,11 +277,13 @@ pub fn latest(output_dir: &Path) -> Result<Option<PathBuf>> {
 /// plus a note for each agent whose moments were stored in the other `optimizer_state_dtype`
 /// (they are converted: bf16 → f32 exactly, f32 → bf16 rounded to nearest).
 ///
-/// `rank` reads its own state file and restores the agents it holds (`Some` in `policies`).
+/// `rank` reads its own state file and restores the agents it holds (`Some` in `policies`),
+/// then the algorithm's part (`extra`).
 pub fn load(
     dir: &Path,
     policies: &[Option<Policy>],
     optims: &mut [Option<AdamW>],
+    extra: &mut dyn CheckpointPart,
     expect: &Expect,
     run_id: &str,
     rank: usize,
@@ -288,6 +295,7 @@ pub fn load(
     for i in (0..policies.len()).filter(|&i| policies[i].is_some()) {
         required.push(format!("agent_{i}.safetensors"));
         required.push(format!("optimizer_{i}.safetensors"));
+        required.extend(extra.files(i));
     }
     let m = manifest::verify(dir, &required).map_err(|e| match rank {
         0 => e,
@@ -413,5 +421,7 @@ pub fn load(
         }
         opt.step = state.opt_steps[i];
     }
+    let held: Vec<bool> = policies.iter().map(Option::is_some).collect();
+    extra.load(dir, &held)?;
     Ok((state, scenario, notes))
 }

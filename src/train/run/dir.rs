@@ -1,7 +1,10 @@
 //! The run directory (`output_dir`): one run at a time (an advisory lock held for the whole
 //! run), no silent reuse (a fresh run refuses a directory holding a previous run unless told to
-//! `--overwrite` it), and the run id that ties checkpoints to the run that wrote them.
+//! `--overwrite` it), and the run id that ties checkpoints to the run that wrote them; and the
+//! folders a run must never write into (the file system's root, the home directory, a
+//! repository's root, a folder holding its own inputs).
 use crate::error::{Error, Result};
+use comlrl_scenario::Scenario;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{Read, Seek, Write};
@@ -87,7 +90,7 @@ const RECORD_CAP: u64 = 64 * 1024;
 /// `Overwrite` deletes what the previous run's record lists, `Resume` reads the run id. A
 /// fresh start records a new run id.
 pub fn claim(dir: &Path, mode: StartMode) -> Result<RunLock> {
-    crate::train::setup::agents::check_output_dir(dir)?;
+    check_output_dir(dir)?;
     let lock_path = dir.join(LOCK_FILE);
     let new_lock = std::fs::symlink_metadata(&lock_path).is_err();
     let file = lock(dir)?;
@@ -349,10 +352,131 @@ pub fn read_run_id(dir: &Path) -> Result<String> {
     }
 }
 
+/// Refuses an `output_dir` that a run must never write into (and a later `--overwrite` must
+/// never clear): `/`, the home directory, a repository's root (a folder holding `.git`), and a
+/// folder that contains the scenario file, an agent's local model or the dataset file.
+pub fn guard_output_dir(s: &Scenario) -> Result<()> {
+    let mut inputs: Vec<(&str, &Path)> = vec![("the scenario file", s.source.as_path())];
+    for a in &s.agents {
+        if let comlrl_scenario::ModelSource::Local(p) = &a.model.source {
+            inputs.push(("an agent's model", p.as_path()));
+        }
+    }
+    if let comlrl_scenario::DataSource::File { path, .. } = &s.dataset.train.source {
+        inputs.push(("the dataset", path.as_path()));
+    }
+    refuse_reserved_dir(&s.output_dir)?;
+    let out = resolved(&s.output_dir);
+    for (what, p) in inputs {
+        let p = resolved(p);
+        if p.starts_with(&out) {
+            return Err(Error::run_dir(
+                &s.output_dir,
+                format!(
+                    "output_dir {} contains {what} ({}); a run writes and `--overwrite` deletes \
+                     in its output_dir, so choose a folder of its own (the default is \
+                     `runs/<scenario name>` beside the scenario)",
+                    s.output_dir.display(),
+                    p.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses `/`, the home directory and a repository's root as an output directory.
+pub fn refuse_reserved_dir(dir: &Path) -> Result<()> {
+    let out = resolved(dir);
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| resolved(Path::new(&h)));
+    let why = if out.parent().is_none() {
+        Some("the file system's root")
+    } else if home.as_deref() == Some(out.as_path()) {
+        Some("the home directory")
+    } else if std::fs::symlink_metadata(out.join(".git")).is_ok() {
+        Some("a repository's root (it holds .git)")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(Error::run_dir(
+            dir,
+            format!(
+                "output_dir {} is {why}; a run writes and `--overwrite` deletes in its \
+                 output_dir, so choose a folder of its own (the default is \
+                 `runs/<scenario name>` beside the scenario)",
+                dir.display()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `p` absolute, with symlinks resolved as far as it exists (the rest appended as written,
+/// `..` and `.` folded), so that two spellings of one folder compare equal.
+fn resolved(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut rest = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(c) = cur.canonicalize() {
+            let mut out = c;
+            for part in rest.iter().rev() {
+                match part {
+                    std::path::Component::ParentDir => {
+                        out.pop();
+                    }
+                    std::path::Component::CurDir => {}
+                    c => out.push(c.as_os_str()),
+                }
+            }
+            return out;
+        }
+        match (cur.parent(), cur.components().next_back()) {
+            (Some(parent), Some(last)) => {
+                rest.push(last);
+                cur = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+/// Fails early, before any model is loaded, when `dir` cannot be created or written (probed
+/// with a uniquely named temporary file: never a name a user's file could have).
+pub fn check_output_dir(dir: &Path) -> Result<()> {
+    refuse_reserved_dir(dir)?;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::run_dir_by(
+            dir,
+            format!(
+                "output_dir {} cannot be created; choose a writable `output_dir`",
+                dir.display()
+            ),
+            e,
+        )
+    })?;
+    tempfile::Builder::new()
+        .prefix(".comlrl-probe-")
+        .tempfile_in(dir)
+        .map_err(|e| {
+            Error::run_dir_by(
+                dir,
+                format!(
+                    "output_dir {} is not writable; choose a writable `output_dir`",
+                    dir.display()
+                ),
+                e,
+            )
+        })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::setup::agents::refuse_reserved_dir;
 
     #[test]
     fn second_claim_is_refused_while_the_first_is_held() {

@@ -1,8 +1,8 @@
 //! Checks a checkpoint's `state.json` against the scenario it is resumed with: every array
 //! length (agents, buffered rollouts, metrics window) and the step, so that a damaged or
 //! mismatched checkpoint is an error naming the file and field instead of a panic mid-run.
+use super::state::TrainState;
 use crate::error::{Error, Result};
-use crate::train::run::checkpoint::TrainState;
 use std::path::Path;
 
 /// What the scenario being resumed expects of the state.

@@ -244,7 +244,7 @@ pub fn estimate(
     for a in s.agents.iter().filter(|a| holds(a.index)) {
         let spec = &a.model.spec;
         if !infos.contains_key(spec) {
-            let src = crate::train::setup::agents::model_source(a, &s.base_dir)?;
+            let src = super::models::model_source(a, &s.base_dir)?;
             let info =
                 inspect(&src, lookup).map_err(|e| e.for_agent(a.index, Some(spec.clone())))?;
             infos.insert(spec.clone(), info);
@@ -418,7 +418,7 @@ fn agent_memory(s: &Scenario, a: &AgentPlan, info: &ModelInfo, samples: bool) ->
     let positions = rows.saturating_mul(new as u64);
     let head = match t.gradient_checkpointing {
         true => {
-            let dt = crate::train::setup::agents::compute_dtype(t);
+            let dt = crate::train::update::plan::compute_dtype(t);
             let packed = match dt {
                 crate::model::ComputeDtype::Bf16 => mul(v, mul(h, 4)),
                 crate::model::ComputeDtype::F32 => 0,

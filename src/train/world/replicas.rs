@@ -1,13 +1,13 @@
 //! Data-parallel replicas of an agent (`agents[i].replicas`): each agent with more than one
 //! replica gets a sub-world of its replica ranks; after each mini-batch's passes (split over
-//! the replicas, see `loss::Share`) the gradients are summed over it, so every replica takes
+//! the replicas, see `update::Share`) the gradients are summed over it, so every replica takes
 //! the same optimizer step; at each checkpoint a checksum of the weights is compared across
 //! the replicas. Only the first replica samples the agent and writes its files.
 use crate::dist::codec::{Dec, Enc};
 use crate::dist::{Placement, World};
 use crate::error::{Error, Result};
 use crate::model::Policy;
-use crate::train::algorithms::magrpo::loss::{LossGrads, Share};
+use crate::train::update::{LossGrads, Share};
 use candle_core::{DType, Tensor, Var};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -15,6 +15,8 @@ use std::sync::Arc;
 /// Each agent's replica group as seen from this rank (`None`: one copy, or not held here).
 pub struct Replicas {
     groups: Vec<Option<Arc<dyn World>>>,
+    /// Some agent of the run has replicas (on any rank).
+    any: bool,
 }
 
 impl Replicas {
@@ -30,14 +32,24 @@ impl Replicas {
                 false => None,
             })
             .collect();
-        Replicas { groups }
+        Replicas {
+            groups,
+            any: placement.replicated(),
+        }
     }
 
-    /// No agent is replicated on this rank.
+    /// No agent is replicated.
     pub fn none(agents: usize) -> Self {
         Replicas {
             groups: vec![None; agents],
+            any: false,
         }
+    }
+
+    /// Whether the agents' updates must run one after the other on this thread: a replicated
+    /// agent's collectives call MPI, which only the thread that initialized it may.
+    pub fn on_this_thread(&self) -> bool {
+        self.any
     }
 
     /// The passes of agent `i`'s mini-batches this rank computes.
@@ -213,6 +225,7 @@ mod tests {
         let policies = vec![Some(p)];
         let same = Replicas {
             groups: vec![Some(Arc::new(Pair { other: sum.clone() }))],
+            any: true,
         };
         same.check_identical(&policies, &placement(), 5)
             .expect("identical replicas pass");
@@ -220,6 +233,7 @@ mod tests {
         other[0] ^= 1;
         let diverged = Replicas {
             groups: vec![Some(Arc::new(Pair { other }))],
+            any: true,
         };
         let e = diverged
             .check_identical(&policies, &placement(), 5)
@@ -258,6 +272,7 @@ mod tests {
         other.usize(1).usize(1).f64(0.25);
         let r = Replicas {
             groups: vec![Some(Arc::new(Pair { other: other.0 }))],
+            any: true,
         };
         r.reduce(0, &vars, &mut lg).expect("reduce");
         // `Pair` stands for a replica with the same gradients: the sum doubles them.

@@ -1,11 +1,11 @@
-//! What the ranks of a distributed run exchange during a rollout: each rank's sampled
+//! What the ranks of a distributed run exchange during a rollout, as bytes: each rank's sampled
 //! completions (all-gathered, so every rank sees every agent's), rank 0's rewards and next-turn
 //! prompts (broadcast: scripts and plugins run in one place), and the reference KL of each
-//! rank's agents. In a one-process run none of these is called.
+//! rank's agents. A process alone exchanges nothing (`alone`).
 use crate::dist::codec::{Dec, Enc};
 use crate::dist::World;
 use crate::error::{Error, Result};
-use crate::train::rollout::tree::AgentRollout;
+use crate::train::rollout::AgentRollout;
 use comlrl_reward::{RewardError, Scored};
 
 /// All-gathers the rollouts sampled here (`mine[j]` is agent `local[j]`'s, with its prompt
@@ -52,14 +52,7 @@ pub fn share_rollouts(
                 completions.push(d.u32s()?);
                 texts.push(d.string()?);
             }
-            slots[i] = Some(AgentRollout {
-                prompt_ids,
-                completions,
-                texts,
-                returns: vec![],
-                advantages: vec![],
-                kl: vec![],
-            });
+            slots[i] = Some(AgentRollout::sampled(prompt_ids, completions, texts));
         }
         d.end()?;
     }

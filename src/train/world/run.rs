@@ -1,6 +1,7 @@
-//! The training loop's own collectives in a distributed run: rank 0's claim on the output
-//! directory shared with the others, the metrics window's update statistics gathered to rank 0
-//! (each agent's from the rank that trained it), and the stop flag agreed by all ranks.
+//! The training loop's own collectives in a distributed run, as bytes: rank 0's claim on the
+//! output directory shared with the others, the metrics window's update statistics gathered to
+//! rank 0 (each agent's from the rank that trained it), and the stop flag agreed by all ranks.
+//! A process alone needs none of them (`alone`).
 use crate::dist::codec::{Dec, Enc};
 use crate::dist::{Placement, World};
 use crate::error::{Error, Result};
@@ -13,11 +14,6 @@ pub fn share_claim(
     world: &dyn World,
     claimed: Option<Result<RunLock>>,
 ) -> Result<(String, Option<RunLock>)> {
-    if world.size() == 1 {
-        let lock = claimed
-            .ok_or_else(|| Error::Distributed("no claim on the output directory".into()))??;
-        return Ok((lock.run_id().to_string(), Some(lock)));
-    }
     let mut e = Enc::default();
     if let Some(c) = &claimed {
         match c {
@@ -43,16 +39,14 @@ pub fn share_claim(
 
 /// Whether any rank's `flag` is set.
 pub fn any(world: &dyn World, flag: bool) -> bool {
-    if world.size() == 1 {
-        return flag;
-    }
     let mut v = [f32::from(u8::from(flag))];
     world.all_reduce_sum(&mut v);
     v[0] > 0.0
 }
 
 /// Completes rank 0's window with what only other ranks measured: the loss, gradient norm and
-/// update count of the agents they hold, the learning rate (from agent 0's rank), the loss's
+/// update count (and the algorithm's own sums) of the agents they hold, the learning rate (from
+/// agent 0's rank), the loss's
 /// FLOPs and the forward/backward/optimizer seconds (summed over agents, so over ranks). Every
 /// other field is the same on every rank already. A collective.
 pub fn merge_window(world: &dyn World, placement: &Placement, w: &mut Window) -> Result<()> {
@@ -62,6 +56,10 @@ pub fn merge_window(world: &dyn World, placement: &Placement, w: &mut Window) ->
     for &i in &local {
         let a = &w.agents[i];
         e.usize(i).f64(a.loss).f64(a.grad_norm).usize(a.updates);
+        e.usize(a.extra.len());
+        for (name, sum) in &a.extra {
+            e.str(name).f64(*sum);
+        }
     }
     match w.lr {
         Some(lr) => e.u64(1).f64(lr),
@@ -87,6 +85,11 @@ pub fn merge_window(world: &dyn World, placement: &Placement, w: &mut Window) ->
             a.loss = d.f64()?;
             a.grad_norm = d.f64()?;
             a.updates = d.usize()?;
+            a.extra.clear();
+            for _ in 0..d.usize()? {
+                let name = d.string()?;
+                a.extra.insert(name, d.f64()?);
+            }
         }
         let lr = match d.u64()? {
             0 => None,

@@ -1,7 +1,7 @@
 //! A process that runs alone: it samples every agent, scores every joint action and trains
 //! every agent itself, so each exchange is the identity and waits for nothing.
 use super::replicas::Replicas;
-use super::Strategy;
+use super::strategy::Strategy;
 use crate::dist::{Placement, World};
 use crate::error::{Error, Result};
 use crate::train::report::timing::since;

@@ -1,7 +1,7 @@
 //! One rank of an MPI run: it samples and trains the agents placed on it, and the exchanges are
 //! collectives over the run's world (`rollouts` and `run` hold their byte formats).
 use super::replicas::Replicas;
-use super::Strategy;
+use super::strategy::Strategy;
 use crate::dist::{Placement, World};
 use crate::error::Result;
 use crate::train::report::timing::since;

@@ -81,9 +81,9 @@ impl Moments {
 
 /// `n` zeros, written now. `vec![0; n]` would calloc untouched pages that the first step reads
 /// (mapping the shared zero page) and then writes: a second, copy-on-write fault per page with
-/// a TLB flush across cores, which made the first 0.5B optimizer step take ~10 s. Written by the
-/// pool's threads: at 0.5B the kernel's page clearing for the 8 GB of moments, one fault at a
-/// time on one thread, was most of the run's start-up (Xeon VM: 17 → 10.6 s to models loaded).
+/// a TLB flush across cores, all in the first optimizer step. Written by the pool's threads, so
+/// the kernel clears the fresh pages of a large model's moments on every core at once rather
+/// than one fault at a time on one thread.
 fn zeroed<T: Copy + Default + Send>(n: usize) -> Vec<T> {
     use rayon::prelude::*;
     let mut v: Vec<T> = Vec::with_capacity(n);

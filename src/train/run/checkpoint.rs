@@ -179,7 +179,7 @@ fn write_parts(tmp: &Path, state: &TrainState, held: &Held, rank: usize) -> Resu
             .collect();
         save_tensors(&weights, &tmp.join(format!("agent_{i}.safetensors")))?;
         // The moments are written from the optimizer's own buffers (locked meanwhile): a copy
-        // would be two more sets of weights (4 GB per agent at 0.5B) at the run's peak.
+        // would be two more sets of weights at the run's peak.
         let guards: Vec<_> = opt
             .params
             .iter()

@@ -56,8 +56,8 @@ pub fn sum(path: &Path) -> Result<FileSum> {
     Ok(FileSum { bytes, sha256 })
 }
 
-/// Hashes every regular file of `dir` (in parallel: a 0.5B checkpoint's four 2 GB files took
-/// ~5 s one after the other) and writes `dir/manifest.json`.
+/// Hashes every regular file of `dir` (in parallel: one file's hash runs on one core, and a
+/// checkpoint holds several large ones) and writes `dir/manifest.json`.
 pub fn write(dir: &Path, run_id: &str, step: usize) -> Result<()> {
     use rayon::prelude::*;
     let mut names = Vec::new();

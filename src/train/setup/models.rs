@@ -29,8 +29,7 @@ pub fn load_policies(s: &Scenario, sampling: bool) -> Result<Vec<Policy>> {
 /// agents a rank holds a replica of, or those it samples; with sampling copies when `sampling`.
 ///
 /// The agents' weights load at the same time, one agent per thread of the pool: loading is
-/// mostly the kernel clearing fresh pages (on a VM, ~1.5 s per GB on one thread), which the
-/// threads do side by side. Their sampling copies are built afterwards on this thread (see
+/// mostly the kernel clearing fresh pages, which the threads do side by side. Their sampling copies are built afterwards on this thread (see
 /// [`LoadOptions::copies_now`]). Errors name the first failing agent by index, as a
 /// sequential load would.
 pub fn load_placed(

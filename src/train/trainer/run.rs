@@ -51,7 +51,11 @@ impl Loop<'_> {
         let mut sink = self.open_metrics(&state, obs)?;
         let total = self.settings.total_steps();
         let limit = self.settings.limit();
-        log::debug!("models loaded; {}", crate::runtime::memory_line());
+        log::debug!(
+            "models loaded, training with {}; {}",
+            self.algorithm.name(),
+            crate::runtime::memory_line()
+        );
         let trainer = &self.settings.scenario.trainer;
         if let Some(note) = crate::train::update::plan::compute_dtype_note(trainer) {
             obs.message(&note);

@@ -107,3 +107,37 @@ impl Strategy for Alone {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alone_every_exchange_is_the_identity_and_waits_for_nothing() {
+        let alone = Alone::new(crate::dist::single(), Placement::all_local(2));
+        let a = AgentRollout::sampled(vec![1], vec![vec![2, 3]], vec!["x".into()]);
+        let mut prompts = vec!["p".to_string(), "q".to_string()];
+        let (mut work, mut comm) = (0.0, 0.0);
+        let all = alone
+            .rollouts(&[0, 1], vec![a.clone(), a], &mut prompts, &mut comm)
+            .expect("rollouts");
+        assert_eq!(all.len(), 2);
+        assert_eq!(prompts, ["p", "q"]);
+        let scored = alone
+            .scores(
+                &mut || {
+                    Ok(vec![Scored {
+                        reward: 1.5,
+                        components: vec![],
+                    }])
+                },
+                &mut work,
+                &mut comm,
+            )
+            .expect("scores");
+        assert_eq!(scored[0].reward, 1.5);
+        assert!(alone.any(true) && !alone.any(false));
+        assert!(alone.recorded_ranks().is_empty() && alone.writes_alone());
+        assert_eq!(comm, 0.0, "a process alone never waits");
+    }
+}

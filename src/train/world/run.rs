@@ -106,3 +106,81 @@ pub fn merge_window(world: &dyn World, placement: &Placement, w: &mut Window) ->
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// One of two ranks: rank 1 hands its gathered packet to `sent`; rank 0 receives `sent`
+    /// as rank 1's.
+    #[derive(Debug)]
+    struct Two {
+        rank: usize,
+        sent: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl World for Two {
+        fn rank(&self) -> usize {
+            self.rank
+        }
+        fn size(&self) -> usize {
+            2
+        }
+        fn all_gather(&self, mine: &[u8]) -> Vec<Vec<u8>> {
+            vec![mine.to_vec()]
+        }
+        fn broadcast(&self, _: usize, data: Vec<u8>) -> Vec<u8> {
+            data
+        }
+        fn gather(&self, _: usize, mine: &[u8]) -> Option<Vec<Vec<u8>>> {
+            let mut sent = self.sent.lock().expect("lock");
+            match self.rank {
+                0 => Some(vec![mine.to_vec(), sent.clone()]),
+                _ => {
+                    *sent = mine.to_vec();
+                    None
+                }
+            }
+        }
+        fn all_reduce_sum(&self, _: &mut [f32]) {}
+        fn barrier(&self) {}
+        fn split(&self, _: Option<usize>) -> Option<Arc<dyn World>> {
+            None
+        }
+        fn abort(&self, msg: &str) -> ! {
+            panic!("{msg}")
+        }
+    }
+
+    #[test]
+    fn rank_0s_window_gets_the_statistics_of_the_agents_other_ranks_train() {
+        let sent = Arc::new(Mutex::new(vec![]));
+        let placement = |me| Placement {
+            owners: vec![0, 1],
+            replicas: vec![vec![0], vec![1]],
+            me,
+            size: 2,
+        };
+        let mut theirs = Window::new(2, 0, false, false);
+        let a = &mut theirs.agents[1];
+        (a.loss, a.grad_norm, a.updates) = (2.0, 3.0, 1);
+        a.extra.insert("value_loss".into(), 0.5);
+        theirs.train_flops = 7.0;
+        let one = Two {
+            rank: 1,
+            sent: sent.clone(),
+        };
+        merge_window(&one, &placement(1), &mut theirs).expect("rank 1 sends");
+        let mut mine = Window::new(2, 0, false, false);
+        mine.agents[0].loss = 1.0;
+        mine.train_flops = 1.0;
+        let zero = Two { rank: 0, sent };
+        merge_window(&zero, &placement(0), &mut mine).expect("rank 0 merges");
+        let b = &mine.agents[1];
+        assert_eq!((b.loss, b.grad_norm, b.updates), (2.0, 3.0, 1));
+        assert_eq!(b.extra.get("value_loss"), Some(&0.5));
+        assert_eq!(mine.agents[0].loss, 1.0, "rank 0's own agent is kept");
+        assert_eq!(mine.train_flops, 8.0);
+    }
+}

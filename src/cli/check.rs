@@ -4,8 +4,13 @@
 //! first prompt as the model sees it.
 use super::scenario_args::ScenarioArgs;
 use comlrl::model::ModelSource;
-use comlrl::train::prompt::{cached_model_dir, chat_template, ModelFiles, PromptFormatter};
-use comlrl::train::setup;
+use comlrl::train::rollout::joint::check_joint_actions;
+use comlrl::train::rollout::prompt::check_prompt_lengths;
+use comlrl::train::rollout::prompt::{
+    cached_model_dir, chat_template, ModelFiles, PromptFormatter,
+};
+use comlrl::train::run::dir::guard_output_dir;
+use comlrl::train::setup::{models, rewards};
 use comlrl_scenario::{ChatTemplateSpec, Scenario};
 
 #[derive(Debug, clap::Args)]
@@ -20,16 +25,16 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let s = a.scenario.load()?;
-    setup::guard_output_dir(&s)?;
-    let stack = setup::reward_stack(&s)?;
-    setup::transition(&s)?;
+    guard_output_dir(&s)?;
+    let stack = rewards::reward_stack(&s)?;
+    rewards::transition(&s)?;
     let mut seen = std::collections::HashSet::new();
     for agent in &s.agents {
         // Agents sharing a model (`agents.count`) need its files checked once.
         if !seen.insert(&agent.model.spec) {
             continue;
         }
-        let src = setup::model_source(agent, &s.base_dir)?;
+        let src = models::model_source(agent, &s.base_dir)?;
         if let comlrl::model::ModelSource::Local(dir) = &src {
             if !dir.join("config.json").is_file() {
                 anyhow::bail!(
@@ -49,9 +54,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // The models on this machine are loaded for the checks `run` makes before training
     // (prompt lengths): a scenario that passes `check` does not fail them. `check` never
     // downloads: with a Hub model that is not cached, `run` makes these checks.
-    setup::check_joint_actions(&s)?;
+    check_joint_actions(&s)?;
     let on_this_machine = |a: &comlrl_scenario::AgentPlan| -> anyhow::Result<bool> {
-        let src = setup::model_source(a, &s.base_dir)?;
+        let src = models::model_source(a, &s.base_dir)?;
         Ok(!matches!(src, ModelSource::Hub { .. }) || cached_model_dir(&src)?.is_some())
     };
     let mut local = true;
@@ -59,17 +64,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         local &= on_this_machine(a)?;
     }
     // Before any model is loaded: a scenario that cannot fit is refused here as `run` would.
-    let memory = comlrl::train::memory::estimate(
+    let memory = comlrl::train::setup::memory::estimate(
         &s,
         |_| true,
         |_| true,
-        comlrl::train::memory::Lookup::Local,
+        comlrl::train::setup::memory::Lookup::Local,
     )?;
     eprintln!("{}", memory.report());
-    comlrl::train::memory::enforce(memory)?;
+    comlrl::train::setup::memory::enforce(memory)?;
     if local {
-        let policies = setup::load_policies(&s, true)?;
-        setup::check_prompt_lengths(&s, &policies)?;
+        let policies = models::load_policies(&s, true)?;
+        check_prompt_lengths(&s, &policies)?;
     } else {
         eprintln!(
             "note: a model is not in the Hugging Face cache; prompt lengths are checked by `comlrl run` once it is downloaded"
@@ -111,7 +116,7 @@ fn first_prompts(s: &Scenario) -> anyhow::Result<Vec<Option<String>>> {
     s.agents
         .iter()
         .map(|agent| {
-            let src = setup::model_source(agent, &s.base_dir)?;
+            let src = models::model_source(agent, &s.base_dir)?;
             let dir = cached_model_dir(&src)?;
             if agent.chat_template == ChatTemplateSpec::Auto && dir.is_none() {
                 if let ModelSource::Gguf(path) = &src {

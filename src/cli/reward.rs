@@ -2,7 +2,7 @@
 //! weights, processors), to try a reward without training.
 use super::scenario_args::ScenarioArgs;
 use anyhow::{bail, Context};
-use comlrl::train::setup;
+use comlrl::train::setup::rewards;
 use comlrl_reward::JointSample;
 use std::path::PathBuf;
 
@@ -21,7 +21,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let s = a.scenario.load()?;
-    let stack = setup::reward_stack(&s)?;
+    let stack = rewards::reward_stack(&s)?;
     let path = &a.completions;
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;

@@ -7,7 +7,7 @@ use super::signals;
 use super::wandb_sync::WandbArgs;
 use comlrl::metrics::Row;
 use comlrl::track::{TrackPlan, Tracking, Warn};
-use comlrl::train::rundir::{self, StartMode};
+use comlrl::train::run::dir::{self, StartMode};
 use comlrl::train::{Observer, Trainer};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -184,8 +184,8 @@ fn run_rank(a: Args, world: Arc<dyn comlrl::dist::World>) -> anyhow::Result<Exit
         (false, false) => StartMode::Fresh,
     };
     // Claimed before the models load: a busy or reused directory is refused at once.
-    comlrl::train::setup::guard_output_dir(&scenario)?;
-    let lock = rundir::claim(&scenario.output_dir, mode)?;
+    dir::guard_output_dir(&scenario)?;
+    let lock = dir::claim(&scenario.output_dir, mode)?;
     let mut trainer = Trainer::in_world(scenario, world)?;
     trainer.hold(lock)?;
     let stop = signals::install(trainer.interrupt_flag())?;

@@ -5,7 +5,7 @@ use anyhow::{anyhow, Context};
 use comlrl::metrics::read_jsonl;
 use comlrl::track::wandb::{self, Connection, RunRef, RunSpec};
 use comlrl::track::{end_time, records_from_json, WandbSettings};
-use comlrl::train::checkpoint;
+use comlrl::train::run::checkpoint;
 use comlrl_scenario::{LoadOptions, WandbPlan};
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,7 @@
 //! Dependencies point one way (docs/architecture.md): scenario → plan → rollout → reward →
 //! advantage → loss → optimizer → metrics → trackers, the CLI on top, benchmarks beside. This
 //! test reads the sources and the manifests and fails on an import against that direction.
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -145,8 +146,8 @@ fn the_reward_runtime_links_no_scenario_parser() {
 
 #[test]
 fn overwrite_clears_the_trackers_state_by_their_own_names() {
-    // `train::rundir` names the trackers' files as literals (training does not import `track`).
-    let cleared = comlrl::train::rundir::CLEARED;
+    // `train::run::dir` names the trackers' files as literals (training does not import `track`).
+    let cleared = comlrl::train::run::dir::CLEARED;
     for name in [
         comlrl::track::tensorboard::DIR,
         comlrl::track::wandb::RUN_FILE,
@@ -155,20 +156,7 @@ fn overwrite_clears_the_trackers_state_by_their_own_names() {
     }
 }
 
-/// The rooms of `src/model` from the bottom up (docs/architecture.md): a file imports files of
-/// its own room and of rooms of a lower rank, never of its rank or above. `mod.rs` at the top
-/// only declares the rooms and re-exports for the rest of the crate.
-const MODEL_ROOMS: &[(&str, usize)] = &[
-    ("error", 0),
-    ("tokenizer", 1),
-    ("kernels", 1),
-    ("decoder", 2),
-    ("io", 3),
-    ("sample", 3),
-    ("grad", 3),
-    ("policy", 4),
-    ("mod", 5),
-];
+// ---- The import graph between the files of `src/`. ----
 
 /// Rust source with comments and string and char literals blanked (offsets kept).
 fn code_only(text: &str) -> String {
@@ -349,39 +337,47 @@ fn path_tree(t: &[&str], i: &mut usize, prefix: Vec<String>, out: &mut Vec<Vec<S
     out.push(path);
 }
 
-/// A file of `src/model` and its module path (`["model", "decoder", "linear"]`).
-struct ModelFile {
-    path: PathBuf,
-    module: Vec<String>,
+/// The module path of a file under `src` (`train/rollout/tree.rs` → `train::rollout::tree`).
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut m: Vec<String> = rel
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
+    if m.last()
+        .is_some_and(|l| l == "mod" || l == "lib" || l == "main")
+    {
+        m.pop();
+    }
+    m
 }
 
-fn model_files() -> Vec<ModelFile> {
-    let src = root().join("src");
-    let mut files = vec![];
-    rust_files(&src.join("model"), &mut files);
-    files.sort();
-    files
-        .into_iter()
-        .map(|path| {
-            let rel = path.strip_prefix(&src).unwrap().with_extension("");
-            let mut module: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().to_string())
-                .collect();
-            if module.last().is_some_and(|m| m == "mod") {
-                module.pop();
-            }
-            ModelFile { path, module }
-        })
-        .collect()
+/// The file that defines the deepest module `path` names (`train::rollout::Node` →
+/// `src/train/rollout/mod.rs`), if it names one under `src`.
+fn file_of(src: &Path, path: &[String]) -> Option<PathBuf> {
+    let (mut dir, mut found) = (src.to_path_buf(), None);
+    for seg in path {
+        let (file, folder) = (dir.join(format!("{seg}.rs")), dir.join(seg));
+        if file.is_file() {
+            found = Some(file);
+        } else if folder.join("mod.rs").is_file() {
+            found = Some(folder.join("mod.rs"));
+        } else {
+            break;
+        }
+        dir = folder;
+    }
+    found
 }
 
-/// Every `crate::` / `super::` / `self::` path the file's library code names, resolved to
-/// crate-absolute segments (inline modules such as `mod avx512 { .. }` counted).
-fn imported_paths(f: &ModelFile) -> Vec<Vec<String>> {
-    let text = std::fs::read_to_string(&f.path).unwrap();
+/// Every path the library code of `file` names into the crate, crate-absolute: `crate::`,
+/// `comlrl::`, `super::` and `self::` paths in `use` trees and in expressions (inline modules
+/// such as `mod avx512 { .. }` counted), and `use child::Item` of a child module.
+fn imported_paths(src: &Path, file: &Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(file).unwrap();
     let code = without_tests(&code_only(&text));
     let t = tokens(&code);
+    let module = module_of(src, file);
     let (mut depth, mut inline): (usize, Vec<(String, usize)>) = (0, vec![]);
     let mut out = vec![];
     let mut i = 0;
@@ -397,21 +393,21 @@ fn imported_paths(f: &ModelFile) -> Vec<Vec<String>> {
             "mod" if t.get(i + 2) == Some(&"{") => {
                 inline.push((t[i + 1].to_string(), depth + 1));
             }
-            "crate" | "super" | "self"
+            first @ ("crate" | "comlrl" | "super" | "self")
                 if t.get(i + 1) == Some(&"::")
                     && !matches!(t.get(i.wrapping_sub(1)), Some(&"::") | Some(&"in")) =>
             {
-                let mut here: Vec<String> = f.module.clone();
+                let mut here = module.clone();
                 here.extend(inline.iter().map(|(m, _)| m.clone()));
                 let mut paths = vec![];
                 path_tree(&t, &mut i, vec![], &mut paths);
                 for p in paths {
-                    let mut abs = match p[0].as_str() {
-                        "crate" => vec![],
+                    let mut abs = match first {
+                        "crate" | "comlrl" => vec![],
                         _ => here.clone(),
                     };
                     let mut rest = &p[..];
-                    if rest[0] == "crate" || rest[0] == "self" {
+                    if matches!(rest[0].as_str(), "crate" | "comlrl" | "self") {
                         rest = &rest[1..];
                     }
                     while rest.first().is_some_and(|s| s == "super") {
@@ -423,6 +419,25 @@ fn imported_paths(f: &ModelFile) -> Vec<Vec<String>> {
                 }
                 continue;
             }
+            "use"
+                if inline.is_empty()
+                    && t.get(i + 2) == Some(&"::")
+                    && !matches!(
+                        t.get(i + 1),
+                        Some(&"crate" | &"comlrl" | &"super" | &"self")
+                    ) =>
+            {
+                // `use child::Item`: a path from a module this file declares.
+                i += 1;
+                let mut paths = vec![];
+                path_tree(&t, &mut i, module.clone(), &mut paths);
+                let own = file_of(src, &module);
+                out.extend(paths.into_iter().filter(|p| {
+                    let to = file_of(src, p);
+                    to.is_some() && to != own
+                }));
+                continue;
+            }
             _ => {}
         }
         i += 1;
@@ -430,35 +445,138 @@ fn imported_paths(f: &ModelFile) -> Vec<Vec<String>> {
     out
 }
 
-/// The file of `src/` that a crate-absolute path under `model` lands in: the deepest module
-/// file its segments name.
-fn file_of(path: &[String]) -> PathBuf {
-    let mut dir = root().join("src");
-    let mut file = dir.join("lib.rs");
-    for seg in path {
-        if dir.join(seg).is_dir() {
-            dir = dir.join(seg);
-            file = dir.join("mod.rs");
-        } else if dir.join(format!("{seg}.rs")).is_file() {
-            file = dir.join(format!("{seg}.rs"));
-            break;
-        } else {
-            break;
-        }
-    }
-    file
+/// Every file under `src/` and the files its library code imports (a module's `mod`
+/// declarations are not imports).
+fn import_graph() -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
+    let src = root().join("src");
+    let mut files = vec![];
+    rust_files(&src, &mut files);
+    files
+        .iter()
+        .map(|f| {
+            let targets = imported_paths(&src, f)
+                .iter()
+                .filter_map(|p| file_of(&src, p))
+                .filter(|t| t != f)
+                .collect();
+            (f.clone(), targets)
+        })
+        .collect()
 }
 
-/// The room of a file of `src/model`: its folder below `model`, else its own name.
-fn room(file: &Path) -> String {
-    let rel = file.strip_prefix(root().join("src/model")).unwrap();
-    let first = rel
-        .components()
-        .next()
+/// A file's path under `src/` (`model/decoder/layer.rs`).
+fn under_src(p: &Path) -> String {
+    p.strip_prefix(root().join("src"))
         .unwrap()
-        .as_os_str()
-        .to_string_lossy();
-    first.trim_end_matches(".rs").to_string()
+        .display()
+        .to_string()
+}
+
+/// The import loops among the files `keep` selects: each strongly connected set of two or
+/// more files, as paths under `src/`.
+fn import_loops(keep: impl Fn(&str) -> bool) -> Vec<Vec<String>> {
+    let name = |p: &Path| under_src(p);
+    let graph = import_graph();
+    let nodes: Vec<&PathBuf> = graph.keys().filter(|p| keep(&name(p))).collect();
+    let index: std::collections::HashMap<&PathBuf, usize> =
+        nodes.iter().enumerate().map(|(i, p)| (*p, i)).collect();
+    let edges: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|p| {
+            graph[*p]
+                .iter()
+                .filter_map(|t| index.get(t).copied())
+                .collect()
+        })
+        .collect();
+    // Tarjan's strongly connected components.
+    struct T<'a> {
+        edges: &'a [Vec<usize>],
+        idx: Vec<Option<usize>>,
+        low: Vec<usize>,
+        stack: Vec<usize>,
+        on: Vec<bool>,
+        next: usize,
+        out: Vec<Vec<usize>>,
+    }
+    fn visit(t: &mut T, v: usize) {
+        t.idx[v] = Some(t.next);
+        t.low[v] = t.next;
+        t.next += 1;
+        t.stack.push(v);
+        t.on[v] = true;
+        for &w in &t.edges[v] {
+            match t.idx[w] {
+                None => {
+                    visit(t, w);
+                    t.low[v] = t.low[v].min(t.low[w]);
+                }
+                Some(i) if t.on[w] => t.low[v] = t.low[v].min(i),
+                _ => {}
+            }
+        }
+        if Some(t.low[v]) == t.idx[v] {
+            let mut scc = vec![];
+            while let Some(w) = t.stack.pop() {
+                t.on[w] = false;
+                scc.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            if scc.len() > 1 {
+                t.out.push(scc);
+            }
+        }
+    }
+    let n = nodes.len();
+    let mut t = T {
+        edges: &edges,
+        idx: vec![None; n],
+        low: vec![0; n],
+        stack: vec![],
+        on: vec![false; n],
+        next: 0,
+        out: vec![],
+    };
+    for v in 0..n {
+        if t.idx[v].is_none() {
+            visit(&mut t, v);
+        }
+    }
+    t.out
+        .into_iter()
+        .map(|scc| {
+            let mut files: Vec<String> = scc.into_iter().map(|i| name(nodes[i])).collect();
+            files.sort();
+            files
+        })
+        .collect()
+}
+
+// ---- Imports between files: `src/model`'s rooms in one order, no loops. ----
+
+/// The rooms of `src/model` from the bottom up (docs/architecture.md): a file imports files of
+/// its own room and of rooms of a lower rank, never of its rank or above. `mod.rs` at the top
+/// only declares the rooms and re-exports for the rest of the crate.
+const MODEL_ROOMS: &[(&str, usize)] = &[
+    ("error", 0),
+    ("tokenizer", 1),
+    ("kernels", 1),
+    ("decoder", 2),
+    ("io", 3),
+    ("sample", 3),
+    ("grad", 3),
+    ("policy", 4),
+    ("mod", 5),
+];
+
+/// The room of a file of `src/model` (`model/decoder/layer.rs` → `decoder`,
+/// `model/policy.rs` → `policy`); `None` outside `src/model`.
+fn model_room(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("model/")?;
+    let first = rest.split('/').next().unwrap();
+    Some(first.trim_end_matches(".rs").to_string())
 }
 
 fn rank(room: &str) -> usize {
@@ -469,38 +587,22 @@ fn rank(room: &str) -> usize {
         .1
 }
 
-/// Edges file → file inside `src/model` (library code only).
-fn model_imports() -> Vec<(PathBuf, PathBuf)> {
-    let mut edges = vec![];
-    for f in model_files() {
-        for p in imported_paths(&f) {
-            if p.first().is_some_and(|m| m == "model") {
-                let to = file_of(&p);
-                if to != f.path {
-                    edges.push((f.path.clone(), to));
+#[test]
+fn the_model_imports_only_rooms_below() {
+    let mut bad = vec![];
+    for (file, targets) in import_graph() {
+        let from = under_src(&file);
+        let Some(a) = model_room(&from) else {
+            continue;
+        };
+        for to in targets.iter().map(|t| under_src(t)) {
+            if let Some(b) = model_room(&to) {
+                if a != b && rank(&b) >= rank(&a) {
+                    bad.push(format!("src/{from} imports src/{to}"));
                 }
             }
         }
     }
-    edges.sort();
-    edges.dedup();
-    edges
-}
-
-fn shown(p: &Path) -> String {
-    p.strip_prefix(root()).unwrap_or(p).display().to_string()
-}
-
-#[test]
-fn the_model_imports_only_rooms_below() {
-    let bad: Vec<String> = model_imports()
-        .into_iter()
-        .filter(|(from, to)| {
-            let (a, b) = (room(from), room(to));
-            a != b && rank(&b) >= rank(&a)
-        })
-        .map(|(from, to)| format!("{} imports {}", shown(&from), shown(&to)))
-        .collect();
     assert!(
         bad.is_empty(),
         "inside src/model a file imports its own room or the rooms below it ({MODEL_ROOMS:?}):\n{}",
@@ -509,60 +611,29 @@ fn the_model_imports_only_rooms_below() {
 }
 
 #[test]
-fn no_import_loop_between_the_files_of_the_model() {
-    let edges = model_imports();
-    let next = |f: &PathBuf| -> Vec<&PathBuf> {
-        edges
-            .iter()
-            .filter(|(a, _)| a == f)
-            .map(|(_, b)| b)
-            .collect()
-    };
-    // Depth-first search: a file met again while still on the stack closes a loop.
-    fn visit<'a>(
-        f: &'a PathBuf,
-        next: &dyn Fn(&PathBuf) -> Vec<&'a PathBuf>,
-        stack: &mut Vec<&'a PathBuf>,
-        done: &mut std::collections::HashSet<&'a PathBuf>,
-    ) -> Option<Vec<&'a PathBuf>> {
-        if let Some(at) = stack.iter().position(|s| *s == f) {
-            let mut cycle = stack[at..].to_vec();
-            cycle.push(f);
-            return Some(cycle);
-        }
-        if !done.insert(f) {
-            return None;
-        }
-        stack.push(f);
-        for n in next(f) {
-            if let Some(c) = visit(n, next, stack, done) {
-                return Some(c);
-            }
-        }
-        stack.pop();
-        None
-    }
-    let mut done = std::collections::HashSet::new();
-    for (f, _) in &edges {
-        if let Some(cycle) = visit(f, &next, &mut vec![], &mut done) {
-            let shown: Vec<String> = cycle.iter().map(|p| shown(p)).collect();
-            panic!("an import loop in src/model: {}", shown.join(" -> "));
-        }
-    }
+fn no_two_files_of_the_model_import_each_other_in_a_loop() {
+    let loops = import_loops(|f| f.starts_with("model/"));
+    assert!(
+        loops.is_empty(),
+        "import loops between files of src/model: {loops:#?}"
+    );
 }
 
 #[test]
 fn the_model_has_its_own_error_and_no_reward_or_root_error() {
+    let src = root().join("src");
+    let mut files = vec![];
+    rust_files(&src.join("model"), &mut files);
     let mut bad = vec![];
-    for f in model_files() {
-        let code = code_only(&std::fs::read_to_string(&f.path).unwrap());
+    for f in files {
+        let code = code_only(&std::fs::read_to_string(&f).unwrap());
         let t = tokens(&code);
         if t.contains(&"comlrl_reward") {
-            bad.push(format!("{} names comlrl_reward", shown(&f.path)));
+            bad.push(format!("{} names comlrl_reward", under_src(&f)));
         }
-        for p in imported_paths(&f) {
+        for p in imported_paths(&src, &f) {
             if p.first().is_some_and(|m| m == "error") {
-                bad.push(format!("{} imports crate::error", shown(&f.path)));
+                bad.push(format!("{} imports crate::error", under_src(&f)));
             }
         }
     }
@@ -571,4 +642,164 @@ fn the_model_has_its_own_error_and_no_reward_or_root_error() {
         "src/model returns model::Error and depends on no reward code:\n{}",
         bad.join("\n")
     );
+}
+
+// ---- Imports between files: `src/train`'s folders in one order, no loops. ----
+
+/// The folders of `src/train`, lowest first: a file in one may import only files of its own
+/// folder or of a folder before it (`src/train/mod.rs` lists their roles).
+const TRAIN_ORDER: &[&str] = &[
+    "report",
+    "optim",
+    "rollout",
+    "update",
+    "run",
+    "world",
+    "setup",
+    "algorithms",
+    "trainer",
+];
+
+/// `train/<folder>/...` → `<folder>`; `None` for `train/mod.rs` and files outside `train`.
+fn train_folder(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("train/")?;
+    rest.split_once('/').map(|(folder, _)| folder)
+}
+
+/// Each import from a file of `src/train` into a folder after its own in [`TRAIN_ORDER`].
+fn upward_train_imports() -> Vec<String> {
+    let src = root().join("src");
+    let name = |p: &Path| p.strip_prefix(&src).unwrap().display().to_string();
+    let rank = |f: &str| TRAIN_ORDER.iter().position(|o| *o == f);
+    let mut bad = vec![];
+    for (file, targets) in import_graph() {
+        let from = name(&file);
+        let Some(ff) = train_folder(&from) else {
+            continue;
+        };
+        let Some(fr) = rank(ff) else {
+            bad.push(format!("{from} is in a folder missing from TRAIN_ORDER"));
+            continue;
+        };
+        for t in targets {
+            let to = name(&t);
+            if let Some(tr) = train_folder(&to).and_then(rank) {
+                if tr > fr {
+                    bad.push(format!("{from} imports {to}"));
+                }
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn the_trainers_folders_import_only_the_folders_below_them() {
+    let bad = upward_train_imports();
+    assert!(
+        bad.is_empty(),
+        "src/train's folders import upward (the order, lowest first, is {TRAIN_ORDER:?}): {bad:#?}"
+    );
+}
+
+#[test]
+fn no_two_files_of_the_trainer_import_each_other_in_a_loop() {
+    let loops = import_loops(|f| f.starts_with("train/"));
+    assert!(
+        loops.is_empty(),
+        "import loops between files of src/train: {loops:#?}"
+    );
+}
+
+#[test]
+fn no_two_modules_of_the_crate_import_each_other_in_a_loop() {
+    // The top-level modules of src/ (a folder or a file), as the file-level graph links them;
+    // loops between files inside one module are that module's rule (train's above).
+    let src = root().join("src");
+    let top = |p: &Path| {
+        let rel = p.strip_prefix(&src).unwrap();
+        let first = rel.iter().next().unwrap().to_string_lossy().into_owned();
+        first.trim_end_matches(".rs").to_string()
+    };
+    let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for (file, targets) in import_graph() {
+        let from = top(&file);
+        for t in targets {
+            let to = top(&t);
+            if to != from && !["lib", "main"].contains(&from.as_str()) {
+                edges.entry(from.clone()).or_default().insert(to);
+            }
+        }
+    }
+    // Each module that reaches itself again through another.
+    let mut looped = vec![];
+    for start in edges.keys() {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut todo: Vec<&String> = edges[start].iter().collect();
+        while let Some(m) = todo.pop() {
+            if m == start {
+                looped.push(start.clone());
+                break;
+            }
+            if seen.insert(m.clone()) {
+                todo.extend(edges.get(m).into_iter().flatten());
+            }
+        }
+    }
+    assert!(
+        looped.is_empty(),
+        "modules of src/ that import each other in a loop: {looped:?} (imports: {edges:#?})"
+    );
+}
+
+#[test]
+fn an_algorithm_imports_the_seam_and_the_shared_machinery_never_another_algorithm() {
+    let src = root().join("src");
+    let name = |p: &Path| p.strip_prefix(&src).unwrap().display().to_string();
+    let algorithm = |p: &str| {
+        let rest = p.strip_prefix("train/algorithms/")?;
+        rest.split_once('/').map(|(a, _)| a.to_string())
+    };
+    let mut bad = vec![];
+    for (file, targets) in import_graph() {
+        let from = name(&file);
+        let Some(mine) = algorithm(&from) else {
+            continue;
+        };
+        for t in targets.iter().map(|t| name(t)) {
+            let other = algorithm(&t).is_some_and(|a| a != mine);
+            let not_seam = t.starts_with("train/algorithms/")
+                && algorithm(&t).is_none()
+                && !["train/algorithms/algorithm.rs", "train/algorithms/round.rs"]
+                    .contains(&t.as_str());
+            if other || not_seam {
+                bad.push(format!("{from} imports {t}"));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "an algorithm folder reaches beyond the seam: {bad:#?}"
+    );
+}
+
+#[test]
+fn the_loop_and_the_algorithms_never_branch_on_the_number_of_processes() {
+    // One process or several is `train::world`'s strategy; elsewhere in `train` nothing asks.
+    let mut files = vec![];
+    rust_files(&root().join("src/train"), &mut files);
+    let mut bad = vec![];
+    for f in files
+        .iter()
+        .filter(|f| !f.starts_with(root().join("src/train/world")))
+    {
+        let code = code_only(&std::fs::read_to_string(f).unwrap());
+        for what in [".distributed()", ".size()", ".replicated()"] {
+            if code.contains(what) {
+                bad.push(format!("{} calls {what}", f.display()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
 }

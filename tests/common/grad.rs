@@ -3,8 +3,8 @@
 use super::{fixtures, load_st, rows_i64};
 use candle_core::{DType, Device, Tensor, Var};
 use comlrl::model::{completion_logprobs, Mode, Policy, ScoreLayout};
-use comlrl::train::loss::LossGrads;
 use comlrl::train::rollout::AgentRollout;
+use comlrl::train::update::LossGrads;
 use std::collections::HashMap;
 
 /// `magrpo/loss_tiny.safetensors`: the prompt ids, the K completions (their mask applied)

@@ -7,7 +7,7 @@ use crate::common;
 use candle_core::{DType, Tensor, Var};
 use comlrl::model::grad::recompute::weighted_logprob_grads;
 use comlrl::model::{LoadOptions, ModelSource, Policy, ScoreLayout};
-use comlrl::train::loss::loss_and_grads;
+use comlrl::train::algorithms::magrpo::loss::loss_and_grads;
 use comlrl::train::rollout::AgentRollout;
 use common::grad::{central_difference, f64s};
 use common::*;
@@ -134,7 +134,7 @@ fn loss_paths_match(name: &str, tol: &Tol) {
             &refs,
             1,
             recompute,
-            comlrl::train::loss::Share::ALL,
+            comlrl::train::update::Share::ALL,
         )
         .unwrap();
         let what = format!("{name} loss_and_grads, recompute {recompute}");

@@ -9,7 +9,7 @@ use crate::common;
 use candle_core::{DType, Device, Tensor, Var};
 use comlrl::model::decoder::batch::{causal_mask, position_ids};
 use comlrl::model::{completion_logprobs, LoadOptions, Mode, ModelSource, Policy, ScoreLayout};
-use comlrl::train::loss::loss_and_grads;
+use comlrl::train::algorithms::magrpo::loss::loss_and_grads;
 use comlrl::train::rollout::AgentRollout;
 use common::*;
 use std::process::Command;
@@ -166,7 +166,7 @@ fn agrees_with_transformers(name: &str) {
         &refs,
         1,
         true,
-        comlrl::train::loss::Share::ALL,
+        comlrl::train::update::Share::ALL,
     )
     .unwrap();
     let want_loss = hf["loss"].to_scalar::<f32>().unwrap() as f64;

@@ -3,7 +3,7 @@
 //! activation recomputation. All must give the reference loss, gradient norm and gradients.
 use crate::common;
 use comlrl::model::{LoadOptions, ModelSource, Policy};
-use comlrl::train::loss::loss_and_grads;
+use comlrl::train::algorithms::magrpo::loss::loss_and_grads;
 use comlrl::train::rollout::AgentRollout;
 use common::*;
 
@@ -34,7 +34,7 @@ fn every_loss_path_matches_the_reference() {
                 &[&sample],
                 chunk,
                 recompute,
-                comlrl::train::loss::Share::ALL,
+                comlrl::train::update::Share::ALL,
             )
             .unwrap();
             let what = format!("recompute {recompute}, micro-batch {chunk}");
@@ -61,7 +61,7 @@ fn two_samples_average_and_accumulate_in_place() {
             &[s],
             0,
             false,
-            comlrl::train::loss::Share::ALL,
+            comlrl::train::update::Share::ALL,
         )
         .unwrap()
     };
@@ -72,7 +72,7 @@ fn two_samples_average_and_accumulate_in_place() {
         &[&a, &b],
         2,
         true,
-        comlrl::train::loss::Share::ALL,
+        comlrl::train::update::Share::ALL,
     )
     .unwrap();
     assert!((both.loss - (la.loss + lb.loss) / 2.0).abs() < 1e-5);
@@ -98,7 +98,7 @@ fn two_samples_average_and_accumulate_in_place() {
 /// pass per replica.
 #[test]
 fn replica_shares_add_up_to_the_whole_mini_batch() {
-    use comlrl::train::loss::Share;
+    use comlrl::train::update::Share;
     let policy = load("tiny-qwen2");
     let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
     let (sample, _) = common::grad::loss_sample();
@@ -165,7 +165,8 @@ fn kept_activations_give_the_rerun_gradients_exactly() {
     use comlrl::model::grad::recompute::{forward_and_head, PassPlan};
     use comlrl::model::kernels::compute_dtype::Prepared;
     use comlrl::model::ComputeDtype;
-    use comlrl::train::loss::{loss_and_grads_in, Share};
+    use comlrl::train::algorithms::magrpo::loss::loss_and_grads_in;
+    use comlrl::train::update::Share;
     let policy = load("tiny-qwen2");
     let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
     let (sample, _) = common::grad::loss_sample();

@@ -1,7 +1,7 @@
 //! Advantages and AdamW against the MAGRPO fixtures (`tests/fixtures/magrpo`).
 use crate::common;
 use candle_core::{Device, Tensor, Var};
-use comlrl::train::advantage::{advantages, Baseline};
+use comlrl::train::algorithms::magrpo::advantage::{advantages, Baseline};
 use comlrl::train::optim::{AdamW, AdamWConfig};
 use common::*;
 

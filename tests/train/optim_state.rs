@@ -3,7 +3,7 @@
 //! checkpoint written with the other setting (with a note), and a whole run with it learns.
 use crate::common;
 use candle_core::{Device, Tensor, Var};
-use comlrl::train::moments::{Moments, StateDtype};
+use comlrl::train::optim::moments::{Moments, StateDtype};
 use comlrl::train::optim::{AdamW, AdamWConfig};
 use comlrl::train::{Observer, Trainer};
 use common::tiny_run::{load_small, resume_matches, small};

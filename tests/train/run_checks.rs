@@ -70,7 +70,7 @@ fn edit_state(ck: &Path, f: impl Fn(&mut serde_json::Value)) {
     std::fs::write(&p, v.to_string()).unwrap();
     let m: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(ck.join("manifest.json")).unwrap()).unwrap();
-    comlrl::train::manifest::write(
+    comlrl::train::run::manifest::write(
         ck,
         m["run_id"].as_str().unwrap(),
         v["step"].as_u64().unwrap() as usize,

@@ -82,7 +82,7 @@ fn pruning_keeps_the_latest_two_by_recency_not_step_number() {
     // Another run's checkpoint, a user's folder and another run's temporary: kept.
     let other = copy("step-00000500").join("manifest.json");
     let text = std::fs::read_to_string(&other).unwrap();
-    let id = comlrl::train::rundir::read_run_id(&out).unwrap();
+    let id = comlrl::train::run::dir::read_run_id(&out).unwrap();
     std::fs::write(&other, text.replace(&id, "0123456789abcdef")).unwrap();
     std::fs::create_dir_all(ck.join("step-best")).unwrap();
     std::fs::write(ck.join("step-best/model.bin"), "user data").unwrap();

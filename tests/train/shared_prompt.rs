@@ -6,8 +6,9 @@
 use crate::common;
 use comlrl::model::grad::recompute::{prompt_part, PassPlan};
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy, ScoreLayout};
-use comlrl::train::loss::{loss_and_grads_in, LossGrads, Share};
+use comlrl::train::algorithms::magrpo::loss::loss_and_grads_in;
 use comlrl::train::rollout::AgentRollout;
+use comlrl::train::update::{LossGrads, Share};
 use common::*;
 
 fn load(name: &str) -> Policy {
@@ -182,7 +183,7 @@ fn a_run_shares_long_prompts_and_logs_the_same_update() {
             "trainer.micro_batch_size=4".to_string(),
             format!("trainer.share_prompt={share}"),
         ];
-        let plan = comlrl::train::setup::pass_plan(&load_small(&out, &sets).trainer);
+        let plan = comlrl::train::update::plan::pass_plan(&load_small(&out, &sets).trainer);
         assert_eq!(
             plan.share_prompt, share,
             "the key reaches the update's plan"

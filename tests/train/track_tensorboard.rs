@@ -125,7 +125,7 @@ fn an_unwritable_tensorboard_dir_warns_once_and_training_goes_on() {
     // file where the folder should go: the new run starts, its tracker cannot write.
     let record = serde_json::json!({
         "run_id": "0123456789abcdef",
-        "created": comlrl::train::rundir::CLEARED,
+        "created": comlrl::train::run::dir::CLEARED,
     });
     std::fs::write(out.join("run.json"), record.to_string()).unwrap();
     std::fs::write(out.join("tb"), "a file where the tb/ folder should go").unwrap();

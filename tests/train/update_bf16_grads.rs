@@ -7,8 +7,9 @@ use crate::common;
 use candle_core::{DType, Tensor, Var};
 use comlrl::model::grad::recompute::PassPlan;
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy};
-use comlrl::train::loss::{loss_and_grads, loss_and_grads_in, LossGrads, Share};
+use comlrl::train::algorithms::magrpo::loss::{loss_and_grads, loss_and_grads_in};
 use comlrl::train::rollout::AgentRollout;
+use comlrl::train::update::{LossGrads, Share};
 use common::*;
 
 /// Bound on each tensor's relative gradient error. bf16 keeps 8 significant bits, so rounding

@@ -5,8 +5,9 @@
 //! yields zero gradients (not missing ones), so the optimizer steps as torch's would.
 use crate::common;
 use comlrl::model::{LoadOptions, ModelSource, Policy};
-use comlrl::train::loss::{loss_and_grads, LossGrads, Share};
+use comlrl::train::algorithms::magrpo::loss::loss_and_grads;
 use comlrl::train::rollout::AgentRollout;
+use comlrl::train::update::{LossGrads, Share};
 use common::*;
 
 fn tiny() -> Policy {

@@ -133,6 +133,7 @@ plain_settings!(
     f64,
     bool,
     String,
+    crate::plan::Algorithm,
     crate::plan::JointMode,
     crate::plan::AdvantageMode,
     crate::plan::LrScheduler,

@@ -128,6 +128,14 @@ pub struct RewardPlan {
     pub processors: Vec<ProcessorSpec>,
 }
 
+/// The training algorithm (`trainer.algorithm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    /// Multi-agent group-relative policy optimisation (CoMLRL's `MAGRPOTrainer`).
+    Magrpo,
+}
+
 /// How each agent's G generations are combined into joint actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

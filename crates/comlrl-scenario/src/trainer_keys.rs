@@ -16,7 +16,9 @@ use crate::error::ErrorKind;
 use crate::keys::{
     at_least, if_set, learning_rate, non_negative, positive, section, unit, Bad, Relevance,
 };
-use crate::plan::{AdvantageMode, CodeSource, Dtype, JointMode, LrScheduler, TransitionPlan};
+use crate::plan::{
+    AdvantageMode, Algorithm, CodeSource, Dtype, JointMode, LrScheduler, TransitionPlan,
+};
 use crate::positions::KeyPath;
 use crate::raw::RawTransition;
 use crate::trainer::TrainerContext;
@@ -27,6 +29,9 @@ section! {
     plan /// Every `MAGRPOConfig` setting (CoMLRL 1.4 names) plus comlrl's optimizer extras.
         TrainerPlan, context cx: TrainerContext<'_>;
     keys {
+        /// The training algorithm: `magrpo`, multi-agent group-relative policy optimisation
+        /// (its baseline variants are `advantage_mode`).
+        algorithm: Algorithm = Algorithm::Magrpo, kind "`magrpo`", why "CoMLRL's MAGRPO trainer";
         /// Passes over the training prompts.
         num_train_epochs: usize = 20, kind "integer ≥ 1", why "CoMLRL",
             check at_least(1, "set `num_train_epochs: 1` or more");

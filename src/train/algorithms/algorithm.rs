@@ -1,0 +1,43 @@
+//! The seam between the shared training loop and an algorithm. The loop (`train::trainer`)
+//! samples each prompt's rollout tree and scores it, buffers what the algorithm makes of it,
+//! runs an update round when the buffer is full, and writes metrics, checkpoints and the final
+//! models; an algorithm owns only what differs:
+//!
+//! - after a prompt's rollouts are scored, what its completions train ([`Algorithm::targets`]:
+//!   returns and advantages, or whatever targets the algorithm needs, per completion);
+//! - the update round: each mini-batch's losses and gradients, stepped through the shared
+//!   optimizer step ([`Algorithm::update`] with a [`Round`]; the gradients of a loss over
+//!   sequence log-probabilities come from `train::update::passes`);
+//! - what it adds to checkpoints (its [`CheckpointPart`]: extra networks such as critics or
+//!   value heads, their optimizers, its own state) and to the metrics ([`Learner::record`]);
+//! - its extra networks, which it loads when it is built (`registry`).
+//!
+//! [`Learner::record`]: super::round::Learner::record
+use super::round::{AgentUpdate, Round};
+use crate::error::Result;
+use crate::train::rollout::{Node, NodeSample};
+use crate::train::run::checkpoint::CheckpointPart;
+
+/// A training algorithm (selected by `trainer.algorithm`, see `registry`).
+pub trait Algorithm: CheckpointPart + Send + Sync {
+    /// The `trainer.algorithm` value that selects it.
+    fn name(&self) -> &'static str;
+
+    /// What one prompt's scored rollout tree trains: its nodes in creation order (the root
+    /// first), each completion with its return and advantage. Every rank calls it with the
+    /// same tree and must compute the same samples; evaluation calls it too.
+    fn targets(&self, root: Node) -> Result<Vec<NodeSample>>;
+
+    /// Optimizer steps each agent takes in one update round (for the learning-rate schedule,
+    /// which spans the run's rounds).
+    fn steps_per_round(&self) -> usize;
+
+    /// One update round over the buffered samples (in buffer order): the gradients of every
+    /// agent `round` trains, each mini-batch stepped with [`super::round::Learner::step`].
+    /// Returns what each agent reported, by agent index.
+    fn update(
+        &mut self,
+        round: Round<'_>,
+        buffer: &[NodeSample],
+    ) -> Result<Vec<(usize, AgentUpdate)>>;
+}

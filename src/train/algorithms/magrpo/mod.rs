@@ -1,0 +1,149 @@
+//! MAGRPO (arXiv 2508.04652, CoMLRL's `MAGRPOTrainer`): each completion's return sums the
+//! discounted returns of the joint actions it takes part in (`returns`), less the KL penalty
+//! when it is on; its advantage is the return against its group's baseline, optionally
+//! normalised (`advantage`, `trainer.advantage_mode`); the loss is the advantage-weighted
+//! sequence log-probability (`loss`), one AdamW step per mini-batch of `train_batch_size`
+//! buffered nodes. It keeps no network beside the agents and adds nothing to checkpoints.
+pub mod advantage;
+pub mod loss;
+pub mod returns;
+
+use crate::error::Result;
+use crate::train::algorithms::algorithm::Algorithm;
+use crate::train::algorithms::round::{AgentUpdate, Round};
+use crate::train::rollout::joint::completion_returns;
+use crate::train::rollout::{AgentRollout, Node, NodeSample};
+use crate::train::run::checkpoint::CheckpointPart;
+use crate::train::update::plan::pass_plan;
+use advantage::{advantages, Baseline};
+use comlrl_scenario::{AdvantageMode, Scenario};
+use loss::loss_and_grads_in;
+use returns::joint_returns;
+
+/// MAGRPO with a scenario's settings.
+pub struct Magrpo {
+    /// Completions per agent per node.
+    k: usize,
+    /// γ for returns across turns.
+    discount: f64,
+    /// The KL penalty's coefficient (0: off).
+    kl_coef: f64,
+    baseline: Baseline,
+    normalize: bool,
+    /// Buffered nodes per mini-batch.
+    batch: usize,
+    /// Nodes per update round.
+    buffer: usize,
+    /// Sequences per forward/backward pass (0: a node's K at once).
+    micro_batch: usize,
+    /// Re-run layers in the backward (`gradient_checkpointing`).
+    recompute: bool,
+    plan: crate::model::grad::recompute::PassPlan,
+}
+
+impl Magrpo {
+    /// MAGRPO as `s.trainer` sets it up.
+    pub fn new(s: &Scenario) -> Self {
+        let t = &s.trainer;
+        Magrpo {
+            k: t.num_generations,
+            discount: t.discount,
+            kl_coef: t.kl_coef,
+            baseline: match t.advantage_mode {
+                AdvantageMode::Mean => Baseline::Mean,
+                AdvantageMode::Raw => Baseline::Raw,
+                AdvantageMode::Max => Baseline::Max,
+                AdvantageMode::Rloo => Baseline::Rloo,
+            },
+            normalize: t.advantage_normalization,
+            batch: t.train_batch_size.max(1),
+            buffer: t.rollout_buffer_size.max(1),
+            micro_batch: t.micro_batch_size,
+            recompute: t.gradient_checkpointing,
+            plan: pass_plan(t),
+        }
+    }
+
+    /// Returns and advantages of `node` and its subtree, appended to `out` in creation order.
+    fn flatten(&self, node: Node, out: &mut Vec<NodeSample>) {
+        let n = node.agents.len();
+        let jr = joint_returns(&node, self.discount);
+        let Node {
+            turn,
+            mut agents,
+            joint,
+            rewards,
+            components,
+            children,
+        } = node;
+        let returns = completion_returns(&joint, &jr, n, self.k);
+        for (a, mut r) in agents.iter_mut().zip(returns) {
+            // The KL penalty, when on, lowers each completion's return by coef · KL.
+            for (ret, kl) in r.iter_mut().zip(&a.kl) {
+                *ret -= (self.kl_coef * *kl as f64) as f32;
+            }
+            a.advantages = advantages(&r, self.baseline, self.normalize);
+            a.returns = r;
+        }
+        out.push(NodeSample {
+            turn,
+            agents,
+            rewards,
+            components,
+        });
+        for child in children {
+            self.flatten(child, out);
+        }
+    }
+}
+
+impl Algorithm for Magrpo {
+    fn name(&self) -> &'static str {
+        "magrpo"
+    }
+
+    fn targets(&self, root: Node) -> Result<Vec<NodeSample>> {
+        let mut out = Vec::new();
+        self.flatten(root, &mut out);
+        Ok(out)
+    }
+
+    fn steps_per_round(&self) -> usize {
+        self.buffer.div_ceil(self.batch)
+    }
+
+    fn update(
+        &mut self,
+        round: Round<'_>,
+        buffer: &[NodeSample],
+    ) -> Result<Vec<(usize, AgentUpdate)>> {
+        round.each_agent(|learner| {
+            let i = learner.index();
+            for chunk in buffer.chunks(self.batch) {
+                let samples: Vec<&AgentRollout> = chunk.iter().map(|s| &s.agents[i]).collect();
+                let lg = loss_and_grads_in(
+                    learner.policy(),
+                    learner.vars(),
+                    &samples,
+                    self.micro_batch,
+                    self.recompute,
+                    learner.share(),
+                    self.plan,
+                )?;
+                log::debug!(
+                    "agent {i}: gradients accumulated ({} layer passes kept their \
+                     activations, at most {:.1} MB a pass; {} sequences of advantage 0 \
+                     skipped); {}",
+                    lg.kept_layers,
+                    lg.kept_bytes_max as f64 / 1e6,
+                    lg.skipped,
+                    crate::runtime::memory_line()
+                );
+                learner.step(lg)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl CheckpointPart for Magrpo {}

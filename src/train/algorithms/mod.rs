@@ -1,0 +1,15 @@
+//! Training algorithms behind one seam ([`Algorithm`], in `algorithm`): the shared loop hands an
+//! algorithm each scored rollout tree and, when the buffer is full, an update round ([`Round`]
+//! of [`Learner`]s, in `round`); `registry` maps `trainer.algorithm` to one. Each algorithm is a
+//! folder of its own (`magrpo/`) that imports the seam and the shared machinery, never another
+//! algorithm.
+//!
+//! Files, lowest first: `algorithm` and `round` (the seam), the algorithm folders, `registry`.
+//! Imports every other folder of `train` but `trainer`.
+pub mod algorithm;
+pub mod magrpo;
+pub mod registry;
+pub mod round;
+
+pub use algorithm::Algorithm;
+pub use round::{AgentUpdate, Learner, Round, StepRule};

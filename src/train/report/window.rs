@@ -1,0 +1,189 @@
+//! The logging window: sums of everything a training step measures, aggregated between two
+//! log lines into one metrics row (written by `crate::metrics`).
+use super::timing::Phases;
+use crate::metrics::Row;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Sums since the last logged row.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Window {
+    /// Training steps in the window.
+    pub steps: usize,
+    /// Joint rewards of the first-turn joint actions.
+    pub rewards: Vec<f32>,
+    /// Sum and count of each reward term's raw value.
+    pub components: Vec<(f64, usize)>,
+    /// Per agent: (loss sum, grad-norm sum, updates), (completion-length sum, count), return sum.
+    pub agents: Vec<AgentWindow>,
+    /// Wall seconds of the steps.
+    pub seconds: f64,
+    /// Tokens sampled.
+    pub generated_tokens: usize,
+    /// Seconds per phase (sampling, reward, update, …).
+    #[serde(default)]
+    pub phases: Phases,
+    /// Model FLOPs of the loss's forward and backward passes (all agents).
+    #[serde(default)]
+    pub train_flops: f64,
+    /// The learning rate of the window's last optimizer step; `None` (logged as null) when the
+    /// window had none.
+    #[serde(default)]
+    pub lr: Option<f64>,
+    /// Whether evaluation is on (its columns are then always present, null when not run).
+    pub eval_enabled: bool,
+    /// Whether the reference-KL penalty is on (adds `agent_<i>/kl`).
+    #[serde(default)]
+    pub kl_enabled: bool,
+    /// Mean reward and mean completion return of the last evaluation in this window.
+    pub eval: Option<(f64, f64)>,
+    /// Sum and count of joint rewards of turns 2, 3, ... (multi-turn runs).
+    #[serde(default)]
+    pub turn_rewards: Vec<(f64, usize)>,
+    /// Steps skipped because a reward term with `on_error: skip_step` failed (logged as
+    /// `skipped_steps` when not 0).
+    #[serde(default)]
+    pub skipped_steps: usize,
+}
+
+/// One agent's sums in a [`Window`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AgentWindow {
+    /// Sum of mini-batch losses.
+    pub loss: f64,
+    /// Sum of mini-batch gradient norms.
+    pub grad_norm: f64,
+    /// Mini-batches (summands of `loss` and `grad_norm`).
+    pub updates: usize,
+    /// Sum of completion lengths, in tokens.
+    pub len_sum: f64,
+    /// Sum of completion returns.
+    pub returns_sum: f64,
+    /// Completions (summands of `len_sum` and `returns_sum`).
+    pub completions: usize,
+    /// Sum of per-completion reference KL.
+    pub kl_sum: f64,
+    /// Completions whose advantage is exactly 0 (the update skips them).
+    #[serde(default)]
+    pub zero_advantages: usize,
+    /// Sums of the algorithm's own per-step metrics, by name (logged as `agent_<i>/<name>`,
+    /// their mean per optimizer step).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, f64>,
+}
+
+impl Window {
+    /// An empty window for `agents` agents and `components` reward terms.
+    pub fn new(agents: usize, components: usize, eval_enabled: bool, kl_enabled: bool) -> Self {
+        Self {
+            agents: vec![AgentWindow::default(); agents],
+            components: vec![(0.0, 0); components],
+            eval_enabled,
+            kl_enabled,
+            ..Default::default()
+        }
+    }
+
+    /// The row for this window; `None` when it holds no step.
+    pub fn row(&self, step: usize, epoch: usize, names: &[String]) -> Option<Row> {
+        if self.steps == 0 {
+            return None;
+        }
+        // No rewards (every step skipped): null, not a made-up 0.
+        let n = self.rewards.len() as f64;
+        let mean = self.rewards.iter().map(|&r| r as f64).sum::<f64>() / n;
+        let var = self
+            .rewards
+            .iter()
+            .map(|&r| (r as f64 - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        let mut row: Row = vec![
+            ("step".into(), step as f64),
+            ("epoch".into(), epoch as f64),
+            ("reward_mean".into(), mean),
+            ("reward_std".into(), var.sqrt()),
+        ];
+        if self.skipped_steps > 0 {
+            row.push(("skipped_steps".into(), self.skipped_steps as f64));
+        }
+        for (t, (sum, count)) in self.turn_rewards.iter().enumerate() {
+            row.push((
+                format!("turn_{}/reward_mean", t + 2),
+                sum / (*count).max(1) as f64,
+            ));
+        }
+        for (name, (sum, count)) in names.iter().zip(&self.components) {
+            row.push((format!("reward/{name}"), sum / (*count).max(1) as f64));
+        }
+        for (i, a) in self.agents.iter().enumerate() {
+            let u = a.updates.max(1) as f64;
+            let c = a.completions.max(1) as f64;
+            if a.updates > 0 {
+                row.push((format!("agent_{i}/loss"), a.loss / u));
+                row.push((format!("agent_{i}/grad_norm"), a.grad_norm / u));
+                for (name, sum) in &a.extra {
+                    row.push((format!("agent_{i}/{name}"), sum / u));
+                }
+            }
+            row.push((format!("agent_{i}/completion_length_mean"), a.len_sum / c));
+            row.push((format!("agent_{i}/return_mean"), a.returns_sum / c));
+            row.push((
+                format!("agent_{i}/zero_advantage_frac"),
+                a.zero_advantages as f64 / c,
+            ));
+            if self.kl_enabled {
+                row.push((format!("agent_{i}/kl"), a.kl_sum / c));
+            }
+        }
+        row.push(("lr".into(), self.lr.unwrap_or(f64::NAN)));
+        row.push(("step_seconds".into(), self.seconds / self.steps as f64));
+        let tps = if self.phases.sampling > 0.0 {
+            self.generated_tokens as f64 / self.phases.sampling
+        } else {
+            0.0
+        };
+        row.push(("tokens_per_s".into(), tps));
+        for (name, secs) in self.phases.scaled(self.steps as f64).named() {
+            row.push((format!("time/{name}_s"), secs));
+        }
+        // Achieved GFLOP/s of the loss's matmuls (forward + backward time, summed over agents).
+        let fb = self.phases.forward + self.phases.backward;
+        let gflops = if fb > 0.0 {
+            self.train_flops / fb / 1e9
+        } else {
+            0.0
+        };
+        row.push(("train_gflops_per_s".into(), gflops));
+        if self.eval_enabled {
+            let (r, ret) = self.eval.unwrap_or((f64::NAN, f64::NAN));
+            row.push(("eval/reward_mean".into(), r));
+            row.push(("eval/return_mean".into(), ret));
+        }
+        Some(row)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_algorithms_own_sums_are_logged_per_optimizer_step() {
+        let mut w = Window::new(2, 0, false, false);
+        w.steps = 1;
+        w.rewards = vec![1.0];
+        let a = &mut w.agents[1];
+        a.updates = 2;
+        a.loss = 1.0;
+        a.extra.insert("value_loss".into(), 3.0);
+        let row = w.row(1, 1, &[]).expect("a row");
+        let get = |k: &str| row.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+        assert_eq!(get("agent_1/value_loss"), Some(1.5));
+        assert_eq!(get("agent_1/loss"), Some(0.5));
+        assert_eq!(get("agent_0/value_loss"), None);
+        // A window without such sums serializes as before.
+        let json = serde_json::to_string(&Window::new(1, 0, false, false)).expect("json");
+        assert!(!json.contains("extra"), "{json}");
+    }
+}

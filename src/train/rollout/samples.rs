@@ -1,0 +1,51 @@
+//! What a rollout produces and the update consumes: each node of a prompt's rollout tree (one
+//! turn of one branch) with every agent's completions, the joint rewards, and — once the
+//! algorithm has computed them — each completion's return and advantage. The rollout buffer
+//! holds these between updates, and checkpoints keep them.
+use serde::{Deserialize, Serialize};
+
+/// One agent's part of a node sample.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentRollout {
+    /// The agent's prompt, tokenized.
+    pub prompt_ids: Vec<u32>,
+    /// K completions (token ids, ending with EOS when they stopped there).
+    pub completions: Vec<Vec<u32>>,
+    /// The completions, decoded.
+    pub texts: Vec<String>,
+    /// Return of each completion.
+    pub returns: Vec<f32>,
+    /// Advantage of each completion.
+    pub advantages: Vec<f32>,
+    /// Per completion: Σ_t k3(π_ref ‖ π) over its tokens (0 when the KL penalty is off).
+    #[serde(default)]
+    pub kl: Vec<f32>,
+}
+
+impl AgentRollout {
+    /// Freshly sampled completions, before any return, advantage or KL is known.
+    pub fn sampled(prompt_ids: Vec<u32>, completions: Vec<Vec<u32>>, texts: Vec<String>) -> Self {
+        AgentRollout {
+            prompt_ids,
+            completions,
+            texts,
+            returns: vec![],
+            advantages: vec![],
+            kl: vec![],
+        }
+    }
+}
+
+/// One node of a prompt's rollout tree (one turn of one branch), all agents.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeSample {
+    /// 0-based turn of this node.
+    #[serde(default)]
+    pub turn: usize,
+    /// Each agent, in order.
+    pub agents: Vec<AgentRollout>,
+    /// Final reward of every joint action.
+    pub rewards: Vec<f32>,
+    /// Raw value of every reward term, per joint action (`[joint][term]`).
+    pub components: Vec<Vec<f32>>,
+}

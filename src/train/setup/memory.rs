@@ -1,0 +1,569 @@
+//! The memory a run's agents will take at its peak, estimated from their model configs and the
+//! scenario's settings before any weight is read, so that a run that cannot fit is refused with
+//! the number instead of loading agents until the machine runs out.
+//!
+//! Per agent: what stays for the whole run (f32 weights, AdamW's two moments, the frozen
+//! reference with a KL penalty, the transposed f32 sampling copies of small models, the
+//! tokenizer), what sampling adds (bf16 copies or f32 MLP panels, both freed for update rounds;
+//! the KV cache of a batch of rows; logits) and what an update round adds (gradient
+//! accumulators, packed weights, one pass's activations and LM-head logits). The peak is what
+//! stays plus the larger of the two phases, with agents counted together where they run at the
+//! same time (`parallel_sampling`, `parallel_updates`) and the largest alone where they take
+//! turns. Agents with the same model and settings share one line of the report; nothing is
+//! shared between agents in memory (each loads its own weights and tokenizer).
+use crate::error::{Error, Result};
+use crate::model::{ModelInfo, ModelSource, RolloutCopies};
+use comlrl_scenario::{AgentPlan, Dtype, Scenario};
+use std::collections::HashMap;
+
+/// The environment variable that turns a refusal into a warning.
+pub const OVERRIDE_ENV: &str = "COMLRL_IGNORE_MEMORY_ESTIMATE";
+
+/// Tokens a chat template adds around a prompt (role markers, a default system message).
+const CHAT_TEMPLATE_TOKENS: usize = 64;
+
+/// One agent's estimate, in bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentMemory {
+    /// The agent's index.
+    pub index: usize,
+    /// The model as the scenario names it.
+    pub model: String,
+    /// Parameters of its model.
+    pub parameters: u64,
+    /// Held for the whole run: (what, bytes).
+    pub resident: Vec<(&'static str, u64)>,
+    /// Added while it samples.
+    pub sampling: Vec<(&'static str, u64)>,
+    /// Added while it updates.
+    pub update: Vec<(&'static str, u64)>,
+}
+
+fn sum(parts: &[(&'static str, u64)]) -> u64 {
+    parts.iter().map(|(_, b)| *b).fold(0, u64::saturating_add)
+}
+
+impl AgentMemory {
+    /// Bytes held for the whole run.
+    pub fn resident_bytes(&self) -> u64 {
+        sum(&self.resident)
+    }
+
+    /// Bytes while sampling, over what is held.
+    pub fn sampling_bytes(&self) -> u64 {
+        sum(&self.sampling)
+    }
+
+    /// Bytes while updating, over what is held.
+    pub fn update_bytes(&self) -> u64 {
+        sum(&self.update)
+    }
+
+    /// Bytes at the agent's own peak.
+    pub fn peak_bytes(&self) -> u64 {
+        self.resident_bytes()
+            .saturating_add(self.sampling_bytes().max(self.update_bytes()))
+    }
+
+    /// Everything but the index: agents that are equal in this share a report line.
+    fn key(&self) -> (String, u64, Vec<(&'static str, u64)>) {
+        let parts = [&self.resident[..], &self.sampling, &self.update].concat();
+        (self.model.clone(), self.parameters, parts)
+    }
+}
+
+/// The estimate of a run (or of one rank's agents).
+#[derive(Debug, Clone)]
+pub struct MemoryEstimate {
+    /// The agents whose models could be read, in index order.
+    pub agents: Vec<AgentMemory>,
+    /// Agents whose model is not on this machine (an uncached Hub model in `check`).
+    pub unknown: Vec<usize>,
+    /// Bytes the agents add at the run's peak.
+    pub peak: u64,
+    /// Bytes this process held when the estimate was made (scenario, dataset, rewards).
+    pub process: u64,
+    /// Bytes the machine has available, and what limits it.
+    pub available: Option<(u64, String)>,
+    /// Ways to need less, for this scenario's settings.
+    pub remedies: Vec<String>,
+}
+
+/// `n` bytes for people: `512 kB`, `3.5 MB`, `14.8 GB`, `3.7 TB`.
+pub fn human(n: u64) -> String {
+    let x = n as f64;
+    if x >= 1e12 {
+        format!("{:.1} TB", x / 1e12)
+    } else if x >= 1e9 {
+        format!("{:.1} GB", x / 1e9)
+    } else if x >= 1e6 {
+        format!("{:.1} MB", x / 1e6)
+    } else {
+        format!("{:.0} kB", x / 1e3)
+    }
+}
+
+/// Agent indices as ranges: `0–3, 7`.
+fn ranges(ids: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let mut j = i;
+        while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
+            j += 1;
+        }
+        out.push(match j - i {
+            0 => ids[i].to_string(),
+            1 => format!("{}, {}", ids[i], ids[j]),
+            _ => format!("{}–{}", ids[i], ids[j]),
+        });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
+impl MemoryEstimate {
+    /// Whether the agents' peak exceeds what the machine has available.
+    pub fn exceeds(&self) -> bool {
+        self.available.as_ref().is_some_and(|(a, _)| self.peak > *a)
+    }
+
+    /// The report `comlrl check` prints: one line per group of equal agents, then the total.
+    pub fn report(&self) -> String {
+        let mut groups: Vec<(Vec<usize>, &AgentMemory)> = Vec::new();
+        let mut at: HashMap<_, usize> = HashMap::new();
+        for a in &self.agents {
+            match at.get(&a.key()) {
+                Some(&g) => groups[g].0.push(a.index),
+                None => {
+                    at.insert(a.key(), groups.len());
+                    groups.push((vec![a.index], a));
+                }
+            }
+        }
+        let mut out = String::from("memory estimate (from the model configs, before loading):\n");
+        for (ids, a) in &groups {
+            let parts = |p: &[(&str, u64)]| {
+                p.iter()
+                    .filter(|(_, b)| *b > 0)
+                    .map(|(w, b)| format!("{w} {}", human(*b)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            out += &format!(
+                "  agent{} {} ({}, {:.1}M parameters): {} per agent at its peak\n    held: {}\n    while sampling: {}\n    while updating: {}\n",
+                if ids.len() > 1 { "s" } else { "" },
+                ranges(ids),
+                a.model,
+                a.parameters as f64 / 1e6,
+                human(a.peak_bytes()),
+                parts(&a.resident),
+                parts(&a.sampling),
+                parts(&a.update),
+            );
+        }
+        if !self.unknown.is_empty() {
+            out += &format!(
+                "  agent(s) {}: model not on this machine, not counted (`comlrl run` estimates it once downloaded)\n",
+                ranges(&self.unknown)
+            );
+        }
+        out += &format!(
+            "  total: {} at the peak for {} agent(s), plus {} this process holds now; available: {}",
+            human(self.peak),
+            self.agents.len(),
+            human(self.process),
+            match &self.available {
+                Some((b, what)) => format!("{} ({what})", human(*b)),
+                None => "unknown".into(),
+            }
+        );
+        out
+    }
+
+    /// The refusal: the numbers, and the ways out.
+    pub fn refusal(&self) -> String {
+        let (avail, what) = self.available.clone().unwrap_or_default();
+        let per = self
+            .agents
+            .iter()
+            .map(AgentMemory::peak_bytes)
+            .max()
+            .unwrap_or(0);
+        format!(
+            "the {} agent(s) need about {} of memory at the peak (up to {} per agent, from the \
+             model configs; `comlrl check` shows the breakdown) but {} is available ({what}); \
+             to need less: {}; or set {OVERRIDE_ENV}=1 to run anyway",
+            self.agents.len(),
+            human(self.peak),
+            human(per),
+            human(avail),
+            self.remedies.join(", ")
+        )
+    }
+}
+
+/// How to find an agent's model without loading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Hub models are downloaded when missing (what loading would do next).
+    Download,
+    /// Only what is on this machine (`comlrl check` never downloads).
+    Local,
+}
+
+/// Reads the shape of `src`'s model (`None`: an uncached Hub model with [`Lookup::Local`]).
+fn inspect(src: &ModelSource, lookup: Lookup) -> Result<Option<ModelInfo>> {
+    match src {
+        ModelSource::Builtin(name) => Ok(Some(ModelInfo::builtin(name)?)),
+        ModelSource::Gguf(path) => Ok(Some(ModelInfo::gguf(path)?)),
+        ModelSource::Local(dir) => Ok(Some(ModelInfo::dir(dir)?)),
+        ModelSource::Hub { .. } => {
+            let dir = match lookup {
+                Lookup::Download => src.resolve_dir()?,
+                Lookup::Local => crate::train::rollout::prompt::cached_model_dir(src)?
+                    .filter(|d| d.join("config.json").is_file()),
+            };
+            Ok(dir.map(|d| ModelInfo::dir(&d)).transpose()?)
+        }
+    }
+}
+
+/// The estimate for the agents `holds` selects (those this rank trains), of which `samples`
+/// selects those it samples (and keeps a KL reference of). Each distinct model is read once.
+pub fn estimate(
+    s: &Scenario,
+    holds: impl Fn(usize) -> bool,
+    samples: impl Fn(usize) -> bool,
+    lookup: Lookup,
+) -> Result<MemoryEstimate> {
+    let process = crate::runtime::rss_bytes().unwrap_or(0);
+    let mut infos: HashMap<String, Option<ModelInfo>> = HashMap::new();
+    let mut agents = Vec::new();
+    let mut unknown = Vec::new();
+    for a in s.agents.iter().filter(|a| holds(a.index)) {
+        let spec = &a.model.spec;
+        if !infos.contains_key(spec) {
+            let src = super::models::model_source(a, &s.base_dir)?;
+            let info =
+                inspect(&src, lookup).map_err(|e| e.for_agent(a.index, Some(spec.clone())))?;
+            infos.insert(spec.clone(), info);
+        }
+        match &infos[spec] {
+            Some(info) => agents.push(agent_memory(s, a, info, samples(a.index))),
+            None => unknown.push(a.index),
+        }
+    }
+    let t = &s.trainer;
+    let phase = |bytes: &dyn Fn(&AgentMemory) -> u64, together: bool| -> u64 {
+        let each = agents.iter().map(bytes);
+        match together {
+            true => each.fold(0, u64::saturating_add),
+            false => each.max().unwrap_or(0),
+        }
+    };
+    let resident = phase(&AgentMemory::resident_bytes, true);
+    let sampling = phase(&AgentMemory::sampling_bytes, t.parallel_sampling);
+    let update = phase(&AgentMemory::update_bytes, t.parallel_updates);
+    let peak = resident.saturating_add(sampling.max(update));
+    Ok(MemoryEstimate {
+        remedies: remedies(s, agents.len()),
+        agents,
+        unknown,
+        peak,
+        process,
+        available: crate::runtime::available_memory(),
+    })
+}
+
+/// The settings of this scenario that would lower the estimate.
+fn remedies(s: &Scenario, n: usize) -> Vec<String> {
+    let t = &s.trainer;
+    let mut out = Vec::new();
+    if n > 1 {
+        out.push("fewer agents (`agents.count`)".to_string());
+    }
+    if t.optimizer_state_dtype != Dtype::Bf16 {
+        out.push("`trainer.optimizer_state_dtype: bf16` (AdamW's state in half the bytes)".into());
+    }
+    if t.parallel_updates && n > 1 {
+        out.push("`trainer.parallel_updates: false` (one agent's gradients at a time)".into());
+    }
+    if t.parallel_sampling && n > 1 {
+        out.push("`trainer.parallel_sampling: false`".into());
+    }
+    if s.agents.iter().any(|a| a.sampling_copies) {
+        out.push("`agents.sampling_copies: false`".into());
+    }
+    if t.kl_coef != 0.0 {
+        out.push("`trainer.kl_coef: 0` (no frozen reference copy)".into());
+    }
+    if t.micro_batch_size != 1 {
+        out.push("a smaller `trainer.micro_batch_size`".into());
+    }
+    out.push("a smaller model or `agents.max_new_tokens`".into());
+    out
+}
+
+/// Longest first-turn prompt in bytes, rendered with the agent's template: an upper bound on
+/// its tokens for byte-level BPE vocabularies (every token covers at least one byte).
+fn longest_prompt_bytes(s: &Scenario, a: &AgentPlan) -> usize {
+    let sets = std::iter::once(&s.dataset.train).chain(s.dataset.eval.as_ref());
+    let longest = sets
+        .flat_map(|d| d.rows.iter())
+        .map(|r| a.template.render(r).len())
+        .max()
+        .unwrap_or(0);
+    match a.chat_template {
+        comlrl_scenario::ChatTemplateSpec::None => longest,
+        _ => longest + a.system_prompt.as_deref().map_or(0, str::len) + CHAT_TEMPLATE_TOKENS,
+    }
+}
+
+/// One agent's parts.
+fn agent_memory(s: &Scenario, a: &AgentPlan, info: &ModelInfo, samples: bool) -> AgentMemory {
+    let t = &s.trainer;
+    let c = &info.config;
+    let mul = |x: u64, y: u64| x.saturating_mul(y);
+    let w = info.weight_bytes();
+    let new = a.sampling.max_new_tokens;
+    let prompt = longest_prompt_bytes(s, a).min(c.max_position_embeddings.saturating_sub(new));
+    let seq = (prompt + new).min(c.max_position_embeddings) as u64;
+    let (h, i, v) = (
+        c.hidden_size as u64,
+        c.intermediate_size as u64,
+        c.vocab_size as u64,
+    );
+    let (layers, heads) = (c.num_hidden_layers as u64, c.num_attention_heads as u64);
+    let q = heads * c.head_dim() as u64;
+    let kv = c.kv_heads() as u64 * c.head_dim() as u64;
+    let reference = samples && t.kl_coef != 0.0;
+
+    let f32_sampling = a.sampling_dtype != Dtype::Bf16;
+    let copies = match a.sampling_copies {
+        true => RolloutCopies::Auto,
+        false => RolloutCopies::Never,
+    };
+    let transposed = f32_sampling && copies.wanted(usize::try_from(w).unwrap_or(usize::MAX));
+    let panels = f32_sampling
+        && !transposed
+        && copies.large(&candle_core::Device::Cpu) == crate::model::SamplingWeights::MlpPanels;
+    let moments = match t.optimizer_state_dtype {
+        Dtype::Bf16 => w,
+        _ => mul(w, 2),
+    };
+    let resident = vec![
+        ("weights", w),
+        ("AdamW state", moments),
+        ("KL reference", if reference { w } else { 0 }),
+        ("transposed sampling copies", if transposed { w } else { 0 }),
+        (
+            "tokenizer",
+            mul(info.tokenizer_bytes, if reference { 2 } else { 1 }),
+        ),
+    ];
+
+    // Every held policy builds its sampling copies; only a sampling one decodes.
+    let mut sampling = vec![
+        ("bf16 copies", if f32_sampling { 0 } else { w / 2 }),
+        ("MLP panels", if panels { info.mlp_bytes() } else { 0 }),
+    ];
+    if samples {
+        // Rows decoded together: K generations of each prompt of a buffer sampled at once.
+        let prompts = match t.batch_buffer_sampling && t.num_turns == 1 {
+            true => t.rollout_buffer_size as u64,
+            false => 1,
+        };
+        let rows = mul(t.num_generations as u64, prompts);
+        let width = 2 * h + q + 2 * kv + 3 * i;
+        sampling.extend([
+            (
+                "KV cache",
+                mul(mul(rows, seq), info.kv_bytes_per_position()),
+            ),
+            (
+                // The prefill's activations and attention scores, and each step's logits.
+                "activations",
+                mul(mul(prompts, prompt as u64), mul(width, 4))
+                    .saturating_add(mul(
+                        mul(prompts, heads),
+                        mul(mul(prompt as u64, prompt as u64), 4),
+                    ))
+                    .saturating_add(mul(mul(rows, v), 12)),
+            ),
+        ]);
+    }
+
+    // One pass of the loss: `micro_batch_size` completions (0: a node's K) of `seq` tokens.
+    let rows = match t.micro_batch_size {
+        0 => t.num_generations,
+        m => m.min(t.num_generations),
+    } as u64;
+    let tokens = mul(rows, seq);
+    // A layer's activations with their gradients in its backward, attention scores included;
+    // of them the first forward keeps the normed inputs, q, k, v and the MLP's two halves
+    // for layers that fit `activation_budget_mb` (the "at most N MB a pass" of the debug log).
+    let layer = mul(tokens, mul(8 * h + 4 * i + 2 * q + 4 * kv, 4))
+        .saturating_add(mul(mul(rows, heads), mul(mul(seq, seq), 8)));
+    let kept = mul(layers, mul(tokens, mul(2 * h + q + 2 * kv + 2 * i, 4)));
+    let activations = match t.gradient_checkpointing {
+        true => mul(layers, mul(tokens, h * 4))
+            .saturating_add(mul(t.activation_budget_mb as u64, 1 << 20).min(kept))
+            .saturating_add(layer),
+        false => mul(layers, layer),
+    };
+    // The recomputed loss takes the LM head in chunks of logits (`model::grad::head_backward`; with
+    // bf16 products, beside the head's two packed bf16 layouts), the other path whole, with
+    // its gradient and a softmax's worth beside it.
+    let positions = rows.saturating_mul(new as u64);
+    let head = match t.gradient_checkpointing {
+        true => {
+            let dt = crate::train::update::plan::compute_dtype(t);
+            let packed = match dt {
+                crate::model::ComputeDtype::Bf16 => mul(v, mul(h, 4)),
+                crate::model::ComputeDtype::F32 => 0,
+            };
+            let chunk = crate::model::head_chunk_bytes(
+                dt,
+                usize::try_from(positions).unwrap_or(usize::MAX),
+                c.vocab_size,
+            );
+            packed.saturating_add(chunk as u64)
+        }
+        false => mul(mul(positions, v), 12),
+    };
+    let packed = match w <= mul(t.packed_weights_mb as u64, 1 << 20) {
+        true => w,
+        false => 0,
+    };
+    let update = vec![
+        ("gradients", w),
+        ("packed weights", packed),
+        ("activations", activations),
+        ("LM-head logits", head),
+    ];
+    AgentMemory {
+        index: a.index,
+        model: a.model.spec.clone(),
+        parameters: info.parameters(),
+        resident,
+        sampling,
+        update,
+    }
+}
+
+/// Estimates the memory of the agents `holds` selects (see [`estimate`]) and fails, naming the
+/// numbers and the settings that would lower them, when the peak exceeds what the machine has
+/// available; with [`OVERRIDE_ENV`] set it warns instead.
+pub fn check(
+    s: &Scenario,
+    holds: impl Fn(usize) -> bool,
+    samples: impl Fn(usize) -> bool,
+    lookup: Lookup,
+) -> Result<MemoryEstimate> {
+    enforce(estimate(s, holds, samples, lookup)?)
+}
+
+/// `e` back, or the refusal when it exceeds what is available (a warning with
+/// [`OVERRIDE_ENV`] set).
+pub fn enforce(e: MemoryEstimate) -> Result<MemoryEstimate> {
+    let overridden = std::env::var_os(OVERRIDE_ENV).is_some_and(|v| !v.is_empty() && v != "0");
+    decide(e, overridden)
+}
+
+/// The estimate back, or the refusal when it exceeds what is available (a warning instead
+/// when `overridden`).
+fn decide(e: MemoryEstimate, overridden: bool) -> Result<MemoryEstimate> {
+    if e.exceeds() {
+        if !overridden {
+            return Err(Error::Config(e.refusal()));
+        }
+        log::warn!("{} ({OVERRIDE_ENV} is set: going on)", e.refusal());
+    }
+    Ok(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn scenario(dir: &Path, lines: &str) -> Scenario {
+        std::fs::write(dir.join("r.rhai"), "fn reward(c, ctx) { 1.0 }").unwrap();
+        let text = format!(
+            "dataset: {{prompts: [\"Tell a joke\", \"Hi\"]}}\n{lines}reward: {{rhai: r.rhai}}\n"
+        );
+        comlrl_scenario::load_str(&text, &dir.join("s.yaml"), &[]).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn peak(dir: &Path, lines: &str) -> MemoryEstimate {
+        estimate(&scenario(dir, lines), |_| true, |_| true, Lookup::Local).unwrap()
+    }
+
+    fn part(parts: &[(&str, u64)], name: &str) -> u64 {
+        parts.iter().find(|(n, _)| *n == name).unwrap().1
+    }
+
+    #[test]
+    fn the_parts_follow_the_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = "agents: {count: 2, model: builtin:small, max_new_tokens: 16}\n";
+        let two = peak(dir.path(), agents);
+        let a = &two.agents[0];
+        let w = 4 * a.parameters;
+        assert_eq!(part(&a.resident, "weights"), w);
+        assert_eq!(part(&a.resident, "AdamW state"), 2 * w);
+        assert_eq!(part(&a.update, "gradients"), w);
+        // Agents update and sample together by default: the peak counts both agents' phases.
+        let one = a.resident_bytes() + a.sampling_bytes().max(a.update_bytes());
+        assert_eq!(two.peak, 2 * one);
+        let four = peak(dir.path(), &agents.replace("count: 2", "count: 4"));
+        assert_eq!(four.peak, 2 * two.peak);
+        assert!(
+            four.report().contains("agents 0–3 (builtin:small"),
+            "{}",
+            four.report()
+        );
+        // bf16 AdamW state: half the moments; agents taking turns: one agent's update.
+        let bf16 = peak(
+            dir.path(),
+            &format!("{agents}trainer: {{optimizer_state_dtype: bf16, parallel_updates: false, parallel_sampling: false}}\n"),
+        );
+        let b = &bf16.agents[0];
+        assert_eq!(part(&b.resident, "AdamW state"), w);
+        assert_eq!(
+            bf16.peak,
+            2 * b.resident_bytes() + b.sampling_bytes().max(b.update_bytes())
+        );
+        // A KL penalty keeps a frozen copy; bf16 sampling adds half a copy while sampling.
+        let kl = peak(
+            dir.path(),
+            &format!(
+                "{}trainer: {{kl_coef: 0.1}}\n",
+                agents.replace("}", ", sampling_dtype: bf16}")
+            ),
+        );
+        assert_eq!(part(&kl.agents[0].resident, "KL reference"), w);
+        assert_eq!(part(&kl.agents[0].sampling, "bf16 copies"), w / 2);
+    }
+
+    #[test]
+    fn an_estimate_above_what_is_available_is_refused_unless_overridden() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = peak(dir.path(), "agents: {count: 3, model: builtin:tiny}\n");
+        e.available = Some((e.peak - 1, "a test".into()));
+        let msg = decide(e.clone(), false).unwrap_err().to_string();
+        assert!(
+            msg.contains("the 3 agent(s) need about")
+                && msg.contains(&human(e.peak))
+                && msg.contains("available (a test)")
+                && msg.contains("fewer agents (`agents.count`)")
+                && msg.contains("optimizer_state_dtype: bf16")
+                && msg.contains(OVERRIDE_ENV),
+            "{msg}"
+        );
+        assert!(decide(e.clone(), true).is_ok());
+        e.available = Some((e.peak, "a test".into()));
+        assert!(decide(e, false).is_ok());
+    }
+}

@@ -1,0 +1,102 @@
+//! The agents' models as the scenario names them: where each loads from, loaded (in parallel,
+//! only those a rank holds), and how each samples.
+use crate::error::{Error, Result};
+use crate::model::{LoadOptions, ModelSource, Policy, RolloutCopies, SamplingParams};
+use comlrl_scenario::{AgentPlan, Dtype, Scenario};
+use std::path::Path;
+
+/// The model source of an agent, in the model loader's terms.
+pub fn model_source(agent: &AgentPlan, base_dir: &Path) -> Result<ModelSource> {
+    Ok(match &agent.model.source {
+        comlrl_scenario::ModelSource::Builtin(name) => {
+            ModelSource::parse(&format!("builtin:{name}"), base_dir)?
+        }
+        comlrl_scenario::ModelSource::Local(p) => ModelSource::local(p.clone()),
+        comlrl_scenario::ModelSource::Hub(id) => ModelSource::parse(id, base_dir)?,
+    })
+}
+
+/// Loads every agent's policy (f32 on CPU; built-in weights seeded by the scenario seed), with
+/// the agents' sampling weight copies when `sampling` (frozen reference policies only score).
+pub fn load_policies(s: &Scenario, sampling: bool) -> Result<Vec<Policy>> {
+    load_placed(s, |_| true, sampling)?
+        .into_iter()
+        .map(|p| p.ok_or_else(|| Error::Internal("an agent was not loaded".into())))
+        .collect()
+}
+
+/// Loads the policies of the agents `here` selects (by index; `None` for the others): the
+/// agents a rank holds a replica of, or those it samples; with sampling copies when `sampling`.
+///
+/// The agents' weights load at the same time, one agent per thread of the pool: loading is
+/// mostly the kernel clearing fresh pages, which the threads do side by side. Their sampling copies are built afterwards on this thread (see
+/// [`LoadOptions::copies_now`]). Errors name the first failing agent by index, as a
+/// sequential load would.
+pub fn load_placed(
+    s: &Scenario,
+    here: impl Fn(usize) -> bool + Sync,
+    sampling: bool,
+) -> Result<Vec<Option<Policy>>> {
+    use rayon::prelude::*;
+    let loaded: Vec<Result<Option<Policy>>> = s
+        .agents
+        .par_iter()
+        .map(|a| {
+            here(a.index)
+                .then(|| load_agent(s, a, sampling))
+                .transpose()
+        })
+        .collect();
+    let policies: Vec<Option<Policy>> = loaded.into_iter().collect::<Result<_>>()?;
+    for (a, p) in s.agents.iter().zip(&policies) {
+        if let Some(p) = p {
+            p.weights_changed()
+                .map_err(|e| Error::from(e).for_agent(a.index, Some(a.model.spec.clone())))?;
+        }
+    }
+    Ok(policies)
+}
+
+/// Loads agent `a`'s policy; with its bf16 sampling copies when `sampling` and the agent's
+/// `sampling_dtype` is bf16.
+fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
+    match a.dtype {
+        Dtype::Auto | Dtype::F32 => {}
+        other => {
+            return Err(Error::Config(format!(
+                "agent {}: dtype {other:?} cannot be trained on the CPU yet (AdamW updates f32 weights); \
+                 set `dtype: f32` (checkpoints in bf16/f16 are converted on load)",
+                a.index
+            )))
+        }
+    }
+    let src = model_source(a, &s.base_dir)?;
+    let sampling_dtype = match a.sampling_dtype {
+        Dtype::Bf16 if sampling => candle_core::DType::BF16,
+        _ => candle_core::DType::F32,
+    };
+    let opts = LoadOptions {
+        seed: s.seed,
+        sampling_dtype,
+        rollout_copies: match a.sampling_copies {
+            true => RolloutCopies::Auto,
+            false => RolloutCopies::Never,
+        },
+        copies_now: false,
+        ..LoadOptions::default()
+    };
+    Policy::load(&src, &opts)
+        .map_err(|e| Error::from(e).for_agent(a.index, Some(a.model.spec.clone())))
+}
+
+/// The sampling settings of agent `a`'s rollouts.
+pub fn sampling(a: &AgentPlan) -> SamplingParams {
+    SamplingParams {
+        max_new_tokens: a.sampling.max_new_tokens,
+        temperature: a.sampling.temperature,
+        top_p: a.sampling.top_p,
+        top_k: a.sampling.top_k.unwrap_or(0),
+        greedy: false,
+        ignore_eos: false,
+    }
+}

@@ -1,0 +1,370 @@
+//! The loop itself. Per step: the prompt's rollouts (sampled ahead with the rest of its rollout
+//! buffer where it can), turned into training samples by the algorithm and buffered; an update
+//! round per full buffer, and at the end of an epoch for what is left (as CoMLRL flushes it);
+//! evaluation when due; the logging window; a checkpoint when due or on a signal. At the end the
+//! final models and the plot.
+use super::eval::evaluate;
+use super::finish::{after_failed_checkpoint, finish};
+use super::observer::{Observer, RunSummary};
+use super::settings::Settings;
+use super::start::start;
+use crate::error::{Error, Result};
+use crate::metrics::MetricsSink;
+use crate::train::algorithms::{Algorithm, Round, StepRule};
+use crate::train::report::timing::{since, Phases};
+use crate::train::rollout::generate::{sample_group, Presampled};
+use crate::train::rollout::{rollout, NodeSample, RolloutSpec, RowInput};
+use crate::train::run::checkpoint::{self, Held};
+use crate::train::run::TrainState;
+use crate::train::setup::{Agents, Rewards};
+use crate::train::update::housekeeping;
+use crate::train::world::Strategy;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// First-turn completions of the next prompts, each with its share of the group's sampling time.
+type Pending = VecDeque<(Presampled, f64)>;
+
+/// A trainer's parts, borrowed apart for the loop: the rollouts borrow the agents and rewards
+/// while an update round borrows the agents' optimizers, one after the other.
+pub(super) struct Loop<'a> {
+    pub(super) settings: &'a mut Settings,
+    pub(super) agents: &'a mut Agents,
+    pub(super) rewards: &'a Rewards,
+    pub(super) strategy: &'a dyn Strategy,
+    pub(super) algorithm: &'a mut dyn Algorithm,
+}
+
+impl Loop<'_> {
+    /// Resume or start, then step to the end (or a signal), then the final models and the plot.
+    pub(super) fn run(mut self, resume: bool, obs: &mut dyn Observer) -> Result<RunSummary> {
+        let (mut state, _lock) = start(
+            self.settings,
+            self.agents,
+            self.rewards.names.len(),
+            self.strategy,
+            self.algorithm,
+            resume,
+            obs,
+        )?;
+        let mut sink = self.open_metrics(&state, obs)?;
+        let total = self.settings.total_steps();
+        let limit = self.settings.limit();
+        log::debug!(
+            "models loaded, training with {}; {}",
+            self.algorithm.name(),
+            crate::runtime::memory_line()
+        );
+        let trainer = &self.settings.scenario.trainer;
+        if let Some(note) = crate::train::update::plan::compute_dtype_note(trainer) {
+            obs.message(&note);
+        }
+        obs.start(total, state.step);
+        let rows = self.settings.scenario.dataset.train.rows.len().max(1);
+        for e in 1..=state.step / rows {
+            report_epoch(&state, e, obs);
+        }
+        // First-turn completions of the next prompts, sampled together ahead of their steps.
+        let mut pending = VecDeque::new();
+        let mut interrupted = false;
+        while state.step < limit {
+            let t0 = Instant::now();
+            self.step(&mut state, &mut pending, limit, obs)?;
+            state.window.seconds += t0.elapsed().as_secs_f64();
+            state.window.steps += 1;
+            state.step += 1;
+            let trainer = &self.settings.scenario.trainer;
+            if self.settings.eval_enabled() && state.step % trainer.eval_interval == 0 {
+                let spec = self.spec();
+                let eval = evaluate(
+                    self.settings,
+                    &self.agents.prompts,
+                    &spec,
+                    &*self.algorithm,
+                    state.step,
+                )?;
+                state.window.eval = Some(eval);
+            }
+            let mean = state.window.rewards.iter().map(|&x| x as f64).sum::<f64>()
+                / state.window.rewards.len().max(1) as f64;
+            obs.step(state.step, mean, t0.elapsed().as_secs_f64());
+            self.log_window(&mut state, sink.as_mut(), obs)?;
+            if state.step.is_multiple_of(rows) {
+                report_epoch(&state, state.step / rows, obs);
+            }
+            // A signal may reach the ranks at different steps: stop when any rank has one.
+            let stop = self
+                .strategy
+                .any(self.settings.interrupt.load(Ordering::SeqCst));
+            if let Err(e) = self.checkpoint_if_due(&state, stop) {
+                let (settings, agents) = (&*self.settings, &*self.agents);
+                return Err(after_failed_checkpoint(
+                    settings,
+                    agents,
+                    self.strategy,
+                    e,
+                    &state,
+                ));
+            }
+            if stop && state.step < total {
+                interrupted = true;
+                obs.message(&format!(
+                    "interrupted: checkpoint written at step {}; continue with --resume",
+                    state.step
+                ));
+                break;
+            }
+        }
+        finish(
+            self.settings,
+            self.agents,
+            self.strategy,
+            state,
+            interrupted,
+        )
+    }
+
+    /// How this run's rollouts are produced, from the trainer settings and the parts the loop
+    /// holds.
+    fn spec(&self) -> RolloutSpec<'_> {
+        let t = &self.settings.scenario.trainer;
+        let agents = &*self.agents;
+        RolloutSpec {
+            policies: &agents.policies,
+            stack: &self.rewards.stack,
+            k: t.num_generations,
+            cross: t.joint_mode == comlrl_scenario::JointMode::Cross,
+            sampling: &agents.sampling,
+            references: agents.references.as_deref(),
+            turns: t.num_turns,
+            early_termination: t.early_termination_threshold,
+            transition: self.rewards.transition.as_deref(),
+            prompts: &agents.prompts.0,
+            passthrough: t.external_prompt_passthrough,
+            parallel: t.parallel_sampling,
+            exchange: self.strategy,
+            samples: &agents.samples,
+        }
+    }
+
+    /// metrics.jsonl, opened where `state` left it; only rank 0 writes it.
+    fn open_metrics(
+        &self,
+        state: &TrainState,
+        obs: &mut dyn Observer,
+    ) -> Result<Option<MetricsSink>> {
+        if !self.strategy.world().is_root() {
+            return Ok(None);
+        }
+        let out = &self.settings.scenario.output_dir;
+        let (sink, note) = MetricsSink::open(out, state.metrics_rows, state.step)?;
+        if let Some(note) = note {
+            obs.message(&note);
+        }
+        Ok(Some(sink))
+    }
+
+    /// Step `state.step`: rollouts of its prompt (skipped when a reward term with
+    /// `on_error: skip_step` fails), the algorithm's samples of them buffered; an update round
+    /// per full buffer, and at the end of an epoch for what is left. `limit` is the step the
+    /// run stops at.
+    fn step(
+        &mut self,
+        state: &mut TrainState,
+        pending: &mut Pending,
+        limit: usize,
+        obs: &mut dyn Observer,
+    ) -> Result<()> {
+        let step = state.step;
+        let s = &self.settings.scenario;
+        let rows = s.dataset.train.rows.len();
+        let (epoch, r) = (step / rows, step % rows);
+        let buffer_size = s.trainer.rollout_buffer_size.max(1);
+        let row = &s.dataset.train.rows[r];
+        let prompts = self.agents.prompts.render(row)?;
+        let input = RowInput {
+            prompt: &row.prompt,
+            fields: &row.fields,
+        };
+        let mut phases = Phases::default();
+        let where_ = format!("step {} (epoch {}, prompt {})", step + 1, epoch + 1, r + 1);
+        let spec = self.spec();
+        // The prompts up to the next update see the same policies: sample them in one batch.
+        let group = buffer_size
+            .saturating_sub(state.buffer.len())
+            .min(rows - r)
+            .min(limit - step);
+        let t = &s.trainer;
+        if pending.is_empty() && t.batch_buffer_sampling && t.num_turns == 1 && group > 1 {
+            let rendered = (r..r + group)
+                .map(|i| self.agents.prompts.render(&s.dataset.train.rows[i]))
+                .collect::<Result<Vec<_>>>()?;
+            let mut group_phases = Phases::default();
+            let sampled = sample_group(&spec, &rendered, &state.rng, &mut group_phases)
+                .map_err(|e| e.at_step(step + 1, where_.clone()))?;
+            // Each step of the group is charged an equal share of its sampling time.
+            let share = group_phases.sampling / group as f64;
+            *pending = sampled.into_iter().map(|p| (p, share)).collect();
+        }
+        let pre = pending.pop_front().map(|(p, share)| {
+            phases.sampling += share;
+            p
+        });
+        let rolled = rollout(&spec, &input, &prompts, &mut state.rng, &mut phases, pre)
+            .and_then(|root| self.algorithm.targets(root));
+        let nodes = match rolled {
+            Ok(nodes) => nodes,
+            // A term with `on_error: skip_step` failed: this prompt trains nothing.
+            Err(Error::Reward(e @ comlrl_reward::RewardError::SkipStep { .. })) => {
+                obs.message(&format!("warning: {where_} skipped: {e}"));
+                state.window.skipped_steps += 1;
+                Vec::new()
+            }
+            Err(e) => return Err(e.at_step(step + 1, where_)),
+        };
+        state.window.phases.add(&phases);
+        log::debug!(
+            "step {}: sampled; {}",
+            step + 1,
+            crate::runtime::memory_line()
+        );
+        for node in nodes {
+            state.record(&node, epoch);
+            state.buffer.push(node);
+        }
+        while state.buffer.len() >= buffer_size {
+            // Never reached with presampled prompts left (the group ends at the update).
+            pending.clear();
+            let batch: Vec<NodeSample> = state.buffer.drain(..buffer_size).collect();
+            self.round(state, batch)?;
+        }
+        // CoMLRL flushes what is left at the end of every epoch.
+        if r + 1 == rows && !state.buffer.is_empty() {
+            pending.clear();
+            let batch = std::mem::take(&mut state.buffer);
+            self.round(state, batch)?;
+        }
+        Ok(())
+    }
+
+    /// One update round: the memory housekeeping around the algorithm's update of the agents
+    /// this rank trains, then their statistics into the window and the state.
+    fn round(&mut self, state: &mut TrainState, buffer: Vec<NodeSample>) -> Result<()> {
+        let t = &self.settings.scenario.trainer;
+        let start = Instant::now();
+        let agents = &mut *self.agents;
+        let freed = housekeeping::before_update(&agents.policies)?;
+        let rule = StepRule {
+            total_steps: self
+                .settings
+                .rounds()
+                .saturating_mul(self.algorithm.steps_per_round()),
+            warmup: t.warmup_steps,
+            scheduler: t.lr_scheduler,
+            max_grad_norm: t.max_grad_norm,
+        };
+        let replicas = self.strategy.replicas();
+        let parallel = t.parallel_updates && !replicas.on_this_thread();
+        let round = Round::new(
+            &agents.policies,
+            &mut agents.optims,
+            &state.opt_steps,
+            replicas,
+            &freed,
+            rule,
+            parallel,
+        );
+        let results = self.algorithm.update(round, &buffer);
+        // Rebuilt even when the round failed, so no later sampling runs without them.
+        let tick = Instant::now();
+        housekeeping::after_update(&agents.policies, &freed)?;
+        state.window.phases.optimizer += since(tick);
+        for (i, u) in results? {
+            state.opt_steps[i] = u.opt_steps;
+            let w = &mut state.window.agents[i];
+            w.loss += u.loss;
+            w.grad_norm += u.grad_norm;
+            w.updates += u.updates;
+            for (name, sum) in u.extra {
+                *w.extra.entry(name).or_default() += sum;
+            }
+            if i == 0 && u.updates > 0 {
+                state.window.lr = Some(u.lr);
+            }
+            state.window.phases.add(&u.phases);
+            state.window.train_flops += u.flops;
+        }
+        state.window.phases.update += since(start);
+        log::debug!("update done; {}", crate::runtime::memory_line());
+        Ok(())
+    }
+
+    /// Every `logging.steps` steps and at the last one: the window's metrics row (completed
+    /// with other ranks' statistics under MPI) goes to metrics.jsonl and the observer, and a new
+    /// window starts.
+    fn log_window(
+        &self,
+        state: &mut TrainState,
+        mut sink: Option<&mut MetricsSink>,
+        obs: &mut dyn Observer,
+    ) -> Result<()> {
+        let s = &self.settings.scenario;
+        let total = self.settings.total_steps();
+        if state.step.is_multiple_of(s.logging.steps.max(1)) || state.step == total {
+            self.strategy.merge_window(&mut state.window)?;
+            let epoch = (state.step - 1) / s.dataset.train.rows.len() + 1;
+            let row = state.window.row(state.step, epoch, &self.rewards.names);
+            if let (Some(row), Some(sink)) = (row, sink.as_deref_mut()) {
+                sink.write(&row)?;
+                obs.metrics(&row);
+            }
+            state.window = self.settings.new_window(self.rewards.names.len());
+        }
+        if let Some(sink) = sink {
+            state.metrics_rows = sink.rows;
+        }
+        Ok(())
+    }
+
+    /// A checkpoint every `checkpoint_every` steps, at the last step and when the run stops on
+    /// a signal (`stop`); none in a benchmark (`stop_after`). Replicas are checked identical
+    /// first.
+    fn checkpoint_if_due(&self, state: &TrainState, stop: bool) -> Result<()> {
+        let s = &self.settings.scenario;
+        let every = s.checkpoint_every as usize;
+        let due = (every > 0 && state.step.is_multiple_of(every))
+            || stop
+            || state.step == self.settings.total_steps();
+        if !due || self.settings.stop_after.is_some() {
+            return Ok(());
+        }
+        let agents = &*self.agents;
+        self.strategy.replicas().check_identical(
+            &agents.policies,
+            self.strategy.placement(),
+            state.step,
+        )?;
+        let held = Held {
+            policies: &agents.policies,
+            optims: &agents.optims,
+            writes: &agents.samples,
+            extra: &*self.algorithm,
+        };
+        checkpoint::save(
+            &s.output_dir,
+            state,
+            &held,
+            &self.settings.yaml,
+            self.strategy.world(),
+        )?;
+        Ok(())
+    }
+}
+
+/// Tells `obs` that epoch `e` (from 1) is complete, with its mean joint reward.
+fn report_epoch(state: &TrainState, e: usize, obs: &mut dyn Observer) {
+    if let Some((sum, n)) = state.epoch_rewards.get(e - 1) {
+        obs.epoch(e, sum / (*n).max(1) as f64);
+    }
+}

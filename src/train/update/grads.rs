@@ -1,0 +1,44 @@
+//! What a mini-batch's forward and backward yield (its loss, each variable's gradient, where
+//! the time went), and which of its passes a replica of the agent computes.
+use candle_core::Tensor;
+
+/// Loss value and accumulated gradients (in `vars` order) of one mini-batch.
+#[derive(Default)]
+pub struct LossGrads {
+    /// The loss value.
+    pub loss: f64,
+    /// Gradient of each variable; `None` where it got none.
+    pub grads: Vec<Option<Tensor>>,
+    /// Seconds in the scoring forward (log-probs and loss) and in backward + accumulation.
+    pub forward_s: f64,
+    /// See `forward_s`.
+    pub backward_s: f64,
+    /// Model FLOPs of the forward and backward (3 × the forward's matmul FLOPs, padding
+    /// included, recomputation not counted, a shared prompt counted once).
+    pub flops: f64,
+    /// Layers of the recomputed passes that kept their activations instead of re-running
+    /// (summed over passes), and the most bytes one pass kept.
+    pub kept_layers: usize,
+    /// See `kept_layers`.
+    pub kept_bytes_max: usize,
+    /// The loss of each pass computed here, by its number in the mini-batch (so replicas can
+    /// add them up in the one-process order).
+    pub passes: Vec<(usize, f64)>,
+    /// Sequences of the mini-batch the loss left out because they add nothing to it (all
+    /// replicas count the whole mini-batch's).
+    pub skipped: usize,
+}
+
+/// Which of a mini-batch's passes this process computes: replica `index` of `of`.
+#[derive(Debug, Clone, Copy)]
+pub struct Share {
+    /// This replica's position, `0..of`.
+    pub index: usize,
+    /// The agent's replicas.
+    pub of: usize,
+}
+
+impl Share {
+    /// The whole mini-batch (one copy of the agent).
+    pub const ALL: Share = Share { index: 0, of: 1 };
+}

@@ -1,0 +1,158 @@
+//! The gradients of a loss that weighs each sequence's log-probability: over a mini-batch of
+//! groups (the completions of one prompt, which share it), loss = Σ_rows w_row · Σ_t log π(y_t |
+//! prompt, y_<t) over real completion tokens (pads masked, the last real token included). An
+//! algorithm says which rows count and how they weigh ([`SequenceLoss`]); this runs them.
+//!
+//! A group's rows go through the model `chunk` at a time (sorted by length so a chunk pads
+//! little); gradients are added in place into one buffer per parameter, so only one chunk's
+//! activations and one backward pass's gradients live at a time. With `recompute` a pass keeps
+//! only layer inputs and re-runs one layer at a time in the backward, seeded with each row's
+//! weight (`model::recompute`); else candle's autograd differentiates the algorithm's loss.
+//!
+//! Data-parallel replicas ([`Share`]) number the mini-batch's passes in order and each computes
+//! the passes `p` with `p mod R` = its replica index; their gradients are then summed across
+//! the replicas (`train::world::replicas`).
+use super::grads::{LossGrads, Share};
+use crate::error::Result;
+use crate::model::decoder::flops;
+use crate::model::grad::accumulators::take_grads;
+use crate::model::grad::pass_order::{run_passes, Pass};
+use crate::model::grad::recompute::{prompt_part, PassPlan};
+use crate::model::{completion_logprobs, ComputeDtype, Mode, Policy, ScoreLayout};
+use candle_core::{Tensor, Var};
+use std::time::Instant;
+
+/// The completions of one prompt in a mini-batch, and which of them the loss computes.
+pub struct Group<'a> {
+    /// The prompt's token ids.
+    pub prompt: &'a [u32],
+    /// Every completion of the prompt.
+    pub completions: &'a [Vec<u32>],
+    /// The indices of the completions the loss computes (others add nothing to it).
+    pub rows: Vec<usize>,
+}
+
+/// How each computed sequence of a mini-batch weighs in the loss.
+pub trait SequenceLoss: Sync {
+    /// d loss / d Σ_t log π of each of `rows` of group `group`: the seeds of the recomputed
+    /// backward.
+    fn coefs(&self, group: usize, rows: &[usize]) -> Vec<f32>;
+
+    /// The loss of one pass — `rows` of group `group` — from their token log-probs `lp`
+    /// (rows × completion width, pads 0), as autograd operations (the path without recompute).
+    fn loss(&self, group: usize, rows: &[usize], lp: &Tensor) -> Result<Tensor>;
+}
+
+/// Forward + backward of the mini-batch `groups` for `policy`, `chunk` rows per pass (0: all of
+/// a group's rows in one pass, split into one pass per replica); the gradients of `vars`, in
+/// order. Only the passes of `share` are computed. With `recompute` the passes run as `plan`
+/// says: the big products in `plan.dtype` (`Bf16` runs on the recomputed path only, else it is
+/// an error) and up to `plan.keep_bytes` of kept layer activations per pass.
+#[allow(clippy::too_many_arguments)]
+pub fn sequence_grads(
+    policy: &Policy,
+    vars: &[Var],
+    groups: &[Group],
+    weights: &dyn SequenceLoss,
+    chunk: usize,
+    recompute: bool,
+    share: Share,
+    plan: PassPlan,
+) -> Result<LossGrads> {
+    let compute = plan.dtype;
+    if !recompute && compute != ComputeDtype::F32 {
+        return Err(crate::error::Error::Config(format!(
+            "trainer.compute_dtype {compute} runs on the recomputed loss only: set \
+             `gradient_checkpointing: true` or `compute_dtype: f32`"
+        )));
+    }
+    let mut acc: Vec<Option<Tensor>> = vec![None; vars.len()];
+    let mut out = LossGrads::default();
+    // The passes of this share, laid out.
+    let mut mine = Vec::new();
+    let mut pass = 0usize;
+    for (g, group) in groups.iter().enumerate() {
+        let mut order = group.rows.clone();
+        if order.is_empty() {
+            continue;
+        }
+        // Longest first, so each chunk holds sequences of similar length.
+        order.sort_by_key(|&j| std::cmp::Reverse(group.completions[j].len()));
+        let per_pass = match chunk {
+            0 => order.len().div_ceil(share.of.max(1)),
+            c => c,
+        };
+        for part in order.chunks(per_pass) {
+            let number = pass;
+            pass += 1;
+            if number % share.of.max(1) != share.index {
+                continue;
+            }
+            let t = Instant::now();
+            let prompts: Vec<&[u32]> = vec![group.prompt; part.len()];
+            let comps: Vec<&[u32]> = part
+                .iter()
+                .map(|&j| group.completions[j].as_slice())
+                .collect();
+            let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
+            let (rows, width) = layout.ids.dims2()?;
+            let c = layout.completion_width;
+            out.flops += match prompt_part(&policy.model, &layout, plan.share_prompt && recompute)?
+            {
+                Some(p) => flops::train_flops_shared(&policy.config, rows, p, width - p, c),
+                None => flops::train_flops(&policy.config, rows, width, c),
+            };
+            out.forward_s += t.elapsed().as_secs_f64();
+            mine.push(Mine {
+                number,
+                group: g,
+                rows: part.to_vec(),
+                layout,
+            });
+        }
+    }
+    if recompute {
+        let passes: Vec<Pass> = mine
+            .iter()
+            .map(|m| Pass {
+                layout: &m.layout,
+                coef: weights.coefs(m.group, &m.rows),
+            })
+            .collect();
+        let (order, stats) = run_passes(&policy.model, &passes, vars, &mut acc, plan)?;
+        log::debug!("{} passes, {order:?}", passes.len());
+        for (m, st) in mine.iter().zip(stats) {
+            out.loss += st.loss;
+            out.kept_layers += st.kept_layers;
+            out.kept_bytes_max = out.kept_bytes_max.max(st.kept_bytes);
+            out.passes.push((m.number, st.loss));
+            out.forward_s += st.forward_s;
+            out.backward_s += st.backward_s;
+        }
+    } else {
+        for m in &mine {
+            let t = Instant::now();
+            let lp = completion_logprobs(&policy.model, &m.layout, Mode::Train)?;
+            let loss = weights.loss(m.group, &m.rows, &lp)?;
+            let value = loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+            out.loss += value;
+            out.passes.push((m.number, value));
+            out.forward_s += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let mut grads = loss.backward()?;
+            drop(loss);
+            take_grads(&mut grads, vars, &mut acc)?;
+            out.backward_s += t.elapsed().as_secs_f64();
+        }
+    }
+    out.grads = acc;
+    Ok(out)
+}
+
+/// One pass this process computes: its number in the mini-batch, its group and rows.
+struct Mine {
+    number: usize,
+    group: usize,
+    rows: Vec<usize>,
+    layout: ScoreLayout,
+}

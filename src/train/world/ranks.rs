@@ -1,0 +1,130 @@
+//! One rank of an MPI run: it samples and trains the agents placed on it, and the exchanges are
+//! collectives over the run's world (`rollouts` and `run` hold their byte formats).
+use super::replicas::Replicas;
+use super::strategy::Strategy;
+use crate::dist::{Placement, World};
+use crate::error::Result;
+use crate::train::report::timing::since;
+use crate::train::report::window::Window;
+use crate::train::rollout::{AgentRollout, RolloutExchange};
+use crate::train::run::dir::RunLock;
+use comlrl_reward::{RewardError, Scored};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One of several processes of a run.
+pub struct Ranks {
+    world: Arc<dyn World>,
+    placement: Placement,
+    replicas: Replicas,
+}
+
+impl Ranks {
+    /// This rank of `world`, with the agents placed as `placement` says. A collective: splits
+    /// the world into each replicated agent's group.
+    pub fn new(world: Arc<dyn World>, placement: Placement) -> Self {
+        let replicas = Replicas::new(&placement, world.as_ref());
+        Ranks {
+            world,
+            placement,
+            replicas,
+        }
+    }
+}
+
+impl RolloutExchange for Ranks {
+    fn rollouts(
+        &self,
+        local: &[usize],
+        mine: Vec<AgentRollout>,
+        prompts: &mut [String],
+        comm: &mut f64,
+    ) -> Result<Vec<AgentRollout>> {
+        let t = Instant::now();
+        let all = super::rollouts::share_rollouts(self.world.as_ref(), local, mine, prompts);
+        *comm += since(t);
+        all
+    }
+
+    fn scores(
+        &self,
+        score: &mut dyn FnMut() -> std::result::Result<Vec<Scored>, RewardError>,
+        work: &mut f64,
+        comm: &mut f64,
+    ) -> Result<Vec<Scored>> {
+        let t = Instant::now();
+        let mut secs = 0.0;
+        let s = super::rollouts::root_scores(self.world.as_ref(), || {
+            let t = Instant::now();
+            let s = score();
+            secs = since(t);
+            s
+        });
+        *work += secs;
+        *comm += since(t) - secs;
+        s
+    }
+
+    fn next_prompts(
+        &self,
+        next: &mut dyn FnMut() -> Result<Vec<String>>,
+        work: &mut f64,
+        comm: &mut f64,
+    ) -> Result<Vec<String>> {
+        let t = Instant::now();
+        let mut secs = 0.0;
+        let n = super::rollouts::root_prompts(self.world.as_ref(), || {
+            let t = Instant::now();
+            let n = next();
+            secs = since(t);
+            n
+        });
+        *work += secs;
+        *comm += since(t) - secs;
+        n
+    }
+
+    fn kl(&self, agents: &mut [AgentRollout], local: &[usize], comm: &mut f64) -> Result<()> {
+        let t = Instant::now();
+        let r = super::rollouts::share_kl(self.world.as_ref(), agents, local);
+        *comm += since(t);
+        r
+    }
+}
+
+impl Strategy for Ranks {
+    fn world(&self) -> &dyn World {
+        self.world.as_ref()
+    }
+
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    fn replicas(&self) -> &Replicas {
+        &self.replicas
+    }
+
+    fn share_claim(&self, claimed: Option<Result<RunLock>>) -> Result<(String, Option<RunLock>)> {
+        super::run::share_claim(self.world.as_ref(), claimed)
+    }
+
+    fn any(&self, flag: bool) -> bool {
+        super::run::any(self.world.as_ref(), flag)
+    }
+
+    fn merge_window(&self, w: &mut Window) -> Result<()> {
+        let t = Instant::now();
+        super::run::merge_window(self.world.as_ref(), &self.placement, w)?;
+        w.phases.comm += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    fn recorded_ranks(&self) -> Vec<usize> {
+        self.placement.owners.clone()
+    }
+
+    fn writes_alone(&self) -> bool {
+        false
+    }
+}

@@ -1,6 +1,6 @@
 //! Training: the loop every algorithm shares, the algorithms behind one seam, and the machinery
 //! they use, in folders by role. Lowest first; a folder imports only folders above it in this
-//! list (`tests/layers.rs` checks it, and that no two files import each other in a loop):
+//! list (`tests/cli/layers.rs` checks it, and that no two files import each other in a loop):
 //!
 //! | folder | role |
 //! | --- | --- |

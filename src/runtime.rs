@@ -24,10 +24,9 @@ pub struct Tuning {
 ///   instead of from /proc/cpuinfo on every matmul.
 /// - glibc `M_MMAP_MAX=0`, `M_TRIM_THRESHOLD=-1` (never trim on free; mallopt(3)): every op
 ///   output is a fresh buffer; by default large ones are mmap'd and unmapped again, so each op
-///   page-faults its output in. A finite threshold (it was 2 GiB) still let a 0.5B pass free
-///   more than that at once and hand it back, for the next pass to fault in again (~0.6 M of
-///   ~3.9 M faults over a 2-step 0.5B bench); [`release_free_memory`] trims at most once per
-///   update round instead.
+///   page-faults its output in. A finite threshold still lets a large model's pass free more
+///   than it at once and hand it back, for the next pass to fault in again;
+///   [`release_free_memory`] trims at most once per update round instead.
 pub fn tune() -> Tuning {
     if std::env::var_os("COMLRL_NO_TUNING").is_some() {
         return Tuning {
@@ -94,7 +93,7 @@ pub fn rss_bytes() -> Option<u64> {
 /// them (see `malloc_keep_memory`): called between sampling and the update round, whose peak
 /// then counts only the pages it touches again, not the sampling's freed ones. Skipped while
 /// the process holds less than [`TRIM_ABOVE_BYTES`]: what it could return is small there, and
-/// faulting it back in is not (tiny-qwen2: update 17.2 -> 15.8 ms per step without it).
+/// faulting it back in costs more than it saves.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn release_free_memory() {
     release_free_memory_above(TRIM_ABOVE_BYTES);
@@ -102,10 +101,9 @@ pub fn release_free_memory() {
 
 /// [`release_free_memory`] where the process holds at least `min_rss` bytes. After an update
 /// round the trainer trims only above [`TRIM_AFTER_UPDATE_ABOVE_BYTES`]: the round's freed
-/// gradients and scratch would otherwise sit under the next sampling's peak, which at
-/// Qwen2.5-0.5B with exact f32 defaults is the run's (14.79–14.92 → 14.73 GB after two rounds,
-/// the same step times); for small models the pages sampling faults back in cost more than the
-/// trim saves (small-qwen2: sampling 0.58 → 0.61 s per step, the same 1.33 GB peak).
+/// gradients and scratch would otherwise sit under the next sampling's peak, which for a large
+/// model is the run's; for small models the pages sampling faults back in cost more than the
+/// trim saves (`bench/results/` has the measurements).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn release_free_memory_above(min_rss: u64) {
     if rss_bytes().is_some_and(|rss| rss < min_rss) {

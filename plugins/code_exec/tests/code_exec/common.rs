@@ -75,6 +75,12 @@ pub fn reward() -> Option<&'static CodeExec> {
     build(&R, "fixtures", 4)
 }
 
+/// As [`reward`], for the security cases (which check that their directory is left empty).
+pub fn security_reward() -> Option<&'static CodeExec> {
+    static R: OnceLock<Option<CodeExec>> = OnceLock::new();
+    build(&R, "security", 2)
+}
+
 fn build(
     cell: &'static OnceLock<Option<CodeExec>>,
     sub: &str,

@@ -5,3 +5,4 @@
 mod common;
 mod fixtures;
 mod prompts;
+mod security;

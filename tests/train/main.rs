@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod algorithm_aliases;
 mod e2e;
 mod failures;
 mod loss;

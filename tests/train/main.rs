@@ -8,6 +8,7 @@ mod common;
 mod algorithm_aliases;
 mod e2e;
 mod failures;
+mod iac_step;
 mod loss;
 mod math;
 mod optim_state;

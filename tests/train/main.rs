@@ -5,8 +5,10 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod algorithm_aliases;
 mod e2e;
 mod failures;
+mod iac_step;
 mod loss;
 mod math;
 mod optim_state;

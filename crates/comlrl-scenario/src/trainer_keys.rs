@@ -29,9 +29,14 @@ section! {
     plan /// Every `MAGRPOConfig` setting (CoMLRL 1.4 names) plus comlrl's optimizer extras.
         TrainerPlan, context cx: TrainerContext<'_>;
     keys {
-        /// The training algorithm: `magrpo`, multi-agent group-relative policy optimisation
-        /// (its baseline variants are `advantage_mode`).
-        algorithm: Algorithm = Algorithm::Magrpo, kind "`magrpo`", why "CoMLRL's MAGRPO trainer";
+        /// The training algorithm: `magrpo`, multi-agent group-relative policy optimisation;
+        /// `mareinforce`, `marloo` and `maremax` are MAGRPO with `advantage_mode` `raw`, `rloo`
+        /// and `max` (CoMLRL's trainers of those names differ from its MAGRPO in that default
+        /// alone), so that a CoMLRL config's trainer maps to one value. Writing a different
+        /// `advantage_mode` beside them is an error.
+        algorithm: Algorithm = Algorithm::Magrpo,
+            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax`",
+            why "CoMLRL's MAGRPO trainer";
         /// Passes over the training prompts.
         num_train_epochs: usize = 20, kind "integer ≥ 1", why "CoMLRL",
             check at_least(1, "set `num_train_epochs: 1` or more");
@@ -56,8 +61,10 @@ section! {
         /// subtracts the group mean and divides by the group standard deviation, which removes
         /// any shift and positive scale. So a non-`mean` mode only matters with normalization
         /// off (a warning says so).
-        advantage_mode: AdvantageMode = AdvantageMode::Mean,
-            kind "`mean` \\| `raw` \\| `max` \\| `rloo`", why "CoMLRL: MAGRPO";
+        advantage_mode: AdvantageMode = algorithm.default_advantage_mode(),
+            kind "`mean` \\| `raw` \\| `max` \\| `rloo`",
+            shown "`mean`; `raw`, `rloo`, `max` under `algorithm` `mareinforce`, `marloo`, `maremax`",
+            why "CoMLRL: each trainer's config default";
         /// Divide the group's advantages by their standard deviation (after re-centring). Makes
         /// the update size independent of the reward scale.
         advantage_normalization: bool = true, kind "bool", why "CoMLRL";

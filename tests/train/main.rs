@@ -1,12 +1,14 @@
-//! Training: the loss path and the optimizer against the PyTorch MAGRPO fixtures, bf16 updates,
-//! whole runs of the real binary on the tiny scenario (learning, resume, failures), the run
-//! directory and its checks, and the trackers (TensorBoard, W&B). Run one part with
+//! Training: the loss path and the optimizer against the PyTorch MAGRPO fixtures, the GRPO
+//! variants against TRL's loss code, bf16 updates, whole runs of the real binary on the tiny
+//! scenario (learning, resume, failures), the run directory and its checks, and the trackers
+//! (TensorBoard, W&B). Run one part with
 //! `cargo test --release --test train run_dir::`.
 #[path = "../common/mod.rs"]
 mod common;
 
 mod e2e;
 mod failures;
+mod grpo_variants;
 mod loss;
 mod math;
 mod optim_state;

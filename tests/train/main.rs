@@ -1,6 +1,7 @@
-//! Training: the loss path and the optimizer against the PyTorch MAGRPO fixtures, bf16 updates,
-//! whole runs of the real binary on the tiny scenario (learning, resume, failures), the run
-//! directory and its checks, and the trackers (TensorBoard, W&B). Run one part with
+//! Training: the loss path and the optimizer against the PyTorch MAGRPO fixtures, the GRPO
+//! variants against TRL's loss code, bf16 updates, whole runs of the real binary on the tiny
+//! scenario (learning, resume, failures), the run directory and its checks, and the trackers
+//! (TensorBoard, W&B). Run one part with
 //! `cargo test --release --test train run_dir::`.
 #[path = "../common/mod.rs"]
 mod common;
@@ -8,6 +9,7 @@ mod common;
 mod algorithm_aliases;
 mod e2e;
 mod failures;
+mod grpo_variants;
 mod iac_step;
 mod loss;
 mod math;

@@ -136,6 +136,9 @@ plain_settings!(
     crate::plan::Algorithm,
     crate::plan::JointMode,
     crate::plan::AdvantageMode,
+    crate::plan::AdvantageStd,
+    crate::plan::AdvantageScale,
+    crate::plan::LossAggregation,
     crate::plan::LrScheduler,
     crate::plan::Dtype
 );

@@ -196,6 +196,46 @@ pub enum AdvantageMode {
     Rloo,
 }
 
+/// How a mini-batch's per-token log-probs are summed into the loss (`trainer.loss_aggregation`).
+/// Each is a weight on every sequence's Σ_t log π: A times the factor below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossAggregation {
+    /// 1/(G·B): the sum over a sequence's tokens, averaged over the sequences (MAGRPO).
+    SequenceSum,
+    /// 1/(G·B·|o|): each sequence's mean over its tokens, averaged over the sequences (GRPO;
+    /// TRL `loss_type: grpo`).
+    SequenceMean,
+    /// 1/(active tokens of the mini-batch): one mean over every token (DAPO; TRL `dapo`, and
+    /// `bnpo` with one micro-batch per step).
+    TokenMean,
+    /// 1/(G·B·max_new_tokens): a constant (Dr. GRPO; TRL `dr_grpo`).
+    Constant,
+}
+
+/// The standard deviation that advantage normalization divides by (`trainer.advantage_std`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdvantageStd {
+    /// √(Σ(x − m)²/n), floored at 1e-6 (CoMLRL).
+    Population,
+    /// √(Σ(x − m)²/(n − 1)) + 1e-4 (TRL's Bessel-corrected `nanstd` and its epsilon).
+    Sample,
+}
+
+/// Which returns the normalization's standard deviation is taken over
+/// (`trainer.advantage_scale`, TRL's `scale_rewards`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdvantageScale {
+    /// The group's own (CoMLRL; TRL `group`).
+    Group,
+    /// Every return of the agent's rollout buffer (TRL `batch`).
+    Batch,
+    /// None: advantages are only re-centred (TRL `none`, Dr. GRPO).
+    None,
+}
+
 /// Learning-rate schedule after the warmup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -2,7 +2,7 @@
 //! checks each key's range and warns about moot keys; this adds what involves several keys or
 //! the rest of the scenario (mini-batch vs buffer, baseline vs normalization, `cross` size).
 use crate::collect::Diags;
-use crate::plan::{AdvantageMode, Dtype, JointMode, TrainerPlan};
+use crate::plan::{AdvantageMode, AdvantageScale, AdvantageStd, Dtype, JointMode, TrainerPlan};
 use crate::positions::KeyPath;
 use crate::raw::RawTrainer;
 use crate::LoadOptions;
@@ -51,7 +51,7 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
                     mode_name(advantage_mode)
                 ),
             );
-        } else if t.advantage_normalization {
+        } else if t.advantage_normalization && t.advantage_scale == AdvantageScale::Group {
             d.warn(&at("algorithm"), format!(
                 "`{}` trains exactly as `magrpo` while advantage_normalization is true (CoMLRL's default for this trainer too): normalization removes the `{}` baseline's shift and scale; set `advantage_normalization: false` for the baseline to matter",
                 t.algorithm.name(),
@@ -61,6 +61,7 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
     }
     if t.advantage_normalization
         && fixed_mode.is_none()
+        && t.advantage_scale == AdvantageScale::Group
         && raw.advantage_mode.is_some()
         && advantage_mode != AdvantageMode::Mean
     {
@@ -68,6 +69,27 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
             "`{}` gives the same advantages as `mean` while advantage_normalization is true: every baseline shifts the group's returns (rloo also rescales them), and normalization removes shift and scale; set `advantage_normalization: false` for the baseline to matter",
             mode_name(advantage_mode)
         ));
+    }
+    // The spread keys stay in the resolved scenario with their defaults (they are plain
+    // settings); another value where nothing is divided by a spread is warned about.
+    let (scale_set, std_set) = (
+        t.advantage_scale != AdvantageScale::Group,
+        t.advantage_std != AdvantageStd::Population,
+    );
+    if !t.advantage_normalization {
+        for (key, set) in [("advantage_scale", scale_set), ("advantage_std", std_set)] {
+            if set {
+                d.warn(
+                    &at(key),
+                    "has no effect with advantage_normalization: false (advantages are not re-centred or scaled)",
+                );
+            }
+        }
+    } else if t.advantage_scale == AdvantageScale::None && std_set {
+        d.warn(
+            &at("advantage_std"),
+            "has no effect with advantage_scale: none (advantages are only re-centred)",
+        );
     }
     if raw.joint_mode.is_some() && joint_mode == JointMode::Cross && cx.num_agents == 1 {
         d.warn(

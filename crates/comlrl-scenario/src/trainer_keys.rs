@@ -17,7 +17,8 @@ use crate::keys::{
     at_least, if_set, learning_rate, non_negative, positive, section, unit, Bad, Relevance,
 };
 use crate::plan::{
-    AdvantageMode, Algorithm, CodeSource, Dtype, JointMode, LrScheduler, TransitionPlan,
+    AdvantageMode, AdvantageScale, AdvantageStd, Algorithm, CodeSource, Dtype, JointMode,
+    LossAggregation, LrScheduler, TransitionPlan,
 };
 use crate::positions::KeyPath;
 use crate::raw::RawTransition;
@@ -56,7 +57,7 @@ section! {
         /// <a id="advantage_mode"></a>Group baseline b subtracted from each return R: `mean`
         /// (MAGRPO: mean of the group), `raw` (none: MAREINFORCE), `max` (MAREMAX), `rloo`
         /// (mean of the other G−1: MARLOO, equal to G/(G−1)·(R − mean)). **With
-        /// `advantage_normalization: true` all four give the same advantages**: each is R
+        /// `advantage_normalization: true` and `advantage_scale: group` all four give the same advantages**: each is R
         /// shifted by a constant (rloo also scaled by a positive constant), and normalization
         /// subtracts the group mean and divides by the group standard deviation, which removes
         /// any shift and positive scale. So a non-`mean` mode only matters with normalization
@@ -65,9 +66,41 @@ section! {
             kind "`mean` \\| `raw` \\| `max` \\| `rloo`",
             shown "`mean`; `raw`, `rloo`, `max` under `algorithm` `mareinforce`, `marloo`, `maremax`",
             why "CoMLRL: each trainer's config default";
-        /// Divide the group's advantages by their standard deviation (after re-centring). Makes
-        /// the update size independent of the reward scale.
+        /// Re-centre each group's advantages on their mean and divide them by a standard
+        /// deviation (which one: `advantage_scale`, `advantage_std`). Makes the update size
+        /// independent of the reward scale.
         advantage_normalization: bool = true, kind "bool", why "CoMLRL";
+        /// Which returns normalization's standard deviation is taken over (TRL's
+        /// `scale_rewards`): `group` (the G returns of the group, as the mean is), `batch`
+        /// (every return of the agent in the rollout buffer: one scale for all groups, so a
+        /// group whose returns barely differ is not blown up; "Lite PPO", arXiv 2508.08221), or
+        /// `none` (only re-centred, not divided: Dr. GRPO, arXiv 2503.20783, which finds that
+        /// the division weighs questions by their difficulty).
+        advantage_scale: AdvantageScale = AdvantageScale::Group,
+            kind "`group` \\| `batch` \\| `none`", why "CoMLRL (TRL's default is `group` too)";
+        /// The standard deviation normalization divides by: `population` (over n, floored at
+        /// 1e-6; CoMLRL) or `sample` (Bessel-corrected, over n − 1, plus 1e-4: TRL's `nanstd`
+        /// and epsilon). With G = 4 the advantages differ by a factor √(4/3), and so does the
+        /// step size.
+        advantage_std: AdvantageStd = AdvantageStd::Population,
+            kind "`population` \\| `sample`", why "CoMLRL (torch `std(unbiased=False)`)";
+        /// How each completion's token log-probs weigh in the loss; each option is the
+        /// advantage A times a weight on Σ_t log π (B: the mini-batch's node samples, G: the
+        /// generations, |o|: the completion's tokens). `sequence_sum`: 1/(G·B) (MAGRPO; a long
+        /// completion weighs more). `sequence_mean`: 1/(G·B·|o|) (GRPO, TRL `grpo`; a token of a
+        /// short completion weighs more, favouring short right and long wrong answers).
+        /// `token_mean`: 1/(the mini-batch's active tokens) (DAPO, arXiv 2503.14476, TRL `dapo`;
+        /// TRL `bnpo` with one micro-batch per step). `constant`: 1/(G·B·max_new_tokens) (Dr.
+        /// GRPO, arXiv 2503.20783, TRL `dr_grpo`). See docs/grpo_variants.md.
+        loss_aggregation: LossAggregation = LossAggregation::SequenceSum,
+            kind "`sequence_sum` \\| `sequence_mean` \\| `token_mean` \\| `constant`",
+            why "CoMLRL's MAGRPO loss";
+        /// Completions that reached `max_new_tokens` without stopping (their last token is
+        /// neither an EOS nor the pad token: TRL's rule) add nothing to the loss, and
+        /// `token_mean` does not count their tokens; their returns still count in their group's
+        /// baseline and spread (DAPO's overlong filtering; TRL `mask_truncated_completions`).
+        mask_truncated_completions: bool = false, kind "bool",
+            why "CoMLRL and TRL train on truncated completions";
         /// Node samples buffered per agent before an update. A node is one prompt (and, in
         /// multi-turn, one branch at one turn) with its G generations.
         rollout_buffer_size: usize = 2, kind "integer ≥ 1", why "CoMLRL",

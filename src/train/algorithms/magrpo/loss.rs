@@ -1,6 +1,10 @@
 //! The MAGRPO policy-gradient loss of one agent over buffered node samples:
 //! per sample (1/K)·Σ_k −A_k·Σ_t log π(y_k,t | prompt, y_k,<t) over real completion tokens
 //! (pads masked, the last real token included), averaged over the samples of a mini-batch.
+//! [`LossShape`] changes the weight of each sequence's Σ_t log π (`trainer.loss_aggregation`:
+//! GRPO's per-sequence mean, DAPO's token mean, Dr. GRPO's constant) and leaves out truncated
+//! completions (`trainer.mask_truncated_completions`); its default is the loss above, bit for
+//! bit. Every variant weighs whole sequences, so the passes are the same.
 //! A sequence whose advantage is exactly 0 adds exactly 0 to the loss and to every gradient, so
 //! it is not computed (groups whose K returns are all equal cost nothing); a mini-batch with no
 //! other sequence still scores one, so the optimizer steps with zero gradients for the same
@@ -13,6 +17,34 @@ use crate::train::rollout::AgentRollout;
 use crate::train::update::passes::{sequence_grads, Group, SequenceLoss};
 use crate::train::update::{LossGrads, Share};
 use candle_core::{Tensor, Var};
+pub use comlrl_scenario::LossAggregation;
+
+/// How the loss weighs each sequence: the aggregation of its token log-probs and whether
+/// truncated completions count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LossShape {
+    /// `trainer.loss_aggregation`.
+    pub aggregation: LossAggregation,
+    /// The agent's `max_new_tokens`: `constant`'s denominator is G·B times it.
+    pub max_new_tokens: usize,
+    /// `trainer.mask_truncated_completions`: a completion whose last token is neither an EOS nor
+    /// the pad token weighs 0 and its tokens are not counted.
+    pub mask_truncated: bool,
+}
+
+impl LossShape {
+    /// MAGRPO's loss (CoMLRL): the sequence sum, every completion counted.
+    pub const MAGRPO: LossShape = LossShape {
+        aggregation: LossAggregation::SequenceSum,
+        max_new_tokens: 0,
+        mask_truncated: false,
+    };
+
+    /// Whether this is MAGRPO's loss (whatever `max_new_tokens`, which only `constant` reads).
+    pub fn is_magrpo(&self) -> bool {
+        self.aggregation == LossAggregation::SequenceSum && !self.mask_truncated
+    }
+}
 
 /// Forward + backward of the mini-batch `samples` for `policy`, `chunk` sequences per pass
 /// (0: all K sequences of a sample in one pass); with `recompute`, each pass keeps only layer
@@ -52,7 +84,32 @@ pub fn loss_and_grads_in(
     share: Share,
     plan: PassPlan,
 ) -> Result<LossGrads> {
-    let scored = rows_to_score(samples);
+    loss_and_grads_shaped(
+        policy,
+        vars,
+        samples,
+        chunk,
+        recompute,
+        share,
+        plan,
+        LossShape::MAGRPO,
+    )
+}
+
+/// [`loss_and_grads_in`] with each sequence weighed as `shape` says ([`sequence_weights`]).
+#[allow(clippy::too_many_arguments)]
+pub fn loss_and_grads_shaped(
+    policy: &Policy,
+    vars: &[Var],
+    samples: &[&AgentRollout],
+    chunk: usize,
+    recompute: bool,
+    share: Share,
+    plan: PassPlan,
+    shape: LossShape,
+) -> Result<LossGrads> {
+    let counted = Counted::new(samples, shape, policy);
+    let scored = rows_to_score(samples, &counted);
     let skipped = samples
         .iter()
         .zip(&scored)
@@ -67,15 +124,124 @@ pub fn loss_and_grads_in(
             rows,
         })
         .collect();
-    let weights = Advantages {
-        samples,
-        scale: 1.0 / samples.len().max(1) as f64,
+    let mut out = if shape.is_magrpo() {
+        let weights = Advantages {
+            samples,
+            scale: 1.0 / samples.len().max(1) as f64,
+        };
+        sequence_grads(
+            policy, vars, &groups, &weights, chunk, recompute, share, plan,
+        )?
+    } else {
+        let weights = Weights(sequence_weights_of(samples, shape, &counted)?);
+        sequence_grads(
+            policy, vars, &groups, &weights, chunk, recompute, share, plan,
+        )?
     };
-    let mut out = sequence_grads(
-        policy, vars, &groups, &weights, chunk, recompute, share, plan,
-    )?;
     out.skipped = skipped;
     Ok(out)
+}
+
+/// d loss / d Σ_t log π of every completion of a mini-batch (`[sample][completion]`) under
+/// `shape`, as the update seeds it: −A times the aggregation's weight, 0 for a completion the
+/// loss leaves out (empty, or truncated with `mask_truncated`). `eos_ids` and `pad_id` are the
+/// agent's (what marks a completion as stopped).
+pub fn sequence_weights(
+    samples: &[&AgentRollout],
+    shape: LossShape,
+    eos_ids: &[u32],
+    pad_id: u32,
+) -> Result<Vec<Vec<f32>>> {
+    let counted = Counted::with_ids(samples, shape, eos_ids, pad_id);
+    sequence_weights_of(samples, shape, &counted)
+}
+
+/// Which completions of each sample the loss counts: those with tokens and, with
+/// `mask_truncated`, that stopped by themselves (TRL: the last id is an EOS or the pad id).
+struct Counted(Vec<Vec<bool>>);
+
+impl Counted {
+    fn new(samples: &[&AgentRollout], shape: LossShape, policy: &Policy) -> Self {
+        Self::with_ids(samples, shape, &policy.eos_ids, policy.pad_id)
+    }
+
+    fn with_ids(samples: &[&AgentRollout], shape: LossShape, eos: &[u32], pad: u32) -> Self {
+        Counted(
+            samples
+                .iter()
+                .map(|s| {
+                    s.completions
+                        .iter()
+                        .map(|c| match c.last() {
+                            None => false,
+                            Some(last) => {
+                                !shape.mask_truncated || eos.contains(last) || *last == pad
+                            }
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    fn get(&self, sample: usize, j: usize) -> bool {
+        self.0[sample][j]
+    }
+}
+
+fn sequence_weights_of(
+    samples: &[&AgentRollout],
+    shape: LossShape,
+    counted: &Counted,
+) -> Result<Vec<Vec<f32>>> {
+    let b = samples.len().max(1) as f64;
+    // Every sequence of the mini-batch, counted or not (TRL's batch dimension).
+    let n = samples
+        .iter()
+        .map(|s| s.completions.len())
+        .sum::<usize>()
+        .max(1) as f64;
+    let tokens: usize = samples
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| {
+            s.completions
+                .iter()
+                .enumerate()
+                .filter(move |&(j, _)| counted.get(i, j))
+                .map(|(_, c)| c.len())
+        })
+        .sum();
+    if shape.aggregation == LossAggregation::Constant && shape.max_new_tokens == 0 {
+        return Err(crate::Error::Internal(
+            "loss_aggregation `constant` needs the agent's max_new_tokens".into(),
+        ));
+    }
+    Ok(samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let k = s.completions.len() as f64;
+            (0..s.completions.len())
+                .map(|j| {
+                    let a = s.advantages.get(j).copied().unwrap_or(0.0);
+                    if !counted.get(i, j) || a == 0.0 {
+                        return 0.0;
+                    }
+                    let len = s.completions[j].len() as f64;
+                    let w = match shape.aggregation {
+                        LossAggregation::SequenceSum => {
+                            return (-(a as f64) * (1.0 / b) / k) as f32
+                        }
+                        LossAggregation::SequenceMean => 1.0 / (n * len),
+                        LossAggregation::TokenMean => 1.0 / tokens.max(1) as f64,
+                        LossAggregation::Constant => 1.0 / (n * shape.max_new_tokens as f64),
+                    };
+                    (-(a as f64) * w) as f32
+                })
+                .collect()
+        })
+        .collect())
 }
 
 /// Each sequence weighs −A/(K·B): its advantage over its sample's K sequences and the
@@ -104,11 +270,26 @@ impl SequenceLoss for Advantages<'_> {
     }
 }
 
-/// The sequences of each sample that the loss computes: those with tokens (an empty completion
-/// contributes nothing) and a nonzero advantage. When that leaves the whole mini-batch empty
+/// Each sequence weighs its precomputed coefficient ([`sequence_weights`]).
+struct Weights(Vec<Vec<f32>>);
+
+impl SequenceLoss for Weights {
+    fn coefs(&self, group: usize, rows: &[usize]) -> Vec<f32> {
+        rows.iter().map(|&j| self.0[group][j]).collect()
+    }
+
+    fn loss(&self, group: usize, rows: &[usize], lp: &Tensor) -> Result<Tensor> {
+        let w = Tensor::from_vec(self.coefs(group, rows), rows.len(), lp.device())?
+            .to_dtype(lp.dtype())?;
+        Ok((lp.sum(1)? * w)?.sum_all()?)
+    }
+}
+
+/// The sequences of each sample that the loss computes: those it counts (with tokens, and not
+/// masked as truncated) with a nonzero advantage. When that leaves the whole mini-batch empty
 /// but some completion has tokens, the shortest such completion of the first sample with one is
-/// kept, so the gradients come out as zeros rather than missing.
-fn rows_to_score(samples: &[&AgentRollout]) -> Vec<Vec<usize>> {
+/// kept (its weight 0), so the gradients come out as zeros rather than missing.
+fn rows_to_score(samples: &[&AgentRollout], counted: &Counted) -> Vec<Vec<usize>> {
     let with_tokens = |s: &AgentRollout| -> Vec<usize> {
         (0..s.completions.len())
             .filter(|&j| !s.completions[j].is_empty())
@@ -116,9 +297,11 @@ fn rows_to_score(samples: &[&AgentRollout]) -> Vec<Vec<usize>> {
     };
     let mut rows: Vec<Vec<usize>> = samples
         .iter()
-        .map(|s| {
+        .enumerate()
+        .map(|(i, s)| {
             with_tokens(s)
                 .into_iter()
+                .filter(|&j| counted.get(i, j))
                 .filter(|&j| s.advantages.get(j).is_none_or(|&a| a != 0.0))
                 .collect()
         })

@@ -1,9 +1,12 @@
 //! MAGRPO (arXiv 2508.04652, CoMLRL's `MAGRPOTrainer`): each completion's return sums the
 //! discounted returns of the joint actions it takes part in (`returns`), less the KL penalty
 //! when it is on; its advantage is the return against its group's baseline, optionally
-//! normalised (`advantage`, `trainer.advantage_mode`); the loss is the advantage-weighted
-//! sequence log-probability (`loss`), one AdamW step per mini-batch of `train_batch_size`
-//! buffered nodes. It keeps no network beside the agents and adds nothing to checkpoints.
+//! normalised (`advantage`, `trainer.advantage_mode`, `advantage_normalization`,
+//! `advantage_scale`, `advantage_std`); the loss is the advantage-weighted sequence
+//! log-probability (`loss`, aggregated as `trainer.loss_aggregation` says, truncated completions
+//! left out with `mask_truncated_completions`), one AdamW step per mini-batch of
+//! `train_batch_size` buffered nodes. It keeps no network beside the agents and adds nothing to
+//! checkpoints.
 pub mod advantage;
 pub mod loss;
 pub mod returns;
@@ -15,9 +18,9 @@ use crate::train::rollout::joint::completion_returns;
 use crate::train::rollout::{AgentRollout, Node, NodeSample};
 use crate::train::run::checkpoint::CheckpointPart;
 use crate::train::update::plan::pass_plan;
-use advantage::{advantages, Baseline};
+use advantage::{advantages_with, batch_spread, rescale, Baseline, Normalization};
 use comlrl_scenario::{AdvantageMode, Scenario};
-use loss::loss_and_grads_in;
+use loss::{loss_and_grads_shaped, LossShape};
 use returns::joint_returns;
 
 /// MAGRPO with a scenario's settings.
@@ -29,7 +32,9 @@ pub struct Magrpo {
     /// The KL penalty's coefficient (0: off).
     kl_coef: f64,
     baseline: Baseline,
-    normalize: bool,
+    norm: Normalization,
+    /// Each agent's loss aggregation and truncation mask.
+    shapes: Vec<LossShape>,
     /// Buffered nodes per mini-batch.
     batch: usize,
     /// Nodes per update round.
@@ -55,7 +60,20 @@ impl Magrpo {
                 AdvantageMode::Max => Baseline::Max,
                 AdvantageMode::Rloo => Baseline::Rloo,
             },
-            normalize: t.advantage_normalization,
+            norm: Normalization {
+                on: t.advantage_normalization,
+                scale: t.advantage_scale,
+                std: t.advantage_std,
+            },
+            shapes: s
+                .agents
+                .iter()
+                .map(|a| LossShape {
+                    aggregation: t.loss_aggregation,
+                    max_new_tokens: a.sampling.max_new_tokens,
+                    mask_truncated: t.mask_truncated_completions,
+                })
+                .collect(),
             batch: t.train_batch_size.max(1),
             buffer: t.rollout_buffer_size.max(1),
             micro_batch: t.micro_batch_size,
@@ -82,7 +100,7 @@ impl Magrpo {
             for (ret, kl) in r.iter_mut().zip(&a.kl) {
                 *ret -= (self.kl_coef * *kl as f64) as f32;
             }
-            a.advantages = advantages(&r, self.baseline, self.normalize);
+            a.advantages = advantages_with(&r, self.baseline, self.norm);
             a.returns = r;
         }
         out.push(NodeSample {
@@ -119,16 +137,40 @@ impl Algorithm for Magrpo {
     ) -> Result<Vec<(usize, AgentUpdate)>> {
         round.each_agent(|learner| {
             let i = learner.index();
-            for chunk in buffer.chunks(self.batch) {
-                let samples: Vec<&AgentRollout> = chunk.iter().map(|s| &s.agents[i]).collect();
-                let lg = loss_and_grads_in(
+            let shape =
+                self.shapes.get(i).copied().ok_or_else(|| {
+                    crate::Error::Internal(format!("agent {i} has no loss settings"))
+                })?;
+            // `advantage_scale: batch`: the buffer's re-centred advantages divided by the
+            // spread of all its returns (TRL's generation batch is the rollout buffer).
+            let scaled: Option<Vec<AgentRollout>> = self.norm.per_batch().then(|| {
+                let spread = batch_spread(
+                    buffer.iter().map(|s| &s.agents[i].returns[..]),
+                    self.norm.std,
+                );
+                buffer
+                    .iter()
+                    .map(|s| {
+                        let mut a = s.agents[i].clone();
+                        rescale(&mut a.advantages, spread);
+                        a
+                    })
+                    .collect()
+            });
+            let mine: Vec<&AgentRollout> = match &scaled {
+                Some(v) => v.iter().collect(),
+                None => buffer.iter().map(|s| &s.agents[i]).collect(),
+            };
+            for samples in mine.chunks(self.batch) {
+                let lg = loss_and_grads_shaped(
                     learner.policy(),
                     learner.vars(),
-                    &samples,
+                    samples,
                     self.micro_batch,
                     self.recompute,
                     learner.share(),
                     self.plan,
+                    shape,
                 )?;
                 log::debug!(
                     "agent {i}: gradients accumulated ({} layer passes kept their \

@@ -1,0 +1,261 @@
+//! The GRPO variants (`trainer.loss_aggregation`, `advantage_scale`, `advantage_std: sample`,
+//! `mask_truncated_completions`) against TRL 1.16's own loss code
+//! (`tests/fixtures/grpo_variants/trl_loss.json`, made by
+//! `scripts/fixtures/make_grpo_variants.py`): for each case, the advantages comlrl computes from
+//! the fixed rewards, its loss weights (TRL's loss value at ratio 1 is Σ weight · counted tokens)
+//! and the gradients of one mini-batch of 2 node samples × 4 completions on tiny-qwen2, f32, on
+//! the autograd path and the recomputed one.
+use crate::common;
+use comlrl::model::grad::recompute::PassPlan;
+use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy};
+use comlrl::train::algorithms::magrpo::advantage::{
+    advantages_with, batch_spread, rescale, AdvantageScale, AdvantageStd, Baseline, Normalization,
+};
+use comlrl::train::algorithms::magrpo::loss::{
+    loss_and_grads_shaped, sequence_weights, LossAggregation, LossShape,
+};
+use comlrl::train::rollout::AgentRollout;
+use comlrl::train::update::Share;
+use common::*;
+use serde_json::Value;
+
+/// Relative agreement asked of every number.
+const REL: f64 = 1e-5;
+
+fn fixture() -> Value {
+    json(&fixtures().join("grpo_variants/trl_loss.json"))
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn f64s(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+fn key<'a>(case: &'a Value, k: &str) -> Option<&'a str> {
+    case["comlrl"][k].as_str()
+}
+
+/// The comlrl settings a case maps TRL's to.
+fn settings(case: &Value, max_new_tokens: usize) -> (Normalization, LossShape) {
+    let scale = match key(case, "advantage_scale").unwrap_or("group") {
+        "group" => AdvantageScale::Group,
+        "batch" => AdvantageScale::Batch,
+        "none" => AdvantageScale::None,
+        other => panic!("advantage_scale {other}"),
+    };
+    let aggregation = match key(case, "loss_aggregation").unwrap() {
+        "sequence_sum" => LossAggregation::SequenceSum,
+        "sequence_mean" => LossAggregation::SequenceMean,
+        "token_mean" => LossAggregation::TokenMean,
+        "constant" => LossAggregation::Constant,
+        other => panic!("loss_aggregation {other}"),
+    };
+    let norm = Normalization {
+        on: true,
+        scale,
+        // TRL has only the sample standard deviation (+ 1e-4).
+        std: AdvantageStd::Sample,
+    };
+    let shape = LossShape {
+        aggregation,
+        max_new_tokens,
+        mask_truncated: case["comlrl"]["mask_truncated_completions"]
+            .as_bool()
+            .unwrap_or(false),
+    };
+    (norm, shape)
+}
+
+/// The fixture's two node samples with comlrl's advantages under `norm`.
+fn samples(f: &Value, norm: Normalization) -> Vec<AgentRollout> {
+    let prompts = f["prompt_ids"].as_array().unwrap();
+    let comps = f["completion_ids"].as_array().unwrap();
+    let rewards = f["rewards"].as_array().unwrap();
+    let mut out: Vec<AgentRollout> = prompts
+        .iter()
+        .zip(comps)
+        .zip(rewards)
+        .map(|((p, c), r)| {
+            let completions: Vec<Vec<u32>> = c.as_array().unwrap().iter().map(ids).collect();
+            let returns: Vec<f32> = f64s(r).into_iter().map(|x| x as f32).collect();
+            let k = completions.len();
+            let mut s = AgentRollout::sampled(ids(p), completions, vec![String::new(); k]);
+            s.advantages = advantages_with(&returns, Baseline::Mean, norm);
+            s.kl = vec![0.0; k];
+            s.returns = returns;
+            s
+        })
+        .collect();
+    if norm.per_batch() {
+        let spread = batch_spread(out.iter().map(|s| &s.returns[..]), norm.std);
+        out.iter_mut()
+            .for_each(|s| rescale(&mut s.advantages, spread));
+    }
+    out
+}
+
+fn close(got: f64, want: f64, scale: f64) -> bool {
+    (got - want).abs() <= REL * scale.max(want.abs())
+}
+
+#[test]
+fn every_variant_matches_trl() {
+    let f = fixture();
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let named = policy.vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
+    let cases = f["cases"].as_array().unwrap();
+    assert!(cases.len() >= 10, "the fixture covers every setting");
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (norm, shape) = settings(case, max_new);
+        let owned = samples(&f, norm);
+        let refs: Vec<&AgentRollout> = owned.iter().collect();
+
+        // Advantages: TRL's (r − group mean) / (sample std + 1e-4), batch- or group-scaled.
+        let want_adv = f64s(&case["advantages"]);
+        let got_adv: Vec<f64> = owned
+            .iter()
+            .flat_map(|s| s.advantages.iter().map(|&a| a as f64))
+            .collect();
+        let adv_scale = want_adv.iter().fold(0f64, |m, a| m.max(a.abs()));
+        for (i, (g, w)) in got_adv.iter().zip(&want_adv).enumerate() {
+            assert!(
+                close(*g, *w, adv_scale),
+                "{name}: advantage {i}: {g} vs {w}"
+            );
+        }
+
+        // Loss weights: TRL's loss value is Σ_i w_i · (counted tokens of i).
+        let weights = sequence_weights(&refs, shape, &policy.eos_ids, policy.pad_id).unwrap();
+        let counted = f64s(&case["completion_mask_tokens"]);
+        let terms: Vec<f64> = weights
+            .iter()
+            .flatten()
+            .zip(&counted)
+            .map(|(&w, &n)| w as f64 * n)
+            .collect();
+        let surrogate: f64 = terms.iter().sum();
+        // Relative to the terms' size: with `grpo` the advantages sum to 0, and so does the loss.
+        let size = terms.iter().map(|t| t.abs()).sum::<f64>();
+        let want_loss = case["loss"].as_f64().unwrap();
+        assert!(
+            close(surrogate, want_loss, size),
+            "{name}: Σ weight · tokens {surrogate} vs TRL's loss {want_loss}"
+        );
+
+        // Gradients, on both loss paths.
+        for (recompute, chunk) in [(false, 0), (true, 3)] {
+            let what = format!("{name} (recompute {recompute}, micro-batch {chunk})");
+            let lg = loss_and_grads_shaped(
+                &policy,
+                &vars,
+                &refs,
+                chunk,
+                recompute,
+                Share::ALL,
+                PassPlan::rerun_all(ComputeDtype::F32),
+                shape,
+            )
+            .unwrap();
+            let mut sq = 0f64;
+            for ((n, _), g) in named.iter().zip(&lg.grads) {
+                let g: Vec<f64> = match g {
+                    Some(g) => f32s(g).into_iter().map(|x| x as f64).collect(),
+                    None => panic!("{what}: {n} got no gradient"),
+                };
+                let norm = g.iter().map(|x| x * x).sum::<f64>();
+                sq += norm;
+                let want = case["grad_norms"][n]
+                    .as_f64()
+                    .unwrap_or_else(|| panic!("{what}: no TRL gradient norm of {n}"));
+                assert!(
+                    close(norm.sqrt(), want, 0.0),
+                    "{what}: |grad {n}| {} vs {want}",
+                    norm.sqrt()
+                );
+                if let Some(w) = case["grads"].get(n) {
+                    let w = f64s(w);
+                    let top = w.iter().fold(0f64, |m, x| m.max(x.abs()));
+                    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                        assert!(close(*a, *b, top), "{what}: grad {n}[{i}]: {a} vs {b}");
+                    }
+                }
+            }
+            let want = case["grad_global_norm"].as_f64().unwrap();
+            assert!(
+                close(sq.sqrt(), want, 0.0),
+                "{what}: gradient norm {} vs {want}",
+                sq.sqrt()
+            );
+        }
+    }
+}
+
+#[test]
+fn masking_and_aggregation_change_what_they_should() {
+    // Without TRL: the fixture's inputs under comlrl's own rules, so a wrong fixture cannot hide
+    // a wrong weight. Truncated completions weigh 0 only when masked; `token_mean` weights
+    // sum (in absolute value, times tokens) like a mean over the counted tokens.
+    let f = fixture();
+    let truncated: Vec<bool> = f["truncated"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g.as_array().unwrap().iter().map(|t| t.as_bool().unwrap()))
+        .collect();
+    assert!(truncated.iter().any(|&t| t) && truncated.iter().any(|&t| !t));
+    let norm = Normalization::comlrl(true);
+    let owned = samples(&f, norm);
+    let refs: Vec<&AgentRollout> = owned.iter().collect();
+    let lens: Vec<usize> = owned
+        .iter()
+        .flat_map(|s| s.completions.iter().map(Vec::len))
+        .collect();
+    let adv: Vec<f32> = owned.iter().flat_map(|s| s.advantages.clone()).collect();
+    for mask in [false, true] {
+        let shape = LossShape {
+            aggregation: LossAggregation::TokenMean,
+            max_new_tokens: 12,
+            mask_truncated: mask,
+        };
+        let w: Vec<f32> = sequence_weights(&refs, shape, &[0], 0).unwrap().concat();
+        let tokens: usize = lens
+            .iter()
+            .zip(&truncated)
+            .filter(|(_, &t)| !(mask && t))
+            .map(|(l, _)| l)
+            .sum();
+        for i in 0..w.len() {
+            let want = if mask && truncated[i] {
+                0.0
+            } else {
+                -(adv[i] as f64) / tokens as f64
+            };
+            assert!((w[i] as f64 - want).abs() < 1e-7, "mask {mask}: weight {i}");
+        }
+    }
+    // The default shape's weights are MAGRPO's −A/(G·B).
+    let w = sequence_weights(&refs, LossShape::MAGRPO, &[0], 0)
+        .unwrap()
+        .concat();
+    for (wi, a) in w.iter().zip(&adv) {
+        assert_eq!(*wi, (-(*a as f64) * 0.5 / 4.0) as f32);
+    }
+}

@@ -49,7 +49,14 @@ impl CgroupRoot {
         let procs = fs::OpenOptions::new()
             .write(true)
             .open(cg.dir.join("cgroup.procs"))?;
-        cg.procs = Some(procs.into());
+        // At least 10, like the child's other descriptors (see `sandbox::high`).
+        // SAFETY: duplicating a descriptor we own; the result is a fresh descriptor.
+        let fd = unsafe { libc::fcntl(procs.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        cg.procs = Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
         Ok(cg)
     }
 }

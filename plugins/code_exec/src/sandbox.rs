@@ -181,14 +181,14 @@ impl Sandbox {
             std::fs::write(dir.join(file), content)?;
         }
         let ruleset = match self.layers.landlock {
-            Some(abi) => Some(landlock::ruleset(
+            Some(abi) => Some(high(landlock::ruleset(
                 abi,
                 &Rules {
                     read: &self.read_paths,
                     read_write_files: &self.rw_files,
                     full: &dir,
                 },
-            )?),
+            )?)?),
             None => None,
         };
         let mut cgroup: Option<SampleCgroup> = match &self.layers.cgroup {
@@ -196,6 +196,7 @@ impl Sandbox {
             None => None,
         };
         let (report_r, report_w) = pipe()?;
+        let report_w = high(report_w)?;
         let child = Child {
             report_w: report_w.as_raw_fd(),
             cgroup_procs: cgroup.as_ref().and_then(|c| c.procs_fd()),
@@ -322,6 +323,18 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// The descriptor moved to a number of at least 10 (close-on-exec): the child's own setup
+/// (std's stdio on 0–2, the report pipe on 3) can then never overwrite one it uses later.
+fn high(fd: OwnedFd) -> io::Result<OwnedFd> {
+    // SAFETY: duplicating a descriptor we own; the result is a fresh descriptor.
+    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above; `fd` is dropped (closed) on return.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
+}
+
 fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
     // SAFETY: a plain system call; a non-negative result is a fresh descriptor.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -377,11 +390,8 @@ impl Child {
                     return Err(io::Error::last_os_error());
                 }
             }
-            if self.report_w == 3 {
-                check(libc::fcntl(3, libc::F_SETFD, 0))?;
-            } else {
-                check(libc::dup2(self.report_w, 3))?;
-            }
+            // `report_w` and `ruleset` are at least 10 (see `high`), so this overwrites neither.
+            check(libc::dup2(self.report_w, 3))?;
             if self.ns_flags != 0 {
                 check(libc::unshare(self.ns_flags))?;
             }

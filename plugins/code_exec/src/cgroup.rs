@@ -35,6 +35,16 @@ impl CgroupRoot {
         })
     }
 
+    /// Removes the (empty) sample cgroups that a process which no longer runs left behind:
+    /// one killed while scoring (its time budget) has no chance to.
+    pub fn remove_stale(&self) {
+        for e in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            if crate::sandbox::stale_name(&e.file_name().to_string_lossy()) {
+                let _ = fs::remove_dir(e.path());
+            }
+        }
+    }
+
     /// The hierarchy's directory.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -271,6 +271,35 @@ impl Sandbox {
     }
 }
 
+/// Whether `name` is a sample directory or cgroup (`comlrl-code-exec-<pid>-<n>`) of a process
+/// that no longer exists.
+pub fn stale_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("comlrl-code-exec-") else {
+        return false;
+    };
+    let mut parts = rest.split('-');
+    match (
+        parts.next().and_then(|p| p.parse::<u32>().ok()),
+        parts.next(),
+        parts.next(),
+    ) {
+        (Some(pid), Some(n), None) if n.bytes().all(|b| b.is_ascii_digit()) => {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        }
+        _ => false,
+    }
+}
+
+/// Removes the sample directories under `tmp_root` that a process which no longer runs left
+/// behind (one killed while scoring).
+pub fn remove_stale_dirs(tmp_root: &Path) {
+    for e in std::fs::read_dir(tmp_root).into_iter().flatten().flatten() {
+        if stale_name(&e.file_name().to_string_lossy()) && e.path().is_dir() {
+            drop(RemoveDir(e.path()));
+        }
+    }
+}
+
 /// Processes of this user now (for a non-root `RLIMIT_NPROC`, which counts them all).
 fn uid_processes() -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -606,5 +635,31 @@ impl Watch<'_> {
             self.kill_everything();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_names_of_dead_processes_are_stale() {
+        assert!(stale_name("comlrl-code-exec-4000000000-1"));
+        assert!(!stale_name(&format!(
+            "comlrl-code-exec-{}-3",
+            std::process::id()
+        )));
+        assert!(!stale_name("comlrl-code-exec-tests-12"));
+        assert!(!stale_name("comlrl-code-exec-4000000000-1-x"));
+        assert!(!stale_name("something-else"));
+    }
+
+    #[test]
+    fn itoa_writes_decimal_digits() {
+        let mut buf = [0u8; 24];
+        let n = itoa(1_234_507, &mut buf);
+        assert_eq!(&buf[..n], b"1234507");
+        let n = itoa(0, &mut buf);
+        assert_eq!(&buf[..n], b"0");
     }
 }

@@ -35,6 +35,16 @@ impl CgroupRoot {
         })
     }
 
+    /// Removes the (empty) sample cgroups that a process which no longer runs left behind:
+    /// one killed while scoring (its time budget) has no chance to.
+    pub fn remove_stale(&self) {
+        for e in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            if crate::sandbox::stale_name(&e.file_name().to_string_lossy()) {
+                let _ = fs::remove_dir(e.path());
+            }
+        }
+    }
+
     /// The hierarchy's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -49,7 +59,14 @@ impl CgroupRoot {
         let procs = fs::OpenOptions::new()
             .write(true)
             .open(cg.dir.join("cgroup.procs"))?;
-        cg.procs = Some(procs.into());
+        // At least 10, like the child's other descriptors (see `sandbox::high`).
+        // SAFETY: duplicating a descriptor we own; the result is a fresh descriptor.
+        let fd = unsafe { libc::fcntl(procs.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        cg.procs = Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
         Ok(cg)
     }
 }

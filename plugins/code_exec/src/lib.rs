@@ -334,13 +334,18 @@ impl CodeExec {
         }
         let read = read_paths(&interpreter, &config);
         let limits = limits(&config);
+        sandbox::remove_stale_dirs(&config.tmp_dir);
+        let cgroup_root = cgroup::CgroupRoot::detect();
+        if let Some(root) = &cgroup_root {
+            root.remove_stale();
+        }
         // SAFETY: getuid cannot fail.
         let root = unsafe { libc::getuid() } == 0;
         let full = Layers {
             landlock: landlock::abi_version(),
             net_namespace: true,
             pid_namespace: true,
-            cgroup: cgroup::CgroupRoot::detect(),
+            cgroup: cgroup_root,
             drop_capabilities: root,
         };
         let args = harness_args(&config);
@@ -529,8 +534,15 @@ fn execute(
         "test_timeout": test_timeout_s,
         "max_timeouts": max_timeouts,
     });
+    let job = job.to_string();
+    // A start that fails for want of a resource (EAGAIN under a burst of processes) gets one
+    // more try before it fails the batch.
     let run = sandbox
-        .run(&[("job.json", job.to_string().as_bytes())])
+        .run(&[("job.json", job.as_bytes())])
+        .or_else(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            sandbox.run(&[("job.json", job.as_bytes())])
+        })
         .map_err(|e| format!("the sandbox could not run the sample: {e}"))?;
     let exec = Execution::parse(&run.report);
     if exec.syntax_ok.is_none() && run.end != End::TimedOut {

@@ -181,14 +181,14 @@ impl Sandbox {
             std::fs::write(dir.join(file), content)?;
         }
         let ruleset = match self.layers.landlock {
-            Some(abi) => Some(landlock::ruleset(
+            Some(abi) => Some(high(landlock::ruleset(
                 abi,
                 &Rules {
                     read: &self.read_paths,
                     read_write_files: &self.rw_files,
                     full: &dir,
                 },
-            )?),
+            )?)?),
             None => None,
         };
         let mut cgroup: Option<SampleCgroup> = match &self.layers.cgroup {
@@ -196,6 +196,7 @@ impl Sandbox {
             None => None,
         };
         let (report_r, report_w) = pipe()?;
+        let report_w = high(report_w)?;
         let child = Child {
             report_w: report_w.as_raw_fd(),
             cgroup_procs: cgroup.as_ref().and_then(|c| c.procs_fd()),
@@ -270,6 +271,35 @@ impl Sandbox {
     }
 }
 
+/// Whether `name` is a sample directory or cgroup (`comlrl-code-exec-<pid>-<n>`) of a process
+/// that no longer exists.
+pub fn stale_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("comlrl-code-exec-") else {
+        return false;
+    };
+    let mut parts = rest.split('-');
+    match (
+        parts.next().and_then(|p| p.parse::<u32>().ok()),
+        parts.next(),
+        parts.next(),
+    ) {
+        (Some(pid), Some(n), None) if n.bytes().all(|b| b.is_ascii_digit()) => {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        }
+        _ => false,
+    }
+}
+
+/// Removes the sample directories under `tmp_root` that a process which no longer runs left
+/// behind (one killed while scoring).
+pub fn remove_stale_dirs(tmp_root: &Path) {
+    for e in std::fs::read_dir(tmp_root).into_iter().flatten().flatten() {
+        if stale_name(&e.file_name().to_string_lossy()) && e.path().is_dir() {
+            drop(RemoveDir(e.path()));
+        }
+    }
+}
+
 /// Processes of this user now (for a non-root `RLIMIT_NPROC`, which counts them all).
 fn uid_processes() -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -320,6 +350,18 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: two fresh descriptors owned by nobody else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The descriptor moved to a number of at least 10 (close-on-exec): the child's own setup
+/// (std's stdio on 0–2, the report pipe on 3) can then never overwrite one it uses later.
+fn high(fd: OwnedFd) -> io::Result<OwnedFd> {
+    // SAFETY: duplicating a descriptor we own; the result is a fresh descriptor.
+    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above; `fd` is dropped (closed) on return.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
 }
 
 fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
@@ -377,11 +419,8 @@ impl Child {
                     return Err(io::Error::last_os_error());
                 }
             }
-            if self.report_w == 3 {
-                check(libc::fcntl(3, libc::F_SETFD, 0))?;
-            } else {
-                check(libc::dup2(self.report_w, 3))?;
-            }
+            // `report_w` and `ruleset` are at least 10 (see `high`), so this overwrites neither.
+            check(libc::dup2(self.report_w, 3))?;
             if self.ns_flags != 0 {
                 check(libc::unshare(self.ns_flags))?;
             }
@@ -596,5 +635,31 @@ impl Watch<'_> {
             self.kill_everything();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_names_of_dead_processes_are_stale() {
+        assert!(stale_name("comlrl-code-exec-4000000000-1"));
+        assert!(!stale_name(&format!(
+            "comlrl-code-exec-{}-3",
+            std::process::id()
+        )));
+        assert!(!stale_name("comlrl-code-exec-tests-12"));
+        assert!(!stale_name("comlrl-code-exec-4000000000-1-x"));
+        assert!(!stale_name("something-else"));
+    }
+
+    #[test]
+    fn itoa_writes_decimal_digits() {
+        let mut buf = [0u8; 24];
+        let n = itoa(1_234_507, &mut buf);
+        assert_eq!(&buf[..n], b"1234507");
+        let n = itoa(0, &mut buf);
+        assert_eq!(&buf[..n], b"0");
     }
 }

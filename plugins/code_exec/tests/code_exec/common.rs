@@ -62,6 +62,19 @@ pub fn python() -> Option<String> {
 
 /// Where the tests' samples put their directories (checked empty after each call).
 pub fn tmp_root() -> PathBuf {
+    // Those of earlier test processes (which cannot clean up after their statics) go first.
+    for e in std::fs::read_dir(std::env::temp_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = name.strip_prefix("comlrl-code-exec-tests-") {
+            if !std::path::Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
     let d = std::env::temp_dir().join(format!("comlrl-code-exec-tests-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("test tmp root");
     d

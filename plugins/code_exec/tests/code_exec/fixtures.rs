@@ -103,3 +103,45 @@ fn reward_equals_the_python_reference_on_every_recorded_case() {
         );
     }
 }
+
+/// Where the OS offers no layer (a container without namespaces, cgroups or Landlock), the
+/// reward runs with what is left and scores the same: the recorded cases that finish quickly,
+/// with no layer but the rlimits, the empty environment and the fresh directory.
+#[test]
+fn without_any_layer_the_reward_is_the_same() {
+    let Some(py) = common::python() else {
+        return;
+    };
+    let rows = common::humaneval();
+    let by_id: HashMap<&str, &serde_json::Value> =
+        rows.iter().map(|r| (s(r, "task_id"), r)).collect();
+    let dir = common::tmp_root().join("bare");
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let params = serde_json::json!({"python": py, "test_timeout_s": 1, "wall_timeout_s": 12, "tmp_dir": dir});
+    let config = comlrl_code_exec::Config::parse(&params.to_string()).expect("params");
+    let bare = comlrl_code_exec::CodeExec::with_layers(config, Default::default()).expect("loads");
+    let cases: Vec<serde_json::Value> =
+        common::jsonl_gz("tests/fixtures/humaneval/reward_cases.jsonl.gz")
+            .into_iter()
+            .filter(|c| !s(c, "id").contains("timeout"))
+            .take(40)
+            .collect();
+    for c in &cases {
+        let problem = c["task_id"].as_str().map_or(c, |id| by_id[id]);
+        let o = bare
+            .evaluate(
+                s(problem, "prompt"),
+                s(c, "aux"),
+                s(c, "main"),
+                s(problem, "test"),
+                s(problem, "entry_point"),
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", s(c, "id")));
+        assert_eq!(
+            o.reward.to_bits(),
+            c["reward_bits"].as_u64().expect("bits"),
+            "{}",
+            s(c, "id")
+        );
+    }
+}

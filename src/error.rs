@@ -15,14 +15,6 @@ pub enum Error {
     /// Loading, running or saving a model failed (`comlrl::model::Error`).
     #[error(transparent)]
     Model(#[from] crate::model::Error),
-    /// A model reference could not be resolved to files.
-    #[error("cannot resolve model `{model}`: {msg}")]
-    Resolve {
-        /// The model as written.
-        model: String,
-        /// Why it could not be resolved.
-        msg: String,
-    },
     /// Reading or writing a file failed.
     #[error("{}", path.display())]
     Io {

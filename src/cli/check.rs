@@ -6,9 +6,7 @@ use super::scenario_args::ScenarioArgs;
 use comlrl::model::ModelSource;
 use comlrl::train::rollout::joint::check_joint_actions;
 use comlrl::train::rollout::prompt::check_prompt_lengths;
-use comlrl::train::rollout::prompt::{
-    cached_model_dir, chat_template, ModelFiles, PromptFormatter,
-};
+use comlrl::train::rollout::prompt::{chat_template, ModelFiles, PromptFormatter};
 use comlrl::train::run::dir::guard_output_dir;
 use comlrl::train::setup::{models, rewards};
 use comlrl_scenario::{ChatTemplateSpec, Scenario};
@@ -57,7 +55,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     check_joint_actions(&s)?;
     let on_this_machine = |a: &comlrl_scenario::AgentPlan| -> anyhow::Result<bool> {
         let src = models::model_source(a, &s.base_dir)?;
-        Ok(!matches!(src, ModelSource::Hub { .. }) || cached_model_dir(&src)?.is_some())
+        Ok(!matches!(src, ModelSource::Hub { .. }) || src.cached_dir()?.is_some())
     };
     let mut local = true;
     for a in &s.agents {
@@ -117,7 +115,7 @@ fn first_prompts(s: &Scenario) -> anyhow::Result<Vec<Option<String>>> {
         .iter()
         .map(|agent| {
             let src = models::model_source(agent, &s.base_dir)?;
-            let dir = cached_model_dir(&src)?;
+            let dir = src.cached_dir()?;
             if agent.chat_template == ChatTemplateSpec::Auto && dir.is_none() {
                 if let ModelSource::Gguf(path) = &src {
                     eprintln!(

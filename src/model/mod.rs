@@ -27,6 +27,7 @@ pub use decoder::arch::{Architecture, Features};
 pub use decoder::causal_lm::CausalLm;
 pub use decoder::config::ModelConfig;
 pub use decoder::forward::{KvStore, Mode, WeightProducts};
+pub use decoder::value_head::ValueHead;
 pub use error::{Error, Result};
 pub use grad::head_backward::chunk_bytes as head_chunk_bytes;
 pub use grad::logprob::{completion_logprobs, completion_logprobs_scaled, ScoreLayout};

@@ -1,7 +1,8 @@
 //! The model, in process: parity with transformers' reference values on every architecture's
 //! fixtures (logits, completion log-probs, greedy ids, gradients), config.json handling,
-//! saving and loading, GGUF files, tokenizers, batched and bf16 sampling, and the bf16 GEMM
-//! kernels. Run one part with `cargo test --release --test model gguf::`.
+//! saving and loading, GGUF files, tokenizers, batched and bf16 sampling, the bf16 GEMM
+//! kernels, and a critic's value head with its backward. Run one part with
+//! `cargo test --release --test model gguf::`.
 #[path = "../common/mod.rs"]
 mod common;
 
@@ -17,3 +18,4 @@ mod reference;
 mod sample_batch;
 mod sampling_bf16;
 mod tokenizer_reference;
+mod value_head;

@@ -6,9 +6,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod algorithm_aliases;
 mod e2e;
 mod failures;
 mod grpo_variants;
+mod iac_step;
 mod loss;
 mod math;
 mod optim_state;

@@ -134,6 +134,42 @@ pub struct RewardPlan {
 pub enum Algorithm {
     /// Multi-agent group-relative policy optimisation (CoMLRL's `MAGRPOTrainer`).
     Magrpo,
+    /// MAGRPO with no baseline, `advantage_mode: raw` (CoMLRL's `MAREINFORCETrainer`).
+    Mareinforce,
+    /// MAGRPO with the leave-one-out baseline, `advantage_mode: rloo` (`MARLOOTrainer`).
+    Marloo,
+    /// MAGRPO with the group's best return as baseline, `advantage_mode: max`
+    /// (`MAReMaxTrainer`).
+    Maremax,
+}
+
+impl Algorithm {
+    /// As a scenario writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Magrpo => "magrpo",
+            Algorithm::Mareinforce => "mareinforce",
+            Algorithm::Marloo => "marloo",
+            Algorithm::Maremax => "maremax",
+        }
+    }
+
+    /// The `advantage_mode` an algorithm is defined by: CoMLRL's MAREINFORCE, MARLOO and
+    /// MAReMax are its MAGRPO trainer with this mode as their config's default and nothing
+    /// else changed. `None`: the algorithm leaves the mode to `trainer.advantage_mode`.
+    pub fn fixed_advantage_mode(self) -> Option<AdvantageMode> {
+        match self {
+            Algorithm::Magrpo => None,
+            Algorithm::Mareinforce => Some(AdvantageMode::Raw),
+            Algorithm::Marloo => Some(AdvantageMode::Rloo),
+            Algorithm::Maremax => Some(AdvantageMode::Max),
+        }
+    }
+
+    /// `trainer.advantage_mode`'s default under this algorithm.
+    pub fn default_advantage_mode(self) -> AdvantageMode {
+        self.fixed_advantage_mode().unwrap_or(AdvantageMode::Mean)
+    }
 }
 
 /// How each agent's G generations are combined into joint actions.

@@ -32,7 +32,35 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
     if train_batch_size > rollout_buffer_size && rollout_buffer_size >= 1 {
         d.warn(&at("train_batch_size"), format!("{train_batch_size} is larger than rollout_buffer_size ({rollout_buffer_size}); a mini-batch never holds more than the buffer, so this acts as {rollout_buffer_size}"));
     }
+    let fixed_mode = t.algorithm.fixed_advantage_mode();
+    if let Some(fixed) = fixed_mode {
+        // CoMLRL's MARLOOConfig(advantage_mode="mean") would quietly be MAGRPO under MARLOO's
+        // name; here the two keys must agree.
+        if advantage_mode != fixed {
+            let alg = t.algorithm.name();
+            d.invalid(
+                &at("advantage_mode"),
+                format!(
+                    "`{}` contradicts `trainer.algorithm: {alg}`, which is MAGRPO with `advantage_mode: {}`",
+                    mode_name(advantage_mode),
+                    mode_name(fixed)
+                ),
+                format!(
+                    "remove `advantage_mode` ({alg} sets `{}`), or write `algorithm: magrpo` with `advantage_mode: {}`",
+                    mode_name(fixed),
+                    mode_name(advantage_mode)
+                ),
+            );
+        } else if t.advantage_normalization && t.advantage_scale == AdvantageScale::Group {
+            d.warn(&at("algorithm"), format!(
+                "`{}` trains exactly as `magrpo` while advantage_normalization is true (CoMLRL's default for this trainer too): normalization removes the `{}` baseline's shift and scale; set `advantage_normalization: false` for the baseline to matter",
+                t.algorithm.name(),
+                mode_name(fixed)
+            ));
+        }
+    }
     if t.advantage_normalization
+        && fixed_mode.is_none()
         && t.advantage_scale == AdvantageScale::Group
         && raw.advantage_mode.is_some()
         && advantage_mode != AdvantageMode::Mean

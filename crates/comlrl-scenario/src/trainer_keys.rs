@@ -30,9 +30,14 @@ section! {
     plan /// Every `MAGRPOConfig` setting (CoMLRL 1.4 names) plus comlrl's optimizer extras.
         TrainerPlan, context cx: TrainerContext<'_>;
     keys {
-        /// The training algorithm: `magrpo`, multi-agent group-relative policy optimisation
-        /// (its baseline variants are `advantage_mode`).
-        algorithm: Algorithm = Algorithm::Magrpo, kind "`magrpo`", why "CoMLRL's MAGRPO trainer";
+        /// The training algorithm: `magrpo`, multi-agent group-relative policy optimisation;
+        /// `mareinforce`, `marloo` and `maremax` are MAGRPO with `advantage_mode` `raw`, `rloo`
+        /// and `max` (CoMLRL's trainers of those names differ from its MAGRPO in that default
+        /// alone), so that a CoMLRL config's trainer maps to one value. Writing a different
+        /// `advantage_mode` beside them is an error.
+        algorithm: Algorithm = Algorithm::Magrpo,
+            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax`",
+            why "CoMLRL's MAGRPO trainer";
         /// Passes over the training prompts.
         num_train_epochs: usize = 20, kind "integer ≥ 1", why "CoMLRL",
             check at_least(1, "set `num_train_epochs: 1` or more");
@@ -52,13 +57,15 @@ section! {
         /// <a id="advantage_mode"></a>Group baseline b subtracted from each return R: `mean`
         /// (MAGRPO: mean of the group), `raw` (none: MAREINFORCE), `max` (MAREMAX), `rloo`
         /// (mean of the other G−1: MARLOO, equal to G/(G−1)·(R − mean)). **With
-        /// `advantage_normalization: true` all four give the same advantages**: each is R
+        /// `advantage_normalization: true` and `advantage_scale: group` all four give the same advantages**: each is R
         /// shifted by a constant (rloo also scaled by a positive constant), and normalization
         /// subtracts the group mean and divides by the group standard deviation, which removes
         /// any shift and positive scale. So a non-`mean` mode only matters with normalization
         /// off (a warning says so).
-        advantage_mode: AdvantageMode = AdvantageMode::Mean,
-            kind "`mean` \\| `raw` \\| `max` \\| `rloo`", why "CoMLRL: MAGRPO";
+        advantage_mode: AdvantageMode = algorithm.default_advantage_mode(),
+            kind "`mean` \\| `raw` \\| `max` \\| `rloo`",
+            shown "`mean`; `raw`, `rloo`, `max` under `algorithm` `mareinforce`, `marloo`, `maremax`",
+            why "CoMLRL: each trainer's config default";
         /// Re-centre each group's advantages on their mean and divide them by a standard
         /// deviation (which one: `advantage_scale`, `advantage_std`). Makes the update size
         /// independent of the reward scale.

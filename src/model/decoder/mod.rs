@@ -1,6 +1,6 @@
 //! The decoder itself, one definition for every architecture: its config and architectures,
 //! the tensors a config implies, RoPE, the layers (norms, projections, attention, MLP), the
-//! causal LM, the strategies a forward is handed ([`forward`]) and the op trace the
+//! causal LM, a critic's value head, the strategies a forward is handed ([`forward`]) and the op trace the
 //! hand-written backward is checked against ([`trace`]).
 pub(crate) mod arch;
 pub(crate) mod attention;
@@ -17,3 +17,4 @@ pub(crate) mod rope;
 pub(crate) mod rope_scaling;
 pub(crate) mod tensors;
 pub(crate) mod trace;
+pub mod value_head;

@@ -1,7 +1,8 @@
 //! Gradients for training: completion log-probs and their layout, the hand-written backward of
 //! the decoder layer and of the LM head, recomputation (gradient checkpointing) with kept
 //! activations and shared prompts, the order of a mini-batch's passes, weights packed once per
-//! mini-batch, and the accumulators gradients go into.
+//! mini-batch, and the accumulators gradients go into; a critic's forward at chosen rows
+//! (`value`) and its value head's backward (`value_backward`).
 pub(crate) mod accumulators;
 pub(crate) mod attention_backward;
 pub(crate) mod head_backward;
@@ -14,3 +15,5 @@ pub mod recompute;
 pub(crate) mod shared_prompt;
 #[cfg(test)]
 mod trace_check;
+pub mod value;
+pub(crate) mod value_backward;

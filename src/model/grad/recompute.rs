@@ -12,6 +12,11 @@
 //! Where every row of a pass continues the same prompt (a node sample's K completions) and
 //! [`PassPlan::share_prompt`] allows, the prompt is computed once as one row that the others
 //! attend to (`shared_prompt`, [`prompt_part`]).
+//!
+//! A critic's pass ([`value_forward`], [`ValuePass::backward`]) runs the same forward and
+//! layers' backward with a value head on top instead of the LM head: the values at one chosen
+//! row per sequence, then, from the caller's seeds d loss / d v, the head's backward by hand
+//! (`value_backward`) and the final norm's at those rows only.
 use super::accumulators::{take_grads, GradSlots};
 use super::head_backward::head_backward;
 use super::layer_backward::{self, LayerInput};
@@ -19,10 +24,13 @@ use super::logprob::ScoreLayout;
 use super::packed_weights::{Head, PackedWeights, Products};
 pub use super::shared_prompt::prompt_part;
 use super::shared_prompt::PromptPart;
+use super::value::flat_rows;
+use super::value_backward::value_head_backward;
 use crate::model::decoder::attention::AttnInputs;
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::forward::Mode;
 use crate::model::decoder::trace::{self, Op};
+use crate::model::decoder::value_head::ValueHead;
 use crate::model::kernels::add_in_place::scatter_rows_add;
 use crate::model::kernels::compute_dtype::{ComputeDtype, Prepared};
 use candle_core::{Module, Result, Tensor, Var};
@@ -244,28 +252,34 @@ impl Pending<'_> {
     }
 }
 
-/// The first half of a recomputed pass: the forward without a graph (keeping layer inputs and,
-/// within `plan.keep_bytes`, layers' activations), then the LM head's loss and gradients with
-/// the prepared `head` (its weight gradient added into `acc`) and the final norm's backward.
-/// The layers' products take their weights from `packed` where it has them.
-#[allow(clippy::too_many_arguments)]
-pub fn forward_and_head<'a>(
+/// A pass's forward through the layers, before the final norm: what every top of a pass (the
+/// LM head's log-probs, a critic's value head) and the layers' backward need.
+struct Layers<'a> {
+    layout: &'a ScoreLayout,
+    products: Products<'a>,
+    cos: Tensor,
+    sin: Tensor,
+    mask: Tensor,
+    /// Every layer's input, bottom first, then the top layer's output.
+    inputs: Vec<Tensor>,
+    kept: Vec<Option<layer_backward::Kept>>,
+    prompt: Option<PromptPart>,
+    /// Columns of the shared prompt part (0 without one): the rows hold the columns after it.
+    p: usize,
+    kept_layers: usize,
+    kept_bytes: usize,
+}
+
+/// The forward without a graph, keeping layer inputs and, within `plan.keep_bytes`, layers'
+/// activations; the layers' products take their weights from `packed` where it has them.
+fn forward_layers<'a>(
     model: &CausalLm,
     layout: &'a ScoreLayout,
-    coef: &[f32],
-    vars: &[Var],
-    acc: &mut [Option<Tensor>],
     plan: PassPlan,
-    head: &Prepared,
     packed: Option<&'a PackedWeights>,
-) -> Result<Pending<'a>> {
+) -> Result<Layers<'a>> {
     let dt = plan.dtype;
     let products = Products::with(dt, packed);
-    let start = std::time::Instant::now();
-    let (b, _) = layout.ids.dims2()?;
-    if coef.len() != b {
-        candle_core::bail!("{} coefficients for {b} rows", coef.len());
-    }
     let embedding = candle_nn::Embedding::new(model.embed_tokens.clone(), model.cfg.hidden_size);
     // With a shared prompt part of P tokens the rows below are the last S = T + C − P columns.
     let split = prompt_part(model, layout, plan.share_prompt)?;
@@ -352,6 +366,56 @@ pub fn forward_and_head<'a>(
         inputs.push(y.detach());
     }
 
+    Ok(Layers {
+        layout,
+        products,
+        cos,
+        sin,
+        mask,
+        inputs,
+        kept,
+        prompt,
+        p,
+        kept_layers,
+        kept_bytes,
+    })
+}
+
+/// The first half of a recomputed pass: the forward without a graph (keeping layer inputs and,
+/// within `plan.keep_bytes`, layers' activations), then the LM head's loss and gradients with
+/// the prepared `head` (its weight gradient added into `acc`) and the final norm's backward.
+/// The layers' products take their weights from `packed` where it has them.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_and_head<'a>(
+    model: &CausalLm,
+    layout: &'a ScoreLayout,
+    coef: &[f32],
+    vars: &[Var],
+    acc: &mut [Option<Tensor>],
+    plan: PassPlan,
+    head: &Prepared,
+    packed: Option<&'a PackedWeights>,
+) -> Result<Pending<'a>> {
+    let dt = plan.dtype;
+    let start = std::time::Instant::now();
+    let (b, _) = layout.ids.dims2()?;
+    if coef.len() != b {
+        candle_core::bail!("{} coefficients for {b} rows", coef.len());
+    }
+    let Layers {
+        products,
+        cos,
+        sin,
+        mask,
+        mut inputs,
+        kept,
+        mut prompt,
+        p,
+        kept_layers,
+        kept_bytes,
+        ..
+    } = forward_layers(model, layout, plan, packed)?;
+
     // Head: final norm, then the LM head and log-probs in row chunks (see `head_backward`); the
     // norm's backward gives the gradient w.r.t. the last hidden state.
     if let Some(pp) = prompt.as_mut() {
@@ -417,4 +481,136 @@ pub fn forward_and_head<'a>(
             kept_bytes,
         },
     })
+}
+
+/// A critic's recomputed pass whose forward has run: the values at the chosen rows, and what
+/// the backward needs once the caller's loss has turned them into seeds d loss / d v.
+pub struct ValuePass<'a> {
+    layers: Layers<'a>,
+    /// The top layer's output (b, S, hidden), the one `Var` of the top's small graph.
+    top: Var,
+    /// (N, hidden): the chosen rows of `top`, final-normed, in a graph from `top`.
+    h: Tensor,
+    /// (N) the values read from `h`.
+    values: Tensor,
+    forward_s: f64,
+}
+
+/// The forward of a critic's pass (as [`forward_and_head`]'s, under the same `plan`): the
+/// final-normed hidden state of each row of `layout` at its column `cols[r]` (see
+/// `value::value_columns`), and the values `head` reads from it. Only the chosen rows go
+/// through the final norm (it normalises each row alone).
+pub fn value_forward<'a>(
+    model: &CausalLm,
+    head: &ValueHead,
+    layout: &'a ScoreLayout,
+    cols: &[usize],
+    plan: PassPlan,
+    packed: Option<&'a PackedWeights>,
+) -> Result<ValuePass<'a>> {
+    let start = std::time::Instant::now();
+    let (b, _) = layout.ids.dims2()?;
+    if cols.len() != b {
+        candle_core::bail!("{} value columns for {b} rows", cols.len());
+    }
+    let mut layers = forward_layers(model, layout, plan, packed)?;
+    if let Some(pp) = layers.prompt.as_mut() {
+        // The prompt part's columns end before the last prompt token: no value reads them.
+        pp.inputs.pop();
+    }
+    let top = Var::from_tensor(&layers.inputs.pop().expect("one per layer + 1"))?;
+    let (_, s, hd) = top.dims3()?;
+    let idx = Tensor::new(flat_rows(cols, s, layers.p)?, model.device())?;
+    let rows = top
+        .as_tensor()
+        .reshape((b * s, hd))?
+        .index_select(&idx, 0)?;
+    trace::forward(|| model.norm.op());
+    let h = model.norm.forward(&rows)?;
+    let values = head.forward(&h.detach())?;
+    Ok(ValuePass {
+        layers,
+        top,
+        h,
+        values,
+        forward_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+impl ValuePass<'_> {
+    /// (N) the values, one per row.
+    pub fn values(&self) -> &Tensor {
+        &self.values
+    }
+
+    /// The backward from seeds `dv` (N) = d loss / d v: the value head's (by hand,
+    /// `value_backward`), the final norm's, then the layers' as for log-probs; the gradient of
+    /// every tensor of `vars` (the backbone's and the head's, any subset) added into `acc`.
+    /// The stats' `loss` is 0: the caller's loss made the seeds.
+    pub fn backward(
+        self,
+        model: &CausalLm,
+        head: &ValueHead,
+        dv: &Tensor,
+        vars: &[Var],
+        acc: &mut [Option<Tensor>],
+    ) -> Result<PassStats> {
+        let start = std::time::Instant::now();
+        let ValuePass {
+            layers,
+            top,
+            h,
+            values,
+            forward_s,
+        } = self;
+        if dv.elem_count() != values.elem_count() {
+            candle_core::bail!(
+                "{} value seeds for {} values",
+                dv.elem_count(),
+                values.elem_count()
+            );
+        }
+        let slots = GradSlots::new(vars);
+        let dh = value_head_backward(head, &h, dv, &slots, acc)?;
+        trace::backward(|| model.norm.op());
+        let surrogate = (h * dh)?.sum_all()?;
+        let mut grads = surrogate.backward()?;
+        drop(surrogate);
+        let g = grads
+            .remove(top.as_tensor())
+            .ok_or_else(|| candle_core::Error::Msg("no gradient reached the last layer".into()))?;
+        take_grads(&mut grads, vars, acc)?;
+        let Layers {
+            layout,
+            products,
+            cos,
+            sin,
+            mask,
+            inputs,
+            kept,
+            prompt,
+            kept_layers,
+            kept_bytes,
+            ..
+        } = layers;
+        let pending = Pending {
+            layout,
+            products,
+            cos,
+            sin,
+            mask,
+            inputs,
+            kept,
+            g,
+            prompt,
+            stats: PassStats {
+                loss: 0.0,
+                forward_s,
+                backward_s: start.elapsed().as_secs_f64(),
+                kept_layers,
+                kept_bytes,
+            },
+        };
+        pending.backward(model, vars, acc)
+    }
 }

@@ -99,6 +99,24 @@ impl ModelSource {
         }
     }
 
+    /// The files of this model as far as they are on this machine, without downloading: a local
+    /// directory, or a Hub model's snapshot in the Hub cache holding its `tokenizer_config.json`
+    /// or `chat_template.jinja`. `None` for built-in models, GGUF files (their template is in the
+    /// file's metadata, read when the model is loaded) and uncached Hub models.
+    pub fn cached_dir(&self) -> Result<Option<PathBuf>> {
+        Ok(match self {
+            ModelSource::Builtin(_) | ModelSource::Gguf(_) => None,
+            ModelSource::Local(dir) => Some(dir.clone()),
+            ModelSource::Hub { repo, revision } => {
+                let (_, cached) = cache_repo(repo, revision)?;
+                ["tokenizer_config.json", "chat_template.jinja"]
+                    .iter()
+                    .find_map(|f| cached.get(f))
+                    .and_then(|p| p.parent().map(Path::to_path_buf))
+            }
+        })
+    }
+
     /// As a user would write it: `builtin:<name>`, the path, or `owner/name[@revision]`.
     pub fn describe(&self) -> String {
         match self {
@@ -140,16 +158,16 @@ const OPTIONAL: &[&str] = &[
     "chat_template.jinja",
 ];
 
-fn hub_dir(repo: &str, revision: &str) -> Result<PathBuf> {
+/// The Hub cache's copy of `repo` at `revision`, its ref checked first: hf-hub joins the ref's
+/// text to the snapshots folder unchecked, so a tampered ref would point outside the cache (or
+/// name a device that reads without end).
+fn cache_repo(repo: &str, revision: &str) -> Result<(hf_hub::Repo, hf_hub::CacheRepo)> {
     let cache_root = hub_cache_dir();
-    let cache = hf_hub::Cache::new(cache_root.clone());
     let hrepo = hf_hub::Repo::with_revision(
         repo.to_string(),
         hf_hub::RepoType::Model,
         revision.to_string(),
     );
-    // hf-hub joins the ref's text to the snapshots folder unchecked: a tampered ref would point
-    // outside the cache (or name a device that reads without end).
     let ref_file = cache_root
         .join(hrepo.folder_name())
         .join("refs")
@@ -158,7 +176,13 @@ fn hub_dir(repo: &str, revision: &str) -> Result<PathBuf> {
         model: repo.to_string(),
         msg,
     })?;
-    let cached = cache.repo(hrepo.clone());
+    let cached = hf_hub::Cache::new(cache_root).repo(hrepo.clone());
+    Ok((hrepo, cached))
+}
+
+fn hub_dir(repo: &str, revision: &str) -> Result<PathBuf> {
+    let cache_root = hub_cache_dir();
+    let (hrepo, cached) = cache_repo(repo, revision)?;
     let weights_cached = cached
         .get("model.safetensors")
         .or_else(|| cached.get("model.safetensors.index.json"));

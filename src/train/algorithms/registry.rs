@@ -9,7 +9,11 @@ use comlrl_scenario::Scenario;
 /// The algorithm `s.trainer.algorithm` names, set up from the scenario (an algorithm with
 /// networks of its own loads them here).
 pub fn build(s: &Scenario) -> Result<Box<dyn Algorithm>> {
+    use comlrl_scenario::Algorithm as A;
     Ok(match s.trainer.algorithm {
-        comlrl_scenario::Algorithm::Magrpo => Box::new(Magrpo::new(s)),
+        // CoMLRL's MAREINFORCE, MARLOO and MAReMax are its MAGRPO trainer with another
+        // `advantage_mode` default; the scenario crate has resolved `trainer.advantage_mode`
+        // to theirs (and refused a contradicting one), which `Magrpo::new` reads.
+        A::Magrpo | A::Mareinforce | A::Marloo | A::Maremax => Box::new(Magrpo::new(s)),
     })
 }

@@ -5,9 +5,9 @@
 //! And whether a prompt fits its model: checked for every dataset prompt before training, and
 //! for each transition's prompt before it is encoded.
 use crate::error::{Error, Result};
-use crate::model::{ModelSource, Policy};
+use crate::model::Policy;
 use comlrl_scenario::{AgentPlan, ChatTemplate, ChatTemplateSpec, Row, Scenario, Template};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// One agent's prompt formatting.
 #[derive(Debug)]
@@ -152,36 +152,6 @@ pub fn chat_template(
     }
 }
 
-/// The files of `source` as far as they are on this machine, without downloading: a local
-/// directory, or a Hub model's snapshot in the Hub cache holding its `tokenizer_config.json` or
-/// `chat_template.jinja`. `None` for built-in models, GGUF files (their template is in the
-/// file's metadata, read when the model is loaded) and uncached Hub models.
-pub fn cached_model_dir(source: &ModelSource) -> Result<Option<PathBuf>> {
-    Ok(match source {
-        ModelSource::Builtin(_) | ModelSource::Gguf(_) => None,
-        ModelSource::Local(dir) => Some(dir.clone()),
-        ModelSource::Hub { repo, revision } => {
-            let root = crate::model::io::source::hub_cache_dir();
-            let hrepo = hf_hub::Repo::with_revision(
-                repo.clone(),
-                hf_hub::RepoType::Model,
-                revision.clone(),
-            );
-            // hf-hub follows the ref's text unchecked (a tampered ref reads outside the cache).
-            let ref_file = root.join(hrepo.folder_name()).join("refs").join(revision);
-            comlrl_scenario::hub::read_ref(&ref_file).map_err(|msg| Error::Resolve {
-                model: repo.clone(),
-                msg,
-            })?;
-            let r = hf_hub::Cache::new(root).repo(hrepo);
-            ["tokenizer_config.json", "chat_template.jinja"]
-                .iter()
-                .find_map(|f| r.get(f))
-                .and_then(|p| p.parent().map(Path::to_path_buf))
-        }
-    })
-}
-
 /// Fails when a first-turn prompt (train or eval set, rendered as the model sees it: the
 /// agent's template, then its chat template with the system prompt) encodes to no tokens, or
 /// its tokens plus `max_new_tokens` exceed the agent's model positions: the check sampling
@@ -249,7 +219,9 @@ pub fn check_prompt_bytes(text: &str, p: &Policy, room: usize) -> std::result::R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ModelSource;
     use comlrl_scenario::load_str;
+    use std::path::PathBuf;
 
     fn fixtures() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -329,11 +301,11 @@ mod tests {
             .chain();
         assert!(e.contains("builtin:tiny has no tokenizer files"), "{e}");
         assert_eq!(
-            cached_model_dir(&ModelSource::Local(qwen.clone())).unwrap(),
+            ModelSource::Local(qwen.clone()).cached_dir().unwrap(),
             Some(qwen)
         );
         assert_eq!(
-            cached_model_dir(&ModelSource::Builtin("tiny".into())).unwrap(),
+            ModelSource::Builtin("tiny".into()).cached_dir().unwrap(),
             None
         );
     }

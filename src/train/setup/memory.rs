@@ -221,7 +221,8 @@ fn inspect(src: &ModelSource, lookup: Lookup) -> Result<Option<ModelInfo>> {
         ModelSource::Hub { .. } => {
             let dir = match lookup {
                 Lookup::Download => src.resolve_dir()?,
-                Lookup::Local => crate::train::rollout::prompt::cached_model_dir(src)?
+                Lookup::Local => src
+                    .cached_dir()?
                     .filter(|d| d.join("config.json").is_file()),
             };
             Ok(dir.map(|d| ModelInfo::dir(&d)).transpose()?)

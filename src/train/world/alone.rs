@@ -1,7 +1,7 @@
 //! A process that runs alone: it samples every agent, scores every joint action and trains
 //! every agent itself, so each exchange is the identity and waits for nothing.
 use super::replicas::Replicas;
-use super::strategy::Strategy;
+use super::strategy::{Part, Strategy};
 use crate::dist::{Placement, World};
 use crate::error::{Error, Result};
 use crate::train::report::timing::since;
@@ -14,10 +14,8 @@ use std::time::Instant;
 
 /// The only process of its run.
 pub struct Alone {
-    /// A world of one (MPI's, when built with the `mpi` feature and launched plainly).
-    world: Arc<dyn World>,
-    placement: Placement,
-    replicas: Replicas,
+    /// Its world, of size one (MPI's, when built with the `mpi` feature and launched plainly).
+    part: Part,
 }
 
 impl Alone {
@@ -25,9 +23,11 @@ impl Alone {
     pub fn new(world: Arc<dyn World>, placement: Placement) -> Self {
         let replicas = Replicas::none(placement.owners.len());
         Alone {
-            world,
-            placement,
-            replicas,
+            part: Part {
+                world,
+                placement,
+                replicas,
+            },
         }
     }
 }
@@ -73,16 +73,8 @@ impl RolloutExchange for Alone {
 }
 
 impl Strategy for Alone {
-    fn world(&self) -> &dyn World {
-        self.world.as_ref()
-    }
-
-    fn placement(&self) -> &Placement {
-        &self.placement
-    }
-
-    fn replicas(&self) -> &Replicas {
-        &self.replicas
+    fn part(&self) -> &Part {
+        &self.part
     }
 
     fn share_claim(&self, claimed: Option<Result<RunLock>>) -> Result<(String, Option<RunLock>)> {

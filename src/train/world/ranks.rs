@@ -1,7 +1,7 @@
 //! One rank of an MPI run: it samples and trains the agents placed on it, and the exchanges are
 //! collectives over the run's world (`rollouts` and `run` hold their byte formats).
 use super::replicas::Replicas;
-use super::strategy::Strategy;
+use super::strategy::{Part, Strategy};
 use crate::dist::{Placement, World};
 use crate::error::Result;
 use crate::train::report::timing::since;
@@ -14,9 +14,7 @@ use std::time::Instant;
 
 /// One of several processes of a run.
 pub struct Ranks {
-    world: Arc<dyn World>,
-    placement: Placement,
-    replicas: Replicas,
+    part: Part,
 }
 
 impl Ranks {
@@ -25,9 +23,11 @@ impl Ranks {
     pub fn new(world: Arc<dyn World>, placement: Placement) -> Self {
         let replicas = Replicas::new(&placement, world.as_ref());
         Ranks {
-            world,
-            placement,
-            replicas,
+            part: Part {
+                world,
+                placement,
+                replicas,
+            },
         }
     }
 }
@@ -41,7 +41,7 @@ impl RolloutExchange for Ranks {
         comm: &mut f64,
     ) -> Result<Vec<AgentRollout>> {
         let t = Instant::now();
-        let all = super::rollouts::share_rollouts(self.world.as_ref(), local, mine, prompts);
+        let all = super::rollouts::share_rollouts(self.part.world.as_ref(), local, mine, prompts);
         *comm += since(t);
         all
     }
@@ -54,7 +54,7 @@ impl RolloutExchange for Ranks {
     ) -> Result<Vec<Scored>> {
         let t = Instant::now();
         let mut secs = 0.0;
-        let s = super::rollouts::root_scores(self.world.as_ref(), || {
+        let s = super::rollouts::root_scores(self.part.world.as_ref(), || {
             let t = Instant::now();
             let s = score();
             secs = since(t);
@@ -73,7 +73,7 @@ impl RolloutExchange for Ranks {
     ) -> Result<Vec<String>> {
         let t = Instant::now();
         let mut secs = 0.0;
-        let n = super::rollouts::root_prompts(self.world.as_ref(), || {
+        let n = super::rollouts::root_prompts(self.part.world.as_ref(), || {
             let t = Instant::now();
             let n = next();
             secs = since(t);
@@ -86,42 +86,34 @@ impl RolloutExchange for Ranks {
 
     fn kl(&self, agents: &mut [AgentRollout], local: &[usize], comm: &mut f64) -> Result<()> {
         let t = Instant::now();
-        let r = super::rollouts::share_kl(self.world.as_ref(), agents, local);
+        let r = super::rollouts::share_kl(self.part.world.as_ref(), agents, local);
         *comm += since(t);
         r
     }
 }
 
 impl Strategy for Ranks {
-    fn world(&self) -> &dyn World {
-        self.world.as_ref()
-    }
-
-    fn placement(&self) -> &Placement {
-        &self.placement
-    }
-
-    fn replicas(&self) -> &Replicas {
-        &self.replicas
+    fn part(&self) -> &Part {
+        &self.part
     }
 
     fn share_claim(&self, claimed: Option<Result<RunLock>>) -> Result<(String, Option<RunLock>)> {
-        super::run::share_claim(self.world.as_ref(), claimed)
+        super::run::share_claim(self.part.world.as_ref(), claimed)
     }
 
     fn any(&self, flag: bool) -> bool {
-        super::run::any(self.world.as_ref(), flag)
+        super::run::any(self.part.world.as_ref(), flag)
     }
 
     fn merge_window(&self, w: &mut Window) -> Result<()> {
         let t = Instant::now();
-        super::run::merge_window(self.world.as_ref(), &self.placement, w)?;
+        super::run::merge_window(self.part.world.as_ref(), &self.part.placement, w)?;
         w.phases.comm += t.elapsed().as_secs_f64();
         Ok(())
     }
 
     fn recorded_ranks(&self) -> Vec<usize> {
-        self.placement.owners.clone()
+        self.part.placement.owners.clone()
     }
 
     fn writes_alone(&self) -> bool {

@@ -5,19 +5,39 @@ use crate::error::Result;
 use crate::train::report::window::Window;
 use crate::train::rollout::RolloutExchange;
 use crate::train::run::dir::RunLock;
+use std::sync::Arc;
+
+/// What every strategy holds.
+pub struct Part {
+    /// The run's processes (a world of one for a process alone).
+    pub world: Arc<dyn World>,
+    /// Which rank holds which agent.
+    pub placement: Placement,
+    /// Each replicated agent's group of replicas.
+    pub replicas: Replicas,
+}
 
 /// This process's part in the run: the rollout's exchanges ([`RolloutExchange`]) and the
-/// loop's. Every method but `world`, `placement`, `replicas`, `recorded_ranks` and
+/// loop's. Every method but `part`, `world`, `placement`, `replicas`, `recorded_ranks` and
 /// `writes_alone` is a collective under MPI: every rank calls it at the same point.
 pub trait Strategy: RolloutExchange + Send {
+    /// The world, placement and replicas this process runs with.
+    fn part(&self) -> &Part;
+
     /// The run's processes (barriers and rank 0's duties when writing files).
-    fn world(&self) -> &dyn World;
+    fn world(&self) -> &dyn World {
+        self.part().world.as_ref()
+    }
 
     /// Which rank holds which agent.
-    fn placement(&self) -> &Placement;
+    fn placement(&self) -> &Placement {
+        &self.part().placement
+    }
 
     /// Each replicated agent's group of replicas.
-    fn replicas(&self) -> &Replicas;
+    fn replicas(&self) -> &Replicas {
+        &self.part().replicas
+    }
 
     /// The run id every rank uses and, on rank 0, the claim on the output directory itself.
     /// `claimed` is rank 0's claim (or the lock its caller took); its error reaches every rank.

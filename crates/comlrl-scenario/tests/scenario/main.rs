@@ -3,6 +3,7 @@
 mod common;
 
 mod agent_keys;
+mod algorithms;
 mod chat_templates;
 mod compute_dtype;
 mod datasets;

@@ -1,5 +1,5 @@
 //! The GRPO variants (`trainer.loss_aggregation`, `advantage_scale`, `advantage_std: sample`,
-//! `mask_truncated_completions`) against TRL 1.16's own loss code
+//! `mask_truncated_completions`, `logprob_temperature: sampling`) against TRL 1.16's own loss code
 //! (`tests/fixtures/grpo_variants/trl_loss.json`, made by
 //! `scripts/fixtures/make_grpo_variants.py`): for each case, the advantages comlrl computes from
 //! the fixed rewards, its loss weights (TRL's loss value at ratio 1 is Σ weight · counted tokens)
@@ -46,8 +46,10 @@ fn key<'a>(case: &'a Value, k: &str) -> Option<&'a str> {
     case["comlrl"][k].as_str()
 }
 
-/// The comlrl settings a case maps TRL's to.
-fn settings(case: &Value, max_new_tokens: usize) -> (Normalization, LossShape) {
+/// The comlrl settings a case maps TRL's to: the advantages' normalization, the loss's shape
+/// and the passes' logit scale (1 / the sampling temperature with `logprob_temperature:
+/// sampling`).
+fn settings(case: &Value, max_new_tokens: usize) -> (Normalization, LossShape, PassPlan) {
     let scale = match key(case, "advantage_scale").unwrap_or("group") {
         "group" => AdvantageScale::Group,
         "batch" => AdvantageScale::Batch,
@@ -74,7 +76,16 @@ fn settings(case: &Value, max_new_tokens: usize) -> (Normalization, LossShape) {
             .as_bool()
             .unwrap_or(false),
     };
-    (norm, shape)
+    let logit_scale = match key(case, "logprob_temperature").unwrap_or("1") {
+        "1" => 1.0,
+        "sampling" => 1.0 / case["comlrl"]["temperature"].as_f64().unwrap(),
+        other => panic!("logprob_temperature {other}"),
+    };
+    let plan = PassPlan {
+        logit_scale,
+        ..PassPlan::rerun_all(ComputeDtype::F32)
+    };
+    (norm, shape, plan)
 }
 
 /// The fixture's two node samples with comlrl's advantages under `norm`.
@@ -121,10 +132,10 @@ fn every_variant_matches_trl() {
     let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
     let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
     let cases = f["cases"].as_array().unwrap();
-    assert!(cases.len() >= 10, "the fixture covers every setting");
+    assert!(cases.len() >= 13, "the fixture covers every setting");
     for case in cases {
         let name = case["name"].as_str().unwrap();
-        let (norm, shape) = settings(case, max_new);
+        let (norm, shape, plan) = settings(case, max_new);
         let owned = samples(&f, norm);
         let refs: Vec<&AgentRollout> = owned.iter().collect();
 
@@ -170,7 +181,7 @@ fn every_variant_matches_trl() {
                 chunk,
                 recompute,
                 Share::ALL,
-                PassPlan::rerun_all(ComputeDtype::F32),
+                plan,
                 shape,
             )
             .unwrap();

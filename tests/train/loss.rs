@@ -210,6 +210,7 @@ fn kept_activations_give_the_rerun_gradients_exactly() {
                 dtype,
                 share_prompt: false,
                 pack_bytes: 0,
+                logit_scale: 1.0,
             };
             let mut acc = vec![None; vars.len()];
             let pending = forward_and_head(

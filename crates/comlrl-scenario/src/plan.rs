@@ -236,6 +236,48 @@ pub enum AdvantageScale {
     None,
 }
 
+/// The temperature the update's log-probs are computed at (`trainer.logprob_temperature`):
+/// written `1` or `sampling`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogprobTemperature {
+    /// 1: the model's own distribution (CoMLRL).
+    One,
+    /// Each agent's sampling temperature: the logits divided by it (TRL).
+    Sampling,
+}
+
+impl Serialize for LogprobTemperature {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            LogprobTemperature::One => s.serialize_u64(1),
+            LogprobTemperature::Sampling => s.serialize_str("sampling"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for LogprobTemperature {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Number(f64),
+            Word(String),
+        }
+        match Written::deserialize(d)? {
+            Written::Number(1.0) => Ok(LogprobTemperature::One),
+            Written::Word(w) if w == "1" => Ok(LogprobTemperature::One),
+            Written::Word(w) if w == "sampling" => Ok(LogprobTemperature::Sampling),
+            other => Err(serde::de::Error::custom(format!(
+                "expected `1` or `sampling`, got {}",
+                match other {
+                    Written::Number(x) => x.to_string(),
+                    Written::Word(w) => format!("`{w}`"),
+                }
+            ))),
+        }
+    }
+}
+
 /// Learning-rate schedule after the warmup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -93,6 +93,15 @@ pub(crate) fn resolve(
             .collect::<Vec<_>>()
     });
     if let Some(list) = &agents {
+        if trainer.logprob_temperature == crate::plan::LogprobTemperature::Sampling {
+            if let Some(i) = list.iter().position(|a| a.sampling.temperature <= 0.0) {
+                d.invalid(
+                    &KeyPath::root().key("trainer").key("logprob_temperature"),
+                    format!("`sampling` divides the logits by each agent's sampling temperature, and agent {i} samples greedily (temperature 0)"),
+                    "give every agent a temperature above 0, or use `logprob_temperature: 1`",
+                );
+            }
+        }
         let greedy = list.iter().any(|a| a.sampling.temperature == 0.0);
         if greedy && trainer.num_generations >= 2 {
             d.warn(&rp.key("agents"), "temperature 0 (greedy) makes all generations of a prompt identical, so every group advantage is 0 and nothing is learned; use a temperature > 0");

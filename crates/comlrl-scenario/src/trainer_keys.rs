@@ -18,7 +18,7 @@ use crate::keys::{
 };
 use crate::plan::{
     AdvantageMode, AdvantageScale, AdvantageStd, Algorithm, CodeSource, Dtype, JointMode,
-    LossAggregation, LrScheduler, TransitionPlan,
+    LogprobTemperature, LossAggregation, LrScheduler, TransitionPlan,
 };
 use crate::positions::KeyPath;
 use crate::raw::RawTransition;
@@ -101,6 +101,14 @@ section! {
         /// baseline and spread (DAPO's overlong filtering; TRL `mask_truncated_completions`).
         mask_truncated_completions: bool = false, kind "bool",
             why "CoMLRL and TRL train on truncated completions";
+        /// The temperature of the log-probs the loss differentiates: `1` (the model's own
+        /// distribution, while sampling used the agent's `temperature`: the gradient is that of
+        /// log π, not of the sampling distribution) or `sampling` (the logits divided by the
+        /// agent's sampling temperature, as TRL's GRPOTrainer scores: log-probs of the
+        /// distribution that was sampled, up to top-k/top-p). Needs a sampling temperature above
+        /// 0.
+        logprob_temperature: LogprobTemperature = LogprobTemperature::One,
+            kind "`1` \\| `sampling`", why "CoMLRL scores at temperature 1";
         /// Node samples buffered per agent before an update. A node is one prompt (and, in
         /// multi-turn, one branch at one turn) with its G generations.
         rollout_buffer_size: usize = 2, kind "integer ≥ 1", why "CoMLRL",

@@ -100,10 +100,26 @@ pub fn completion_logprobs(
     layout: &ScoreLayout,
     products: impl WeightProducts,
 ) -> Result<Tensor> {
+    completion_logprobs_scaled(model, layout, products, 1.0)
+}
+
+/// [`completion_logprobs`] with the logits multiplied by `logit_scale` first (1 / T: the
+/// log-probs at temperature T); 1 is [`completion_logprobs`] exactly.
+pub fn completion_logprobs_scaled(
+    model: &CausalLm,
+    layout: &ScoreLayout,
+    products: impl WeightProducts,
+    logit_scale: f64,
+) -> Result<Tensor> {
     let hidden = model.hidden(&layout.ids, &layout.pos, &layout.mask, None, products)?;
     // Position T-1+j predicts completion token j.
     let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;
     let logits = model.logits(&h)?;
+    let logits = if logit_scale == 1.0 {
+        logits
+    } else {
+        logits.affine(logit_scale, 0.0)?
+    };
     let lp = token_logprobs(&logits, &layout.targets)?;
     let mask = layout.target_mask.to_dtype(lp.dtype())?;
     lp * mask

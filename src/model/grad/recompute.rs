@@ -52,7 +52,7 @@ pub struct PassStats {
 }
 
 /// How a recomputed pass runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PassPlan {
     /// The projections' and the LM head's products, forward and backward (`kernels::compute_dtype`).
     pub dtype: ComputeDtype,
@@ -70,6 +70,9 @@ pub struct PassPlan {
     /// Bytes of weight copies (bf16 packed, or f32 Wᵀ) a mini-batch of several passes may
     /// hold to prepare each weight once for all of them (`packed_weights`); 0: none.
     pub pack_bytes: usize,
+    /// The LM head's logits are multiplied by this before the log-softmax (1 / the sampling
+    /// temperature with `trainer.logprob_temperature: sampling`, as TRL scores); 1: as they are.
+    pub logit_scale: f64,
 }
 
 impl PassPlan {
@@ -81,6 +84,7 @@ impl PassPlan {
             keep_top_bytes: 0,
             share_prompt: false,
             pack_bytes: 0,
+            logit_scale: 1.0,
         }
     }
 }
@@ -423,6 +427,12 @@ pub fn forward_and_head<'a>(
     let hidden = model.norm.forward(top.as_tensor())?;
     // Column T − 1 + j predicts completion token j (T − 1 − P in the rows after a prompt part).
     let h = hidden.narrow(1, layout.prompt_width - 1 - p, layout.completion_width)?;
+    // Logits at temperature T: (h / T) · Wᵀ, so d W and d h (through this product) follow.
+    let h = if plan.logit_scale == 1.0 {
+        h
+    } else {
+        h.affine(plan.logit_scale, 0.0)?
+    };
     let (_, c, hd) = h.dims3()?;
     let c_row = Tensor::from_vec(coef.to_vec(), (b, 1), model.device())?;
     let weights = layout

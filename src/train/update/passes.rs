@@ -18,7 +18,7 @@ use crate::model::decoder::flops;
 use crate::model::grad::accumulators::take_grads;
 use crate::model::grad::pass_order::{run_passes, Pass};
 use crate::model::grad::recompute::{prompt_part, PassPlan};
-use crate::model::{completion_logprobs, ComputeDtype, Mode, Policy, ScoreLayout};
+use crate::model::{completion_logprobs_scaled, ComputeDtype, Mode, Policy, ScoreLayout};
 use candle_core::{Tensor, Var};
 use std::time::Instant;
 
@@ -132,7 +132,12 @@ pub fn sequence_grads(
     } else {
         for m in &mine {
             let t = Instant::now();
-            let lp = completion_logprobs(&policy.model, &m.layout, Mode::Train)?;
+            let lp = completion_logprobs_scaled(
+                &policy.model,
+                &m.layout,
+                Mode::Train,
+                plan.logit_scale,
+            )?;
             let loss = weights.loss(m.group, &m.rows, &lp)?;
             let value = loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
             out.loss += value;

@@ -37,5 +37,7 @@ pub fn pass_plan(t: &TrainerPlan) -> PassPlan {
         keep_top_bytes: 0,
         share_prompt: t.share_prompt,
         pack_bytes: t.packed_weights_mb.saturating_mul(1 << 20),
+        // Per agent: the algorithm sets it from `trainer.logprob_temperature`.
+        logit_scale: 1.0,
     }
 }

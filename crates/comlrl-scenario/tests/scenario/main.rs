@@ -9,6 +9,7 @@ mod compute_dtype;
 mod datasets;
 mod errors;
 mod errors_keys;
+mod grpo_variants;
 mod hub_datasets;
 mod key_tables;
 mod overrides;

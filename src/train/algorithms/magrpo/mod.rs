@@ -12,6 +12,7 @@ pub mod loss;
 pub mod returns;
 
 use crate::error::Result;
+use crate::model::grad::recompute::PassPlan;
 use crate::train::algorithms::algorithm::Algorithm;
 use crate::train::algorithms::round::{AgentUpdate, Round};
 use crate::train::rollout::joint::completion_returns;
@@ -19,7 +20,7 @@ use crate::train::rollout::{AgentRollout, Node, NodeSample};
 use crate::train::run::checkpoint::CheckpointPart;
 use crate::train::update::plan::pass_plan;
 use advantage::{advantages_with, batch_spread, rescale, Baseline, Normalization};
-use comlrl_scenario::{AdvantageMode, Scenario};
+use comlrl_scenario::{AdvantageMode, LogprobTemperature, Scenario};
 use loss::{loss_and_grads_shaped, LossShape};
 use returns::joint_returns;
 
@@ -35,6 +36,9 @@ pub struct Magrpo {
     norm: Normalization,
     /// Each agent's loss aggregation and truncation mask.
     shapes: Vec<LossShape>,
+    /// Each agent's logit scale in the loss (`trainer.logprob_temperature`: 1, or 1 / its
+    /// sampling temperature, which the scenario checks is above 0).
+    logit_scales: Vec<f64>,
     /// Buffered nodes per mini-batch.
     batch: usize,
     /// Nodes per update round.
@@ -43,7 +47,7 @@ pub struct Magrpo {
     micro_batch: usize,
     /// Re-run layers in the backward (`gradient_checkpointing`).
     recompute: bool,
-    plan: crate::model::grad::recompute::PassPlan,
+    plan: PassPlan,
 }
 
 impl Magrpo {
@@ -72,6 +76,14 @@ impl Magrpo {
                     aggregation: t.loss_aggregation,
                     max_new_tokens: a.sampling.max_new_tokens,
                     mask_truncated: t.mask_truncated_completions,
+                })
+                .collect(),
+            logit_scales: s
+                .agents
+                .iter()
+                .map(|a| match t.logprob_temperature {
+                    LogprobTemperature::One => 1.0,
+                    LogprobTemperature::Sampling => 1.0 / a.sampling.temperature,
                 })
                 .collect(),
             batch: t.train_batch_size.max(1),
@@ -137,10 +149,16 @@ impl Algorithm for Magrpo {
     ) -> Result<Vec<(usize, AgentUpdate)>> {
         round.each_agent(|learner| {
             let i = learner.index();
-            let shape =
-                self.shapes.get(i).copied().ok_or_else(|| {
-                    crate::Error::Internal(format!("agent {i} has no loss settings"))
-                })?;
+            let (shape, logit_scale) = self
+                .shapes
+                .get(i)
+                .copied()
+                .zip(self.logit_scales.get(i).copied())
+                .ok_or_else(|| crate::Error::Internal(format!("agent {i} has no loss settings")))?;
+            let plan = PassPlan {
+                logit_scale,
+                ..self.plan
+            };
             // `advantage_scale: batch`: the buffer's re-centred advantages divided by the
             // spread of all its returns (TRL's generation batch is the rollout buffer).
             let scaled: Option<Vec<AgentRollout>> = self.norm.per_batch().then(|| {
@@ -169,7 +187,7 @@ impl Algorithm for Magrpo {
                     self.micro_batch,
                     self.recompute,
                     learner.share(),
-                    self.plan,
+                    plan,
                     shape,
                 )?;
                 log::debug!(

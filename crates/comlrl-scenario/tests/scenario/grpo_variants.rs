@@ -1,0 +1,96 @@
+//! The GRPO-variant keys of `trainer`: their defaults are MAGRPO's, every value reads from the
+//! file and from `--set` and survives the resolved YAML, `logprob_temperature` is written `1` or
+//! `sampling` and needs a sampling temperature above 0, and spread keys where nothing is divided
+//! by a spread are warned about.
+use crate::common;
+
+use comlrl_scenario::{
+    load_str, AdvantageScale, AdvantageStd, LogprobTemperature, LossAggregation,
+};
+use common::{Fixture, BASE};
+
+#[test]
+fn defaults_are_magrpo_and_every_value_reads_and_reloads() {
+    let f = Fixture::new();
+    let t = f.ok(BASE, &[]).trainer;
+    assert_eq!(t.loss_aggregation, LossAggregation::SequenceSum);
+    assert_eq!(t.advantage_scale, AdvantageScale::Group);
+    assert_eq!(t.advantage_std, AdvantageStd::Population);
+    assert!(!t.mask_truncated_completions);
+    assert_eq!(t.logprob_temperature, LogprobTemperature::One);
+    for (agg, want) in [
+        ("sequence_sum", LossAggregation::SequenceSum),
+        ("sequence_mean", LossAggregation::SequenceMean),
+        ("token_mean", LossAggregation::TokenMean),
+        ("constant", LossAggregation::Constant),
+    ] {
+        let s = f.ok(BASE, &[&format!("trainer.loss_aggregation={agg}")]);
+        assert_eq!(s.trainer.loss_aggregation, want);
+    }
+    let text = format!(
+        "{BASE}  loss_aggregation: token_mean\n  advantage_scale: batch\n  advantage_std: sample\n  \
+         mask_truncated_completions: true\n  logprob_temperature: sampling\n"
+    );
+    let s = f.ok(&text, &[]);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let t = &s.trainer;
+    assert_eq!(t.advantage_scale, AdvantageScale::Batch);
+    assert_eq!(t.advantage_std, AdvantageStd::Sample);
+    assert!(t.mask_truncated_completions);
+    assert_eq!(t.logprob_temperature, LogprobTemperature::Sampling);
+    let yaml = s.to_yaml();
+    let again = load_str(&yaml, &f.origin(), &[]).expect("the resolved YAML reloads");
+    assert_eq!(again.trainer, s.trainer);
+    // `1` is written as a number and reads back as one.
+    let one = f.ok(&format!("{BASE}  logprob_temperature: 1\n"), &[]);
+    assert_eq!(one.trainer.logprob_temperature, LogprobTemperature::One);
+    assert!(
+        one.to_yaml().contains("logprob_temperature: 1\n"),
+        "{}",
+        one.to_yaml()
+    );
+}
+
+#[test]
+fn logprob_temperature_refuses_other_values_and_greedy_agents() {
+    let f = Fixture::new();
+    for bad in ["0.7", "2", "sample"] {
+        let (msg, _) = f.errs(&format!("{BASE}  logprob_temperature: {bad}\n"), &[]);
+        assert!(msg.contains("logprob_temperature"), "{bad}: {msg}");
+    }
+    let (msg, _) = f.errs(
+        &format!("{BASE}  logprob_temperature: sampling\n"),
+        &["agents.temperature=0"],
+    );
+    assert!(
+        msg.contains("agent 0 samples greedily") && msg.contains("logprob_temperature: 1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn spread_keys_without_a_spread_are_warned_about() {
+    let f = Fixture::new();
+    let s = f.ok(
+        &format!("{BASE}  advantage_normalization: false\n  advantage_scale: batch\n"),
+        &[],
+    );
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("advantage_scale") && w.contains("no effect")),
+        "{:?}",
+        s.warnings
+    );
+    let s = f.ok(
+        &format!("{BASE}  advantage_scale: none\n  advantage_std: sample\n"),
+        &[],
+    );
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("advantage_std") && w.contains("only re-centred")),
+        "{:?}",
+        s.warnings
+    );
+}

@@ -20,8 +20,8 @@
 //! | `memory_mb` | 2048 | `RLIMIT_AS` |
 //! | `file_size_mb` | 16 | `RLIMIT_FSIZE` |
 //! | `max_processes` | 32 | `pids.max` of the sample's cgroup (and `RLIMIT_NPROC` when not root) |
-//! | `output_kib` | 64 | stdout + stderr kept per sample (the rest is read and dropped) |
-//! | `parallelism` | 0 = the available cores | samples run at once |
+//! | `output_kib` | 64 | stdout + stderr kept per sample, at most 65536 (the rest is read and dropped) |
+//! | `parallelism` | 0 = the available cores | samples run at once, at most 256 |
 //! | `read_paths` | `[]` | more paths the program may read (besides the interpreter's and system libraries) |
 //! | `strict` | false | fail at load unless Landlock, both namespaces and a pids cgroup are all available |
 //! | `tmp_dir` | the system's | where the per-sample directories go |
@@ -195,8 +195,8 @@ impl Config {
             memory_mb: uint(p, "memory_mb", 2048, 1 << 20)?,
             file_size_mb: uint(p, "file_size_mb", 16, 1 << 20)?,
             max_processes: uint(p, "max_processes", 32, 1 << 16)?,
-            output_kib: uint(p, "output_kib", 64, 1 << 20)?,
-            parallelism: uint(p, "parallelism", 0, 4096)? as usize,
+            output_kib: uint(p, "output_kib", 64, 1 << 16)?,
+            parallelism: uint(p, "parallelism", 0, 256)? as usize,
             read_paths,
             strict,
             tmp_dir: string("tmp_dir")?.map_or_else(std::env::temp_dir, PathBuf::from),

@@ -80,7 +80,7 @@ impl Stats {
 struct Rows(Vec<Row>);
 
 impl Observer for Rows {
-    fn metrics(&mut self, row: &Row) {
+    fn metrics(&mut self, row: &Row, _texts: &[(String, String)]) {
         self.0.push(row.clone());
     }
 }

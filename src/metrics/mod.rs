@@ -1,11 +1,14 @@
 //! Metrics rows and where they go: the row type, the `metrics.jsonl` / `metrics.csv` sinks
-//! (written by the trainer) and the reader (used by trackers, the plot and `wandb-sync`).
+//! (written by the trainer), the `completions.jsonl` sink of sampled texts, and the reader (used
+//! by trackers, the plot and `wandb-sync`).
 //! Sits between training and tracking: it imports neither.
+mod completions;
 mod sink;
 
 use crate::error::{Error, Result};
 use std::path::Path;
 
+pub use completions::{CompletionsSink, COMPLETIONS_FILE};
 pub use sink::MetricsSink;
 
 /// One logged row: ordered (name, value) pairs.

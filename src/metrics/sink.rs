@@ -223,7 +223,7 @@ fn parse_row(line: &str) -> std::result::Result<Row, String> {
 /// process killed meanwhile leaves the old file or the new one, never a cut one (a resume
 /// that cut `metrics.jsonl` back in place and was killed with `kill -9` left it empty,
 /// orphaning its checkpoint).
-fn write_file(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+pub(super) fn write_file(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
@@ -231,7 +231,7 @@ fn write_file(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
 }
 
-fn append(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(super) fn append(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

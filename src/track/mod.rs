@@ -37,6 +37,9 @@ pub struct Record {
     pub timestamp: f64,
     /// Metric values under their comlrl names plus the CoMLRL aliases ([`names`]); no `step`.
     pub values: Vec<(String, f64)>,
+    /// Texts logged with the row, `(tag, markdown)`: the sampled completions of
+    /// `logging.completions` (TensorBoard shows them in its Text tab).
+    pub texts: Vec<(String, String)>,
 }
 
 /// A tracking back-end. Every method runs on the tracker's own thread; an error makes the
@@ -188,12 +191,14 @@ impl Tracking {
         }
     }
 
-    /// A row was appended to `metrics.jsonl`: queue it for every tracker (never blocks).
-    pub fn log(&mut self, row: &Row) {
+    /// A row was appended to `metrics.jsonl`, with `texts` (`(tag, markdown)`, usually none):
+    /// queue it for every tracker (never blocks).
+    pub fn log(&mut self, row: &Row, texts: &[(String, String)]) {
         if !self.started {
             self.begin();
         }
-        let rec = self.record(row, now());
+        let mut rec = self.record(row, now());
+        rec.texts = texts.to_vec();
         for w in &mut self.workers {
             w.send_row(rec.clone());
         }
@@ -210,6 +215,7 @@ impl Tracking {
             runtime: self.runtime,
             timestamp,
             values: names::with_aliases(row, self.num_turns),
+            texts: vec![],
         };
         self.index += 1;
         rec
@@ -247,6 +253,7 @@ pub fn records_from_json(rows: &[serde_json::Value], num_turns: usize, end: f64)
             runtime,
             timestamp: 0.0,
             values: names::with_aliases(&row, num_turns),
+            texts: vec![],
         });
     }
     let total = out.last().map(|r| r.runtime).unwrap_or(0.0);

@@ -519,6 +519,7 @@ mod tests {
             runtime: step as f64,
             timestamp: 1000.0 + step as f64,
             values: vec![("reward_mean".into(), v)],
+            texts: vec![],
         }
     }
 

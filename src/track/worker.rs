@@ -301,6 +301,7 @@ mod tests {
             runtime: 0.0,
             timestamp: 0.0,
             values: vec![],
+            texts: vec![],
         }
     }
 

@@ -151,6 +151,7 @@ fn overwrite_clears_the_trackers_state_by_their_own_names() {
     for name in [
         comlrl::track::tensorboard::DIR,
         comlrl::track::wandb::RUN_FILE,
+        comlrl::metrics::COMPLETIONS_FILE,
     ] {
         assert!(cleared.contains(&name), "{name} is not in {cleared:?}");
     }

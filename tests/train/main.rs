@@ -11,6 +11,7 @@ mod e2e;
 mod failures;
 mod grpo_variants;
 mod iac_step;
+mod logged_completions;
 mod loss;
 mod math;
 mod optim_state;

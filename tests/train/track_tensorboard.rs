@@ -31,7 +31,8 @@ fn metrics(out: &Path) -> Vec<serde_json::Map<String, Value>> {
         .collect()
 }
 
-/// The scalars metrics.jsonl implies: (tag, step) → value as f32, CoMLRL aliases included.
+/// The scalars metrics.jsonl implies: (tag, step) → value as f32, CoMLRL's and TRL's aliases
+/// included.
 fn expected(rows: &[serde_json::Map<String, Value>]) -> BTreeMap<(String, u64), f32> {
     let mut want = BTreeMap::new();
     for row in rows {
@@ -44,6 +45,27 @@ fn expected(rows: &[serde_json::Map<String, Value>]) -> BTreeMap<(String, u64), 
         let r = row["reward_mean"].as_f64().unwrap() as f32;
         want.insert(("turn_1/reward_mean".into(), step), r);
         want.insert(("turn_1/expected_return".into(), step), r);
+        // TRL's names.
+        want.insert(("reward".into(), step), r);
+        for (ours, trl) in [
+            ("completion_length_mean", "completions/mean_length"),
+            ("clipped_ratio", "completions/clipped_ratio"),
+            ("lr", "learning_rate"),
+        ] {
+            if let Some(x) = row[ours].as_f64() {
+                want.insert((trl.into(), step), x as f32);
+            }
+        }
+        for (k, v) in row {
+            let Some(term) = k.strip_prefix("reward/") else {
+                continue;
+            };
+            let trl = match term.strip_suffix("/std") {
+                Some(t) => format!("rewards/{t}/std"),
+                None => format!("rewards/{term}/mean"),
+            };
+            want.insert((trl, step), v.as_f64().unwrap() as f32);
+        }
     }
     want
 }

@@ -567,7 +567,10 @@ mod tests {
                 .contains("big.jinja rendered more than 16 MiB"),
             "{e}"
         );
-        assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
+        // Not a speed target: a guard that the budgets stop these at all (unbounded, the
+        // doubling alone builds a terabyte). The bound is loose because CI machines are shared
+        // and a loaded one once took more than 5 s here.
+        assert!(started.elapsed().as_secs() < 120, "{:?}", started.elapsed());
     }
 
     #[test]

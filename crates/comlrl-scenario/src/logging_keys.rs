@@ -29,6 +29,12 @@ section! {
         /// Write TensorBoard event files (scalars) under `<output_dir>/tb/`; see "Experiment
         /// tracking".
         tensorboard: bool = false, kind "bool", why "off unless asked";
+        /// With every metrics row, write the last N sampled joint actions of its window (the
+        /// prompt, each agent's completion, the joint reward, each term's value, each agent's
+        /// return and advantage) to `<output_dir>/completions.jsonl`, and to TensorBoard as
+        /// text when it is on. 0: none. At most 1024 (they are held in memory until the row).
+        completions: usize = 0, kind "integer 0–1024", why "TRL's `log_completions` (off unless asked)",
+            check completions_cap;
     }
     resolved {
         /// Weights & Biases run: `project` (default `comlrl`, CoMLRL's), `entity` (default:
@@ -38,6 +44,20 @@ section! {
         wandb: RawWandb => Option<WandbPlan>, kind "mapping", shown "none (off)", why "",
             via |_, _, raw| wandb(raw, cx.name), emit wandb_raw;
     }
+}
+
+/// The most sampled joint actions `logging.completions` may keep per row.
+pub const MAX_LOGGED_COMPLETIONS: usize = 1024;
+
+fn completions_cap(_key: &str, n: &usize) -> Option<Bad> {
+    (*n > MAX_LOGGED_COMPLETIONS).then(|| Bad {
+        message: format!(
+            "logging.completions is {n}, more than {MAX_LOGGED_COMPLETIONS} samples per metrics row"
+        ),
+        hint: "log fewer samples per row (e.g. `completions: 8`), or log rows more often with \
+               `logging.steps`"
+            .into(),
+    })
 }
 
 fn cadence(_key: &str, steps: &usize) -> Option<Bad> {

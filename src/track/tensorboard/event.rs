@@ -17,6 +17,14 @@ pub(super) mod field {
     pub const SUMMARY_VALUE: u32 = 1; // Summary.value (repeated)
     pub const VALUE_TAG: u32 = 1; // Summary.Value.tag
     pub const VALUE_SIMPLE: u32 = 2; // Summary.Value.simple_value (float)
+    pub const VALUE_TENSOR: u32 = 8; // Summary.Value.tensor (TensorProto)
+    pub const VALUE_METADATA: u32 = 9; // Summary.Value.metadata (SummaryMetadata)
+    pub const METADATA_PLUGIN: u32 = 1; // SummaryMetadata.plugin_data (PluginData)
+    pub const PLUGIN_NAME: u32 = 1; // PluginData.plugin_name
+    pub const TENSOR_DTYPE: u32 = 1; // TensorProto.dtype (DataType)
+    pub const TENSOR_SHAPE: u32 = 2; // TensorProto.tensor_shape (TensorShapeProto)
+    pub const TENSOR_STRING: u32 = 8; // TensorProto.string_val (repeated bytes)
+    pub const DT_STRING: u64 = 7; // DataType.DT_STRING
     pub const SESSION_STATUS: u32 = 1; // SessionLog.status (START = 1)
 }
 
@@ -60,6 +68,32 @@ pub fn scalars_event(wall_time: f64, step: u64, values: &[(String, f64)]) -> Vec
         bytes_field(&mut val, field::VALUE_TAG, tag.as_bytes());
         key(&mut val, field::VALUE_SIMPLE, 5);
         val.extend_from_slice(&(*v as f32).to_le_bytes());
+        bytes_field(&mut summary, field::SUMMARY_VALUE, &val);
+    }
+    let mut e = event_head(wall_time, step);
+    bytes_field(&mut e, field::SUMMARY, &summary);
+    e
+}
+
+/// An `Event` with one text summary per `(tag, markdown)`: a scalar string tensor under the
+/// text plugin, what `tf.summary.text` writes (TensorBoard's Text tab renders it as markdown).
+pub fn texts_event(wall_time: f64, step: u64, texts: &[(String, String)]) -> Vec<u8> {
+    let mut summary = vec![];
+    for (tag, text) in texts {
+        let mut plugin = vec![];
+        bytes_field(&mut plugin, field::PLUGIN_NAME, b"text");
+        let mut metadata = vec![];
+        bytes_field(&mut metadata, field::METADATA_PLUGIN, &plugin);
+        let mut tensor = vec![];
+        key(&mut tensor, field::TENSOR_DTYPE, 0);
+        varint(&mut tensor, field::DT_STRING);
+        // A scalar: an empty shape.
+        bytes_field(&mut tensor, field::TENSOR_SHAPE, &[]);
+        bytes_field(&mut tensor, field::TENSOR_STRING, text.as_bytes());
+        let mut val = vec![];
+        bytes_field(&mut val, field::VALUE_TAG, tag.as_bytes());
+        bytes_field(&mut val, field::VALUE_METADATA, &metadata);
+        bytes_field(&mut val, field::VALUE_TENSOR, &tensor);
         bytes_field(&mut summary, field::SUMMARY_VALUE, &val);
     }
     let mut e = event_head(wall_time, step);

@@ -14,8 +14,8 @@
 mod event;
 mod read;
 
-pub use event::{scalars_event, EventWriter};
-pub use read::{read_dir, EventLog, Scalar};
+pub use event::{scalars_event, texts_event, EventWriter};
+pub use read::{read_dir, EventLog, Scalar, Text};
 
 use super::{track_error, Record, Tracker};
 use crate::error::{Error, Result};
@@ -89,13 +89,18 @@ impl Tracker for TensorBoardTracker {
     fn log(&mut self, records: &[Record]) -> Result<()> {
         let w = self.writer()?;
         for r in records {
-            w.write_event(&scalars_event(r.timestamp, r.step, &r.values))
-                .map_err(|e| {
+            let mut events = vec![scalars_event(r.timestamp, r.step, &r.values)];
+            if !r.texts.is_empty() {
+                events.push(texts_event(r.timestamp, r.step, &r.texts));
+            }
+            for event in events {
+                w.write_event(&event).map_err(|e| {
                     track_error(format!(
                         "TensorBoard: {}; no further events are written (training goes on)",
                         e.chain()
                     ))
                 })?;
+            }
         }
         Ok(())
     }

@@ -1,6 +1,6 @@
 //! Reading TensorBoard event files back (for the tests and for anyone checking a run): TFRecord
-//! framing with both CRCs checked, the scalars, and `session_log START` purges as TensorBoard
-//! applies them.
+//! framing with both CRCs checked, the scalars and the text-plugin texts, and
+//! `session_log START` purges as TensorBoard applies them.
 use super::event::{field, masked_crc};
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -18,6 +18,17 @@ pub struct Scalar {
     pub value: f32,
 }
 
+/// One text (TensorBoard's text plugin) read back from an event file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Text {
+    /// Global step.
+    pub step: u64,
+    /// The text's tag.
+    pub tag: String,
+    /// The text (markdown).
+    pub text: String,
+}
+
 /// What [`read_dir`] found.
 #[derive(Debug, Clone, Default)]
 pub struct EventLog {
@@ -25,6 +36,8 @@ pub struct EventLog {
     pub file_versions: Vec<String>,
     /// Scalars in file order, after applying `session_log START` purges like TensorBoard.
     pub scalars: Vec<Scalar>,
+    /// Texts in file order, purged like the scalars.
+    pub texts: Vec<Text>,
 }
 
 /// Reads every `*tfevents*` file of `dir` (in name order), checking both CRCs of every record.
@@ -156,6 +169,7 @@ fn parse_event(event: &[u8], log: &mut EventLog) -> std::result::Result<(), Stri
     }
     if restart {
         log.scalars.retain(|s| s.step < step);
+        log.texts.retain(|t| t.step < step);
     }
     let Some(summary) = summary else {
         return Ok(());
@@ -164,15 +178,24 @@ fn parse_event(event: &[u8], log: &mut EventLog) -> std::result::Result<(), Stri
         if (v.num, v.wire) != (field::SUMMARY_VALUE, 2) {
             continue;
         }
-        let (mut tag, mut simple) = (None, None);
+        let (mut tag, mut simple, mut text, mut plugin) = (None, None, None, None);
         for f in fields(v.payload)? {
             match (f.num, f.wire) {
                 (field::VALUE_TAG, 2) => {
                     tag = Some(String::from_utf8_lossy(f.payload).into_owned())
                 }
                 (field::VALUE_SIMPLE, 5) => simple = Some(f32::from_bits(f.value as u32)),
+                (field::VALUE_METADATA, 2) => plugin = plugin_name(f.payload)?,
+                (field::VALUE_TENSOR, 2) => text = tensor_string(f.payload)?,
                 _ => {}
             }
+        }
+        if let (Some(tag), Some(text), Some("text")) = (&tag, text, plugin.as_deref()) {
+            log.texts.push(Text {
+                step,
+                tag: tag.clone(),
+                text,
+            });
         }
         if let (Some(tag), Some(value)) = (tag, simple) {
             log.scalars.push(Scalar {
@@ -184,6 +207,32 @@ fn parse_event(event: &[u8], log: &mut EventLog) -> std::result::Result<(), Stri
         }
     }
     Ok(())
+}
+
+/// `SummaryMetadata.plugin_data.plugin_name`, if any.
+fn plugin_name(metadata: &[u8]) -> std::result::Result<Option<String>, String> {
+    for f in fields(metadata)? {
+        if (f.num, f.wire) == (field::METADATA_PLUGIN, 2) {
+            for p in fields(f.payload)? {
+                if (p.num, p.wire) == (field::PLUGIN_NAME, 2) {
+                    return Ok(Some(String::from_utf8_lossy(p.payload).into_owned()));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The first `string_val` of a `DT_STRING` tensor, if it is one.
+fn tensor_string(tensor: &[u8]) -> std::result::Result<Option<String>, String> {
+    let fs = fields(tensor)?;
+    let is_string = fs
+        .iter()
+        .any(|f| (f.num, f.wire, f.value) == (field::TENSOR_DTYPE, 0, field::DT_STRING));
+    Ok(fs
+        .iter()
+        .find(|f| is_string && (f.num, f.wire) == (field::TENSOR_STRING, 2))
+        .map(|f| String::from_utf8_lossy(f.payload).into_owned()))
 }
 
 #[cfg(test)]

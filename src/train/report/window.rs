@@ -1,5 +1,6 @@
 //! The logging window: sums of everything a training step measures, aggregated between two
 //! log lines into one metrics row (written by `crate::metrics`).
+use super::samples::LoggedSample;
 use super::timing::Phases;
 use crate::metrics::Row;
 use serde::{Deserialize, Serialize};
@@ -14,6 +15,16 @@ pub struct Window {
     pub rewards: Vec<f32>,
     /// Sum and count of each reward term's raw value.
     pub components: Vec<(f64, usize)>,
+    /// Sum of squares of each reward term's raw value (its spread, with `components`).
+    #[serde(default)]
+    pub components_sq: Vec<f64>,
+    /// First-turn reward groups (one per prompt and branch) and how many of them had all
+    /// their joint rewards equal (a group with no spread gives every completion advantage 0).
+    #[serde(default)]
+    pub groups: usize,
+    /// See `groups`.
+    #[serde(default)]
+    pub zero_std_groups: usize,
     /// Per agent: (loss sum, grad-norm sum, updates), (completion-length sum, count), return sum.
     pub agents: Vec<AgentWindow>,
     /// Wall seconds of the steps.
@@ -44,6 +55,9 @@ pub struct Window {
     /// `skipped_steps` when not 0).
     #[serde(default)]
     pub skipped_steps: usize,
+    /// The window's last sampled joint actions, as `logging.completions` asks (empty when 0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<LoggedSample>,
 }
 
 /// One agent's sums in a [`Window`].
@@ -66,6 +80,10 @@ pub struct AgentWindow {
     /// Completions whose advantage is exactly 0 (the update skips them).
     #[serde(default)]
     pub zero_advantages: usize,
+    /// Completions that did not stop by themselves (no EOS or pad token at their end: cut off
+    /// at `max_new_tokens`), counted among `completions`.
+    #[serde(default)]
+    pub truncated: usize,
     /// Sums of the algorithm's own per-step metrics, by name (logged as `agent_<i>/<name>`,
     /// their mean per optimizer step).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -78,6 +96,7 @@ impl Window {
         Self {
             agents: vec![AgentWindow::default(); agents],
             components: vec![(0.0, 0); components],
+            components_sq: vec![0.0; components],
             eval_enabled,
             kl_enabled,
             ..Default::default()
@@ -113,8 +132,36 @@ impl Window {
                 sum / (*count).max(1) as f64,
             ));
         }
-        for (name, (sum, count)) in names.iter().zip(&self.components) {
-            row.push((format!("reward/{name}"), sum / (*count).max(1) as f64));
+        if self.groups > 0 {
+            row.push((
+                "frac_reward_zero_std".into(),
+                self.zero_std_groups as f64 / self.groups as f64,
+            ));
+        }
+        for (t, (name, (sum, count))) in names.iter().zip(&self.components).enumerate() {
+            let n = (*count).max(1) as f64;
+            let mean = sum / n;
+            row.push((format!("reward/{name}"), mean));
+            // A window restored from an older checkpoint has no squares: no spread, not 0.
+            if let Some(sq) = self.components_sq.get(t) {
+                row.push((format!("reward/{name}/std"), spread(*sq, mean, n)));
+            }
+        }
+        let (mut len_sum, mut truncated, mut completions) = (0.0, 0, 0);
+        for a in &self.agents {
+            len_sum += a.len_sum;
+            truncated += a.truncated;
+            completions += a.completions;
+        }
+        if completions > 0 {
+            row.push((
+                "completion_length_mean".into(),
+                len_sum / completions as f64,
+            ));
+            row.push((
+                "clipped_ratio".into(),
+                truncated as f64 / completions as f64,
+            ));
         }
         for (i, a) in self.agents.iter().enumerate() {
             let u = a.updates.max(1) as f64;
@@ -132,6 +179,7 @@ impl Window {
                 format!("agent_{i}/zero_advantage_frac"),
                 a.zero_advantages as f64 / c,
             ));
+            row.push((format!("agent_{i}/clipped_ratio"), a.truncated as f64 / c));
             if self.kl_enabled {
                 row.push((format!("agent_{i}/kl"), a.kl_sum / c));
             }
@@ -162,6 +210,12 @@ impl Window {
         }
         Some(row)
     }
+}
+
+/// Population standard deviation from a sum of squares and the mean of `n` values (TRL's
+/// `nanstd` is the sample one; over a window of many values the two differ by √(n/(n−1))).
+fn spread(sum_sq: f64, mean: f64, n: f64) -> f64 {
+    (sum_sq / n - mean * mean).max(0.0).sqrt()
 }
 
 #[cfg(test)]

@@ -35,12 +35,14 @@ const RUN_OUTPUTS: [&str; 3] = ["checkpoints", "metrics.jsonl", "models"];
 /// trackers' constants). A run starts only where none of them exists or a previous run's
 /// record lists them, so whatever stands under these names was written by comlrl; `run.json`
 /// lists them and `--overwrite` deletes exactly what the record lists.
-pub const CLEARED: [&str; 12] = [
+pub const CLEARED: [&str; 14] = [
     "checkpoints",
     "metrics.jsonl",
     "metrics.csv",
     "metrics.jsonl.tmp",
     "metrics.csv.tmp",
+    "completions.jsonl",
+    "completions.jsonl.tmp",
     "models",
     ".models.tmp",
     "training.svg",

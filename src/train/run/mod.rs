@@ -12,4 +12,4 @@ pub mod models;
 pub mod state;
 pub mod verify;
 
-pub use state::TrainState;
+pub use state::{Stop, TrainState};

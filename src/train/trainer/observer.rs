@@ -13,8 +13,10 @@ pub trait Observer {
     fn epoch(&mut self, _epoch: usize, _reward_mean: f64) {}
     /// A note or warning for the user.
     fn message(&mut self, _msg: &str) {}
-    /// A metrics row was written to metrics.jsonl (trackers forward it).
-    fn metrics(&mut self, _row: &crate::metrics::Row) {}
+    /// A metrics row was written to metrics.jsonl, with texts logged beside it (`(tag,
+    /// markdown)`: the sampled completions of `logging.completions`, else none); trackers
+    /// forward them.
+    fn metrics(&mut self, _row: &crate::metrics::Row, _texts: &[(String, String)]) {}
     /// The run ended: `ok` is false when it failed.
     fn finished(&mut self, _ok: bool) {}
 }

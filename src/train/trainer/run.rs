@@ -9,13 +9,13 @@ use super::observer::{Observer, RunSummary};
 use super::settings::Settings;
 use super::start::start;
 use crate::error::{Error, Result};
-use crate::metrics::MetricsSink;
+use crate::metrics::{CompletionsSink, MetricsSink};
 use crate::train::algorithms::{Algorithm, Round, StepRule};
 use crate::train::report::timing::{since, Phases};
 use crate::train::rollout::generate::{sample_group, Presampled};
 use crate::train::rollout::{rollout, NodeSample, RolloutSpec, RowInput};
 use crate::train::run::checkpoint::{self, Held};
-use crate::train::run::TrainState;
+use crate::train::run::{Stop, TrainState};
 use crate::train::setup::{Agents, Rewards};
 use crate::train::update::housekeeping;
 use crate::train::world::Strategy;
@@ -49,6 +49,7 @@ impl Loop<'_> {
             obs,
         )?;
         let mut sink = self.open_metrics(&state, obs)?;
+        let mut samples = self.open_completions(&state, obs)?;
         let total = self.settings.total_steps();
         let limit = self.settings.limit();
         log::debug!(
@@ -89,7 +90,7 @@ impl Loop<'_> {
             let mean = state.window.rewards.iter().map(|&x| x as f64).sum::<f64>()
                 / state.window.rewards.len().max(1) as f64;
             obs.step(state.step, mean, t0.elapsed().as_secs_f64());
-            self.log_window(&mut state, sink.as_mut(), obs)?;
+            self.log_window(&mut state, sink.as_mut(), samples.as_mut(), obs)?;
             if state.step.is_multiple_of(rows) {
                 report_epoch(&state, state.step / rows, obs);
             }
@@ -148,6 +149,20 @@ impl Loop<'_> {
         }
     }
 
+    /// When each agent's completions count as cut off (the metrics' `clipped_ratio`).
+    fn stops(&self) -> Vec<Stop> {
+        let agents = &*self.agents;
+        agents
+            .sampling
+            .iter()
+            .zip(&agents.policies)
+            .map(|(sampling, policy)| Stop {
+                max_new_tokens: sampling.max_new_tokens,
+                ends: policy.as_ref().map(|p| (p.eos_ids.clone(), p.pad_id)),
+            })
+            .collect()
+    }
+
     /// metrics.jsonl, opened where `state` left it; only rank 0 writes it.
     fn open_metrics(
         &self,
@@ -159,6 +174,24 @@ impl Loop<'_> {
         }
         let out = &self.settings.scenario.output_dir;
         let (sink, note) = MetricsSink::open(out, state.metrics_rows, state.step)?;
+        if let Some(note) = note {
+            obs.message(&note);
+        }
+        Ok(Some(sink))
+    }
+
+    /// completions.jsonl (`logging.completions`), opened where `state` left it; only rank 0
+    /// writes it.
+    fn open_completions(
+        &self,
+        state: &TrainState,
+        obs: &mut dyn Observer,
+    ) -> Result<Option<CompletionsSink>> {
+        if !self.strategy.world().is_root() || self.settings.scenario.logging.completions == 0 {
+            return Ok(None);
+        }
+        let out = &self.settings.scenario.output_dir;
+        let (sink, note) = CompletionsSink::open(out, state.step)?;
         if let Some(note) = note {
             obs.message(&note);
         }
@@ -229,8 +262,11 @@ impl Loop<'_> {
             step + 1,
             crate::runtime::memory_line()
         );
+        let stops = self.stops();
+        let cross = s.trainer.joint_mode == comlrl_scenario::JointMode::Cross;
         for node in nodes {
-            state.record(&node, epoch);
+            state.keep_samples(&node, step + 1, &row.prompt, s.logging.completions, cross);
+            state.record(&node, epoch, &stops);
             state.buffer.push(node);
         }
         while state.buffer.len() >= buffer_size {
@@ -307,6 +343,7 @@ impl Loop<'_> {
         &self,
         state: &mut TrainState,
         mut sink: Option<&mut MetricsSink>,
+        samples: Option<&mut CompletionsSink>,
         obs: &mut dyn Observer,
     ) -> Result<()> {
         let s = &self.settings.scenario;
@@ -317,7 +354,18 @@ impl Loop<'_> {
             let row = state.window.row(state.step, epoch, &self.rewards.names);
             if let (Some(row), Some(sink)) = (row, sink.as_deref_mut()) {
                 sink.write(&row)?;
-                obs.metrics(&row);
+                let names = &self.rewards.names;
+                let kept = &state.window.samples;
+                let mut texts = vec![];
+                if let Some(file) = samples {
+                    let lines: Vec<_> = kept.iter().map(|x| x.to_json(names)).collect();
+                    file.write(&lines)?;
+                    if !kept.is_empty() {
+                        let md: Vec<String> = kept.iter().map(|x| x.to_markdown(names)).collect();
+                        texts.push(("completions".to_string(), md.join("\n---\n\n")));
+                    }
+                }
+                obs.metrics(&row, &texts);
             }
             state.window = self.settings.new_window(self.rewards.names.len());
         }

@@ -1,5 +1,6 @@
 //! The GRPO variants (`trainer.loss_aggregation`, `advantage_scale`, `advantage_std: sample`,
-//! `mask_truncated_completions`, `logprob_temperature: sampling`) against TRL 1.16's own loss code
+//! `mask_truncated_completions`, `logprob_temperature: sampling`, `reward_aggregation:
+//! normalize_then_sum` through MAGRPO's own `targets`) against TRL 1.16's own loss code
 //! (`tests/fixtures/grpo_variants/trl_loss.json`, made by
 //! `scripts/fixtures/make_grpo_variants.py`): for each case, the advantages comlrl computes from
 //! the fixed rewards, its loss weights (TRL's loss value at ratio 1 is Σ weight · counted tokens)
@@ -14,7 +15,10 @@ use comlrl::train::algorithms::magrpo::advantage::{
 use comlrl::train::algorithms::magrpo::loss::{
     loss_and_grads_shaped, sequence_weights, LossAggregation, LossShape,
 };
-use comlrl::train::rollout::AgentRollout;
+use comlrl::train::algorithms::magrpo::Magrpo;
+use comlrl::train::algorithms::Algorithm;
+use comlrl::train::rollout::joint::joint_actions;
+use comlrl::train::rollout::{AgentRollout, Node};
 use comlrl::train::update::Share;
 use common::*;
 use serde_json::Value;
@@ -116,6 +120,74 @@ fn samples(f: &Value, norm: Normalization) -> Vec<AgentRollout> {
     out
 }
 
+/// The fixture's two node samples as MAGRPO's `targets` makes them from two reward terms
+/// (`rewards`, `rewards2`) under `reward_aggregation: normalize_then_sum` with the case's
+/// weights (a two-agent scenario of the tiny model; agent 0 holds the fixture's completions),
+/// then divided by the buffer's spread as the update does with `advantage_scale: batch`.
+fn gdpo_samples(f: &Value, case: &Value) -> Vec<AgentRollout> {
+    let w = f64s(&case["comlrl"]["term_weights"]);
+    let reward = format!(
+        "reward=[{{name: a, rhai: ../rewards/len_ratio.rhai, weight: {}}}, \
+         {{name: b, rhai: ../rewards/len_ratio.rhai, weight: {}}}]",
+        w[0], w[1]
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let s = common::tiny_run::load_small(
+        tmp.path(),
+        &[
+            reward.as_str(),
+            "reward_processors=[]",
+            "trainer.num_generations=4",
+            "trainer.reward_aggregation=normalize_then_sum",
+            "trainer.advantage_scale=batch",
+            "trainer.advantage_std=sample",
+        ],
+    );
+    let magrpo = Magrpo::new(&s);
+    let groups = f["completion_ids"].as_array().unwrap();
+    let mut out = vec![];
+    for (g, comps) in groups.iter().enumerate() {
+        let completions: Vec<Vec<u32>> = comps.as_array().unwrap().iter().map(ids).collect();
+        let k = completions.len();
+        let agent = AgentRollout::sampled(
+            ids(&f["prompt_ids"][g]),
+            completions,
+            vec![String::new(); k],
+        );
+        let (r1, r2) = (f64s(&f["rewards"][g]), f64s(&f["rewards2"][g]));
+        let components: Vec<Vec<f32>> = r1
+            .iter()
+            .zip(&r2)
+            .map(|(a, b)| vec![*a as f32, *b as f32])
+            .collect();
+        // The logged rewards: the weighted sum, untouched by the aggregation.
+        let logged: Vec<f32> = r1
+            .iter()
+            .zip(&r2)
+            .map(|(a, b)| (w[0] * a + w[1] * b) as f32)
+            .collect();
+        let root = Node {
+            turn: 0,
+            agents: vec![agent.clone(), agent],
+            joint: joint_actions(2, k, false),
+            rewards: logged.clone(),
+            components,
+            children: vec![],
+        };
+        let mut nodes = magrpo.targets(root).unwrap();
+        assert_eq!(nodes.len(), 1);
+        let mut node = nodes.remove(0);
+        assert_eq!(node.rewards, logged, "the samples keep the logged rewards");
+        let mut a0 = node.agents.remove(0);
+        a0.kl = vec![0.0; k];
+        out.push(a0);
+    }
+    let spread = batch_spread(out.iter().map(|s| &s.returns[..]), AdvantageStd::Sample);
+    out.iter_mut()
+        .for_each(|s| rescale(&mut s.advantages, spread));
+    out
+}
+
 fn close(got: f64, want: f64, scale: f64) -> bool {
     (got - want).abs() <= REL * scale.max(want.abs())
 }
@@ -132,11 +204,14 @@ fn every_variant_matches_trl() {
     let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
     let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
     let cases = f["cases"].as_array().unwrap();
-    assert!(cases.len() >= 13, "the fixture covers every setting");
+    assert!(cases.len() >= 14, "the fixture covers every setting");
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let (norm, shape, plan) = settings(case, max_new);
-        let owned = samples(&f, norm);
+        let owned = match key(case, "reward_aggregation") {
+            Some("normalize_then_sum") => gdpo_samples(&f, case),
+            _ => samples(&f, norm),
+        };
         let refs: Vec<&AgentRollout> = owned.iter().collect();
 
         // Advantages: TRL's (r − group mean) / (sample std + 1e-4), batch- or group-scaled.

@@ -138,6 +138,7 @@ plain_settings!(
     crate::plan::AdvantageMode,
     crate::plan::AdvantageStd,
     crate::plan::AdvantageScale,
+    crate::plan::RewardAggregation,
     crate::plan::LossAggregation,
     crate::plan::LogprobTemperature,
     crate::plan::LrScheduler,

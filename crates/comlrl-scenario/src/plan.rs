@@ -236,6 +236,17 @@ pub enum AdvantageScale {
     None,
 }
 
+/// How several reward terms become the return the advantages are computed from
+/// (`trainer.reward_aggregation`, TRL's `multi_objective_aggregation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RewardAggregation {
+    /// The weighted sum of the raw terms, after the processors (CoMLRL; TRL's default).
+    SumThenNormalize,
+    /// Each term z-scored within its group first, then weighted and summed (GDPO).
+    NormalizeThenSum,
+}
+
 /// The temperature the update's log-probs are computed at (`trainer.logprob_temperature`):
 /// written `1` or `sampling`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -108,6 +108,9 @@ pub(crate) fn resolve(
         }
     }
     let reward = rewards::resolve(d, top.reward, top.reward_processors, &base, opts);
+    if let Some(r) = &reward {
+        trainer::check_reward_aggregation(d, &trainer, r);
+    }
     let logging = logging(d, top.logging, &name);
 
     Some(Scenario {

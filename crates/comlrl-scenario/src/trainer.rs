@@ -2,7 +2,9 @@
 //! checks each key's range and warns about moot keys; this adds what involves several keys or
 //! the rest of the scenario (mini-batch vs buffer, baseline vs normalization, `cross` size).
 use crate::collect::Diags;
-use crate::plan::{AdvantageMode, AdvantageScale, AdvantageStd, Dtype, JointMode, TrainerPlan};
+use crate::plan::{
+    AdvantageMode, AdvantageScale, AdvantageStd, Dtype, JointMode, RewardAggregation, TrainerPlan,
+};
 use crate::positions::KeyPath;
 use crate::raw::RawTrainer;
 use crate::LoadOptions;
@@ -19,6 +21,31 @@ pub(crate) struct TrainerContext<'a> {
 impl crate::keys::SectionContext for TrainerContext<'_> {
     fn has_eval(&self) -> bool {
         self.has_eval
+    }
+}
+
+/// `reward_aggregation: normalize_then_sum` beside the reward it reshapes: with one term it is
+/// the plain z-score of that term, and the processors shape only the logged reward.
+pub(crate) fn check_reward_aggregation(
+    d: &mut Diags,
+    t: &TrainerPlan,
+    r: &crate::plan::RewardPlan,
+) {
+    if t.reward_aggregation != RewardAggregation::NormalizeThenSum {
+        return;
+    }
+    let at = KeyPath::root().key("trainer").key("reward_aggregation");
+    if r.terms.len() < 2 {
+        d.warn(
+            &at,
+            "`normalize_then_sum` with a single reward term only z-scores that term within each group, which advantage normalization does anyway; it matters with two or more terms",
+        );
+    }
+    if !r.processors.is_empty() {
+        d.warn(
+            &at,
+            "with `normalize_then_sum` the training return is the weighted sum of the z-scored raw terms, so `reward_processors` shape only the logged reward; remove them or use `sum_then_normalize`",
+        );
     }
 }
 

@@ -18,7 +18,7 @@ use crate::keys::{
 };
 use crate::plan::{
     AdvantageMode, AdvantageScale, AdvantageStd, Algorithm, CodeSource, Dtype, JointMode,
-    LogprobTemperature, LossAggregation, LrScheduler, TransitionPlan,
+    LogprobTemperature, LossAggregation, LrScheduler, RewardAggregation, TransitionPlan,
 };
 use crate::positions::KeyPath;
 use crate::raw::RawTransition;
@@ -84,6 +84,17 @@ section! {
         /// step size.
         advantage_std: AdvantageStd = AdvantageStd::Population,
             kind "`population` \\| `sample`", why "CoMLRL (torch `std(unbiased=False)`)";
+        /// How several reward terms become the return the advantages are computed from:
+        /// `sum_then_normalize` (the weighted sum of the raw terms, passed through
+        /// `reward_processors`), or `normalize_then_sum` (GDPO; TRL's
+        /// `multi_objective_aggregation`): each term is first z-scored within its group of
+        /// joint actions (its sample standard deviation plus 1e-4, as TRL), then weighted and
+        /// summed, so a term with a wide range does not drown the others. The logged rewards
+        /// stay the processed weighted sum. TRL's setting is this with `advantage_scale: batch`
+        /// and `advantage_std: sample`; see docs/grpo_variants.md.
+        reward_aggregation: RewardAggregation = RewardAggregation::SumThenNormalize,
+            kind "`sum_then_normalize` \\| `normalize_then_sum`",
+            why "CoMLRL (TRL's default too)";
         /// How each completion's token log-probs weigh in the loss; each option is the
         /// advantage A times a weight on Σ_t log π (B: the mini-batch's node samples, G: the
         /// generations, |o|: the completion's tokens). `sequence_sum`: 1/(G·B) (MAGRPO; a long

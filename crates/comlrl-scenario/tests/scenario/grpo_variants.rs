@@ -94,3 +94,48 @@ fn spread_keys_without_a_spread_are_warned_about() {
         s.warnings
     );
 }
+
+#[test]
+fn reward_aggregation_reads_and_warns_where_it_cannot_matter() {
+    use comlrl_scenario::RewardAggregation;
+    let f = Fixture::new();
+    assert_eq!(
+        f.ok(BASE, &[]).trainer.reward_aggregation,
+        RewardAggregation::SumThenNormalize
+    );
+    let two_terms = BASE.replace(
+        "reward:\n  rhai: r.rhai\n",
+        "reward:\n  - {name: a, rhai: r.rhai}\n  - {name: b, rhai: r.rhai, weight: 0.5}\n",
+    );
+    let s = f.ok(
+        &format!("{two_terms}  reward_aggregation: normalize_then_sum\n"),
+        &[],
+    );
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert_eq!(
+        s.trainer.reward_aggregation,
+        RewardAggregation::NormalizeThenSum
+    );
+    let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("the resolved YAML reloads");
+    assert_eq!(again.trainer, s.trainer);
+    // One term: nothing to balance. Processors: they shape only the logged reward.
+    let one = f.ok(BASE, &["trainer.reward_aggregation=normalize_then_sum"]);
+    assert_eq!(one.warnings.len(), 1, "{:?}", one.warnings);
+    assert!(
+        one.warnings[0].contains("single reward term"),
+        "{:?}",
+        one.warnings
+    );
+    let processed = f.ok(
+        &format!("{two_terms}  reward_aggregation: normalize_then_sum\nreward_processors:\n  - scale: 100.0\n"),
+        &[],
+    );
+    assert_eq!(processed.warnings.len(), 1, "{:?}", processed.warnings);
+    assert!(
+        processed.warnings[0].contains("reward_processors"),
+        "{:?}",
+        processed.warnings
+    );
+    let (msg, _) = f.errs(&format!("{BASE}  reward_aggregation: sum\n"), &[]);
+    assert!(msg.contains("reward_aggregation"), "{msg}");
+}

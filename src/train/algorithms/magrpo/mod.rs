@@ -5,9 +5,11 @@
 //! `advantage_scale`, `advantage_std`); the loss is the advantage-weighted sequence
 //! log-probability (`loss`, aggregated as `trainer.loss_aggregation` says, truncated completions
 //! left out with `mask_truncated_completions`), one AdamW step per mini-batch of
-//! `train_batch_size` buffered nodes. It keeps no network beside the agents and adds nothing to
-//! checkpoints.
+//! `train_batch_size` buffered nodes. With several reward terms, `trainer.reward_aggregation:
+//! normalize_then_sum` trains on their z-scored weighted sum (`aggregate`). It keeps no network
+//! beside the agents and adds nothing to checkpoints.
 pub mod advantage;
+pub mod aggregate;
 pub mod loss;
 pub mod returns;
 
@@ -20,7 +22,7 @@ use crate::train::rollout::{AgentRollout, Node, NodeSample};
 use crate::train::run::checkpoint::CheckpointPart;
 use crate::train::update::plan::pass_plan;
 use advantage::{advantages_with, batch_spread, rescale, Baseline, Normalization};
-use comlrl_scenario::{AdvantageMode, LogprobTemperature, Scenario};
+use comlrl_scenario::{AdvantageMode, LogprobTemperature, RewardAggregation, Scenario};
 use loss::{loss_and_grads_shaped, LossShape};
 use returns::joint_returns;
 
@@ -32,6 +34,9 @@ pub struct Magrpo {
     discount: f64,
     /// The KL penalty's coefficient (0: off).
     kl_coef: f64,
+    /// With `reward_aggregation: normalize_then_sum`, the reward terms' weights (their
+    /// z-scores' weighted sum is the training reward); `None`: the processed reward.
+    term_weights: Option<Vec<f64>>,
     baseline: Baseline,
     norm: Normalization,
     /// Each agent's loss aggregation and truncation mask.
@@ -58,6 +63,8 @@ impl Magrpo {
             k: t.num_generations,
             discount: t.discount,
             kl_coef: t.kl_coef,
+            term_weights: (t.reward_aggregation == RewardAggregation::NormalizeThenSum)
+                .then(|| s.reward.terms.iter().map(|r| r.weight).collect()),
             baseline: match t.advantage_mode {
                 AdvantageMode::Mean => Baseline::Mean,
                 AdvantageMode::Raw => Baseline::Raw,
@@ -132,9 +139,19 @@ impl Algorithm for Magrpo {
         "magrpo"
     }
 
-    fn targets(&self, root: Node) -> Result<Vec<NodeSample>> {
+    fn targets(&self, mut root: Node) -> Result<Vec<NodeSample>> {
+        let logged = self
+            .term_weights
+            .as_ref()
+            .map(|w| aggregate::renormalize_tree(&mut root, w));
         let mut out = Vec::new();
         self.flatten(root, &mut out);
+        // The samples keep the rewards the run logs; the returns came from the z-scored sum.
+        if let Some(logged) = logged {
+            for (sample, rewards) in out.iter_mut().zip(logged) {
+                sample.rewards = rewards;
+            }
+        }
         Ok(out)
     }
 

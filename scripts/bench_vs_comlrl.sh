@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark against the Python CoMLRL (MAGRPOTrainer) on the seed scenario:
+# Side-by-side benchmark against the Python CoMLRL (MAGRPOTrainer, or another of its trainers
+# with TRAINER) on the seed scenario:
 # runs the peer harness and `comlrl run` alternately (A B A B ...) on the same HF-layout model,
 # each under /usr/bin/time -v, and prints the ratios of the medians (s/step, wall, peak RSS)
 # plus each side's reward per epoch. Writes everything under $RESULTS.
@@ -17,6 +18,13 @@
 #                of 8, are the 0.5B's); the model, epochs, max_new_tokens and prompts are set here
 #   OURS_SET     extra `--set key=value` arguments for our side, space-separated
 #                (e.g. "agents.sampling_dtype=bf16"; small models: "trainer.parallel_updates=true")
+#   TRAINER      another CoMLRL trainer for the peer side (iac, maac, madpo, mareinforce, marloo,
+#                maremax: bench/peer/bench_trainer.py); set SCENARIO to our matching scenario
+#                (e.g. scenarios/story_len_ratio_iac.yaml) and PEER_SET to the CoMLRL config
+#                fields that scenario sets (space-separated FIELD=VALUE, e.g.
+#                "num_turns=1 rollout_buffer_size=2"); epochs and max_new_tokens are set on both
+# Example (IAC): TRAINER=iac SCENARIO=scenarios/story_len_ratio_iac.yaml PEER_SET="num_turns=1" \
+#   PEER=$HOME/peer/venv scripts/bench_vs_comlrl.sh tests/fixtures/tiny-qwen2 2 2 32
 # Example: PEER=$HOME/peer/venv scripts/bench_vs_comlrl.sh tests/fixtures/tiny-qwen2 2
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,7 +50,7 @@ RESULTS=$(cd "$RESULTS" && pwd)  # absolute: our output_dir would resolve agains
 LIST=$(grep -E '^    - "' "$ROOT/scenarios/story_len_ratio.yaml" | head -n "${PROMPTS:-10}" \
   | sed -E 's/^    - //' | paste -sd, -)
 PROMPT_SET=(--set "dataset.prompts=[$LIST]")
-if [ -n "${PROMPTS:-}" ]; then
+if [ -n "${PROMPTS:-}" ] && [ -z "${TRAINER:-}" ]; then
   # Patch a copy of the harness (never the harness itself) that keeps the first N prompts.
   rm -rf "$RESULTS/harness" && cp -r "$HARNESS" "$RESULTS/harness"
   python3 - "$RESULTS/harness/bench_story.py" "$PROMPTS" <<'PY'
@@ -92,8 +100,12 @@ rows = {"peer": [], "ours": []}
 for r in range(1, rounds + 1):
     wall, rss = gnu_time(f"{res}/peer-{r}.time")
     pj = json.load(open(f"{res}/peer-{r}.json"))
+    # bench_story.py reports the reward per epoch; bench_trainer.py (TRAINER) per tenth of the run.
+    by_epoch = pj.get("reward_scaled_mean_per_epoch")
+    rewards = (by_epoch.values() if by_epoch else
+               [v for v in pj["reward_scaled_by_decile"] if v is not None])
     rows["peer"].append({"wall_s": wall, "peak_rss_bytes": rss, "step_s_mean": pj["step_s_mean"],
-                         "reward_by_epoch": [round(v, 2) for v in pj["reward_scaled_mean_per_epoch"].values()]})
+                         "reward_by_epoch" if by_epoch else "reward_by_tenth": [round(v, 2) for v in rewards]})
     wall, rss = gnu_time(f"{res}/ours-{r}.time")
     m = [json.loads(l) for l in open(f"{res}/ours-{r}/metrics.jsonl")]
     steps = [x["step_seconds"] for x in m]
@@ -111,8 +123,10 @@ out = {"machine": machine, "rounds": rows, "median": summary}
 json.dump(out, open(f"{res}/summary.json", "w"), indent=1)
 for side in ("peer", "ours"):
     for i, x in enumerate(rows[side], 1):
+        curve = ("reward by epoch", x["reward_by_epoch"]) if "reward_by_epoch" in x else \
+            ("reward by tenth of the run", x["reward_by_tenth"])
         print(f"{side} round {i}: {x['step_s_mean']:.3f} s/step, wall {x['wall_s']:.1f} s, "
-              f"peak RSS {x['peak_rss_bytes']/1e9:.2f} GB, reward by epoch {x['reward_by_epoch']}")
+              f"peak RSS {x['peak_rss_bytes']/1e9:.2f} GB, {curve[0]} {curve[1]}")
 s = summary
 print(f"median s/step: CoMLRL {s['step_s_mean']['peer']:.3f} vs comlrl {s['step_s_mean']['ours']:.3f} "
       f"-> {s['step_s_mean']['ratio']:.1f}x faster")

@@ -11,11 +11,19 @@ use std::path::{Path, PathBuf};
 
 /// Keys consumed by the scenario loader rather than the trainer: (key, file of the scenario
 /// crate that reads it, the text that reads it).
-const READ_BY_THE_LOADER: &[(&str, &str, &str)] = &[(
-    "agent_learning_rate",
-    "crates/comlrl-scenario/src/resolve.rs",
-    "trainer.agent_learning_rate",
-)];
+const READ_BY_THE_LOADER: &[(&str, &str, &str)] = &[
+    (
+        "agent_learning_rate",
+        "crates/comlrl-scenario/src/resolve.rs",
+        "trainer.agent_learning_rate",
+    ),
+    // A preset takes effect as the defaults of the keys it names.
+    (
+        "preset",
+        "crates/comlrl-scenario/src/trainer.rs",
+        "t.preset",
+    ),
+];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display()));

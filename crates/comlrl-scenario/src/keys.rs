@@ -139,6 +139,7 @@ plain_settings!(
     crate::plan::AdvantageStd,
     crate::plan::AdvantageScale,
     crate::plan::RewardAggregation,
+    crate::plan::Preset,
     crate::plan::LossAggregation,
     crate::plan::LogprobTemperature,
     crate::plan::LrScheduler,

@@ -196,6 +196,46 @@ pub enum AdvantageMode {
     Rloo,
 }
 
+/// A published recipe (`trainer.preset`): the defaults it gives the keys it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Preset {
+    /// Dr. GRPO (arXiv 2503.20783): `loss_aggregation: constant`, `advantage_scale: none`.
+    DrGrpo,
+    /// DAPO (arXiv 2503.14476): its asymmetric clip and dynamic sampling are not implemented
+    /// yet, so the scenario refuses it.
+    Dapo,
+    /// GSPO (sequence-level importance ratios): not implemented yet, so the scenario refuses it.
+    Gspo,
+}
+
+impl Preset {
+    /// As a scenario writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::DrGrpo => "dr_grpo",
+            Preset::Dapo => "dapo",
+            Preset::Gspo => "gspo",
+        }
+    }
+
+    /// `trainer.loss_aggregation`'s default under `preset`.
+    pub fn loss_aggregation(preset: Option<Preset>) -> LossAggregation {
+        match preset {
+            Some(Preset::DrGrpo) => LossAggregation::Constant,
+            _ => LossAggregation::SequenceSum,
+        }
+    }
+
+    /// `trainer.advantage_scale`'s default under `preset`.
+    pub fn advantage_scale(preset: Option<Preset>) -> AdvantageScale {
+        match preset {
+            Some(Preset::DrGrpo) => AdvantageScale::None,
+            _ => AdvantageScale::Group,
+        }
+    }
+}
+
 /// How a mini-batch's per-token log-probs are summed into the loss (`trainer.loss_aggregation`).
 /// Each is a weight on every sequence's Σ_t log π: A times the factor below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,7 +3,8 @@
 //! the rest of the scenario (mini-batch vs buffer, baseline vs normalization, `cross` size).
 use crate::collect::Diags;
 use crate::plan::{
-    AdvantageMode, AdvantageScale, AdvantageStd, Dtype, JointMode, RewardAggregation, TrainerPlan,
+    AdvantageMode, AdvantageScale, AdvantageStd, Dtype, JointMode, Preset, RewardAggregation,
+    TrainerPlan,
 };
 use crate::positions::KeyPath;
 use crate::raw::RawTrainer;
@@ -49,6 +50,50 @@ pub(crate) fn check_reward_aggregation(
     }
 }
 
+/// `trainer.preset`: a recipe that is not implemented is refused, and a key the recipe sets,
+/// written with another value, contradicts it.
+fn check_preset(d: &mut Diags, p: &KeyPath, raw: &RawTrainer, t: &TrainerPlan) {
+    let Some(preset) = t.preset else {
+        return;
+    };
+    let name = preset.name();
+    if matches!(preset, Preset::Dapo | Preset::Gspo) {
+        d.invalid(
+            &p.key("preset"),
+            format!("`{name}` needs clipped importance ratios over re-used samples (trainer.ppo_epochs, clip_eps), which comlrl does not have yet"),
+            "use `preset: dr_grpo`, or set the keys you want (loss_aggregation, advantage_scale, advantage_std, mask_truncated_completions; see docs/grpo_variants.md)",
+        );
+        return;
+    }
+    let want_agg = Preset::loss_aggregation(Some(preset));
+    if raw.loss_aggregation.is_some() && t.loss_aggregation != want_agg {
+        d.invalid(
+            &p.key("loss_aggregation"),
+            format!(
+                "contradicts `trainer.preset: {name}`, which sets `loss_aggregation: {}`",
+                serde_name(&want_agg)
+            ),
+            "remove `loss_aggregation` or the preset",
+        );
+    }
+    let want_scale = Preset::advantage_scale(Some(preset));
+    if raw.advantage_scale.is_some() && t.advantage_scale != want_scale {
+        d.invalid(
+            &p.key("advantage_scale"),
+            format!(
+                "contradicts `trainer.preset: {name}`, which sets `advantage_scale: {}`",
+                serde_name(&want_scale)
+            ),
+            "remove `advantage_scale` or the preset",
+        );
+    }
+}
+
+/// A plain setting as a scenario writes it.
+fn serde_name<T: serde::Serialize>(v: &T) -> String {
+    crate::keys::shown(v).trim_matches('`').to_string()
+}
+
 pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> TrainerPlan {
     let p = KeyPath::root().key("trainer");
     let at = |k: &str| p.key(k);
@@ -59,6 +104,7 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
     if train_batch_size > rollout_buffer_size && rollout_buffer_size >= 1 {
         d.warn(&at("train_batch_size"), format!("{train_batch_size} is larger than rollout_buffer_size ({rollout_buffer_size}); a mini-batch never holds more than the buffer, so this acts as {rollout_buffer_size}"));
     }
+    check_preset(d, &p, &raw, &t);
     let fixed_mode = t.algorithm.fixed_advantage_mode();
     if let Some(fixed) = fixed_mode {
         // CoMLRL's MARLOOConfig(advantage_mode="mean") would quietly be MAGRPO under MARLOO's

@@ -18,7 +18,7 @@ use crate::keys::{
 };
 use crate::plan::{
     AdvantageMode, AdvantageScale, AdvantageStd, Algorithm, CodeSource, Dtype, JointMode,
-    LogprobTemperature, LossAggregation, LrScheduler, RewardAggregation, TransitionPlan,
+    LogprobTemperature, LossAggregation, LrScheduler, Preset, RewardAggregation, TransitionPlan,
 };
 use crate::positions::KeyPath;
 use crate::raw::RawTransition;
@@ -38,6 +38,14 @@ section! {
         algorithm: Algorithm = Algorithm::Magrpo,
             kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax`",
             why "CoMLRL's MAGRPO trainer";
+        /// A published recipe whose settings become the defaults of the keys it names (the
+        /// resolved scenario, e.g. `comlrl check --print`, shows them all): `dr_grpo` (Dr. GRPO,
+        /// arXiv 2503.20783) sets `loss_aggregation: constant` and `advantage_scale: none`.
+        /// Writing one of those keys with another value beside it is an error. `dapo` and
+        /// `gspo` are refused until their clipped importance ratios exist. See
+        /// docs/grpo_variants.md.
+        preset: Option<Preset> = None, kind "`dr_grpo` or `null`", shown "none",
+            why "off: CoMLRL's MAGRPO objective";
         /// Passes over the training prompts.
         num_train_epochs: usize = 20, kind "integer ≥ 1", why "CoMLRL",
             check at_least(1, "set `num_train_epochs: 1` or more");
@@ -76,8 +84,8 @@ section! {
         /// group whose returns barely differ is not blown up; "Lite PPO", arXiv 2508.08221), or
         /// `none` (only re-centred, not divided: Dr. GRPO, arXiv 2503.20783, which finds that
         /// the division weighs questions by their difficulty).
-        advantage_scale: AdvantageScale = AdvantageScale::Group,
-            kind "`group` \\| `batch` \\| `none`", why "CoMLRL (TRL's default is `group` too)";
+        advantage_scale: AdvantageScale = Preset::advantage_scale(preset),
+            kind "`group` \\| `batch` \\| `none`", shown "`group`; `none` under `preset: dr_grpo`", why "CoMLRL (TRL's default is `group` too)";
         /// The standard deviation normalization divides by: `population` (over n, floored at
         /// 1e-6; CoMLRL) or `sample` (Bessel-corrected, over n − 1, plus 1e-4: TRL's `nanstd`
         /// and epsilon). With G = 4 the advantages differ by a factor √(4/3), and so does the
@@ -103,8 +111,9 @@ section! {
         /// `token_mean`: 1/(the mini-batch's active tokens) (DAPO, arXiv 2503.14476, TRL `dapo`;
         /// TRL `bnpo` with one micro-batch per step). `constant`: 1/(G·B·max_new_tokens) (Dr.
         /// GRPO, arXiv 2503.20783, TRL `dr_grpo`). See docs/grpo_variants.md.
-        loss_aggregation: LossAggregation = LossAggregation::SequenceSum,
+        loss_aggregation: LossAggregation = Preset::loss_aggregation(preset),
             kind "`sequence_sum` \\| `sequence_mean` \\| `token_mean` \\| `constant`",
+            shown "`sequence_sum`; `constant` under `preset: dr_grpo`",
             why "CoMLRL's MAGRPO loss";
         /// Completions that reached `max_new_tokens` without stopping (their last token is
         /// neither an EOS nor the pad token: TRL's rule) add nothing to the loss, and

@@ -139,3 +139,51 @@ fn reward_aggregation_reads_and_warns_where_it_cannot_matter() {
     let (msg, _) = f.errs(&format!("{BASE}  reward_aggregation: sum\n"), &[]);
     assert!(msg.contains("reward_aggregation"), "{msg}");
 }
+
+#[test]
+fn a_preset_sets_its_keys_shows_them_and_refuses_contradictions() {
+    use comlrl_scenario::Preset;
+    let f = Fixture::new();
+    let s = f.ok(BASE, &["trainer.preset=dr_grpo"]);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert_eq!(s.trainer.preset, Some(Preset::DrGrpo));
+    assert_eq!(s.trainer.loss_aggregation, LossAggregation::Constant);
+    assert_eq!(s.trainer.advantage_scale, AdvantageScale::None);
+    // Nothing hidden: the resolved scenario names the preset and the values it set, and
+    // reloads to the same plan.
+    let yaml = s.to_yaml();
+    for line in [
+        "preset: dr_grpo\n",
+        "loss_aggregation: constant\n",
+        "advantage_scale: none\n",
+    ] {
+        assert!(yaml.contains(line), "{line} not in {yaml}");
+    }
+    let again = load_str(&yaml, &f.origin(), &[]).expect("the resolved YAML reloads");
+    assert_eq!(again.trainer, s.trainer);
+    // The same values written out agree with the preset; another value contradicts it.
+    f.ok(
+        BASE,
+        &[
+            "trainer.preset=dr_grpo",
+            "trainer.loss_aggregation=constant",
+        ],
+    );
+    let (msg, _) = f.errs(
+        &format!("{BASE}  preset: dr_grpo\n  advantage_scale: group\n"),
+        &[],
+    );
+    assert!(
+        msg.contains("advantage_scale") && msg.contains("preset: dr_grpo"),
+        "{msg}"
+    );
+    // Recipes that need a clipped ratio are refused, naming what is missing.
+    for name in ["dapo", "gspo"] {
+        let (msg, _) = f.errs(BASE, &[&format!("trainer.preset={name}")]);
+        assert!(msg.contains("ppo_epochs"), "{name}: {msg}");
+    }
+    // Without a preset, the defaults are MAGRPO's.
+    let plain = f.ok(BASE, &[]);
+    assert_eq!(plain.trainer.preset, None);
+    assert_eq!(plain.trainer.loss_aggregation, LossAggregation::SequenceSum);
+}

@@ -172,6 +172,18 @@ impl Algorithm {
     }
 }
 
+/// Which of a prompt's positive-gap candidate pairs MADPO keeps (`preference.pair_selection`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PairSelection {
+    /// The `pairs_per_sample` largest reward gaps.
+    RewardGap,
+    /// Every pair.
+    All,
+    /// `pairs_per_sample` pairs drawn uniformly.
+    Random,
+}
+
 /// How each agent's G generations are combined into joint actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

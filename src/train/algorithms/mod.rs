@@ -8,6 +8,7 @@
 //! Imports every other folder of `train` but `trainer`.
 pub mod algorithm;
 pub mod iac;
+pub mod madpo;
 pub mod magrpo;
 pub mod registry;
 pub mod round;

@@ -180,6 +180,15 @@ impl Loop<'_> {
         let s = &self.settings.scenario;
         let rows = s.dataset.train.rows.len();
         let (epoch, r) = (step / rows, step % rows);
+        // An offline algorithm's set is built in the first epoch: later steps sample nothing,
+        // and each epoch ends in one round over the set.
+        let offline = self.algorithm.offline();
+        if offline && epoch > 0 {
+            if r + 1 == rows {
+                self.round(state, Vec::new())?;
+            }
+            return Ok(());
+        }
         let buffer_size = s.trainer.rollout_buffer_size.max(1);
         let row = &s.dataset.train.rows[r];
         let prompts = self.agents.prompts.render(row)?;
@@ -229,6 +238,19 @@ impl Loop<'_> {
             step + 1,
             crate::runtime::memory_line()
         );
+        if offline {
+            for node in &nodes {
+                state.record(node, epoch);
+            }
+            self.algorithm
+                .collect(&nodes)
+                .map_err(|e| e.at_step(step + 1, where_.clone()))?;
+            if r + 1 == rows {
+                pending.clear();
+                self.round(state, Vec::new())?;
+            }
+            return Ok(());
+        }
         for node in nodes {
             state.record(&node, epoch);
             state.buffer.push(node);
@@ -255,11 +277,14 @@ impl Loop<'_> {
         let start = Instant::now();
         let agents = &mut *self.agents;
         let freed = housekeeping::before_update(&agents.policies)?;
+        // An offline algorithm runs one round per epoch.
+        let rounds = if self.algorithm.offline() {
+            t.num_train_epochs
+        } else {
+            self.settings.rounds()
+        };
         let rule = StepRule {
-            total_steps: self
-                .settings
-                .rounds()
-                .saturating_mul(self.algorithm.steps_per_round()),
+            total_steps: rounds.saturating_mul(self.algorithm.steps_per_round()),
             warmup: t.warmup_steps,
             scheduler: t.lr_scheduler,
             max_grad_norm: t.max_grad_norm,

@@ -346,3 +346,34 @@ fn with_the_fix_the_last_token_counts() {
         }
     }
 }
+
+#[test]
+fn a_non_finite_margin_is_an_error() {
+    let f = fixture();
+    let (set, batch) = reward_gap_set(&f);
+    let policy = load();
+    let vars: Vec<Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+    let plan = PassPlan::rerun_all(ComputeDtype::F32);
+    for bad in [f32::NAN, f32::INFINITY] {
+        let mut rows = vec![vec![1.0f32; 2]; batch.len()];
+        rows[1][1] = bad;
+        let err = agent_grads(
+            &policy,
+            &vars,
+            &set,
+            &batch,
+            &rows,
+            0,
+            0.1,
+            LastToken::Counted,
+            0,
+            true,
+            Share::ALL,
+            plan,
+        )
+        .err()
+        .expect("a non-finite margin must fail");
+        assert!(matches!(err, comlrl::Error::Diverged(_)), "{err}");
+        assert!(err.to_string().contains("margin"), "{err}");
+    }
+}

@@ -12,6 +12,7 @@ mod failures;
 mod grpo_variants;
 mod iac_step;
 mod loss;
+mod madpo_run;
 mod madpo_step;
 mod math;
 mod optim_state;

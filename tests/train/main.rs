@@ -14,6 +14,7 @@ mod iac_step;
 mod loss;
 mod madpo_run;
 mod madpo_step;
+mod marlhf_reward;
 mod math;
 mod optim_state;
 mod run_checks;

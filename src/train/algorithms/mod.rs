@@ -10,6 +10,7 @@ pub mod algorithm;
 pub mod iac;
 pub mod madpo;
 pub mod magrpo;
+pub mod marlhf;
 pub mod registry;
 pub mod round;
 

@@ -6,7 +6,7 @@
 //! other plan fields are listed with where. Agent keys are read as `.field` of an `AgentPlan`
 //! (`.sampling.temperature` for sampling settings), not followed by `(` (a method call such as
 //! a tensor's `.dtype()` is no read of `agents.dtype`).
-use comlrl_scenario::{AgentPlan, LoggingPlan, TrainerPlan};
+use comlrl_scenario::{AgentPlan, LoggingPlan, PreferencePlan, TrainerPlan};
 use std::path::{Path, PathBuf};
 
 /// Keys consumed by the scenario loader rather than the trainer: (key, file of the scenario
@@ -119,6 +119,50 @@ fn every_logging_key_is_read_under_src() {
          `scenario.logging.<key>` where it takes effect, or remove its row from \
          crates/comlrl-scenario/src/logging_keys.rs"
     );
+}
+
+/// Preference keys the scenario loader consumes (key, why): `num_candidates` becomes
+/// `trainer.num_generations`, and the only `collaboration_mode` the loader lets through is the
+/// one the trainer runs.
+const PREFERENCE_BY_THE_LOADER: &[(&str, &str)] = &[
+    (
+        "num_candidates",
+        "trainer.num_generations = plan.num_candidates",
+    ),
+    ("collaboration_mode", "CollaborationMode::Centralized"),
+];
+
+#[test]
+fn every_preference_key_is_read_under_src() {
+    let sources = main_crate_sources();
+    let keys = PreferencePlan::keys();
+    let names: Vec<&str> = keys
+        .iter()
+        .map(|k| k.key)
+        .filter(|k| !PREFERENCE_BY_THE_LOADER.iter().any(|(l, _)| l == k))
+        .collect();
+    // Read as `p.<key>` where `p = &scenario.preference`, like the trainer keys.
+    let missing = unread("", &names, &sources);
+    assert!(
+        missing.is_empty(),
+        "preference keys accepted by the scenario but never read under src/: {missing:?}. Read \
+         `scenario.preference.<key>` where it takes effect, or remove its row from \
+         crates/comlrl-scenario/src/preference_keys.rs"
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let loader =
+        std::fs::read_to_string(root.join("crates/comlrl-scenario/src/preference_keys.rs"))
+            .expect("read loader source");
+    for (key, text) in PREFERENCE_BY_THE_LOADER {
+        assert!(
+            keys.iter().any(|k| k.key == *key),
+            "{key} is no longer a preference key"
+        );
+        assert!(
+            loader.contains(text),
+            "preference_keys.rs no longer reads `{text}`"
+        );
+    }
 }
 
 /// The per-agent keys (key, plan field) that no code under src/ reads as a field.

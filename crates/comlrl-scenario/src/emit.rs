@@ -46,6 +46,7 @@ pub(crate) fn to_yaml(s: &Scenario) -> String {
         reward_processors: ProcessorChain(s.reward.processors.clone()),
         trainer: s.trainer.to_raw(has_eval),
         logging: s.logging.to_raw(has_eval),
+        preference: s.preference.to_raw(has_eval),
         seed: s.seed,
         output_dir: s.output_dir.clone(),
         checkpoint_every: s.checkpoint_every,

@@ -143,6 +143,8 @@ plain_settings!(
     crate::plan::LossAggregation,
     crate::plan::LogprobTemperature,
     crate::plan::LrScheduler,
+    crate::plan::PairSelection,
+    crate::plan::CollaborationMode,
     crate::plan::Dtype
 );
 

@@ -32,6 +32,7 @@ mod parquet_rows;
 mod paths;
 pub mod plan;
 pub mod positions;
+mod preference_keys;
 pub mod raw;
 mod resolve;
 mod rewards;

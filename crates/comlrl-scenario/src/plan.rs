@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 pub use crate::agent_keys::{AgentPlan, Sampling};
 pub use crate::logging_keys::{LoggingPlan, WANDB_PROJECT};
+pub use crate::preference_keys::{PreferencePlan, MAX_CANDIDATES};
 pub use crate::trainer_keys::TrainerPlan;
 pub use comlrl_spec::{CodeSource, TransitionPlan};
 
@@ -38,6 +39,8 @@ pub struct Scenario {
     pub trainer: TrainerPlan,
     /// Logging cadence and tracking back-ends.
     pub logging: LoggingPlan,
+    /// The preference trainers' settings (MADPO).
+    pub preference: PreferencePlan,
     /// Settings that are valid but have no effect or look like a mistake; show them to the user.
     pub warnings: Vec<String>,
 }
@@ -141,6 +144,9 @@ pub enum Algorithm {
     /// MAGRPO with the group's best return as baseline, `advantage_mode: max`
     /// (`MAReMaxTrainer`).
     Maremax,
+    /// Multi-agent direct preference optimisation, offline and reference-free (CoMLRL's
+    /// `MADPOTrainer`; its settings are the `preference` section).
+    Madpo,
 }
 
 impl Algorithm {
@@ -151,6 +157,7 @@ impl Algorithm {
             Algorithm::Mareinforce => "mareinforce",
             Algorithm::Marloo => "marloo",
             Algorithm::Maremax => "maremax",
+            Algorithm::Madpo => "madpo",
         }
     }
 
@@ -159,7 +166,7 @@ impl Algorithm {
     /// else changed. `None`: the algorithm leaves the mode to `trainer.advantage_mode`.
     pub fn fixed_advantage_mode(self) -> Option<AdvantageMode> {
         match self {
-            Algorithm::Magrpo => None,
+            Algorithm::Magrpo | Algorithm::Madpo => None,
             Algorithm::Mareinforce => Some(AdvantageMode::Raw),
             Algorithm::Marloo => Some(AdvantageMode::Rloo),
             Algorithm::Maremax => Some(AdvantageMode::Max),
@@ -170,6 +177,28 @@ impl Algorithm {
     pub fn default_advantage_mode(self) -> AdvantageMode {
         self.fixed_advantage_mode().unwrap_or(AdvantageMode::Mean)
     }
+}
+
+/// Which of a prompt's positive-gap candidate pairs MADPO keeps (`preference.pair_selection`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PairSelection {
+    /// The `pairs_per_sample` largest reward gaps.
+    RewardGap,
+    /// Every pair.
+    All,
+    /// `pairs_per_sample` pairs drawn uniformly.
+    Random,
+}
+
+/// How the agents of a preference trainer are laid out (`preference.collaboration_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollaborationMode {
+    /// One policy per agent, each over its own prompt.
+    Decentralized,
+    /// One policy writing every agent's part (CoMLRL; not ported).
+    Centralized,
 }
 
 /// How each agent's G generations are combined into joint actions.

@@ -6,6 +6,7 @@
 pub use crate::agent_keys::{RawAgent, RawAgentGroup};
 pub use crate::dataset_keys::{RawDataSource, RawDataset};
 pub use crate::logging_keys::RawLogging;
+pub use crate::preference_keys::RawPreference;
 pub use crate::top_keys::{ProcessorChain, RawScenario, RawTop};
 pub use crate::trainer_keys::RawTrainer;
 use serde::{Deserialize, Serialize};

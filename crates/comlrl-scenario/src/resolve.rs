@@ -7,9 +7,9 @@ use crate::error::ErrorKind;
 use crate::logging_keys::LoggingContext;
 use crate::plan::{AgentPlan, LoggingPlan, Scenario};
 use crate::positions::KeyPath;
-use crate::raw::{RawLogging, RawTop, RawTrainer};
+use crate::raw::{RawLogging, RawPreference, RawTop, RawTrainer};
 use crate::trainer::TrainerContext;
-use crate::{agents, dataset, paths, rewards, trainer, LoadOptions};
+use crate::{agents, dataset, paths, preference_keys, rewards, trainer, LoadOptions};
 use serde::de::DeserializeOwned;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
@@ -70,6 +70,7 @@ pub(crate) fn resolve(
     let dataset = dataset::resolve(d, top.dataset, &base, opts);
     let raw_agents = agents::parse(d, top.agents);
     let raw_trainer: RawTrainer = optional(d, "trainer", top.trainer).unwrap_or_default();
+    let generations_set = raw_trainer.num_generations.is_some();
     let num_agents = raw_agents.as_ref().map_or(DEFAULT_COUNT, Vec::len);
     let cx = TrainerContext {
         base: &base,
@@ -77,7 +78,10 @@ pub(crate) fn resolve(
         has_eval: dataset.as_ref().is_some_and(|ds| ds.eval.is_some()),
         num_agents,
     };
-    let trainer = trainer::resolve(d, raw_trainer, &cx);
+    let mut trainer = trainer::resolve(d, raw_trainer, &cx);
+    let raw_preference: RawPreference =
+        optional(d, "preference", top.preference).unwrap_or_default();
+    let preference = preference_keys::resolve(d, &raw_preference, &mut trainer, generations_set);
     let agents = raw_agents.map(|list| {
         list.into_iter()
             .enumerate()
@@ -126,6 +130,7 @@ pub(crate) fn resolve(
         reward: reward?,
         trainer,
         logging,
+        preference,
         warnings: Vec::new(),
     })
 }

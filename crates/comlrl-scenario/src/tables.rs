@@ -5,6 +5,7 @@ use crate::agent_keys::AgentPlan;
 use crate::dataset_keys::RawDataset;
 use crate::keys::KeyDoc;
 use crate::logging_keys::LoggingPlan;
+use crate::preference_keys::PreferencePlan;
 use crate::top_keys::RawTop;
 use crate::trainer_keys::TrainerPlan;
 
@@ -19,7 +20,7 @@ pub struct KeyTable {
     pub keys: Vec<KeyDoc>,
 }
 
-/// The key tables of the top level, `dataset`, `agents`, `trainer` and `logging`.
+/// The key tables of the top level, `dataset`, `agents`, `trainer`, `logging` and `preference`.
 pub fn all() -> Vec<KeyTable> {
     let table = |section, file, keys| KeyTable {
         section,
@@ -32,5 +33,6 @@ pub fn all() -> Vec<KeyTable> {
         table("agents", "agent_keys.rs", AgentPlan::keys()),
         table("trainer", "trainer_keys.rs", TrainerPlan::keys()),
         table("logging", "logging_keys.rs", LoggingPlan::keys()),
+        table("preference", "preference_keys.rs", PreferencePlan::keys()),
     ]
 }

@@ -7,6 +7,7 @@ use crate::agent_keys::RawAgent;
 use crate::dataset_keys::RawDataset;
 use crate::keys::section;
 use crate::logging_keys::RawLogging;
+use crate::preference_keys::RawPreference;
 use crate::spec::{ProcessorSpec, RewardSpec};
 use crate::trainer_keys::RawTrainer;
 use serde::{Serialize, Serializer};
@@ -30,6 +31,8 @@ section! {
         trainer: RawTrainer, kind "mapping", shown "all defaults", why "";
         /// Logging cadence and tracking back-ends.
         logging: RawLogging, kind "mapping", shown "all defaults", why "";
+        /// The preference trainers' settings (CoMLRL `MADPOConfig`; `trainer.algorithm: madpo`).
+        preference: RawPreference, kind "mapping", shown "all defaults", why "";
         /// Seed of the run's random number generators, so that a run can be repeated. 42 is the
         /// usual HF/TRL default.
         seed: u64 = 42, kind "integer ≥ 0", why "";

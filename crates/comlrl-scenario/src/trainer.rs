@@ -101,7 +101,9 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
     let (num_generations, rollout_buffer_size, train_batch_size) =
         (t.num_generations, t.rollout_buffer_size, t.train_batch_size);
     let (joint_mode, advantage_mode) = (t.joint_mode, t.advantage_mode);
-    if train_batch_size > rollout_buffer_size && rollout_buffer_size >= 1 {
+    // Under `madpo` a mini-batch is train_batch_size preference pairs, not buffered prompts.
+    let pairs = t.algorithm == crate::plan::Algorithm::Madpo;
+    if train_batch_size > rollout_buffer_size && rollout_buffer_size >= 1 && !pairs {
         d.warn(&at("train_batch_size"), format!("{train_batch_size} is larger than rollout_buffer_size ({rollout_buffer_size}); a mini-batch never holds more than the buffer, so this acts as {rollout_buffer_size}"));
     }
     check_preset(d, &p, &raw, &t);

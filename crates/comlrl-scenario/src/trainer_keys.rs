@@ -34,9 +34,11 @@ section! {
         /// `mareinforce`, `marloo` and `maremax` are MAGRPO with `advantage_mode` `raw`, `rloo`
         /// and `max` (CoMLRL's trainers of those names differ from its MAGRPO in that default
         /// alone), so that a CoMLRL config's trainer maps to one value. Writing a different
-        /// `advantage_mode` beside them is an error.
+        /// `advantage_mode` beside them is an error. `madpo` is CoMLRL's offline multi-agent
+        /// DPO: the first pass samples a preference set, every epoch trains on it (the
+        /// `preference` section).
         algorithm: Algorithm = Algorithm::Magrpo,
-            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax`",
+            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `madpo`",
             why "CoMLRL's MAGRPO trainer";
         /// A published recipe whose settings become the defaults of the keys it names (the
         /// resolved scenario, e.g. `comlrl check --print`, shows them all): `dr_grpo` (Dr. GRPO,

@@ -40,4 +40,24 @@ pub trait Algorithm: CheckpointPart + Send + Sync {
         round: Round<'_>,
         buffer: &[NodeSample],
     ) -> Result<Vec<(usize, AgentUpdate)>>;
+
+    /// Whether the algorithm learns offline from a set it builds once (MADPO's preference
+    /// set). The loop then samples and scores the training prompts in the first epoch only,
+    /// hands each prompt's samples to [`Algorithm::collect`] instead of buffering them, and at
+    /// the end of every epoch runs one update round with an empty buffer, in which the
+    /// algorithm trains one pass over its set; [`Algorithm::steps_per_round`] is then the steps
+    /// of one such pass and the run has `num_train_epochs` rounds. Online algorithms (the
+    /// default) get every prompt's samples through the buffer.
+    fn offline(&self) -> bool {
+        false
+    }
+
+    /// An offline algorithm's share of a first-epoch prompt: its samples from
+    /// [`Algorithm::targets`]. Every rank calls it with the same samples, in step order.
+    fn collect(&mut self, _samples: &[NodeSample]) -> Result<()> {
+        Err(crate::error::Error::Internal(format!(
+            "{} is not an offline algorithm",
+            self.name()
+        )))
+    }
 }

@@ -2,6 +2,7 @@
 //! algorithm is a folder beside `magrpo/`, a value of `trainer.algorithm` in the scenario crate
 //! and its arm here.
 use super::algorithm::Algorithm;
+use super::madpo::Madpo;
 use super::magrpo::Magrpo;
 use crate::error::Result;
 use comlrl_scenario::Scenario;
@@ -15,5 +16,6 @@ pub fn build(s: &Scenario) -> Result<Box<dyn Algorithm>> {
         // `advantage_mode` default; the scenario crate has resolved `trainer.advantage_mode`
         // to theirs (and refused a contradicting one), which `Magrpo::new` reads.
         A::Magrpo | A::Mareinforce | A::Marloo | A::Maremax => Box::new(Magrpo::new(s)),
+        A::Madpo => Box::new(Madpo::new(s)),
     })
 }

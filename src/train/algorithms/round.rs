@@ -168,6 +168,21 @@ impl<'a> Round<'a> {
         Round { learners, parallel }
     }
 
+    /// The learners, for an algorithm whose agents step together mini-batch by mini-batch
+    /// (MADPO: each agent's loss reads every agent's scores of the mini-batch, taken before any
+    /// of them steps); [`Round::finish`] then gives what they reported.
+    pub fn learners(&mut self) -> &mut [Learner<'a>] {
+        &mut self.learners
+    }
+
+    /// What each learner reported, with its agent index (after [`Round::learners`]).
+    pub fn finish(self) -> Vec<(usize, AgentUpdate)> {
+        self.learners
+            .into_iter()
+            .map(|l| (l.index, l.report))
+            .collect()
+    }
+
     /// Runs `train` for every learner (at the same time when the round is parallel) and
     /// returns what each reported, with its agent index.
     pub fn each_agent(

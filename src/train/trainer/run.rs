@@ -213,6 +213,15 @@ impl Loop<'_> {
         let s = &self.settings.scenario;
         let rows = s.dataset.train.rows.len();
         let (epoch, r) = (step / rows, step % rows);
+        // An offline algorithm's set is built in the first epoch: later steps sample nothing,
+        // and each epoch ends in one round over the set.
+        let offline = self.algorithm.offline();
+        if offline && epoch > 0 {
+            if r + 1 == rows {
+                self.round(state, Vec::new())?;
+            }
+            return Ok(());
+        }
         let buffer_size = s.trainer.rollout_buffer_size.max(1);
         let row = &s.dataset.train.rows[r];
         let prompts = self.agents.prompts.render(row)?;
@@ -264,6 +273,20 @@ impl Loop<'_> {
         );
         let stops = self.stops();
         let cross = s.trainer.joint_mode == comlrl_scenario::JointMode::Cross;
+        if offline {
+            for node in &nodes {
+                state.keep_samples(node, step + 1, &row.prompt, s.logging.completions, cross);
+                state.record(node, epoch, &stops);
+            }
+            self.algorithm
+                .collect(&nodes)
+                .map_err(|e| e.at_step(step + 1, where_.clone()))?;
+            if r + 1 == rows {
+                pending.clear();
+                self.round(state, Vec::new())?;
+            }
+            return Ok(());
+        }
         for node in nodes {
             state.keep_samples(&node, step + 1, &row.prompt, s.logging.completions, cross);
             state.record(&node, epoch, &stops);
@@ -291,11 +314,14 @@ impl Loop<'_> {
         let start = Instant::now();
         let agents = &mut *self.agents;
         let freed = housekeeping::before_update(&agents.policies)?;
+        // An offline algorithm runs one round per epoch.
+        let rounds = if self.algorithm.offline() {
+            t.num_train_epochs
+        } else {
+            self.settings.rounds()
+        };
         let rule = StepRule {
-            total_steps: self
-                .settings
-                .rounds()
-                .saturating_mul(self.algorithm.steps_per_round()),
+            total_steps: rounds.saturating_mul(self.algorithm.steps_per_round()),
             warmup: t.warmup_steps,
             scheduler: t.lr_scheduler,
             max_grad_norm: t.max_grad_norm,

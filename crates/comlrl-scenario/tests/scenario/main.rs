@@ -13,4 +13,5 @@ mod grpo_variants;
 mod hub_datasets;
 mod key_tables;
 mod overrides;
+mod preference;
 mod shipped;

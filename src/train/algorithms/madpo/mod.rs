@@ -1,0 +1,284 @@
+//! MADPO, multi-agent direct preference optimisation (CoMLRL 1.4.3's `MADPOTrainer`): offline
+//! and reference-free. The first pass over the training prompts samples K aligned joint
+//! candidates per prompt (`preference.num_candidates`, the rollout's `num_generations`) and
+//! scores them; the pairs with a positive joint-reward gap that `pair_selection` keeps form the
+//! preference set (`set`, `pairs`). At the end of every epoch the set is shuffled and each
+//! mini-batch of `train_batch_size` pairs takes one AdamW step per agent on the
+//! joint-factorised DPO loss (`loss`): every agent's Δ of the mini-batch is scored first, then
+//! each agent's gradients and step, as CoMLRL's `_update_from_preference_batch` orders them.
+//!
+//! It is the loop's one offline algorithm (`Algorithm::offline`): no sampling after the first
+//! epoch. The set and the generator that shuffles it are its checkpoint file
+//! (`madpo_preference.json`), so a resumed run never samples the set again.
+pub mod loss;
+pub mod pairs;
+pub mod set;
+
+use crate::error::{Error, Result};
+use crate::model::grad::recompute::PassPlan;
+use crate::train::algorithms::algorithm::Algorithm;
+use crate::train::algorithms::round::{AgentUpdate, Round};
+use crate::train::rollout::{Node, NodeSample};
+use crate::train::run::checkpoint::CheckpointPart;
+use crate::train::update::plan::pass_plan;
+use comlrl_scenario::Scenario;
+use loss::{agent_grads, deltas, sequence_logprobs, LastToken};
+use pairs::PairSelection;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use set::{Pair, PreferenceSet};
+use std::path::Path;
+
+/// The checkpoint file (written with agent 0's files).
+pub const CHECKPOINT_FILE: &str = "madpo_preference.json";
+
+/// The most a checkpoint's preference file may hold (the set is token ids; far below this).
+const FILE_CAP: u64 = 1 << 34;
+
+/// What the checkpoint keeps: the set and the generator that selects (`random`) and shuffles.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    set: PreferenceSet,
+    rng: ChaCha8Rng,
+}
+
+/// MADPO with a scenario's settings and its preference set.
+pub struct Madpo {
+    agents: usize,
+    beta: f64,
+    selection: PairSelection,
+    limit: Option<usize>,
+    last: LastToken,
+    /// Environment steps per trained pair (0: not counted).
+    env_steps_per_pair: usize,
+    /// Pairs per mini-batch.
+    batch: usize,
+    /// Candidates per scoring / gradient pass (0: a prompt's at once).
+    micro_batch: usize,
+    recompute: bool,
+    plan: PassPlan,
+    set: PreferenceSet,
+    rng: ChaCha8Rng,
+}
+
+impl Madpo {
+    /// MADPO as `s.trainer` and `s.preference` set it up, with an empty set.
+    pub fn new(s: &Scenario) -> Self {
+        let (t, p) = (&s.trainer, &s.preference);
+        Madpo {
+            agents: s.agents.len(),
+            beta: p.dpo_beta,
+            selection: p.pair_selection,
+            limit: p.pairs_per_sample,
+            last: if p.compat_last_token {
+                LastToken::Dropped
+            } else {
+                LastToken::Counted
+            },
+            env_steps_per_pair: if p.use_environment_step {
+                p.environment_steps_per_pair
+            } else {
+                0
+            },
+            batch: t.train_batch_size.max(1),
+            micro_batch: t.micro_batch_size,
+            recompute: t.gradient_checkpointing,
+            // Temperature 1: CoMLRL's MADPO scores with the plain logits.
+            plan: pass_plan(t),
+            set: PreferenceSet::default(),
+            // Its own stream: selecting and shuffling never move the sampling generator.
+            rng: ChaCha8Rng::seed_from_u64(s.seed ^ 0x6d61_6470_6f00_0001),
+        }
+    }
+
+    /// The preference set built so far.
+    pub fn set(&self) -> &PreferenceSet {
+        &self.set
+    }
+
+    /// Returns of a prompt's node: each completion's is its joint candidate's reward (aligned),
+    /// for the metrics and evaluation; MADPO itself reads only the rewards.
+    fn flatten(node: Node, out: &mut Vec<NodeSample>) {
+        let Node {
+            turn,
+            mut agents,
+            rewards,
+            components,
+            children,
+            ..
+        } = node;
+        for a in agents.iter_mut() {
+            a.returns = rewards.iter().take(a.completions.len()).copied().collect();
+        }
+        out.push(NodeSample {
+            turn,
+            agents,
+            rewards,
+            components,
+        });
+        for child in children {
+            Self::flatten(child, out);
+        }
+    }
+}
+
+impl Algorithm for Madpo {
+    fn name(&self) -> &'static str {
+        "madpo"
+    }
+
+    fn targets(&self, root: Node) -> Result<Vec<NodeSample>> {
+        let mut out = Vec::new();
+        Self::flatten(root, &mut out);
+        Ok(out)
+    }
+
+    fn steps_per_round(&self) -> usize {
+        self.set.pairs.len().div_ceil(self.batch)
+    }
+
+    fn offline(&self) -> bool {
+        true
+    }
+
+    fn collect(&mut self, samples: &[NodeSample]) -> Result<()> {
+        for node in samples.iter().filter(|n| n.turn == 0) {
+            self.set
+                .add(node, self.selection, self.limit, &mut self.rng)?;
+        }
+        Ok(())
+    }
+
+    fn update(
+        &mut self,
+        mut round: Round<'_>,
+        buffer: &[NodeSample],
+    ) -> Result<Vec<(usize, AgentUpdate)>> {
+        if !buffer.is_empty() {
+            return Err(Error::Internal(
+                "MADPO trains on its preference set, not on a rollout buffer".into(),
+            ));
+        }
+        let learners = round.learners();
+        if learners.len() != self.agents {
+            return Err(Error::Config(format!(
+                "trainer.algorithm madpo needs every agent in this process ({} of {} here): \
+                 each agent's loss reads every agent's log-probs of a mini-batch",
+                learners.len(),
+                self.agents
+            )));
+        }
+        if self.set.pairs.is_empty() {
+            return Ok(round.finish());
+        }
+        // CoMLRL shuffles the whole set every epoch, then takes it train_batch_size at a time.
+        let mut order: Vec<usize> = (0..self.set.pairs.len()).collect();
+        order.shuffle(&mut self.rng);
+        let gaps = |b: &[Pair]| {
+            b.iter()
+                .map(|p| (p.winner_reward - p.loser_reward) as f64)
+                .sum::<f64>()
+                / b.len().max(1) as f64
+        };
+        let total = self.set.pairs.len() as f64;
+        for chunk in order.chunks(self.batch) {
+            let batch: Vec<Pair> = chunk.iter().map(|&i| self.set.pairs[i]).collect();
+            // Every agent's Δ of the mini-batch before any agent steps.
+            let mut rows = vec![vec![0f32; self.agents]; batch.len()];
+            for l in learners.iter() {
+                let a = l.index();
+                let lps = sequence_logprobs(
+                    l.policy(),
+                    &self.set,
+                    &batch,
+                    a,
+                    self.last,
+                    self.micro_batch,
+                )?;
+                for (row, d) in rows.iter_mut().zip(deltas(&lps, &batch)) {
+                    row[a] = d;
+                }
+            }
+            for l in learners.iter_mut() {
+                let a = l.index();
+                let (lg, stats) = agent_grads(
+                    l.policy(),
+                    l.vars(),
+                    &self.set,
+                    &batch,
+                    &rows,
+                    a,
+                    self.beta,
+                    self.last,
+                    self.micro_batch,
+                    self.recompute,
+                    l.share(),
+                    self.plan,
+                )
+                .map_err(|e| e.for_agent(a, None))?;
+                l.step(lg)?;
+                l.record("dpo_margin", stats.margin);
+                l.record("dpo_accuracy", stats.accuracy);
+                l.record("pair_reward_gap", gaps(&batch));
+                l.record("preference_pairs", total);
+                l.record("env_steps", (self.env_steps_per_pair * batch.len()) as f64);
+            }
+        }
+        Ok(round.finish())
+    }
+}
+
+impl CheckpointPart for Madpo {
+    fn files(&self, agent: usize) -> Vec<String> {
+        if agent == 0 {
+            vec![CHECKPOINT_FILE.into()]
+        } else {
+            vec![]
+        }
+    }
+
+    fn save(&self, dir: &Path, writes: &[bool]) -> Result<()> {
+        if !writes.first().copied().unwrap_or(false) {
+            return Ok(());
+        }
+        let saved = Saved {
+            set: self.set.clone(),
+            rng: self.rng.clone(),
+        };
+        let text = serde_json::to_string(&saved)
+            .map_err(|e| Error::serialize("the MADPO preference set", e))?;
+        let path = dir.join(CHECKPOINT_FILE);
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
+    }
+
+    fn load(&mut self, dir: &Path, held: &[bool]) -> Result<()> {
+        if !held.first().copied().unwrap_or(false) {
+            return Ok(());
+        }
+        let path = dir.join(CHECKPOINT_FILE);
+        let text =
+            comlrl_scenario::files::read_text(&path, FILE_CAP, "it is not a file comlrl wrote")
+                .map_err(|e| Error::io(&path, e))?;
+        let saved: Saved = serde_json::from_str(&text)
+            .map_err(|e| Error::checkpoint_by(&path, "not a MADPO preference set", e))?;
+        let bad = saved.set.pairs.iter().find(|p| {
+            saved.set.entries.get(p.entry).is_none_or(|e| {
+                e.agents.len() != self.agents
+                    || e.agents
+                        .iter()
+                        .any(|a| a.candidates.len() <= p.winner.max(p.loser) || a.prompt.is_empty())
+            })
+        });
+        if let Some(p) = bad {
+            return Err(Error::checkpoint(
+                &path,
+                format!("its preference set is inconsistent: a pair names candidates it does not hold ({p:?})"),
+            ));
+        }
+        self.set = saved.set;
+        self.rng = saved.rng;
+        Ok(())
+    }
+}

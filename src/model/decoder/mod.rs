@@ -11,6 +11,7 @@ pub(crate) mod flops;
 pub(crate) mod forward;
 pub(crate) mod layer;
 pub(crate) mod linear;
+pub mod lora;
 pub(crate) mod mlp;
 pub(crate) mod norm;
 pub(crate) mod rope;

@@ -268,3 +268,12 @@ pub fn frozen(model: &CausalLm) -> CausalLm {
     }
     out
 }
+
+/// Every projection's W of `model`, layers bottom first (what adapted copies share).
+pub fn projection_weights(model: &CausalLm) -> Vec<Tensor> {
+    model
+        .layers
+        .iter()
+        .flat_map(|l| l.linears().map(|l| l.weight.clone()))
+        .collect()
+}

@@ -223,6 +223,19 @@ impl Adapter {
     }
 }
 
+/// The spec and dropout an adapter directory's `adapter_config.json` gives (checked as
+/// [`Adapter::load`] checks it, except against a base).
+pub fn read_spec(dir: &Path) -> Result<(LoraSpec, f64)> {
+    let cpath = dir.join(CONFIG_FILE);
+    let json = read_json(&cpath)?.ok_or_else(|| {
+        Error::file(
+            dir,
+            format!("no {CONFIG_FILE}: not a PEFT adapter directory"),
+        )
+    })?;
+    parse_config(&json).map_err(|e| Error::file(&cpath, e))
+}
+
 /// Dropout must be a probability below 1; only 0 is trained (see `docs/adapters.md`).
 fn check_dropout(p: f64) -> std::result::Result<(), String> {
     if !(0.0..1.0).contains(&p) {

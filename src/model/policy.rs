@@ -3,10 +3,10 @@
 //! saving back to HF layout. With a LoRA adapter ([`Policy::with_adapter`]) the base is frozen
 //! (shared, never a variable) and the adapter's tensors are the trainable variables, saved as a
 //! PEFT adapter directory.
+use crate::model::decoder::adapted;
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::config::ModelConfig;
 use crate::model::decoder::forward::Mode;
-use crate::model::decoder::lora;
 use crate::model::decoder::tensors;
 use crate::model::error::{Error, Result};
 use crate::model::io::gguf::export::{self, Exported, Quant};
@@ -412,7 +412,11 @@ impl Policy {
             .spec
             .validate(&self.config)
             .map_err(|e| Error::Invalid(format!("adapter on {}: {e}", self.source.describe())))?;
-        Ok(lora::attach(&self.model, &adapter.spec, &adapter.by_key())?)
+        Ok(adapted::attach(
+            &self.model,
+            &adapter.spec,
+            &adapter.by_key(),
+        )?)
     }
 
     /// The LoRA adapter, if the policy has one.

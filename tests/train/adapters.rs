@@ -4,7 +4,8 @@
 //! directory and resumes exactly.
 use crate::common;
 use candle_core::{DType, Device, Storage, Tensor, Var};
-use comlrl::model::decoder::lora::{projection_weights, LoraSpec, PROJECTIONS};
+use comlrl::model::decoder::adapted::projection_weights;
+use comlrl::model::decoder::lora::{LoraSpec, PROJECTIONS};
 use comlrl::model::grad::recompute::weighted_logprob_grads;
 use comlrl::model::io::peft::Adapter;
 use comlrl::model::{completion_logprobs, LoadOptions, Mode, ModelSource, Policy, ScoreLayout};

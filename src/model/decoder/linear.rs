@@ -11,7 +11,7 @@ use candle_nn::VarBuilder;
 pub struct Linear {
     pub(crate) weight: Tensor,
     pub(crate) bias: Option<Tensor>,
-    /// A low-rank adapter on the frozen W (`lora::attach`).
+    /// A low-rank adapter on the frozen W (`adapted::attach`).
     pub(crate) lora: Option<Lora>,
 }
 

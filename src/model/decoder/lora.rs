@@ -1,15 +1,13 @@
 //! Low-rank adapters (LoRA, as PEFT defines them) on a layer's projections: a frozen W (out, in)
 //! plus s·B·A with A (r, in), B (out, r) and s = α/r (α/√r with rsLoRA). The product adds
 //! s·(x·Aᵀ)·Bᵀ to x·Wᵀ + b, so W + s·B·A is never formed. [`LoraSpec`] says which projections
-//! carry one and at what rank; [`attach`] gives a model adapters over the same (shared) base
-//! tensors; [`init_tensors`] draws PEFT's initialisation (A Kaiming-uniform with a = √5, that is
+//! carry one and at what rank; `adapted::attach` gives a model adapters over the same (shared)
+//! base tensors; [`init_tensors`] draws PEFT's initialisation (A Kaiming-uniform with a = √5, that is
 //! U(±1/√in); B zeros), seeded.
-use super::causal_lm::CausalLm;
 use super::config::ModelConfig;
-use super::linear::Linear;
-use candle_core::{DType, Device, Result, Tensor, Var};
+use candle_core::{DType, Device, Result, Tensor};
 use rand::{Rng, SeedableRng};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// The largest rank an adapter may have: a rank read from a file sizes A and B, so it is
 /// bounded here as well as by the projection's own dims.
@@ -175,105 +173,4 @@ impl Lora {
         let d = (u.matmul(&self.b.t()?)? * self.scale)?;
         y + d
     }
-}
-
-/// A copy of `model` with adapters on the projections `spec` targets, A and B from `vars` (by
-/// [`LoraKey`], every tensor of [`LoraSpec::tensors`]): the base's tensors are the same tensors
-/// (shared storage), so any number of adapted copies cost one base.
-pub fn attach(model: &CausalLm, spec: &LoraSpec, vars: &HashMap<LoraKey, Var>) -> Result<CausalLm> {
-    let mut out = frozen(model);
-    let scale = spec.scale();
-    for (l, layer) in out.layers.iter_mut().enumerate() {
-        let a = &mut layer.self_attn;
-        let m = &mut layer.mlp;
-        let linears: [(&'static str, &mut Linear); 7] = [
-            ("q_proj", &mut a.q_proj),
-            ("k_proj", &mut a.k_proj),
-            ("v_proj", &mut a.v_proj),
-            ("o_proj", &mut a.o_proj),
-            ("gate_proj", &mut m.gate_proj),
-            ("up_proj", &mut m.up_proj),
-            ("down_proj", &mut m.down_proj),
-        ];
-        for (name, lin) in linears {
-            lin.lora = None;
-            if !spec.targets.iter().any(|t| t == name) {
-                continue;
-            }
-            let get = |ab: &'static str| -> Result<Tensor> {
-                vars.get(&(l, name, ab))
-                    .map(|v| v.as_tensor().clone())
-                    .ok_or_else(|| {
-                        candle_core::Error::Msg(format!("layer {l} {name}: no {ab} tensor"))
-                    })
-            };
-            let (ta, tb) = (get("lora_A")?, get("lora_B")?);
-            let (out_dim, in_dim) = lin.weight.dims2()?;
-            if ta.dims() != [spec.rank, in_dim] || tb.dims() != [out_dim, spec.rank] {
-                candle_core::bail!(
-                    "layer {l} {name}: lora_A {:?} / lora_B {:?} do not fit W {:?} at rank {}",
-                    ta.dims(),
-                    tb.dims(),
-                    lin.weight.dims(),
-                    spec.rank
-                );
-            }
-            lin.lora = Some(Lora {
-                a: ta,
-                b: tb,
-                scale,
-            });
-        }
-    }
-    Ok(out)
-}
-
-/// `model` with every tensor detached: the same storage (nothing copied), but no tensor is a
-/// variable, so autograd computes no gradient for the base and no base tensor has a slot.
-pub fn frozen(model: &CausalLm) -> CausalLm {
-    let mut out = model.clone();
-    let tied = model.lm_head.id() == model.embed_tokens.id();
-    out.embed_tokens = model.embed_tokens.detach();
-    out.lm_head = match tied {
-        true => out.embed_tokens.clone(),
-        false => model.lm_head.detach(),
-    };
-    out.norm.weight = model.norm.weight.detach();
-    for layer in out.layers.iter_mut() {
-        let a = &mut layer.self_attn;
-        let m = &mut layer.mlp;
-        for lin in [
-            &mut a.q_proj,
-            &mut a.k_proj,
-            &mut a.v_proj,
-            &mut a.o_proj,
-            &mut m.gate_proj,
-            &mut m.up_proj,
-            &mut m.down_proj,
-        ] {
-            lin.weight = lin.weight.detach();
-            lin.bias = lin.bias.as_ref().map(Tensor::detach);
-        }
-        for n in [
-            Some(&mut layer.input_layernorm),
-            Some(&mut layer.post_attention_layernorm),
-            a.q_norm.as_mut(),
-            a.k_norm.as_mut(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            n.weight = n.weight.detach();
-        }
-    }
-    out
-}
-
-/// Every projection's W of `model`, layers bottom first (what adapted copies share).
-pub fn projection_weights(model: &CausalLm) -> Vec<Tensor> {
-    model
-        .layers
-        .iter()
-        .flat_map(|l| l.linears().map(|l| l.weight.clone()))
-        .collect()
 }

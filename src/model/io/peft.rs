@@ -212,7 +212,7 @@ impl Adapter {
             .collect()
     }
 
-    /// The variables by key, for `lora::attach`.
+    /// The variables by key, for `adapted::attach`.
     pub fn by_key(&self) -> HashMap<LoraKey, Var> {
         self.vars.iter().cloned().collect()
     }

@@ -50,6 +50,7 @@ impl ModelPromptArgs {
             let (dtype, dev) = (policy.model.dtype(), policy.model.device().clone());
             let adapter = Adapter::load(dir, &policy.config, dtype, &dev).context("--adapter")?;
             policy = policy.with_adapter(adapter).context("--adapter")?;
+            policy.weights_changed()?;
         }
         let prompt = self.prompt.ids(&policy)?;
         Ok((policy, prompt))

@@ -154,6 +154,9 @@ pub struct Policy {
     tokenizer_config: Option<serde_json::Value>,
     /// The LoRA adapter on the frozen base, whose tensors are then the trainable variables.
     adapter: Option<Adapter>,
+    /// With an adapter: the sampling copies of the (frozen) base are built as
+    /// `sampling_weights` says, so [`Policy::weights_changed`] has nothing to rebuild.
+    base_copies_built: std::sync::atomic::AtomicBool,
 }
 
 impl Policy {
@@ -368,17 +371,20 @@ impl Policy {
             chat_template: None,
             tokenizer_config: None,
             adapter: None,
+            base_copies_built: Default::default(),
         })
     }
 
     /// This policy as a frozen base with `adapter` on it: the base's tensors are shared (not
     /// copied) and no longer variables; [`Policy::vars`] is then the adapter's tensors and
-    /// [`Policy::save`] writes a PEFT adapter directory. Replaces any adapter it had.
+    /// [`Policy::save`] writes a PEFT adapter directory. Replaces any adapter it had. Its
+    /// sampling copies are built on the next [`Policy::weights_changed`] (until then sampling
+    /// multiplies by the base's own tensors).
     pub fn with_adapter(mut self, adapter: Adapter) -> Result<Self> {
         self.model = self.adapted_model(&adapter)?;
         self.copies = SamplingCopies::for_model(&self.model);
-        self.copies.refresh(&self.model, self.sampling_weights)?;
         self.adapter = Some(adapter);
+        self.base_copies_built = Default::default();
         Ok(self)
     }
 
@@ -404,6 +410,7 @@ impl Policy {
             chat_template: self.chat_template.clone(),
             tokenizer_config: self.tokenizer_config.clone(),
             adapter: Some(adapter),
+            base_copies_built: Default::default(),
         })
     }
 
@@ -439,8 +446,17 @@ impl Policy {
 
     /// Call after the weights changed in place (an optimizer step, a checkpoint restore) so
     /// that sampling sees them.
+    /// With an adapter the copies are of the frozen base, which never changes: they are built
+    /// once (and again only after [`Policy::release_sampling_copies`]); the adapters are read
+    /// by the products themselves.
     pub fn weights_changed(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.adapter.is_some() && self.base_copies_built.load(Ordering::Acquire) {
+            return Ok(());
+        }
         self.copies.refresh(&self.model, self.sampling_weights)?;
+        self.base_copies_built
+            .store(self.adapter.is_some(), Ordering::Release);
         Ok(())
     }
 
@@ -453,6 +469,8 @@ impl Policy {
         if !matches!(self.sampling_weights, Bf16 | MlpPanels) {
             return Ok(false);
         }
+        self.base_copies_built
+            .store(false, std::sync::atomic::Ordering::Release);
         self.copies
             .refresh(&self.model, SamplingWeights::Checkpoint)?;
         Ok(true)
@@ -461,6 +479,8 @@ impl Policy {
     /// Rebuilds the sampling copies as `kind` says (for comparing kinds; loading chose one and
     /// [`Policy::weights_changed`] keeps to it).
     pub fn refresh_sampling_copies(&self, kind: SamplingWeights) -> Result<()> {
+        self.base_copies_built
+            .store(false, std::sync::atomic::Ordering::Release);
         self.copies.refresh(&self.model, kind)?;
         Ok(())
     }

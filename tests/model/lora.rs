@@ -32,7 +32,9 @@ fn adapted(name: &str, dtype: DType) -> Policy {
     let base = Policy::load(&ModelSource::Local(fixtures().join(name)), &opts(dtype)).unwrap();
     let dir = fixtures().join("lora").join(name).join("adapter");
     let adapter = Adapter::load(&dir, &base.config, dtype, &Device::Cpu).unwrap();
-    base.with_adapter(adapter).unwrap()
+    let p = base.with_adapter(adapter).unwrap();
+    p.weights_changed().unwrap();
+    p
 }
 
 fn reference(name: &str) -> HashMap<String, Tensor> {

@@ -1,5 +1,6 @@
 //! Options shared by the model-inspection commands: which model, and text or token-id inputs.
 use anyhow::{bail, Context};
+use comlrl::model::io::peft::Adapter;
 use comlrl::model::{parse_dtype, LoadOptions, ModelSource, Policy};
 
 #[derive(Debug, clap::Args)]
@@ -33,14 +34,24 @@ impl ModelArgs {
 pub struct ModelPromptArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    /// A PEFT LoRA adapter directory (`adapter_config.json`, `adapter_model.safetensors`, as a
+    /// run with `agents.adapter` writes to `models/agent_i`) applied on `--model`.
+    #[arg(long)]
+    pub adapter: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub prompt: PromptArgs,
 }
 
 impl ModelPromptArgs {
-    /// The loaded model and the prompt's token ids.
+    /// The loaded model (with its adapter) and the prompt's token ids.
     pub fn load(&self) -> anyhow::Result<(Policy, Vec<u32>)> {
-        let policy = self.model.load()?;
+        let mut policy = self.model.load()?;
+        if let Some(dir) = &self.adapter {
+            let (dtype, dev) = (policy.model.dtype(), policy.model.device().clone());
+            let adapter = Adapter::load(dir, &policy.config, dtype, &dev).context("--adapter")?;
+            policy = policy.with_adapter(adapter).context("--adapter")?;
+            policy.weights_changed()?;
+        }
         let prompt = self.prompt.ids(&policy)?;
         Ok((policy, prompt))
     }

@@ -1,6 +1,9 @@
 //! A loaded policy: config, trainable weights (a `VarMap` named as the checkpoint), the model
 //! built over them, the tokenizer and the special token ids; loading from any `ModelSource` and
-//! saving back to HF layout.
+//! saving back to HF layout. With a LoRA adapter ([`Policy::with_adapter`]) the base is frozen
+//! (shared, never a variable) and the adapter's tensors are the trainable variables, saved as a
+//! PEFT adapter directory.
+use crate::model::decoder::adapted;
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::config::ModelConfig;
 use crate::model::decoder::forward::Mode;
@@ -10,6 +13,7 @@ use crate::model::io::gguf::export::{self, Exported, Quant};
 use crate::model::io::model_dir::{
     copy, dir_chat_template, ids_of, read_json, special_ids, write_json,
 };
+use crate::model::io::peft::Adapter;
 use crate::model::io::safetensors;
 use crate::model::io::source::ModelSource;
 use crate::model::kernels::f32_panels;
@@ -148,6 +152,11 @@ pub struct Policy {
     /// `tokenizer_config.json` to write on save when there is no source directory to copy it
     /// from (GGUF sources).
     tokenizer_config: Option<serde_json::Value>,
+    /// The LoRA adapter on the frozen base, whose tensors are then the trainable variables.
+    adapter: Option<Adapter>,
+    /// With an adapter: the sampling copies of the (frozen) base are built as
+    /// `sampling_weights` says, so [`Policy::weights_changed`] has nothing to rebuild.
+    base_copies_built: std::sync::atomic::AtomicBool,
 }
 
 impl Policy {
@@ -361,13 +370,93 @@ impl Policy {
             copies,
             chat_template: None,
             tokenizer_config: None,
+            adapter: None,
+            base_copies_built: Default::default(),
         })
+    }
+
+    /// This policy as a frozen base with `adapter` on it: the base's tensors are shared (not
+    /// copied) and no longer variables; [`Policy::vars`] is then the adapter's tensors and
+    /// [`Policy::save`] writes a PEFT adapter directory. Replaces any adapter it had. Its
+    /// sampling copies are built on the next [`Policy::weights_changed`] (until then sampling
+    /// multiplies by the base's own tensors).
+    pub fn with_adapter(mut self, adapter: Adapter) -> Result<Self> {
+        self.model = self.adapted_model(&adapter)?;
+        self.copies = SamplingCopies::for_model(&self.model);
+        self.adapter = Some(adapter);
+        self.base_copies_built = Default::default();
+        Ok(self)
+    }
+
+    /// Another policy on this one's base (the same tensors: one copy in memory however many
+    /// agents share it) with `adapter` on it; this policy is unchanged. The new policy's
+    /// sampling copies are built on its first [`Policy::weights_changed`].
+    pub fn share_base(&self, adapter: Adapter) -> Result<Self> {
+        let model = self.adapted_model(&adapter)?;
+        let copies = SamplingCopies::for_model(&model);
+        Ok(Self {
+            source: self.source.clone(),
+            config: self.config.clone(),
+            model,
+            tokenizer: self.tokenizer.clone(),
+            eos_ids: self.eos_ids.clone(),
+            pad_id: self.pad_id,
+            varmap: self.varmap.clone(),
+            names: self.names.clone(),
+            dir: self.dir.clone(),
+            source_config: self.source_config.clone(),
+            sampling_weights: self.sampling_weights,
+            copies,
+            chat_template: self.chat_template.clone(),
+            tokenizer_config: self.tokenizer_config.clone(),
+            adapter: Some(adapter),
+            base_copies_built: Default::default(),
+        })
+    }
+
+    fn adapted_model(&self, adapter: &Adapter) -> Result<CausalLm> {
+        adapter
+            .spec
+            .validate(&self.config)
+            .map_err(|e| Error::Invalid(format!("adapter on {}: {e}", self.source.describe())))?;
+        Ok(adapted::attach(
+            &self.model,
+            &adapter.spec,
+            &adapter.by_key(),
+        )?)
+    }
+
+    /// The LoRA adapter, if the policy has one.
+    pub fn adapter(&self) -> Option<&Adapter> {
+        self.adapter.as_ref()
+    }
+
+    /// The base model's weights as loaded, in checkpoint order (the trainable variables when
+    /// there is no adapter; frozen when there is one).
+    pub fn base_vars(&self) -> Vec<(String, Var)> {
+        let data = match self.varmap.data().lock() {
+            Ok(d) => d,
+            Err(p) => p.into_inner(),
+        };
+        self.names
+            .iter()
+            .filter_map(|n| data.get(n).map(|v| (n.clone(), v.clone())))
+            .collect()
     }
 
     /// Call after the weights changed in place (an optimizer step, a checkpoint restore) so
     /// that sampling sees them.
+    /// With an adapter the copies are of the frozen base, which never changes: they are built
+    /// once (and again only after [`Policy::release_sampling_copies`]); the adapters are read
+    /// by the products themselves.
     pub fn weights_changed(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.adapter.is_some() && self.base_copies_built.load(Ordering::Acquire) {
+            return Ok(());
+        }
         self.copies.refresh(&self.model, self.sampling_weights)?;
+        self.base_copies_built
+            .store(self.adapter.is_some(), Ordering::Release);
         Ok(())
     }
 
@@ -380,6 +469,8 @@ impl Policy {
         if !matches!(self.sampling_weights, Bf16 | MlpPanels) {
             return Ok(false);
         }
+        self.base_copies_built
+            .store(false, std::sync::atomic::Ordering::Release);
         self.copies
             .refresh(&self.model, SamplingWeights::Checkpoint)?;
         Ok(true)
@@ -388,6 +479,8 @@ impl Policy {
     /// Rebuilds the sampling copies as `kind` says (for comparing kinds; loading chose one and
     /// [`Policy::weights_changed`] keeps to it).
     pub fn refresh_sampling_copies(&self, kind: SamplingWeights) -> Result<()> {
+        self.base_copies_built
+            .store(false, std::sync::atomic::Ordering::Release);
         self.copies.refresh(&self.model, kind)?;
         Ok(())
     }
@@ -408,6 +501,15 @@ impl Policy {
 
     /// Writes this policy to `out` as a llama.cpp GGUF with matrices in `quant`.
     pub fn export_gguf(&self, quant: Quant, out: &Path) -> Result<()> {
+        if self.adapter.is_some() {
+            return Err(Error::Export {
+                model: self.source.describe(),
+                msg: "a model with a LoRA adapter cannot be exported yet (no merge): export the \
+                      base, or use the adapter directory with PEFT"
+                    .into(),
+                source: None,
+            });
+        }
         let model = Exported {
             model: self.source.describe(),
             config: &self.config,
@@ -421,16 +523,13 @@ impl Policy {
         export::export(&model, quant, out)
     }
 
-    /// Trainable variables in checkpoint order (the tied embedding appears once).
+    /// Trainable variables in checkpoint order (the tied embedding appears once); with an
+    /// adapter, the adapter's tensors under PEFT's names.
     pub fn vars(&self) -> Vec<(String, Var)> {
-        let data = match self.varmap.data().lock() {
-            Ok(d) => d,
-            Err(p) => p.into_inner(),
-        };
-        self.names
-            .iter()
-            .filter_map(|n| data.get(n).map(|v| (n.clone(), v.clone())))
-            .collect()
+        match &self.adapter {
+            Some(a) => a.vars(),
+            None => self.base_vars(),
+        }
     }
 
     /// Number of trainable parameters.
@@ -438,7 +537,8 @@ impl Policy {
         self.vars().iter().map(|(_, v)| v.elem_count()).sum()
     }
 
-    /// Saves weights, config.json, generation_config.json and tokenizer files in HF layout.
+    /// Saves weights, config.json, generation_config.json and tokenizer files in HF layout;
+    /// with an adapter, the adapter directory as PEFT writes it (the base is unchanged).
     /// Written to a temporary sibling directory first and renamed into place, so `dir` is
     /// never left half-written.
     pub fn save(&self, dir: &Path) -> Result<()> {
@@ -482,6 +582,9 @@ impl Policy {
     }
 
     fn write_files(&self, out: &Path) -> Result<()> {
+        if let Some(a) = &self.adapter {
+            return a.save(out, &self.source.describe());
+        }
         let tensors: BTreeMap<String, Tensor> = self
             .vars()
             .into_iter()

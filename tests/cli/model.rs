@@ -331,3 +331,65 @@ fn the_memory_estimate_is_printed_and_enforced_before_loading() {
     }
     assert!(t.elapsed().as_secs() < 30, "{:?}", t.elapsed());
 }
+
+/// `generate --adapter DIR` applies a PEFT adapter on `--model`: its greedy ids are those of
+/// the adapted model in process; an adapter made for another base is refused, naming the file.
+#[test]
+fn generate_with_a_peft_adapter() {
+    use candle_core::Device;
+    use comlrl::model::io::peft::Adapter;
+    use comlrl::model::{generate, LoadOptions, ModelSource, Policy, SamplingParams};
+    let model = fixtures().join("tiny-llama");
+    let adapter = fixtures().join("lora/tiny-llama/adapter");
+    let base = Policy::load(&ModelSource::Local(model.clone()), &LoadOptions::default()).unwrap();
+    let ad = Adapter::load(&adapter, &base.config, base.model.dtype(), &Device::Cpu).unwrap();
+    let p = base.with_adapter(ad).unwrap();
+    let prompt = [5u32, 17, 230, 41];
+    let params = SamplingParams {
+        max_new_tokens: 8,
+        greedy: true,
+        ignore_eos: true,
+        ..SamplingParams::default()
+    };
+    let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0);
+    let want = generate(
+        p.sampler(),
+        &[&prompt],
+        1,
+        &params,
+        &p.eos_ids,
+        p.pad_id,
+        &mut rng,
+    )
+    .unwrap()[0][0]
+        .clone();
+    let args = |adapter: &std::path::Path| {
+        run(
+            &[
+                "generate",
+                "--model",
+                model.to_str().unwrap(),
+                "--adapter",
+                adapter.to_str().unwrap(),
+                "--prompt-ids",
+                "5,17,230,41",
+                "--greedy",
+                "--ignore-eos",
+                "--max-new-tokens",
+                "8",
+                "--json",
+            ],
+            &[],
+        )
+    };
+    let (ok, out, err) = args(&adapter);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(ids(&v["samples"][0]["ids"]), want);
+    let (ok, _, err) = args(&fixtures().join("lora/tiny-qwen3/adapter"));
+    assert!(!ok);
+    assert!(
+        err.contains("adapter_model.safetensors") && err.contains("shape"),
+        "{err}"
+    );
+}

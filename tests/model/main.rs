@@ -14,6 +14,7 @@ mod gguf_real;
 mod gradients;
 mod io;
 mod kernels_bf16_gemm;
+mod lora;
 mod reference;
 mod sample_batch;
 mod sampling_bf16;

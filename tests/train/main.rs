@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod adapters;
 mod algorithm_aliases;
 mod e2e;
 mod failures;

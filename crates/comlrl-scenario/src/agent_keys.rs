@@ -16,7 +16,8 @@ use crate::chat_spec;
 use crate::keys::{
     at_least, if_set, learning_rate as lr_check, non_negative, section, Bad, SectionContext,
 };
-use crate::plan::{ChatTemplateSpec, DatasetPlan, Dtype, ModelRef, ModelSource};
+use crate::plan::{AdapterPlan, ChatTemplateSpec, DatasetPlan, Dtype, ModelRef, ModelSource};
+use crate::raw::RawAdapter;
 use crate::template::Template;
 use std::path::Path;
 
@@ -145,6 +146,21 @@ section! {
                 cx.dataset,
             ),
             emit |c| Some(c.as_setting());
+        /// A LoRA adapter trained on the agent's frozen base instead of the full model (see
+        /// [adapters.md](adapters.md)): `{rank, alpha, dropout, targets, init, rslora}`.
+        /// `rank` (default 8, PEFT's; at most 4096 and the projection's smaller dimension),
+        /// `alpha` (default 8, PEFT's; the term is scaled by alpha / rank, alpha / √rank with
+        /// `rslora: true`, default false), `dropout` (0, the only value implemented yet),
+        /// `targets` (default all seven projections `q_proj`, `k_proj`, `v_proj`, `o_proj`,
+        /// `gate_proj`, `up_proj`, `down_proj`, as QLoRA adapts every linear layer), `init` (a
+        /// PEFT adapter directory to start from, relative to the scenario; its config then
+        /// gives rank, alpha, targets and rslora; default: PEFT's init, B = 0, so training
+        /// starts at the base). Agents naming the same model share one copy of it; each trains
+        /// and saves (as a PEFT adapter directory) only its adapter.
+        adapter: RawAdapter => Option<AdapterPlan>, kind "mapping", shown "none",
+            why "full fine-tuning, as CoMLRL trains its agents",
+            via |d, p, raw| crate::adapter::resolve(d, p, raw, cx.base),
+            emit crate::adapter::emit;
     }
 }
 

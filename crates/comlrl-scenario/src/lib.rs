@@ -11,6 +11,7 @@
 //! for w in &s.warnings { eprintln!("warning: {w}"); }
 //! # Ok::<(), comlrl_scenario::ScenarioError>(())
 //! ```
+mod adapter;
 mod agent_keys;
 mod agents;
 pub mod chat;

@@ -370,6 +370,23 @@ pub enum LrScheduler {
     Cosine,
 }
 
+/// `agents.adapter`: a LoRA adapter trained on the agent's frozen base, defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdapterPlan {
+    /// r (with `init`, the directory's).
+    pub rank: usize,
+    /// α (with `init`, the directory's).
+    pub alpha: f64,
+    /// Dropout on the adapter's input: 0 (the only value implemented).
+    pub dropout: f64,
+    /// The projections that carry adapters (with `init`, the directory's).
+    pub targets: Vec<String>,
+    /// A PEFT adapter directory (absolute) to start from instead of PEFT's fresh init.
+    pub init: Option<PathBuf>,
+    /// rsLoRA's scaling α/√r instead of α/r (with `init`, the directory's).
+    pub rslora: bool,
+}
+
 /// Weights & Biases run settings, defaults applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WandbPlan {

@@ -14,6 +14,30 @@ use std::path::PathBuf;
 
 type Json = serde_json::Value;
 
+/// `agents.adapter:` — a LoRA adapter on the agent's frozen base (read by `adapter.rs`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdapter {
+    /// r.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
+    /// α.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alpha: Option<f64>,
+    /// Dropout on the adapter's input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropout: Option<f64>,
+    /// The projections that carry adapters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets: Option<Vec<String>>,
+    /// A PEFT adapter directory to start from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<PathBuf>,
+    /// rsLoRA's scaling α/√r.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rslora: Option<bool>,
+}
+
 /// `trainer.external_transition:` — exactly one of `rhai` / `plugin`, plus free-form `params`
 /// and the robustness keys of a reward term (`time_budget_ms`, `isolate`, `on_error`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -1,14 +1,18 @@
-//! A linear layer `y = x·Wᵀ (+ b)` over any leading dims, with W stored as in the checkpoint (out, in).
+//! A linear layer `y = x·Wᵀ (+ b)` over any leading dims, with W stored as in the checkpoint (out, in),
+//! plus a low-rank adapter's s·(x·Aᵀ)·Bᵀ where it carries one (`lora`).
 use super::forward::{Mode, WeightProducts};
+use super::lora::Lora;
 use super::trace::{self, Op};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
-/// A dense layer y = x · Wᵀ (+ b), with W in the checkpoint's (out, in) layout.
+/// A dense layer y = x · Wᵀ (+ b) (+ s·(x·Aᵀ)·Bᵀ), with W in the checkpoint's (out, in) layout.
 #[derive(Debug, Clone)]
 pub struct Linear {
     pub(crate) weight: Tensor,
     pub(crate) bias: Option<Tensor>,
+    /// A low-rank adapter on the frozen W (`adapted::attach`).
+    pub(crate) lora: Option<Lora>,
 }
 
 impl Linear {
@@ -20,7 +24,11 @@ impl Linear {
         } else {
             None
         };
-        Ok(Self { weight, bias })
+        Ok(Self {
+            weight,
+            bias,
+            lora: None,
+        })
     }
 
     /// The weight W (out, in).
@@ -36,7 +44,8 @@ impl Linear {
         }
     }
 
-    /// x · Wᵀ (+ b) with the product as `products` computes it, over x's leading dims.
+    /// x · Wᵀ (+ b) (+ the adapter's term) with the product by W as `products` computes it,
+    /// over x's leading dims.
     pub fn forward_with(&self, x: &Tensor, products: &dyn WeightProducts) -> Result<Tensor> {
         let dims = x.dims();
         let Some(&in_dim) = dims.last() else {
@@ -44,9 +53,14 @@ impl Linear {
         };
         let rows = x.elem_count() / in_dim.max(1);
         trace::forward(|| self.op());
-        let y = products.x_wt(&x.reshape((rows, in_dim))?, &self.weight)?;
+        let x2 = x.reshape((rows, in_dim))?;
+        let y = products.x_wt(&x2, &self.weight)?;
         let y = match &self.bias {
             Some(b) => y.broadcast_add(b)?,
+            None => y,
+        };
+        let y = match &self.lora {
+            Some(l) => l.add_to(&x2, &y)?,
             None => y,
         };
         let mut out = dims.to_vec();

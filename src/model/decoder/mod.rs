@@ -2,6 +2,7 @@
 //! the tensors a config implies, RoPE, the layers (norms, projections, attention, MLP), the
 //! causal LM, a critic's value head, the strategies a forward is handed ([`forward`]) and the op trace the
 //! hand-written backward is checked against ([`trace`]).
+pub mod adapted;
 pub(crate) mod arch;
 pub(crate) mod attention;
 pub mod batch;
@@ -11,6 +12,7 @@ pub(crate) mod flops;
 pub(crate) mod forward;
 pub(crate) mod layer;
 pub(crate) mod linear;
+pub mod lora;
 pub(crate) mod mlp;
 pub(crate) mod norm;
 pub(crate) mod rope;

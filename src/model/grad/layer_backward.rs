@@ -39,6 +39,9 @@ pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
     for l in layer.linears() {
         ws.push(&l.weight);
         ws.extend(l.bias.as_ref());
+        if let Some(lo) = &l.lora {
+            ws.extend([&lo.a, &lo.b]);
+        }
     }
     ws.extend(norms.into_iter().flatten().map(|n| &n.weight));
     fusable(&ws)

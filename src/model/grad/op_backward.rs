@@ -1,29 +1,64 @@
-//! The hand-written layer's building blocks, without a graph: a linear map and an RMSNorm (over
-//! whole rows or over each head), each with its backward, which writes the weights' gradients
-//! into the caller's accumulators (`accumulators::GradSlots`). Each records the decoder's op it
-//! runs (`decoder::trace`).
+//! The hand-written layer's building blocks, without a graph: a linear map (with its low-rank
+//! adapter where it has one) and an RMSNorm (over whole rows or over each head), each with its
+//! backward, which writes the weights' gradients into the caller's accumulators
+//! (`accumulators::GradSlots`; a frozen tensor has no slot and its gradient product is never
+//! computed). Each records the decoder's op it runs (`decoder::trace`).
 use super::accumulators::GradSlots;
 use super::packed_weights::Products;
 use crate::model::decoder::linear::Linear;
 use crate::model::decoder::norm::RmsNorm;
 use crate::model::decoder::trace;
 use crate::model::kernels::add_in_place::add_into;
-use crate::model::kernels::compute_dtype::{add_matmul_tn, matmul_tn};
+use crate::model::kernels::compute_dtype::{add_matmul_tn, matmul, matmul_tn, ComputeDtype};
 use crate::model::kernels::rms_norm::{rms_norm, rms_norm_backward};
 use candle_core::{Result, Tensor};
 
-/// y = x · Wᵀ (+ b) for x (rows, in), without a graph; the product as `pr` says.
+/// y = x · Wᵀ (+ b) (+ s·(x·Aᵀ)·Bᵀ) for x (rows, in), without a graph; the product by W as
+/// `pr` says, the adapter's (rank-r, small) in f32.
 pub(crate) fn lin(x: &Tensor, l: &Linear, pr: Products) -> Result<Tensor> {
     trace::forward(|| l.op());
     let y = pr.x_wt(x, &l.weight)?;
-    match &l.bias {
-        Some(b) => y.broadcast_add(&b.detach()),
+    let y = match &l.bias {
+        Some(b) => y.broadcast_add(&b.detach())?,
+        None => y,
+    };
+    match &l.lora {
+        Some(lo) => {
+            let u = f32_mm(x, &lo.a.detach().t()?)?;
+            y + (f32_mm(&u, &lo.b.detach().t()?)? * lo.scale)?
+        }
         None => Ok(y),
     }
 }
 
+/// a · b in f32 (the adapter's products).
+fn f32_mm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    matmul(a, b, ComputeDtype::F32)
+}
+
+/// Accumulates aᵀ · b into the slot of `w` (the first one written), where `w` has one.
+fn acc_tn(
+    slots: &GradSlots,
+    acc: &mut [Option<Tensor>],
+    w: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    dt: ComputeDtype,
+) -> Result<()> {
+    match slots.slot(acc, w) {
+        Some(Some(g)) => add_matmul_tn(g, a, b, dt),
+        Some(empty) => {
+            *empty = Some(matmul_tn(a, b, dt)?);
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
 /// Backward of [`lin`]: accumulates d W = dyᵀ · x (the first one written, not added to
-/// zeros) and d b = Σ dy, returns d x = dy · W (both products as `pr` says).
+/// zeros) and d b = Σ dy where they have slots, returns d x = dy · W (both products as `pr`
+/// says). With an adapter, also d B = s·dyᵀ·(x·Aᵀ) and d A = s·(dy·B)ᵀ·x, and d x gains
+/// s·(dy·B)·A (in f32): a frozen W (no slot) costs only its d x product.
 pub(crate) fn lin_back(
     dy: &Tensor,
     x: &Tensor,
@@ -33,17 +68,25 @@ pub(crate) fn lin_back(
     pr: Products,
 ) -> Result<Tensor> {
     trace::backward(|| l.op());
-    match slots.slot(acc, &l.weight) {
-        Some(Some(a)) => add_matmul_tn(a, dy, x, pr.dt)?,
-        Some(empty) => *empty = Some(matmul_tn(dy, x, pr.dt)?),
-        None => {}
-    }
+    acc_tn(slots, acc, &l.weight, dy, x, pr.dt)?;
     if let Some(b) = &l.bias {
         if let Some(a) = slots.acc(acc, b)? {
             add_into(a, &dy.sum(0)?)?;
         }
     }
-    pr.dy_w(dy, &l.weight)
+    let dx = pr.dy_w(dy, &l.weight)?;
+    let Some(lo) = &l.lora else {
+        return Ok(dx);
+    };
+    let f32 = ComputeDtype::F32;
+    let (a, b) = (lo.a.detach(), lo.b.detach());
+    if slots.slot(acc, &lo.b).is_some() {
+        let us = (f32_mm(x, &a.t()?)? * lo.scale)?;
+        acc_tn(slots, acc, &lo.b, dy, &us, f32)?;
+    }
+    let gs = (f32_mm(dy, &b)? * lo.scale)?;
+    acc_tn(slots, acc, &lo.a, &gs, x, f32)?;
+    dx + f32_mm(&gs, &a)?
 }
 
 /// RMSNorm over the rows of x (rows, h), without a graph.

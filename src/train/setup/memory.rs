@@ -31,6 +31,8 @@ pub struct AgentMemory {
     pub model: String,
     /// Parameters of its model.
     pub parameters: u64,
+    /// Parameters it trains: all of them, or its adapter's (`agents.adapter`).
+    pub trainable: u64,
     /// Held for the whole run: (what, bytes).
     pub resident: Vec<(&'static str, u64)>,
     /// Added while it samples.
@@ -68,7 +70,7 @@ impl AgentMemory {
     /// Everything but the index: agents that are equal in this share a report line.
     fn key(&self) -> (String, u64, Vec<(&'static str, u64)>) {
         let parts = [&self.resident[..], &self.sampling, &self.update].concat();
-        (self.model.clone(), self.parameters, parts)
+        (self.model.clone(), self.trainable, parts)
     }
 }
 
@@ -151,11 +153,12 @@ impl MemoryEstimate {
                     .join(", ")
             };
             out += &format!(
-                "  agent{} {} ({}, {:.1}M parameters): {} per agent at its peak\n    held: {}\n    while sampling: {}\n    while updating: {}\n",
+                "  agent{} {} ({}, {:.1}M parameters, {:.2}M trainable): {} per agent at its peak\n    held: {}\n    while sampling: {}\n    while updating: {}\n",
                 if ids.len() > 1 { "s" } else { "" },
                 ranges(ids),
                 a.model,
                 a.parameters as f64 / 1e6,
+                a.trainable as f64 / 1e6,
                 human(a.peak_bytes()),
                 parts(&a.resident),
                 parts(&a.sampling),
@@ -251,7 +254,10 @@ pub fn estimate(
             infos.insert(spec.clone(), info);
         }
         match &infos[spec] {
-            Some(info) => agents.push(agent_memory(s, a, info, samples(a.index))),
+            Some(info) => {
+                let trainable = trainable_parameters(a, info)?;
+                agents.push(agent_memory(s, a, info, samples(a.index), trainable))
+            }
             None => unknown.push(a.index),
         }
     }
@@ -322,7 +328,13 @@ fn longest_prompt_bytes(s: &Scenario, a: &AgentPlan) -> usize {
 }
 
 /// One agent's parts.
-fn agent_memory(s: &Scenario, a: &AgentPlan, info: &ModelInfo, samples: bool) -> AgentMemory {
+fn agent_memory(
+    s: &Scenario,
+    a: &AgentPlan,
+    info: &ModelInfo,
+    samples: bool,
+    trainable: u64,
+) -> AgentMemory {
     let t = &s.trainer;
     let c = &info.config;
     let mul = |x: u64, y: u64| x.saturating_mul(y);
@@ -349,9 +361,15 @@ fn agent_memory(s: &Scenario, a: &AgentPlan, info: &ModelInfo, samples: bool) ->
     let panels = f32_sampling
         && !transposed
         && copies.large(&candle_core::Device::Cpu) == crate::model::SamplingWeights::MlpPanels;
+    // With an adapter only its parameters have gradients and AdamW state (f32).
+    let trainable = trainable.min(info.parameters());
+    let tw = match a.adapter {
+        Some(_) => mul(trainable, 4),
+        None => w,
+    };
     let moments = match t.optimizer_state_dtype {
-        Dtype::Bf16 => w,
-        _ => mul(w, 2),
+        Dtype::Bf16 => tw,
+        _ => mul(tw, 2),
     };
     let resident = vec![
         ("weights", w),
@@ -438,7 +456,7 @@ fn agent_memory(s: &Scenario, a: &AgentPlan, info: &ModelInfo, samples: bool) ->
         false => 0,
     };
     let update = vec![
-        ("gradients", w),
+        ("gradients", tw),
         ("packed weights", packed),
         ("activations", activations),
         ("LM-head logits", head),
@@ -447,10 +465,33 @@ fn agent_memory(s: &Scenario, a: &AgentPlan, info: &ModelInfo, samples: bool) ->
         index: a.index,
         model: a.model.spec.clone(),
         parameters: info.parameters(),
+        trainable,
         resident,
         sampling,
         update,
     }
+}
+
+/// The parameters agent `a` trains: its adapter's (rank from `init`'s directory where it names
+/// one; that directory is read in full, and checked, when the model loads), else the model's.
+fn trainable_parameters(a: &AgentPlan, info: &ModelInfo) -> Result<u64> {
+    let Some(ad) = &a.adapter else {
+        return Ok(info.parameters());
+    };
+    let spec = match &ad.init {
+        Some(dir) => {
+            crate::model::io::peft::read_spec(dir)
+                .map_err(|e| Error::from(e).for_agent(a.index, Some(a.model.spec.clone())))?
+                .0
+        }
+        None => crate::model::decoder::lora::LoraSpec {
+            rank: ad.rank,
+            alpha: ad.alpha,
+            rslora: ad.rslora,
+            targets: ad.targets.clone(),
+        },
+    };
+    Ok(spec.parameters(&info.config) as u64)
 }
 
 /// Estimates the memory of the agents `holds` selects (see [`estimate`]) and fails, naming the

@@ -1,6 +1,10 @@
 //! The agents' models as the scenario names them: where each loads from, loaded (in parallel,
-//! only those a rank holds), and how each samples.
+//! only those a rank holds), and how each samples. Agents with an `adapter` that name the same
+//! model with the same load settings share one base: it loads once, and each of them is that
+//! base (the same tensors) with its own adapter.
 use crate::error::{Error, Result};
+use crate::model::decoder::lora::LoraSpec;
+use crate::model::io::peft::Adapter;
 use crate::model::{LoadOptions, ModelSource, Policy, RolloutCopies, SamplingParams};
 use comlrl_scenario::{AgentPlan, Dtype, Scenario};
 use std::path::Path;
@@ -38,16 +42,43 @@ pub fn load_placed(
     sampling: bool,
 ) -> Result<Vec<Option<Policy>>> {
     use rayon::prelude::*;
+    // An adapted agent whose base an earlier agent here loads shares that one.
+    let shares: Vec<Option<usize>> = s
+        .agents
+        .iter()
+        .map(|a| {
+            let first = s
+                .agents
+                .iter()
+                .find(|b| here(b.index) && b.adapter.is_some() && same_base(a, b));
+            first
+                .map(|b| b.index)
+                .filter(|&b| here(a.index) && a.adapter.is_some() && b < a.index)
+        })
+        .collect();
     let loaded: Vec<Result<Option<Policy>>> = s
         .agents
         .par_iter()
         .map(|a| {
-            here(a.index)
+            (here(a.index) && shares[a.index].is_none())
                 .then(|| load_agent(s, a, sampling))
                 .transpose()
         })
         .collect();
-    let policies: Vec<Option<Policy>> = loaded.into_iter().collect::<Result<_>>()?;
+    let mut policies: Vec<Option<Policy>> = loaded.into_iter().collect::<Result<_>>()?;
+    for a in &s.agents {
+        if let Some(b) = shares[a.index] {
+            let base = policies[b]
+                .as_ref()
+                .ok_or_else(|| Error::Internal("a shared base was not loaded".into()))?;
+            let adapter = agent_adapter(s, a, base)?
+                .ok_or_else(|| Error::Internal("an agent sharing a base has no adapter".into()))?;
+            let p = base
+                .share_base(adapter)
+                .map_err(|e| Error::from(e).for_agent(a.index, Some(a.model.spec.clone())))?;
+            policies[a.index] = Some(p);
+        }
+    }
     for (a, p) in s.agents.iter().zip(&policies) {
         if let Some(p) = p {
             p.weights_changed()
@@ -85,8 +116,53 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
         copies_now: false,
         ..LoadOptions::default()
     };
-    Policy::load(&src, &opts)
-        .map_err(|e| Error::from(e).for_agent(a.index, Some(a.model.spec.clone())))
+    let p = Policy::load(&src, &opts)
+        .map_err(|e| Error::from(e).for_agent(a.index, Some(a.model.spec.clone())))?;
+    match agent_adapter(s, a, &p)? {
+        Some(adapter) => p
+            .with_adapter(adapter)
+            .map_err(|e| Error::from(e).for_agent(a.index, Some(a.model.spec.clone()))),
+        None => Ok(p),
+    }
+}
+
+/// Whether agents `a` and `b` load the same base: the same model, dtype and sampling settings.
+fn same_base(a: &AgentPlan, b: &AgentPlan) -> bool {
+    a.model.source == b.model.source
+        && a.dtype == b.dtype
+        && a.sampling_dtype == b.sampling_dtype
+        && a.sampling_copies == b.sampling_copies
+}
+
+/// Agent `a`'s adapter on `base` as its `adapter` key says: read from its `init` directory, or
+/// PEFT's fresh init seeded by the scenario seed and the agent's index; `None` without one.
+pub fn agent_adapter(s: &Scenario, a: &AgentPlan, base: &Policy) -> Result<Option<Adapter>> {
+    let Some(plan) = &a.adapter else {
+        return Ok(None);
+    };
+    let dev = base.model.device();
+    let dtype = base.model.dtype();
+    let err =
+        |e: crate::model::Error| Error::from(e).for_agent(a.index, Some(a.model.spec.clone()));
+    let adapter = match &plan.init {
+        Some(dir) => {
+            let mut ad = Adapter::load(dir, &base.config, dtype, dev).map_err(err)?;
+            // Trained without dropout whatever the directory recorded (`dropout` is 0).
+            ad.dropout = plan.dropout;
+            ad
+        }
+        None => {
+            let spec = LoraSpec {
+                rank: plan.rank,
+                alpha: plan.alpha,
+                rslora: plan.rslora,
+                targets: plan.targets.clone(),
+            };
+            let seed = s.seed ^ (0x1057_u64 << 32) ^ a.index as u64;
+            Adapter::init(spec, plan.dropout, &base.config, seed, dtype, dev).map_err(err)?
+        }
+    };
+    Ok(Some(adapter))
 }
 
 /// The sampling settings of agent `a`'s rollouts.

@@ -16,6 +16,7 @@ const SETTINGS: &str = "    dtype: f32
     max_new_tokens: 32
     template: \"Q: {prompt}\"
     chat_template: chat.jinja
+    adapter: {rank: 4, alpha: 16, targets: [v_proj, q_proj], rslora: true}
 ";
 
 fn fixture() -> Fixture {
@@ -182,4 +183,69 @@ fn the_docs_table_lists_count_first_and_the_computed_default() {
     let fields = AgentPlan::plan_fields();
     assert!(fields.contains(&("top_k", "sampling.top_k")));
     assert!(!fields.iter().any(|(k, _)| *k == "count" || *k == "index"));
+}
+
+/// `agents.adapter`: defaults (PEFT's r and alpha, the seven projections, targets in the
+/// decoder's order), and each check naming its key.
+#[test]
+fn adapter_defaults_and_checks() {
+    let f = fixture();
+    let s = f.ok(
+        &BASE.replace("model: builtin:tiny", "model: builtin:tiny\n  adapter: {}"),
+        &[],
+    );
+    let a = s.agents[0].adapter.clone().expect("an adapter");
+    assert_eq!((a.rank, a.alpha, a.dropout, a.rslora), (8, 8.0, 0.0, false));
+    assert_eq!(a.targets.len(), 7);
+    assert_eq!(a.init, None);
+    let s = f.ok(&shared(), &[]);
+    let a = s.agents[1].adapter.clone().expect("an adapter");
+    assert_eq!(a.targets, ["q_proj", "v_proj"]);
+    assert!(f.ok(BASE, &[]).agents[0].adapter.is_none());
+    for (setting, key, part) in [
+        ("{rank: 0}", "agents.adapter.rank", "outside 1..=4096"),
+        ("{rank: 5000}", "agents.adapter.rank", "outside"),
+        ("{alpha: -1}", "agents.adapter.alpha", "positive"),
+        (
+            "{dropout: 0.05}",
+            "agents.adapter.dropout",
+            "not implemented",
+        ),
+        (
+            "{targets: [lm_head]}",
+            "agents.adapter.targets",
+            "not a projection",
+        ),
+        (
+            "{targets: [q_proj, q_proj]}",
+            "agents.adapter.targets",
+            "twice",
+        ),
+        ("{targets: []}", "agents.adapter.targets", "empty"),
+        (
+            "{init: nowhere}",
+            "agents.adapter.init",
+            "not a PEFT adapter directory",
+        ),
+    ] {
+        let text = BASE.replace(
+            "model: builtin:tiny",
+            &format!("model: builtin:tiny\n  adapter: {setting}"),
+        );
+        let (msg, d) = f.one(&text, &[]);
+        assert_eq!(d.key, key, "{setting}: {msg}");
+        assert!(msg.contains(part), "{setting}: {msg}");
+    }
+    let root = f.write("marker.txt", "");
+    std::fs::create_dir_all(root.parent().unwrap().join("peft")).unwrap();
+    f.write("peft/adapter_config.json", "{}");
+    let (msg, d) = f.one(
+        &BASE.replace(
+            "model: builtin:tiny",
+            "model: builtin:tiny\n  adapter: {init: peft, rank: 4}",
+        ),
+        &[],
+    );
+    assert_eq!(d.key, "agents.adapter", "{msg}");
+    assert!(msg.contains("come from the `init` directory"), "{msg}");
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub use crate::agent_keys::{AgentPlan, Sampling};
+pub use crate::critic_keys::{CriticPlan, CriticType};
 pub use crate::logging_keys::{LoggingPlan, WANDB_PROJECT};
 pub use crate::trainer_keys::TrainerPlan;
 pub use comlrl_spec::{CodeSource, TransitionPlan};
@@ -141,6 +142,9 @@ pub enum Algorithm {
     /// MAGRPO with the group's best return as baseline, `advantage_mode: max`
     /// (`MAReMaxTrainer`).
     Maremax,
+    /// Independent actor-critic: a critic per agent (CoMLRL's `IACTrainer`; its keys are
+    /// `trainer.critic`'s, `critic_keys.rs`).
+    Iac,
 }
 
 impl Algorithm {
@@ -151,6 +155,7 @@ impl Algorithm {
             Algorithm::Mareinforce => "mareinforce",
             Algorithm::Marloo => "marloo",
             Algorithm::Maremax => "maremax",
+            Algorithm::Iac => "iac",
         }
     }
 
@@ -159,7 +164,7 @@ impl Algorithm {
     /// else changed. `None`: the algorithm leaves the mode to `trainer.advantage_mode`.
     pub fn fixed_advantage_mode(self) -> Option<AdvantageMode> {
         match self {
-            Algorithm::Magrpo => None,
+            Algorithm::Magrpo | Algorithm::Iac => None,
             Algorithm::Mareinforce => Some(AdvantageMode::Raw),
             Algorithm::Marloo => Some(AdvantageMode::Rloo),
             Algorithm::Maremax => Some(AdvantageMode::Max),

@@ -29,6 +29,12 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
     let (num_generations, rollout_buffer_size, train_batch_size) =
         (t.num_generations, t.rollout_buffer_size, t.train_batch_size);
     let (joint_mode, advantage_mode) = (t.joint_mode, t.advantage_mode);
+    if let Some(b) = crate::trainer_keys::group_size(t.algorithm, num_generations) {
+        d.invalid(&at("num_generations"), b.message, b.hint);
+    }
+    if t.algorithm.has_critic() {
+        crate::critic_keys::check_trainer(d, &p, &raw, &t);
+    }
     if train_batch_size > rollout_buffer_size && rollout_buffer_size >= 1 {
         d.warn(&at("train_batch_size"), format!("{train_batch_size} is larger than rollout_buffer_size ({rollout_buffer_size}); a mini-batch never holds more than the buffer, so this acts as {rollout_buffer_size}"));
     }

@@ -12,6 +12,7 @@
 //! what the same settings mean in the Python library.
 use crate::code::resolve_code;
 use crate::collect::Diags;
+use crate::critic_keys::{CriticPlan, RawCritic};
 use crate::error::ErrorKind;
 use crate::keys::{
     at_least, if_set, learning_rate, non_negative, positive, section, unit, Bad, Relevance,
@@ -34,19 +35,26 @@ section! {
         /// `mareinforce`, `marloo` and `maremax` are MAGRPO with `advantage_mode` `raw`, `rloo`
         /// and `max` (CoMLRL's trainers of those names differ from its MAGRPO in that default
         /// alone), so that a CoMLRL config's trainer maps to one value. Writing a different
-        /// `advantage_mode` beside them is an error.
+        /// `advantage_mode` beside them is an error. `iac`: independent actor-critic (CoMLRL's
+        /// `IACTrainer`), each agent with a critic of its own (`critic`); it changes the
+        /// defaults of `num_generations`, `rollout_buffer_size`, `num_train_epochs` and
+        /// `discount` to `IACConfig`'s. See docs/algorithms.md.
         algorithm: Algorithm = Algorithm::Magrpo,
-            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax`",
+            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `iac`",
             why "CoMLRL's MAGRPO trainer";
         /// Passes over the training prompts.
-        num_train_epochs: usize = 20, kind "integer ≥ 1", why "CoMLRL",
+        num_train_epochs: usize = algorithm.default_num_train_epochs(), kind "integer ≥ 1",
+            shown "`20`; `40` with `iac`", why "CoMLRL: each trainer's config default",
             check at_least(1, "set `num_train_epochs: 1` or more");
         /// AdamW learning rate of every agent that does not set its own (CoMLRL 1.4's name;
         /// older CoMLRL: `learning_rate`).
         agent_learning_rate: f64 = 5.0e-6, kind "number > 0", why "CoMLRL",
             check learning_rate;
-        /// G: completions per agent per prompt. The group baseline needs at least 2.
-        num_generations: usize = 4, kind "integer ≥ 2", why "CoMLRL", check group_size;
+        /// G: completions per agent per prompt. The group baseline needs at least 2; `iac`
+        /// (a critic's baseline) takes 1 or more.
+        num_generations: usize = algorithm.default_num_generations(),
+            kind "integer ≥ 2 (≥ 1 with `iac`)", shown "`4`; `1` with `iac`",
+            why "CoMLRL: each trainer's config default";
         /// How per-agent generations form joint actions: `aligned` pairs the g-th generation of
         /// every agent (G joint actions); `cross` takes the Cartesian product (G^N joint
         /// actions, each agent's completion credited with the sum of the returns it took part
@@ -110,8 +118,11 @@ section! {
         logprob_temperature: LogprobTemperature = LogprobTemperature::One,
             kind "`1` \\| `sampling`", why "CoMLRL scores at temperature 1";
         /// Node samples buffered per agent before an update. A node is one prompt (and, in
-        /// multi-turn, one branch at one turn) with its G generations.
-        rollout_buffer_size: usize = 2, kind "integer ≥ 1", why "CoMLRL",
+        /// multi-turn, one branch at one turn) with its G generations. (CoMLRL's `IACConfig`
+        /// counts completions, the same with its default of one generation.)
+        rollout_buffer_size: usize = algorithm.default_rollout_buffer_size(),
+            kind "integer ≥ 1", shown "`2`; `8` with `iac`",
+            why "CoMLRL: each trainer's config default",
             check at_least(1, "set `rollout_buffer_size: 1` or more (CoMLRL default 2)");
         /// Mini-batch size within an update; the default is one batch per buffer.
         train_batch_size: usize = rollout_buffer_size, kind "integer ≥ 1",
@@ -122,7 +133,8 @@ section! {
             why "**CoMLRL defaults to 2**, which requires an `external_transition`; 1 is the single-turn MAGRPO of the paper's examples",
             check at_least(1, "set `num_turns: 1` for single-turn training");
         /// γ for returns across turns. Multi-turn only.
-        discount: f64 = 0.9, kind "number in [0, 1]", why "CoMLRL",
+        discount: f64 = algorithm.default_discount(), kind "number in [0, 1]",
+            shown "`0.9`; `1.0` with `iac`", why "CoMLRL: each trainer's config default",
             check unit(true, "use e.g. `discount: 0.9`"), only Only::MultiTurn;
         /// Stop expanding a branch whose mean reward exceeds this; `null` never stops early.
         /// Multi-turn only.
@@ -271,6 +283,13 @@ section! {
             shown "none", why "",
             via |d, p, raw| transition(d, &p.key("external_transition"), raw, num_turns, cx),
             emit transition_raw;
+        /// The critic of `algorithm: iac`: its model, learning rate, type and value head
+        /// (CoMLRL `IACConfig`'s critic fields); its keys are in the `trainer.critic` table
+        /// below. Warned about and ignored under an algorithm without a critic.
+        critic: RawCritic => Option<CriticPlan>, kind "mapping", shown "all defaults (`iac`)",
+            why "",
+            via |d, p, raw| crate::critic_keys::resolve(d, &p.key("critic"), raw, algorithm, cx.base),
+            emit crate::critic_keys::to_raw;
     }
 }
 
@@ -318,11 +337,19 @@ fn state_precision(_key: &str, d: &Dtype) -> Option<Bad> {
     })
 }
 
-fn group_size(_key: &str, n: &usize) -> Option<Bad> {
-    (*n < 2).then(|| Bad {
-        message: format!("num_generations must be at least 2 (got {n}): the group baseline compares several generations of the same prompt"),
-        hint: "set `num_generations: 2` or more (CoMLRL default 4; the story example uses 8)".into(),
-    })
+/// `num_generations` below what `algorithm` needs (checked in `trainer.rs`, which knows it).
+pub(crate) fn group_size(algorithm: Algorithm, n: usize) -> Option<Bad> {
+    match algorithm.min_num_generations() {
+        2 if n < 2 => Some(Bad {
+            message: format!("num_generations must be at least 2 (got {n}): the group baseline compares several generations of the same prompt"),
+            hint: "set `num_generations: 2` or more (CoMLRL default 4; the story example uses 8)".into(),
+        }),
+        _ if n < 1 => Some(Bad {
+            message: format!("num_generations must be at least 1 (got {n})"),
+            hint: "set `num_generations: 1` (CoMLRL's IAC default) or more".into(),
+        }),
+        _ => None,
+    }
 }
 
 /// `compute_dtype`: f32 or bf16; `auto` and f16 have no update path.

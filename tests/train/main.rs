@@ -10,6 +10,7 @@ mod algorithm_aliases;
 mod e2e;
 mod failures;
 mod grpo_variants;
+mod iac_run;
 mod iac_step;
 mod loss;
 mod math;

@@ -83,6 +83,17 @@ impl Learner<'_> {
         &self.vars
     }
 
+    /// Optimizer steps the agent has taken so far (this round's included).
+    pub fn opt_steps(&self) -> u64 {
+        self.report.opt_steps
+    }
+
+    /// How this round's steps are taken (an algorithm that steps an optimizer of its own, a
+    /// critic's, follows the same schedule and clipping).
+    pub fn rule(&self) -> StepRule {
+        self.rule
+    }
+
     /// The passes of each mini-batch this replica of the agent computes.
     pub fn share(&self) -> Share {
         self.replicas.share(self.index)

@@ -58,7 +58,8 @@ impl Trainer {
         let rewards = Rewards::load(&scenario)?;
         let agents = Agents::load(&scenario, &placement)?;
         let strategy = strategy(world, placement);
-        let algorithm = registry::build(&scenario)?;
+        let held: Vec<bool> = agents.policies.iter().map(Option::is_some).collect();
+        let algorithm = registry::build(&scenario, &held)?;
         Ok(Self {
             settings: Settings::new(scenario),
             agents,

@@ -103,6 +103,7 @@ impl Loop<'_> {
                     settings,
                     agents,
                     self.strategy,
+                    &*self.algorithm,
                     e,
                     &state,
                 ));
@@ -120,6 +121,7 @@ impl Loop<'_> {
             self.settings,
             self.agents,
             self.strategy,
+            &*self.algorithm,
             state,
             interrupted,
         )

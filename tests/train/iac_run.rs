@@ -135,3 +135,44 @@ fn an_interrupted_iac_run_resumes_exactly() {
         }
     }
 }
+
+#[test]
+fn a_shared_head_trains_with_its_agent_and_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let shared = ["trainer.critic.separate=false"];
+    train(&a, &shared);
+    let rows = metrics(&a);
+    assert!(rows
+        .iter()
+        .all(|r| r["agent_1/value_loss"].as_f64().is_some_and(f64::is_finite)));
+    for i in 0..2 {
+        assert!(a
+            .join(format!("models/agent_{i}/value_head.safetensors"))
+            .is_file());
+        assert!(!a.join(format!("models/critic_{i}")).exists());
+    }
+    let mut t = Trainer::new(load_small(&b, &sets(&shared))).unwrap();
+    let flag = t.interrupt_flag();
+    assert!(t.run(false, &mut StopAt(7, flag)).unwrap().interrupted);
+    Trainer::new(load_small(&b, &sets(&shared)))
+        .unwrap()
+        .run(true, &mut ())
+        .unwrap();
+    assert_eq!(metrics_without_timing(&a), metrics_without_timing(&b));
+    for i in 0..2 {
+        for f in [
+            format!("models/agent_{i}/model.safetensors"),
+            format!("models/agent_{i}/value_head.safetensors"),
+        ] {
+            assert!(read(&a, &f) == read(&b, &f), "{f} differs after the resume");
+        }
+    }
+    // Not the separate critic's run under another name.
+    let sep = tmp.path().join("separate");
+    train(&sep, &[]);
+    assert!(
+        read(&a, "models/agent_0/model.safetensors")
+            != read(&sep, "models/agent_0/model.safetensors")
+    );
+}

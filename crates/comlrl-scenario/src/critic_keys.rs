@@ -10,8 +10,8 @@
 //! table's defaults name.
 use crate::agents::model_ref;
 use crate::collect::Diags;
+use crate::keys::SectionContext;
 use crate::keys::{at_least, if_set, learning_rate, non_negative, positive, section};
-use crate::keys::{Bad, SectionContext};
 use crate::plan::{Algorithm, ModelRef, ModelSource};
 use crate::positions::KeyPath;
 use serde::{Deserialize, Serialize};
@@ -42,11 +42,11 @@ section! {
         CriticPlan, context cx: CriticContext<'_>;
     keys {
         /// `true`: each agent's critic is a causal LM of its own with a value head, trained by
-        /// its own AdamW at `learning_rate` (CoMLRL `use_separate_critic`). `false` (a value
-        /// head on the actor's own backbone, one optimizer over both) is not implemented yet
-        /// and is refused.
-        separate: bool = true, kind "bool", why "CoMLRL `use_separate_critic`",
-            check separate_only;
+        /// its own AdamW at `learning_rate` (CoMLRL `use_separate_critic`). `false`: a value
+        /// head on the agent's own backbone, trained at the agent's learning rate with the
+        /// actor (its value gradient joins the actor's; `model` and `learning_rate` do not
+        /// apply), its value clipped by `value_clip_range`. Not with `agents.replicas` > 1.
+        separate: bool = true, kind "bool", why "CoMLRL `use_separate_critic`";
         /// The critic's AdamW learning rate (CoMLRL `critic_learning_rate`; the other AdamW
         /// settings are the trainer's).
         learning_rate: f64 = 5.0e-6, kind "number > 0", why "CoMLRL `critic_learning_rate`",
@@ -85,15 +85,6 @@ fn model_setting(m: &Option<ModelRef>) -> Option<String> {
     m.as_ref().map(|m| match &m.source {
         ModelSource::Local(p) => p.display().to_string(),
         _ => m.spec.clone(),
-    })
-}
-
-/// `separate: false` has no update path yet.
-fn separate_only(_key: &str, separate: &bool) -> Option<Bad> {
-    (!*separate).then(|| Bad {
-        message: "a value head on the actor's backbone (`separate: false`) is not implemented yet"
-            .into(),
-        hint: "remove `separate` (a critic model of its own per agent, CoMLRL's default)".into(),
     })
 }
 

@@ -5,17 +5,18 @@ use super::algorithm::Algorithm;
 use super::iac::Iac;
 use super::magrpo::Magrpo;
 use crate::error::Result;
+use crate::model::Policy;
 use comlrl_scenario::Scenario;
 
 /// The algorithm `s.trainer.algorithm` names, set up from the scenario (an algorithm with
-/// networks of its own loads them here, for the agents `held` selects: those this rank holds).
-pub fn build(s: &Scenario, held: &[bool]) -> Result<Box<dyn Algorithm>> {
+/// networks of its own loads them here, beside the agents this rank holds: `Some` in `agents`).
+pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorithm>> {
     use comlrl_scenario::Algorithm as A;
     Ok(match s.trainer.algorithm {
         // CoMLRL's MAREINFORCE, MARLOO and MAReMax are its MAGRPO trainer with another
         // `advantage_mode` default; the scenario crate has resolved `trainer.advantage_mode`
         // to theirs (and refused a contradicting one), which `Magrpo::new` reads.
         A::Magrpo | A::Mareinforce | A::Marloo | A::Maremax => Box::new(Magrpo::new(s)),
-        A::Iac => Box::new(Iac::new(s, held)?),
+        A::Iac => Box::new(Iac::new(s, agents)?),
     })
 }

@@ -67,14 +67,14 @@ pub struct Learner<'a> {
     report: AgentUpdate,
 }
 
-impl Learner<'_> {
+impl<'a> Learner<'a> {
     /// The agent's index.
     pub fn index(&self) -> usize {
         self.index
     }
 
     /// The agent's policy.
-    pub fn policy(&self) -> &Policy {
+    pub fn policy(&self) -> &'a Policy {
         self.policy
     }
 

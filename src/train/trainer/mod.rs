@@ -58,8 +58,7 @@ impl Trainer {
         let rewards = Rewards::load(&scenario)?;
         let agents = Agents::load(&scenario, &placement)?;
         let strategy = strategy(world, placement);
-        let held: Vec<bool> = agents.policies.iter().map(Option::is_some).collect();
-        let algorithm = registry::build(&scenario, &held)?;
+        let algorithm = registry::build(&scenario, &agents.policies)?;
         Ok(Self {
             settings: Settings::new(scenario),
             agents,

@@ -1,9 +1,11 @@
 //! The critics of a run as a rank holds them: one per agent this rank holds (a replica
-//! included), loaded from `trainer.critic.model` or the agent's own model, with a fresh value
-//! head and an AdamW of its own; what they add to checkpoints (weights with the head as
-//! `value_head.*`, AdamW moments, the optimizer's step count) and to the final models
-//! (`models/critic_<i>/` in Hugging Face layout, the head as `value_head.safetensors`).
-use super::critic::{Critic, Row};
+//! included) — separate: loaded from `trainer.critic.model` or the agent's own model, with a
+//! fresh value head; shared: a fresh value head on the agent's backbone — each with an AdamW of
+//! its own; what they add to checkpoints (weights with the head as `value_head.*`, AdamW
+//! moments, the optimizer's step count) and to the final models (`models/critic_<i>/` in
+//! Hugging Face layout with the head as `value_head.safetensors`; a shared head as
+//! `models/agent_<i>/value_head.safetensors`).
+use super::critic::{head_vars, Row, ValueOn};
 use crate::error::{Error, Result};
 use crate::model::grad::value::ValueAt;
 use crate::model::{LoadOptions, Policy, RolloutCopies, ValueHead};
@@ -20,12 +22,34 @@ use std::sync::Mutex;
 
 /// One agent's critic and its optimizer.
 pub struct CriticSlot {
-    /// The critic.
-    pub critic: Critic,
-    /// Its AdamW (backbone and head).
+    /// The critic's own backbone; `None`: the head sits on the agent's (`separate: false`).
+    pub own: Option<Policy>,
+    /// The value head.
+    pub head: ValueHead,
+    /// V (the last prompt token) or Q (the last response token).
+    pub at: ValueAt,
+    /// Its AdamW over [`CriticSlot::vars`].
     pub opt: AdamW,
     /// The model it was loaded from, as written (for messages).
     pub spec: String,
+}
+
+impl CriticSlot {
+    /// The critic's trainable tensors: its own backbone's (if any), then the head's.
+    pub fn vars(&self) -> Vec<(String, candle_core::Var)> {
+        let mut v = self.own.as_ref().map(Policy::vars).unwrap_or_default();
+        v.extend(head_vars(&self.head));
+        v
+    }
+
+    /// The critic reading through its own backbone, or through `actor`'s when shared.
+    pub fn on<'a>(&'a self, actor: &'a Policy) -> ValueOn<'a> {
+        ValueOn {
+            policy: self.own.as_ref().unwrap_or(actor),
+            head: &self.head,
+            at: self.at,
+        }
+    }
 }
 
 /// Each agent's critic where this rank holds the agent.
@@ -56,18 +80,25 @@ fn progress_file(i: usize) -> String {
 }
 
 impl Critics {
-    /// The critics of the agents `held` selects, as `c` sets them up.
-    pub fn load(s: &Scenario, c: &CriticPlan, held: &[bool]) -> Result<Self> {
+    /// The critics of the agents this rank holds (`Some` in `agents`), as `c` sets them up.
+    pub fn load(s: &Scenario, c: &CriticPlan, agents: &[Option<Policy>]) -> Result<Self> {
         let slots = s
             .agents
             .iter()
             .map(|a| {
                 let i = a.index;
-                if !held.get(i).copied().unwrap_or(false) {
+                let Some(agent) = agents.get(i).and_then(Option::as_ref) else {
                     return Ok(None);
-                }
+                };
                 let model = c.model.as_ref().unwrap_or(&a.model);
-                load_one(s, c, i, model)
+                if !c.separate && a.replicas > 1 {
+                    return Err(Error::Config(format!(
+                        "agent {i}: a value head on the agent's backbone (`trainer.critic.separate: \
+                         false`) trains on one copy of the agent; remove `replicas` or use a \
+                         separate critic"
+                    )));
+                }
+                load_one(s, c, i, model, agent)
                     .map(|slot| Some(Mutex::new(slot)))
                     .map_err(|e| e.for_agent(i, Some(format!("critic {}", model.spec))))
             })
@@ -96,42 +127,45 @@ impl Critics {
     }
 }
 
-/// Agent `i`'s critic: the model, a value head seeded by the run's seed and the agent, the
-/// AdamW with the trainer's settings at the critic's learning rate.
+/// Agent `i`'s critic: its own model (separate) or none (shared: the head reads `agent`'s
+/// backbone), a value head seeded by the run's seed and the agent, and the AdamW with the
+/// trainer's settings at the critic's learning rate (shared: the agent's, as CoMLRL's one
+/// optimizer over both).
 fn load_one(
     s: &Scenario,
     c: &CriticPlan,
     i: usize,
     model: &comlrl_scenario::ModelRef,
+    agent: &Policy,
 ) -> Result<CriticSlot> {
-    let src = source_of(model, &s.base_dir)?;
-    let opts = LoadOptions {
-        seed: s.seed,
-        // A critic never samples: no sampling copies.
-        rollout_copies: RolloutCopies::Never,
-        copies_now: false,
-        ..LoadOptions::default()
+    let own = match c.separate {
+        true => {
+            let opts = LoadOptions {
+                seed: s.seed,
+                // A critic never samples: no sampling copies.
+                rollout_copies: RolloutCopies::Never,
+                copies_now: false,
+                ..LoadOptions::default()
+            };
+            Some(Policy::load(&source_of(model, &s.base_dir)?, &opts)?)
+        }
+        false => None,
     };
-    let policy = Policy::load(&src, &opts)?;
+    let backbone = own.as_ref().unwrap_or(agent);
     let seed = s.seed ^ 0x5ca1_ab1e ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let head = ValueHead::init(
-        policy.config.hidden_size,
+        backbone.config.hidden_size,
         c.value_head_hidden_dim,
         seed,
         candle_core::DType::F32,
-        policy.model.device(),
+        backbone.model.device(),
     )?;
-    let critic = Critic {
-        policy,
-        head,
-        at: match c.r#type {
-            CriticType::V => ValueAt::PromptEnd,
-            CriticType::Q => ValueAt::SequenceEnd,
-        },
-    };
     let t = &s.trainer;
     let cfg = AdamWConfig {
-        lr: c.learning_rate,
+        lr: match c.separate {
+            true => c.learning_rate,
+            false => s.agents[i].learning_rate,
+        },
         beta1: t.adam_beta1,
         beta2: t.adam_beta2,
         eps: t.adam_epsilon,
@@ -141,17 +175,23 @@ fn load_one(
         Dtype::Bf16 => StateDtype::Bf16,
         _ => StateDtype::F32,
     };
-    // The same seed on every replica of the agent: they round identically.
-    let opt = AdamW::with_state(critic.vars(), cfg, state, seed);
-    Ok(CriticSlot {
-        critic,
-        opt,
+    let mut slot = CriticSlot {
+        own,
+        head,
+        at: match c.r#type {
+            CriticType::V => ValueAt::PromptEnd,
+            CriticType::Q => ValueAt::SequenceEnd,
+        },
+        opt: AdamW::new(vec![], cfg),
         spec: model.spec.clone(),
-    })
+    };
+    // The same seed on every replica of the agent: they round identically.
+    slot.opt = AdamW::with_state(slot.vars(), cfg, state, seed);
+    Ok(slot)
 }
 
 /// The critic reads the actor's token ids (as CoMLRL's does): each must be in its vocabulary.
-pub fn check_ids(critic: &Critic, rows: &[Row], agent: usize) -> Result<()> {
+pub fn check_ids(critic: &ValueOn, rows: &[Row], agent: usize) -> Result<()> {
     let vocab = critic.policy.config.vocab_size;
     let bad = rows
         .iter()
@@ -184,7 +224,7 @@ impl CheckpointPart for Critics {
     fn save(&self, dir: &Path, writes: &[bool]) -> Result<()> {
         for (i, slot) in self.each(writes) {
             let slot = lock(slot)?;
-            write_weights(&slot.critic.vars(), &dir.join(weights_file(i)))?;
+            write_weights(&slot.vars(), &dir.join(weights_file(i)))?;
             write_moments(&slot.opt, &dir.join(moments_file(i)))?;
             let progress = serde_json::to_string(&Progress {
                 step: slot.opt.step,
@@ -199,7 +239,7 @@ impl CheckpointPart for Critics {
     fn load(&mut self, dir: &Path, held: &[bool]) -> Result<()> {
         for (i, slot) in self.each(held) {
             let mut slot = lock(slot)?;
-            read_weights(&slot.critic.vars(), &dir.join(weights_file(i)))?;
+            read_weights(&slot.vars(), &dir.join(weights_file(i)))?;
             let mpath = dir.join(moments_file(i));
             if let Some(was) = read_moments(&mut slot.opt, &mpath)? {
                 log::warn!(
@@ -225,15 +265,18 @@ impl CheckpointPart for Critics {
     fn save_models(&self, models: &Path, writes: &[bool]) -> Result<()> {
         for (i, slot) in self.each(writes) {
             let slot = lock(slot)?;
-            let dir = models.join(format!("critic_{i}"));
-            slot.critic
-                .policy
-                .save(&dir)
-                .map_err(|e| Error::from(e).for_agent(i, Some(format!("critic {}", slot.spec))))?;
-            write_weights(
-                &slot.critic.head.vars(),
-                &dir.join("value_head.safetensors"),
-            )?;
+            // A shared head goes beside its agent's weights (as CoMLRL saves it).
+            let dir = match &slot.own {
+                Some(policy) => {
+                    let dir = models.join(format!("critic_{i}"));
+                    policy.save(&dir).map_err(|e| {
+                        Error::from(e).for_agent(i, Some(format!("critic {}", slot.spec)))
+                    })?;
+                    dir
+                }
+                None => models.join(format!("agent_{i}")),
+            };
+            write_weights(&slot.head.vars(), &dir.join("value_head.safetensors"))?;
         }
         Ok(())
     }

@@ -36,8 +36,8 @@ use crate::train::update::plan::pass_plan;
 use actor::{actor_grads, ActorSample};
 use advantage::advantages;
 use comlrl_scenario::Scenario;
-use critic::Row;
-use critics::{CriticSlot, Critics};
+use critic::{Clip, Row};
+use critics::Critics;
 
 /// IAC with a scenario's settings and the critics this rank holds.
 pub struct Iac {
@@ -49,6 +49,8 @@ pub struct Iac {
     normalize: bool,
     /// The critic loss's coefficient.
     value_loss_coef: f64,
+    /// A shared head's value clipping range (`None`: no clipping).
+    value_clip: Option<f64>,
     /// Buffered nodes per mini-batch.
     batch: usize,
     /// Nodes per update round.
@@ -62,8 +64,9 @@ pub struct Iac {
 }
 
 impl Iac {
-    /// IAC as `s.trainer` sets it up, with a critic for each agent `held` selects.
-    pub fn new(s: &Scenario, held: &[bool]) -> Result<Self> {
+    /// IAC as `s.trainer` sets it up, with a critic for each agent this rank holds (`Some` in
+    /// `agents`).
+    pub fn new(s: &Scenario, agents: &[Option<crate::model::Policy>]) -> Result<Self> {
         let t = &s.trainer;
         let c = t.critic.as_ref().ok_or_else(|| {
             Error::Internal("trainer.algorithm iac without a resolved `trainer.critic`".into())
@@ -73,6 +76,7 @@ impl Iac {
             kl_coef: t.kl_coef,
             normalize: t.advantage_normalization,
             value_loss_coef: c.value_loss_coef,
+            value_clip: c.value_clip_range,
             batch: t.train_batch_size.max(1),
             buffer: t.rollout_buffer_size.max(1),
             read_rows: match t.micro_batch_size {
@@ -81,19 +85,23 @@ impl Iac {
             },
             recompute: t.gradient_checkpointing,
             plan: pass_plan(t),
-            critics: Critics::load(s, c, held)?,
+            critics: Critics::load(s, c, agents)?,
         })
     }
 
     /// One agent's part of an update round: V_old of its buffered completions, the
-    /// advantages, then per mini-batch an actor step and a critic step.
+    /// advantages, then per mini-batch an actor step and a critic step (shared: the value
+    /// gradient's backbone part summed into the actor's before its step, the head stepped by
+    /// its own AdamW at the agent's learning rate).
     fn train_agent(&self, learner: &mut Learner<'_>, buffer: &[NodeSample]) -> Result<()> {
         let i = learner.index();
         let slot = self.critics.slot(i)?;
         let mut slot = slot
             .lock()
             .map_err(|_| Error::Internal(format!("agent {i}: the critic's lock is poisoned")))?;
-        let CriticSlot { critic, opt, .. } = &mut *slot;
+        let slot = &mut *slot;
+        let actor = learner.policy();
+        let shared = slot.own.is_none();
         // Every completion of the buffer, node by node: (node, completion) and its target.
         let mut at: Vec<(usize, usize)> = Vec::new();
         let mut targets: Vec<f32> = Vec::new();
@@ -111,13 +119,26 @@ impl Iac {
             (&a.prompt_ids[..], &a.completions[g][..])
         };
         let rows: Vec<Row> = at.iter().map(row).collect();
-        critics::check_ids(critic, &rows, i)?;
-        let mut old = Vec::with_capacity(rows.len());
-        for chunk in rows.chunks(self.read_rows) {
-            old.extend(critic.values(chunk)?);
-        }
+        let old = {
+            let view = slot.on(actor);
+            critics::check_ids(&view, &rows, i)?;
+            let mut old = Vec::with_capacity(rows.len());
+            for chunk in rows.chunks(self.read_rows) {
+                old.extend(view.values(chunk)?);
+            }
+            old
+        };
         let (adv, norm) = advantages(&targets, &old, self.normalize);
-        let critic_vars: Vec<candle_core::Var> = opt.params.iter().map(|p| p.var.clone()).collect();
+        // The value pass's variables: the critic's own (backbone and head), or the agent's
+        // backbone (the actor's order) followed by the head.
+        let head_vars: Vec<candle_core::Var> = critic::head_vars(&slot.head)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        let value_vars: Vec<candle_core::Var> = match shared {
+            true => learner.vars().iter().cloned().chain(head_vars).collect(),
+            false => slot.opt.params.iter().map(|p| p.var.clone()).collect(),
+        };
         let per_batch = self.batch * self.k.max(1);
         let rule = learner.rule();
         for (b, idx) in (0..at.len())
@@ -138,8 +159,8 @@ impl Iac {
                 })
                 .collect();
             let step = learner.opt_steps() + 1;
-            let lg = actor_grads(
-                learner.policy(),
+            let mut lg = actor_grads(
+                actor,
                 learner.vars(),
                 &samples,
                 self.recompute,
@@ -157,12 +178,22 @@ impl Iac {
             }
             let batch_rows: Vec<Row> = idx.iter().map(|&j| rows[j]).collect();
             let batch_targets: Vec<f32> = idx.iter().map(|&j| targets[j]).collect();
-            let cg = critic
+            let batch_old: Vec<f32> = idx.iter().map(|&j| old[j]).collect();
+            let clip = match (shared, self.value_clip) {
+                (true, Some(range)) => Some(Clip {
+                    old: &batch_old,
+                    range,
+                }),
+                _ => None,
+            };
+            let cg = slot
+                .on(actor)
                 .loss_and_grads(
                     &batch_rows,
                     &batch_targets,
                     self.value_loss_coef,
-                    &critic_vars,
+                    clip,
+                    &value_vars,
                     self.plan,
                 )
                 .map_err(|e| match e {
@@ -172,7 +203,23 @@ impl Iac {
                     )),
                     e => e,
                 })?;
+            let mut value_grads = cg.grads;
+            if shared {
+                // The backbone's part joins the actor's gradient (on the agent's first replica
+                // only: the replicas' sum counts it once); the head's stays for its optimizer.
+                let head_grads = value_grads.split_off(learner.vars().len());
+                if learner.share().index == 0 {
+                    for (g, v) in lg.grads.iter_mut().zip(value_grads) {
+                        *g = match (g.take(), v) {
+                            (Some(a), Some(b)) => Some((a + b)?),
+                            (a, b) => a.or(b),
+                        };
+                    }
+                }
+                value_grads = head_grads;
+            }
             learner.step(lg)?;
+            let opt = &mut slot.opt;
             let lr = lr_at(
                 opt.cfg.lr,
                 opt.step as usize,
@@ -180,7 +227,7 @@ impl Iac {
                 rule.warmup,
                 rule.scheduler,
             );
-            let norm_c = opt.step_grads(&cg.grads, lr, rule.max_grad_norm)?;
+            let norm_c = opt.step_grads(&value_grads, lr, rule.max_grad_norm)?;
             let mean =
                 |v: &mut dyn Iterator<Item = f64>, n: usize| v.sum::<f64>() / n.max(1) as f64;
             learner.record("value_loss", cg.loss);

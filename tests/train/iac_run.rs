@@ -176,3 +176,24 @@ fn a_shared_head_trains_with_its_agent_and_resumes_exactly() {
             != read(&sep, "models/agent_0/model.safetensors")
     );
 }
+
+#[test]
+fn a_diverging_critic_is_an_error_naming_agent_and_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    // The critic's first step at 1e30 leaves its weights non-finite: the next round's V_old.
+    let s = load_small(
+        &out,
+        &sets(&[
+            "trainer.critic.learning_rate=1e30",
+            "trainer.train_batch_size=3",
+        ]),
+    );
+    let err = Trainer::new(s).unwrap().run(false, &mut ()).unwrap_err();
+    let msg = err.chain();
+    assert!(
+        msg.contains("agent 0, optimizer step 2: the critic's value V_old is NaN")
+            && msg.contains("lower trainer.critic.learning_rate"),
+        "{msg}"
+    );
+}

@@ -128,6 +128,17 @@ impl Iac {
             }
             old
         };
+        if let Some(v) = old.iter().find(|v| !v.is_finite()) {
+            return Err(Error::Diverged(format!(
+                "agent {i}, optimizer step {}: the critic's value V_old is {v} (CoMLRL would \
+                 raise on the losses it makes); lower {} or set max_grad_norm",
+                learner.opt_steps() + 1,
+                match shared {
+                    true => "the agent's learning rate (the head trains with it)",
+                    false => "trainer.critic.learning_rate",
+                }
+            )));
+        }
         let (adv, norm) = advantages(&targets, &old, self.normalize);
         // The value pass's variables: the critic's own (backbone and head), or the agent's
         // backbone (the actor's order) followed by the head.

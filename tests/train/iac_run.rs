@@ -182,11 +182,13 @@ fn a_diverging_critic_is_an_error_naming_agent_and_step() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     // The critic's first step at 1e30 leaves its weights non-finite: the next round's V_old.
+    // The agents update one after the other, so agent 0 is the one that fails.
     let s = load_small(
         &out,
         &sets(&[
             "trainer.critic.learning_rate=1e30",
             "trainer.train_batch_size=3",
+            "trainer.parallel_updates=false",
         ]),
     );
     let err = Trainer::new(s).unwrap().run(false, &mut ()).unwrap_err();

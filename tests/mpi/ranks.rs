@@ -355,3 +355,70 @@ fn bf16_optimizer_state_on_ranks_and_replicas() {
     assert_eq!(code, Some(0), "two replicas per agent: {err}");
     assert_eq!(checkpoint_names(&four), ["step-00000005", "step-00000010"]);
 }
+
+/// `trainer.algorithm: iac` on ranks: each critic lives with its agent (the rank, or each
+/// replica of it, holds and trains it; the first replica writes it). Two ranks give the
+/// one-process run's metrics, agents and critics bit for bit; two replicas per agent on four
+/// ranks (each replica computes its critic's whole mini-batch) give them up to the order of the
+/// actor's gradient sums.
+#[test]
+fn iac_critics_live_with_their_agents() {
+    if let Err(why) = mpirun_ok() {
+        comlrl_testutil::skip(&why);
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, two, four) = (
+        tmp.path().join("one"),
+        tmp.path().join("two"),
+        tmp.path().join("four"),
+    );
+    let sets = [
+        "trainer.algorithm=iac",
+        "trainer.num_train_epochs=1",
+        "trainer.rollout_buffer_size=3",
+        "trainer.critic.learning_rate=1e-3",
+        "agents.replicas=2",
+    ];
+    let (code, err) = run_np(None, &one, &sets, &[]);
+    assert_eq!(code, Some(0), "one process: {err}");
+    // `replicas` asks for 4 ranks; 2 ranks hold one agent each without them.
+    let (code, err) = run_np(Some(2), &two, &sets[..4], &[]);
+    assert_eq!(code, Some(0), "two ranks: {err}");
+    let (code, err) = run_np(Some(4), &four, &sets, &[]);
+    assert_eq!(code, Some(0), "four ranks: {err}");
+    let (code, err) = run_np(None, &tmp.path().join("one4"), &sets[..4], &[]);
+    assert_eq!(code, Some(0), "one process, no replicas key: {err}");
+    let rows = metrics_without_timing(&one);
+    assert_eq!(rows.len(), 10);
+    assert!(rows[9]["agent_1/value_loss"].as_f64().is_some());
+    assert_eq!(
+        metrics_without_timing(&two),
+        rows,
+        "two ranks: metrics rows differ"
+    );
+    same_models(&one, &two, "two ranks");
+    for i in 0..2 {
+        for f in [
+            format!("models/critic_{i}/model.safetensors"),
+            format!("models/critic_{i}/value_head.safetensors"),
+        ] {
+            let (x, y) = (std::fs::read(one.join(&f)), std::fs::read(two.join(&f)));
+            assert!(x.unwrap() == y.unwrap(), "two ranks: {f} differs");
+            assert!(four.join(&f).is_file(), "four ranks: {f} missing");
+        }
+    }
+    rows_close(&rows, &metrics_without_timing(&four));
+    for i in 0..2 {
+        let (w, _) = weights_diff(&one, &four, i);
+        assert!(w <= 1e-5, "four ranks: agent {i} differs by {w:e} relative");
+    }
+    let ck = four.join("checkpoints").join(latest(&four));
+    for f in [
+        "critic_0.safetensors",
+        "critic_1.json",
+        "critic_optimizer_1.safetensors",
+    ] {
+        assert!(ck.join(f).is_file(), "{f} missing in {}", ck.display());
+    }
+}

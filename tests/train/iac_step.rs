@@ -239,3 +239,180 @@ fn one_update_round_matches_comlrl() {
     }
     assert_eq!(cases, 2, "a V and a Q critic");
 }
+
+/// Shared mode (`use_separate_critic: False`, `actor_critic/iac_shared_tiny.*`): the value head
+/// on the actor's backbone, one AdamW over both, the value clipped to V_old ± 0.2 (active for
+/// some rows: the buffer's V_old are offset from the true values). The value gradient's backbone
+/// part is summed into the actor's (two passes, as the algorithm does) before the one step.
+#[test]
+fn a_shared_head_update_round_matches_comlrl() {
+    use comlrl::train::algorithms::iac::critic::{head_vars, Clip, ValueOn};
+    let dir = fixtures().join("actor_critic");
+    let meta = json(&dir.join("iac_shared_tiny.json"));
+    let t = load_st(&dir.join("iac_shared_tiny.safetensors"));
+    let rows: Vec<(Vec<u32>, Vec<Vec<u32>>)> = meta["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (ids(&r["prompt"]), vec![ids(&r["completion"])]))
+        .collect();
+    let rewards: Vec<f32> = nums(&meta["rewards"]).iter().map(|&r| r as f32).collect();
+    let cfg = &meta["config"];
+    let coef = cfg["value_loss_coef"].as_f64().unwrap();
+    let range = cfg["value_clip_range"].as_f64().unwrap();
+    let lr = cfg["agent_learning_rate"].as_f64().unwrap();
+    let plan = PassPlan::rerun_all(ComputeDtype::F32);
+    let as64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+    let mut cases = 0;
+    for (key, case) in meta["cases"].as_object().unwrap() {
+        cases += 1;
+        let at = match case["critic_type"].as_str().unwrap() {
+            "v" => ValueAt::PromptEnd,
+            _ => ValueAt::SequenceEnd,
+        };
+        let actor = load();
+        let prefix = format!("{key}.head.");
+        let head = ValueHead::from_tensors(
+            t.iter()
+                .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_string(), v.clone())))
+                .collect(),
+            actor.config.hidden_size,
+        )
+        .unwrap();
+        let view = ValueOn {
+            policy: &actor,
+            head: &head,
+            at,
+        };
+        let actor_named = actor.vars();
+        let before = snapshot(&actor_named);
+        let mut named = actor_named.clone();
+        named.extend(head_vars(&head));
+        let actor_vars: Vec<Var> = actor_named.iter().map(|(_, v)| v.clone()).collect();
+        let value_vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
+        let mut opt = AdamW::new(
+            named,
+            AdamWConfig {
+                lr,
+                ..AdamWConfig::default()
+            },
+        );
+        let all: Vec<Row> = rows.iter().map(|(p, c)| (&p[..], &c[0][..])).collect();
+        close_all(
+            &format!("{key} values at rollout"),
+            &as64(&view.values(&all).unwrap()),
+            &f64s(&t[&format!("{key}.true_values")]),
+        );
+        let old: Vec<f32> = f64s(&t[&format!("{key}.old_values")])
+            .iter()
+            .map(|&x| x as f32)
+            .collect();
+        let (adv, norm) = advantages(&rewards, &old, true);
+        close_all(
+            &format!("{key} advantages"),
+            &as64(&adv),
+            &f64s(&t[&format!("{key}.advantages")]),
+        );
+        close_all(
+            &format!("{key} normalized advantages"),
+            &as64(&norm),
+            &f64s(&t[&format!("{key}.normalized_advantages")]),
+        );
+        let mut clipped = 0;
+        for (s, step) in case["steps"].as_array().unwrap().iter().enumerate() {
+            let idx: Vec<usize> = step["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_u64().unwrap() as usize)
+                .collect();
+            let samples: Vec<ActorSample> = idx
+                .iter()
+                .map(|&i| ActorSample {
+                    prompt: &rows[i].0,
+                    response: &rows[i].1,
+                    advantage: norm[i],
+                })
+                .collect();
+            let lg = actor_grads(&actor, &actor_vars, &samples, true, Share::ALL, plan).unwrap();
+            close(
+                &format!("{key} step {s} actor loss"),
+                lg.loss,
+                step["actor_loss"].as_f64().unwrap(),
+            );
+            let batch: Vec<Row> = idx.iter().map(|&i| all[i]).collect();
+            let targets: Vec<f32> = idx.iter().map(|&i| rewards[i]).collect();
+            let batch_old: Vec<f32> = idx.iter().map(|&i| old[i]).collect();
+            let clip = Clip {
+                old: &batch_old,
+                range,
+            };
+            let cg = view
+                .loss_and_grads(&batch, &targets, coef, Some(clip), &value_vars, plan)
+                .unwrap();
+            close_all(
+                &format!("{key} step {s} values"),
+                &as64(&cg.values),
+                &nums(&step["values"]),
+            );
+            for (v, o) in cg.values.iter().zip(&batch_old) {
+                clipped += usize::from(((v - o) as f64).abs() > range);
+            }
+            close(
+                &format!("{key} step {s} critic loss"),
+                cg.loss,
+                step["critic_loss"].as_f64().unwrap(),
+            );
+            // The backbone's value gradient joins the actor's; the head's follows.
+            let n = actor_vars.len();
+            let mut grads: Vec<Option<Tensor>> = lg
+                .grads
+                .into_iter()
+                .zip(cg.grads[..n].iter().cloned())
+                .map(|(a, b)| match (a, b) {
+                    (Some(a), Some(b)) => Some((a + b).unwrap()),
+                    (a, b) => a.or(b),
+                })
+                .collect();
+            grads.extend(cg.grads[n..].iter().cloned());
+            opt.step_grads(&grads, lr, None).unwrap();
+        }
+        assert!(
+            clipped >= 2,
+            "{key}: the clip was active for {clipped} rows"
+        );
+        for (name, var) in head.vars() {
+            close_all(
+                &format!("{key} head {name} after"),
+                &f64s(var.as_tensor()),
+                &f64s(&t[&format!("{key}.after.head.{name}")]),
+            );
+        }
+        let deltas = case["update_delta_norms"]["actor"].as_object().unwrap();
+        assert_eq!(deltas.len(), actor_named.len());
+        for (name, var) in &actor_named {
+            if let Some(want) = t.get(&format!("{key}.after.actor.{name}")) {
+                close_all(
+                    &format!("{key} actor {name} after"),
+                    &f64s(var.as_tensor()),
+                    &f64s(want),
+                );
+            }
+            if name.ends_with("k_proj.bias") {
+                continue;
+            }
+            let d: f64 = f64s(var.as_tensor())
+                .iter()
+                .zip(f64s(&before[name]))
+                .map(|(a, b)| (a - b) * (a - b))
+                .sum::<f64>()
+                .sqrt();
+            let want = deltas[name].as_f64().unwrap();
+            assert!(
+                (d - want).abs() <= 1e-3 * want + 1e-9,
+                "{key} actor {name}: ‖Δ‖ {d} vs {want}"
+            );
+        }
+    }
+    assert_eq!(cases, 2, "a V and a Q head");
+}

@@ -11,6 +11,7 @@ mod algorithm_aliases;
 mod e2e;
 mod failures;
 mod grpo_variants;
+mod iac_run;
 mod iac_step;
 mod logged_completions;
 mod loss;

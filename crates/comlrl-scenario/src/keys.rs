@@ -79,7 +79,8 @@ impl KeyDoc {
         doc: &[&str],
     ) -> KeyDoc {
         KeyDoc {
-            key,
+            // A key spelt as a raw identifier in its table (`r#type`) is written without `r#`.
+            key: key.trim_start_matches("r#"),
             kind,
             default,
             why,
@@ -134,6 +135,7 @@ plain_settings!(
     bool,
     String,
     crate::plan::Algorithm,
+    crate::plan::CriticType,
     crate::plan::JointMode,
     crate::plan::AdvantageMode,
     crate::plan::AdvantageStd,

@@ -18,6 +18,7 @@ pub mod chat;
 mod chat_spec;
 mod code;
 mod collect;
+mod critic_keys;
 pub mod data;
 mod dataset;
 mod dataset_keys;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub use crate::agent_keys::{AgentPlan, Sampling};
+pub use crate::critic_keys::{CriticPlan, CriticType};
 pub use crate::logging_keys::{LoggingPlan, WANDB_PROJECT};
 pub use crate::preference_keys::{PreferencePlan, MAX_CANDIDATES};
 pub use crate::trainer_keys::TrainerPlan;
@@ -147,6 +148,9 @@ pub enum Algorithm {
     /// Multi-agent direct preference optimisation, offline and reference-free (CoMLRL's
     /// `MADPOTrainer`; its settings are the `preference` section).
     Madpo,
+    /// Independent actor-critic: a critic per agent (CoMLRL's `IACTrainer`; its keys are
+    /// `trainer.critic`'s, `critic_keys.rs`).
+    Iac,
 }
 
 impl Algorithm {
@@ -158,6 +162,7 @@ impl Algorithm {
             Algorithm::Marloo => "marloo",
             Algorithm::Maremax => "maremax",
             Algorithm::Madpo => "madpo",
+            Algorithm::Iac => "iac",
         }
     }
 
@@ -166,7 +171,7 @@ impl Algorithm {
     /// else changed. `None`: the algorithm leaves the mode to `trainer.advantage_mode`.
     pub fn fixed_advantage_mode(self) -> Option<AdvantageMode> {
         match self {
-            Algorithm::Magrpo | Algorithm::Madpo => None,
+            Algorithm::Magrpo | Algorithm::Madpo | Algorithm::Iac => None,
             Algorithm::Mareinforce => Some(AdvantageMode::Raw),
             Algorithm::Marloo => Some(AdvantageMode::Rloo),
             Algorithm::Maremax => Some(AdvantageMode::Max),

@@ -4,6 +4,7 @@
 //! the code of the key that holds them. Every struct denies unknown keys, and the same types
 //! serialize the resolved scenario back (`emit.rs`).
 pub use crate::agent_keys::{RawAgent, RawAgentGroup};
+pub use crate::critic_keys::RawCritic;
 pub use crate::dataset_keys::{RawDataSource, RawDataset};
 pub use crate::logging_keys::RawLogging;
 pub use crate::preference_keys::RawPreference;

@@ -2,6 +2,7 @@
 //! (`tests/scenario/key_tables.rs`) regenerates the tables between the doc's
 //! `<!-- keys:<section>:begin ... -->` and `<!-- keys:<section>:end -->` markers from these.
 use crate::agent_keys::AgentPlan;
+use crate::critic_keys::CriticPlan;
 use crate::dataset_keys::RawDataset;
 use crate::keys::KeyDoc;
 use crate::logging_keys::LoggingPlan;
@@ -20,7 +21,8 @@ pub struct KeyTable {
     pub keys: Vec<KeyDoc>,
 }
 
-/// The key tables of the top level, `dataset`, `agents`, `trainer`, `logging` and `preference`.
+/// The key tables of the top level, `dataset`, `agents`, `trainer`, `trainer.critic`, `logging`
+/// and `preference`.
 pub fn all() -> Vec<KeyTable> {
     let table = |section, file, keys| KeyTable {
         section,
@@ -32,6 +34,7 @@ pub fn all() -> Vec<KeyTable> {
         table("dataset", "dataset_keys.rs", RawDataset::keys()),
         table("agents", "agent_keys.rs", AgentPlan::keys()),
         table("trainer", "trainer_keys.rs", TrainerPlan::keys()),
+        table("critic", "critic_keys.rs", CriticPlan::keys()),
         table("logging", "logging_keys.rs", LoggingPlan::keys()),
         table("preference", "preference_keys.rs", PreferencePlan::keys()),
     ]

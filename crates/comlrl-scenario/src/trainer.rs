@@ -101,6 +101,12 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
     let (num_generations, rollout_buffer_size, train_batch_size) =
         (t.num_generations, t.rollout_buffer_size, t.train_batch_size);
     let (joint_mode, advantage_mode) = (t.joint_mode, t.advantage_mode);
+    if let Some(b) = crate::trainer_keys::group_size(t.algorithm, num_generations) {
+        d.invalid(&at("num_generations"), b.message, b.hint);
+    }
+    if t.algorithm.has_critic() {
+        crate::critic_keys::check_trainer(d, &p, &raw, &t);
+    }
     // Under `madpo` a mini-batch is train_batch_size preference pairs, not buffered prompts.
     let pairs = t.algorithm == crate::plan::Algorithm::Madpo;
     if train_batch_size > rollout_buffer_size && rollout_buffer_size >= 1 && !pairs {

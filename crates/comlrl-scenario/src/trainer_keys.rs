@@ -12,6 +12,7 @@
 //! what the same settings mean in the Python library.
 use crate::code::resolve_code;
 use crate::collect::Diags;
+use crate::critic_keys::{CriticPlan, RawCritic};
 use crate::error::ErrorKind;
 use crate::keys::{
     at_least, if_set, learning_rate, non_negative, positive, section, unit, Bad, Relevance,
@@ -34,11 +35,14 @@ section! {
         /// `mareinforce`, `marloo` and `maremax` are MAGRPO with `advantage_mode` `raw`, `rloo`
         /// and `max` (CoMLRL's trainers of those names differ from its MAGRPO in that default
         /// alone), so that a CoMLRL config's trainer maps to one value. Writing a different
-        /// `advantage_mode` beside them is an error. `madpo` is CoMLRL's offline multi-agent
-        /// DPO: the first pass samples a preference set, every epoch trains on it (the
-        /// `preference` section).
+        /// `advantage_mode` beside them is an error. `iac`: independent actor-critic (CoMLRL's
+        /// `IACTrainer`), each agent with a critic of its own (`critic`); it changes the
+        /// defaults of `num_generations`, `rollout_buffer_size` and `num_train_epochs` to
+        /// `IACConfig`'s. See docs/algorithms.md. `madpo` is CoMLRL's offline
+        /// multi-agent DPO: the first pass samples a preference set, every epoch trains on it
+        /// (the `preference` section).
         algorithm: Algorithm = Algorithm::Magrpo,
-            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `madpo`",
+            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `iac` \\| `madpo`",
             why "CoMLRL's MAGRPO trainer";
         /// A published recipe whose settings become the defaults of the keys it names (the
         /// resolved scenario, e.g. `comlrl check --print`, shows them all): `dr_grpo` (Dr. GRPO,
@@ -49,14 +53,18 @@ section! {
         preset: Option<Preset> = None, kind "`dr_grpo` or `null`", shown "none",
             why "off: CoMLRL's MAGRPO objective";
         /// Passes over the training prompts.
-        num_train_epochs: usize = 20, kind "integer ≥ 1", why "CoMLRL",
+        num_train_epochs: usize = algorithm.default_num_train_epochs(), kind "integer ≥ 1",
+            shown "`20`; `40` with `iac`", why "CoMLRL: each trainer's config default",
             check at_least(1, "set `num_train_epochs: 1` or more");
         /// AdamW learning rate of every agent that does not set its own (CoMLRL 1.4's name;
         /// older CoMLRL: `learning_rate`).
         agent_learning_rate: f64 = 5.0e-6, kind "number > 0", why "CoMLRL",
             check learning_rate;
-        /// G: completions per agent per prompt. The group baseline needs at least 2.
-        num_generations: usize = 4, kind "integer ≥ 2", why "CoMLRL", check group_size;
+        /// G: completions per agent per prompt. The group baseline needs at least 2; `iac`
+        /// (a critic's baseline) takes 1 or more.
+        num_generations: usize = algorithm.default_num_generations(),
+            kind "integer ≥ 2 (≥ 1 with `iac`)", shown "`4`; `1` with `iac`",
+            why "CoMLRL: each trainer's config default";
         /// How per-agent generations form joint actions: `aligned` pairs the g-th generation of
         /// every agent (G joint actions); `cross` takes the Cartesian product (G^N joint
         /// actions, each agent's completion credited with the sum of the returns it took part
@@ -132,8 +140,11 @@ section! {
         logprob_temperature: LogprobTemperature = LogprobTemperature::One,
             kind "`1` \\| `sampling`", why "CoMLRL scores at temperature 1";
         /// Node samples buffered per agent before an update. A node is one prompt (and, in
-        /// multi-turn, one branch at one turn) with its G generations.
-        rollout_buffer_size: usize = 2, kind "integer ≥ 1", why "CoMLRL",
+        /// multi-turn, one branch at one turn) with its G generations. (CoMLRL's `IACConfig`
+        /// counts completions, the same with its default of one generation.)
+        rollout_buffer_size: usize = algorithm.default_rollout_buffer_size(),
+            kind "integer ≥ 1", shown "`2`; `8` with `iac`",
+            why "CoMLRL: each trainer's config default",
             check at_least(1, "set `rollout_buffer_size: 1` or more (CoMLRL default 2)");
         /// Mini-batch size within an update; the default is one batch per buffer.
         train_batch_size: usize = rollout_buffer_size, kind "integer ≥ 1",
@@ -143,8 +154,12 @@ section! {
         num_turns: usize = 1, kind "integer ≥ 1",
             why "**CoMLRL defaults to 2**, which requires an `external_transition`; 1 is the single-turn MAGRPO of the paper's examples",
             check at_least(1, "set `num_turns: 1` for single-turn training");
-        /// γ for returns across turns. Multi-turn only.
-        discount: f64 = 0.9, kind "number in [0, 1]", why "CoMLRL",
+        /// γ for returns across turns (a joint action's return is its reward + γ × the mean
+        /// return of its child's joint actions). 1 is CoMLRL 1.4.3's: its `MAGRPOConfig` and
+        /// `IACConfig` default to 1.0, and its MAGRPO trains on the undiscounted sum whatever
+        /// the field says. Multi-turn only.
+        discount: f64 = 1.0, kind "number in [0, 1]",
+            why "CoMLRL 1.4.3 (its MAGRPO return is undiscounted)",
             check unit(true, "use e.g. `discount: 0.9`"), only Only::MultiTurn;
         /// Stop expanding a branch whose mean reward exceeds this; `null` never stops early.
         /// Multi-turn only.
@@ -293,6 +308,13 @@ section! {
             shown "none", why "",
             via |d, p, raw| transition(d, &p.key("external_transition"), raw, num_turns, cx),
             emit transition_raw;
+        /// The critic of `algorithm: iac`: its model, learning rate, type and value head
+        /// (CoMLRL `IACConfig`'s critic fields); its keys are in the `trainer.critic` table
+        /// below. Warned about and ignored under an algorithm without a critic.
+        critic: RawCritic => Option<CriticPlan>, kind "mapping", shown "all defaults (`iac`)",
+            why "",
+            via |d, p, raw| crate::critic_keys::resolve(d, &p.key("critic"), raw, algorithm, cx.base),
+            emit crate::critic_keys::to_raw;
     }
 }
 
@@ -340,11 +362,19 @@ fn state_precision(_key: &str, d: &Dtype) -> Option<Bad> {
     })
 }
 
-fn group_size(_key: &str, n: &usize) -> Option<Bad> {
-    (*n < 2).then(|| Bad {
-        message: format!("num_generations must be at least 2 (got {n}): the group baseline compares several generations of the same prompt"),
-        hint: "set `num_generations: 2` or more (CoMLRL default 4; the story example uses 8)".into(),
-    })
+/// `num_generations` below what `algorithm` needs (checked in `trainer.rs`, which knows it).
+pub(crate) fn group_size(algorithm: Algorithm, n: usize) -> Option<Bad> {
+    match algorithm.min_num_generations() {
+        2 if n < 2 => Some(Bad {
+            message: format!("num_generations must be at least 2 (got {n}): the group baseline compares several generations of the same prompt"),
+            hint: "set `num_generations: 2` or more (CoMLRL default 4; the story example uses 8)".into(),
+        }),
+        _ if n < 1 => Some(Bad {
+            message: format!("num_generations must be at least 1 (got {n})"),
+            hint: "set `num_generations: 1` (CoMLRL's IAC default) or more".into(),
+        }),
+        _ => None,
+    }
 }
 
 /// `compute_dtype`: f32 or bf16; `auto` and f16 have no update path.

@@ -1,8 +1,9 @@
 //! Training algorithms behind one seam ([`Algorithm`], in `algorithm`): the shared loop hands an
 //! algorithm each scored rollout tree and, when the buffer is full, an update round ([`Round`]
 //! of [`Learner`]s, in `round`); `registry` maps `trainer.algorithm` to one. Each algorithm is a
-//! folder of its own (`magrpo/`; `iac/`, the actor-critic update core, not yet selectable; `madpo/`, offline multi-agent DPO; `marlhf/`, the joint reward model's core, not yet selectable) that imports the seam and the shared machinery, never another
-//! algorithm.
+//! folder of its own (`magrpo/`; `iac/`, independent actor-critic; `madpo/`, offline
+//! multi-agent DPO; `marlhf/`, the joint reward model's core, not yet selectable) that imports
+//! the seam and the shared machinery, never another algorithm.
 //!
 //! Files, lowest first: `algorithm` and `round` (the seam), the algorithm folders, `registry`.
 //! Imports every other folder of `train` but `trainer`.

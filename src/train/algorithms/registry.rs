@@ -2,14 +2,16 @@
 //! algorithm is a folder beside `magrpo/`, a value of `trainer.algorithm` in the scenario crate
 //! and its arm here.
 use super::algorithm::Algorithm;
+use super::iac::Iac;
 use super::madpo::Madpo;
 use super::magrpo::Magrpo;
 use crate::error::Result;
+use crate::model::Policy;
 use comlrl_scenario::Scenario;
 
 /// The algorithm `s.trainer.algorithm` names, set up from the scenario (an algorithm with
-/// networks of its own loads them here).
-pub fn build(s: &Scenario) -> Result<Box<dyn Algorithm>> {
+/// networks of its own loads them here, beside the agents this rank holds: `Some` in `agents`).
+pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorithm>> {
     use comlrl_scenario::Algorithm as A;
     Ok(match s.trainer.algorithm {
         // CoMLRL's MAREINFORCE, MARLOO and MAReMax are its MAGRPO trainer with another
@@ -17,5 +19,6 @@ pub fn build(s: &Scenario) -> Result<Box<dyn Algorithm>> {
         // to theirs (and refused a contradicting one), which `Magrpo::new` reads.
         A::Magrpo | A::Mareinforce | A::Marloo | A::Maremax => Box::new(Magrpo::new(s)),
         A::Madpo => Box::new(Madpo::new(s)),
+        A::Iac => Box::new(Iac::new(s, agents)?),
     })
 }

@@ -67,20 +67,31 @@ pub struct Learner<'a> {
     report: AgentUpdate,
 }
 
-impl Learner<'_> {
+impl<'a> Learner<'a> {
     /// The agent's index.
     pub fn index(&self) -> usize {
         self.index
     }
 
     /// The agent's policy.
-    pub fn policy(&self) -> &Policy {
+    pub fn policy(&self) -> &'a Policy {
         self.policy
     }
 
     /// The trainable variables, in the optimizer's (and the gradients') order.
     pub fn vars(&self) -> &[Var] {
         &self.vars
+    }
+
+    /// Optimizer steps the agent has taken so far (this round's included).
+    pub fn opt_steps(&self) -> u64 {
+        self.report.opt_steps
+    }
+
+    /// How this round's steps are taken (an algorithm that steps an optimizer of its own, a
+    /// critic's, follows the same schedule and clipping).
+    pub fn rule(&self) -> StepRule {
+        self.rule
     }
 
     /// The passes of each mini-batch this replica of the agent computes.

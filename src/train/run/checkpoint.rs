@@ -41,6 +41,12 @@ pub trait CheckpointPart {
     fn load(&mut self, _dir: &Path, _held: &[bool]) -> Result<()> {
         Ok(())
     }
+
+    /// Writes its networks beside the final models, into the `models` directory being
+    /// written (for the agents `writes` selects).
+    fn save_models(&self, _models: &Path, _writes: &[bool]) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The state file of `rank` in a checkpoint directory.
@@ -172,30 +178,40 @@ fn write_parts(tmp: &Path, state: &TrainState, held: &Held, rank: usize) -> Resu
         .enumerate()
         .filter(|(i, _)| writes.get(*i).copied().unwrap_or(false));
     for (i, (p, opt)) in held.filter_map(|(i, (p, o))| Some((i, (p.as_ref()?, o.as_ref()?)))) {
-        let weights: BTreeMap<String, Tensor> = p
-            .vars()
-            .into_iter()
-            .map(|(n, v)| (n, v.as_tensor().detach()))
-            .collect();
-        save_tensors(&weights, &tmp.join(format!("agent_{i}.safetensors")))?;
-        // The moments are written from the optimizer's own buffers (locked meanwhile): a copy
-        // would be two more sets of weights at the run's peak.
-        let guards: Vec<_> = opt
-            .params
-            .iter()
-            .map(|ps| Ok((ps, lock(&ps.m)?, lock(&ps.v)?)))
-            .collect::<Result<_>>()?;
-        let mut moments = Vec::with_capacity(2 * guards.len());
-        for (ps, m, v) in &guards {
-            let shape = ps.var.as_tensor().dims().to_vec();
-            moments.push((format!("m.{}", ps.name), MomentView::new(m, shape.clone())));
-            moments.push((format!("v.{}", ps.name), MomentView::new(v, shape)));
-        }
-        let path = tmp.join(format!("optimizer_{i}.safetensors"));
-        safetensors::serialize_to_file(moments, None, &path)
-            .map_err(|e| Error::checkpoint_by(&path, "cannot write safetensors", e))?;
+        write_weights(&p.vars(), &tmp.join(format!("agent_{i}.safetensors")))?;
+        write_moments(opt, &tmp.join(format!("optimizer_{i}.safetensors")))?;
     }
     Ok(())
+}
+
+/// Writes the tensors `vars` names into the safetensors file `path` (a checkpoint's weights;
+/// also an algorithm's networks).
+pub fn write_weights(vars: &[(String, candle_core::Var)], path: &Path) -> Result<()> {
+    let weights: BTreeMap<String, Tensor> = vars
+        .iter()
+        .map(|(n, v)| (n.clone(), v.as_tensor().detach()))
+        .collect();
+    save_tensors(&weights, path)?;
+    Ok(())
+}
+
+/// Writes `opt`'s AdamW moments into the safetensors file `path` (`m.<name>`, `v.<name>`).
+pub fn write_moments(opt: &AdamW, path: &Path) -> Result<()> {
+    // The moments are written from the optimizer's own buffers (locked meanwhile): a copy
+    // would be two more sets of weights at the run's peak.
+    let guards: Vec<_> = opt
+        .params
+        .iter()
+        .map(|ps| Ok((ps, lock(&ps.m)?, lock(&ps.v)?)))
+        .collect::<Result<_>>()?;
+    let mut moments = Vec::with_capacity(2 * guards.len());
+    for (ps, m, v) in &guards {
+        let shape = ps.var.as_tensor().dims().to_vec();
+        moments.push((format!("m.{}", ps.name), MomentView::new(m, shape.clone())));
+        moments.push((format!("v.{}", ps.name), MomentView::new(v, shape)));
+    }
+    safetensors::serialize_to_file(moments, None, path)
+        .map_err(|e| Error::checkpoint_by(path, "cannot write safetensors", e))
 }
 
 /// The name prefix of this run's temporary checkpoint directories.
@@ -352,59 +368,10 @@ pub fn load(
             .map_err(|e| Error::io(&scen_path, e))?;
     let held = policies.iter().zip(optims.iter_mut()).enumerate();
     for (i, (p, opt)) in held.filter_map(|(i, (p, o))| Some((i, (p.as_ref()?, o.as_mut()?)))) {
-        let wpath = dir.join(format!("agent_{i}.safetensors"));
-        let weights = candle_core::safetensors::load(&wpath, &Device::Cpu)
-            .map_err(|e| Error::checkpoint_by(&wpath, "unreadable checkpoint weights", e))?;
-        for (name, var) in p.vars() {
-            let t = weights.get(&name).ok_or_else(|| {
-                Error::checkpoint(
-                    &wpath,
-                    format!("tensor `{name}` missing: the checkpoint is from another model"),
-                )
-            })?;
-            if t.dims() != var.as_tensor().dims() {
-                return Err(Error::checkpoint(
-                    &wpath,
-                    format!(
-                        "tensor `{name}` has another shape: the checkpoint is from another model"
-                    ),
-                ));
-            }
-            var.set(&t.to_dtype(var.dtype())?)?;
-        }
+        read_weights(&p.vars(), &dir.join(format!("agent_{i}.safetensors")))?;
         p.weights_changed()?;
         let opath = dir.join(format!("optimizer_{i}.safetensors"));
-        let moments = candle_core::safetensors::load(&opath, &Device::Cpu)
-            .map_err(|e| Error::checkpoint_by(&opath, "unreadable optimizer state", e))?;
-        let mut converted = None;
-        for ps in &opt.params {
-            for (key, slot) in [("m", &ps.m), ("v", &ps.v)] {
-                let t = moments.get(&format!("{key}.{}", ps.name)).ok_or_else(|| {
-                    Error::checkpoint(&opath, format!("`{key}.{}` missing", ps.name))
-                })?;
-                let want = ps.var.as_tensor().dims();
-                let stored = match t.dims() == want {
-                    true => moment_io::read(t)?,
-                    false => None,
-                };
-                let Some(stored) = stored else {
-                    return Err(Error::checkpoint(
-                        &opath,
-                        format!(
-                            "`{key}.{}` is {:?} {:?}, the parameter is {want:?} (moments are F32 or BF16)",
-                            ps.name,
-                            t.dtype(),
-                            t.dims()
-                        ),
-                    ));
-                };
-                if stored.dtype() != opt.state_dtype {
-                    converted = Some(stored.dtype());
-                }
-                *lock(slot)? = stored.converted(opt.state_dtype);
-            }
-        }
-        if let Some(was) = converted {
+        if let Some(was) = read_moments(opt, &opath)? {
             notes.push(format!(
                 "note: {} holds AdamW moments in {}, trainer.optimizer_state_dtype is {}: converted \
                  them ({}), so the resumed run does not continue the original bit for bit; \
@@ -424,4 +391,62 @@ pub fn load(
     let held: Vec<bool> = policies.iter().map(Option::is_some).collect();
     extra.load(dir, &held)?;
     Ok((state, scenario, notes))
+}
+
+/// Sets each of `vars` to its tensor in the safetensors file `path` (a verified checkpoint's).
+pub fn read_weights(vars: &[(String, candle_core::Var)], path: &Path) -> Result<()> {
+    let weights = candle_core::safetensors::load(path, &Device::Cpu)
+        .map_err(|e| Error::checkpoint_by(path, "unreadable checkpoint weights", e))?;
+    for (name, var) in vars {
+        let t = weights.get(name).ok_or_else(|| {
+            Error::checkpoint(
+                path,
+                format!("tensor `{name}` missing: the checkpoint is from another model"),
+            )
+        })?;
+        if t.dims() != var.as_tensor().dims() {
+            return Err(Error::checkpoint(
+                path,
+                format!("tensor `{name}` has another shape: the checkpoint is from another model"),
+            ));
+        }
+        var.set(&t.to_dtype(var.dtype())?)?;
+    }
+    Ok(())
+}
+
+/// Restores `opt`'s AdamW moments from the safetensors file `path`, converted to its state
+/// dtype; returns the stored dtype when it was the other one.
+pub fn read_moments(opt: &mut AdamW, path: &Path) -> Result<Option<StateDtype>> {
+    let moments = candle_core::safetensors::load(path, &Device::Cpu)
+        .map_err(|e| Error::checkpoint_by(path, "unreadable optimizer state", e))?;
+    let mut converted = None;
+    for ps in &opt.params {
+        for (key, slot) in [("m", &ps.m), ("v", &ps.v)] {
+            let t = moments
+                .get(&format!("{key}.{}", ps.name))
+                .ok_or_else(|| Error::checkpoint(path, format!("`{key}.{}` missing", ps.name)))?;
+            let want = ps.var.as_tensor().dims();
+            let stored = match t.dims() == want {
+                true => moment_io::read(t)?,
+                false => None,
+            };
+            let Some(stored) = stored else {
+                return Err(Error::checkpoint(
+                    path,
+                    format!(
+                        "`{key}.{}` is {:?} {:?}, the parameter is {want:?} (moments are F32 or BF16)",
+                        ps.name,
+                        t.dtype(),
+                        t.dims()
+                    ),
+                ));
+            };
+            if stored.dtype() != opt.state_dtype {
+                converted = Some(stored.dtype());
+            }
+            *lock(slot)? = stored.converted(opt.state_dtype);
+        }
+    }
+    Ok(converted)
 }

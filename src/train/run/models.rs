@@ -3,14 +3,17 @@
 use crate::dist::World;
 use crate::error::{Error, Result};
 use crate::model::Policy;
+use crate::train::run::checkpoint::CheckpointPart;
 use std::path::Path;
 
 /// Saves every agent into one temporary `models` directory, then renames it into place: the
 /// final models are all there or none is. A collective: each rank saves the agents it holds,
-/// rank 0 renames once all are written. Only an agent's first replica (`writes[i]`) saves it.
+/// rank 0 renames once all are written. Only an agent's first replica (`writes[i]`) saves it,
+/// and the algorithm's networks beside it (`extra`, e.g. critics).
 pub fn save_models(
     policies: &[Option<Policy>],
     writes: &[bool],
+    extra: &dyn CheckpointPart,
     models: &Path,
     world: &dyn World,
 ) -> Result<()> {
@@ -25,6 +28,7 @@ pub fn save_models(
             p.save(&tmp.join(format!("agent_{i}")))?;
         }
     }
+    extra.save_models(&tmp, writes)?;
     world.barrier();
     if !world.is_root() {
         return Ok(());

@@ -253,12 +253,28 @@ pub fn estimate(
                 inspect(&src, lookup).map_err(|e| e.for_agent(a.index, Some(spec.clone())))?;
             infos.insert(spec.clone(), info);
         }
-        match &infos[spec] {
-            Some(info) => {
+        // A separate critic (`trainer.critic`) beside the agent: its own model's parts.
+        let critic = s.trainer.critic.as_ref().filter(|c| c.separate);
+        let critic_spec = critic.map(|c| c.model.as_ref().unwrap_or(&a.model));
+        if let Some(m) = critic_spec.filter(|m| !infos.contains_key(&m.spec)) {
+            let src = super::models::source_of(m, &s.base_dir)?;
+            let info = inspect(&src, lookup)
+                .map_err(|e| e.for_agent(a.index, Some(format!("critic {}", m.spec))))?;
+            infos.insert(m.spec.clone(), info);
+        }
+        let critic_info = critic_spec.map(|m| infos[&m.spec].as_ref());
+        match (&infos[spec], critic_info) {
+            (Some(info), None) => {
                 let trainable = trainable_parameters(a, info)?;
                 agents.push(agent_memory(s, a, info, samples(a.index), trainable))
             }
-            None => unknown.push(a.index),
+            (Some(info), Some(Some(c))) => {
+                let trainable = trainable_parameters(a, info)?;
+                let mut m = agent_memory(s, a, info, samples(a.index), trainable);
+                add_critic(&mut m, s, c);
+                agents.push(m);
+            }
+            _ => unknown.push(a.index),
         }
     }
     let t = &s.trainer;
@@ -305,6 +321,12 @@ fn remedies(s: &Scenario, n: usize) -> Vec<String> {
     if t.kl_coef != 0.0 {
         out.push("`trainer.kl_coef: 0` (no frozen reference copy)".into());
     }
+    if t.critic.as_ref().is_some_and(|c| c.separate) {
+        out.push(
+            "`trainer.critic.separate: false` (a value head on each agent instead of a critic model per agent), or a smaller `trainer.critic.model`"
+                .into(),
+        );
+    }
     if t.micro_batch_size != 1 {
         out.push("a smaller `trainer.micro_batch_size`".into());
     }
@@ -325,6 +347,48 @@ fn longest_prompt_bytes(s: &Scenario, a: &AgentPlan) -> usize {
         comlrl_scenario::ChatTemplateSpec::None => longest,
         _ => longest + a.system_prompt.as_deref().map_or(0, str::len) + CHAT_TEMPLATE_TOKENS,
     }
+}
+
+/// A separate critic's parts beside its agent's: its weights and AdamW state for the whole run;
+/// in an update round its gradients and one value pass over a mini-batch (each layer's input
+/// kept, one layer's activations with their gradients: the recomputed pass). Read at the
+/// prompt's or the response's end, over the longest sequence.
+fn add_critic(m: &mut AgentMemory, s: &Scenario, info: &ModelInfo) {
+    let t = &s.trainer;
+    let c = &info.config;
+    let mul = |x: u64, y: u64| x.saturating_mul(y);
+    let w = info.weight_bytes();
+    let moments = match t.optimizer_state_dtype {
+        Dtype::Bf16 => w,
+        _ => mul(w, 2),
+    };
+    let new = s
+        .agents
+        .iter()
+        .map(|a| a.sampling.max_new_tokens)
+        .max()
+        .unwrap_or(0);
+    let prompt = s
+        .agents
+        .iter()
+        .map(|a| longest_prompt_bytes(s, a))
+        .max()
+        .unwrap_or(0);
+    let seq = (prompt + new).min(c.max_position_embeddings) as u64;
+    let rows = mul(t.train_batch_size as u64, t.num_generations as u64);
+    let tokens = mul(rows, seq);
+    let (h, i) = (c.hidden_size as u64, c.intermediate_size as u64);
+    let q = c.num_attention_heads as u64 * c.head_dim() as u64;
+    let kv = c.kv_heads() as u64 * c.head_dim() as u64;
+    let layer = mul(tokens, mul(8 * h + 4 * i + 2 * q + 4 * kv, 4)).saturating_add(mul(
+        mul(rows, c.num_attention_heads as u64),
+        mul(mul(seq, seq), 8),
+    ));
+    let activations = mul(c.num_hidden_layers as u64, mul(tokens, h * 4)).saturating_add(layer);
+    m.resident
+        .extend([("critic weights", w), ("critic AdamW state", moments)]);
+    m.update
+        .extend([("critic gradients", w), ("critic activations", activations)]);
 }
 
 /// One agent's parts.
@@ -587,6 +651,34 @@ mod tests {
         );
         assert_eq!(part(&kl.agents[0].resident, "KL reference"), w);
         assert_eq!(part(&kl.agents[0].sampling, "bf16 copies"), w / 2);
+        // IAC: a separate critic per agent (by default the agent's model) holds its weights and
+        // AdamW state and adds its gradients to the update; a head on the agent adds nothing.
+        let iac = peak(
+            dir.path(),
+            &format!("{agents}trainer: {{algorithm: iac}}\n"),
+        );
+        let c = &iac.agents[0];
+        assert_eq!(part(&c.resident, "critic weights"), w);
+        assert_eq!(part(&c.resident, "critic AdamW state"), 2 * w);
+        assert_eq!(part(&c.update, "critic gradients"), w);
+        assert!(part(&c.update, "critic activations") > 0);
+        assert!(iac
+            .remedies
+            .iter()
+            .any(|r| r.contains("critic.separate: false")));
+        let tiny = peak(
+            dir.path(),
+            &format!("{agents}trainer: {{algorithm: iac, critic: {{model: builtin:tiny}}}}\n"),
+        );
+        assert!(part(&tiny.agents[0].resident, "critic weights") < w / 4);
+        let shared = peak(
+            dir.path(),
+            &format!("{agents}trainer: {{algorithm: iac, critic: {{separate: false}}}}\n"),
+        );
+        assert!(!shared.agents[0]
+            .resident
+            .iter()
+            .any(|(n, _)| n.starts_with("critic")));
     }
 
     #[test]

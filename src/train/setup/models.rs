@@ -11,7 +11,12 @@ use std::path::Path;
 
 /// The model source of an agent, in the model loader's terms.
 pub fn model_source(agent: &AgentPlan, base_dir: &Path) -> Result<ModelSource> {
-    Ok(match &agent.model.source {
+    source_of(&agent.model, base_dir)
+}
+
+/// A scenario's model reference (an agent's, a critic's) in the model loader's terms.
+pub fn source_of(model: &comlrl_scenario::ModelRef, base_dir: &Path) -> Result<ModelSource> {
+    Ok(match &model.source {
         comlrl_scenario::ModelSource::Builtin(name) => {
             ModelSource::parse(&format!("builtin:{name}"), base_dir)?
         }

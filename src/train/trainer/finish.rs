@@ -6,6 +6,7 @@ use super::settings::Settings;
 use crate::error::{Error, Result};
 use crate::metrics::read_jsonl;
 use crate::train::report::plot::plot;
+use crate::train::run::checkpoint::CheckpointPart;
 use crate::train::run::models::save_models;
 use crate::train::run::TrainState;
 use crate::train::setup::Agents;
@@ -16,6 +17,7 @@ pub(super) fn finish(
     settings: &Settings,
     agents: &Agents,
     strategy: &dyn Strategy,
+    extra: &dyn CheckpointPart,
     state: TrainState,
     interrupted: bool,
 ) -> Result<RunSummary> {
@@ -23,7 +25,13 @@ pub(super) fn finish(
     let out = s.output_dir.clone();
     let world = strategy.world();
     if !interrupted && settings.stop_after.is_none() {
-        save_models(&agents.policies, &agents.samples, &s.models_dir(), world)?;
+        save_models(
+            &agents.policies,
+            &agents.samples,
+            extra,
+            &s.models_dir(),
+            world,
+        )?;
     }
     let rows_json = match world.is_root() {
         true => read_jsonl(&out.join("metrics.jsonl")).unwrap_or_default(),
@@ -55,6 +63,7 @@ pub(super) fn after_failed_checkpoint(
     settings: &Settings,
     agents: &Agents,
     strategy: &dyn Strategy,
+    extra: &dyn CheckpointPart,
     e: Error,
     state: &TrainState,
 ) -> Error {
@@ -63,7 +72,13 @@ pub(super) fn after_failed_checkpoint(
         return e;
     }
     let models = settings.scenario.models_dir();
-    match save_models(&agents.policies, &agents.samples, &models, strategy.world()) {
+    match save_models(
+        &agents.policies,
+        &agents.samples,
+        extra,
+        &models,
+        strategy.world(),
+    ) {
         Ok(()) => e.at_step(
             state.step,
             format!(

@@ -58,7 +58,7 @@ impl Trainer {
         let rewards = Rewards::load(&scenario)?;
         let agents = Agents::load(&scenario, &placement)?;
         let strategy = strategy(world, placement);
-        let algorithm = registry::build(&scenario)?;
+        let algorithm = registry::build(&scenario, &agents.policies)?;
         Ok(Self {
             settings: Settings::new(scenario),
             agents,

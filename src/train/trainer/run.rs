@@ -104,6 +104,7 @@ impl Loop<'_> {
                     settings,
                     agents,
                     self.strategy,
+                    &*self.algorithm,
                     e,
                     &state,
                 ));
@@ -121,6 +122,7 @@ impl Loop<'_> {
             self.settings,
             self.agents,
             self.strategy,
+            &*self.algorithm,
             state,
             interrupted,
         )

@@ -6,6 +6,7 @@ mod agent_keys;
 mod algorithms;
 mod chat_templates;
 mod compute_dtype;
+mod critic_keys;
 mod datasets;
 mod errors;
 mod errors_keys;

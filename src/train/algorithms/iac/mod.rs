@@ -1,17 +1,332 @@
 //! IAC, independent actor-critic (CoMLRL 1.4.3's `IACTrainer`, CoLLM-DC of arXiv 2601.21972):
-//! each agent an actor with a critic of its own. This is the update's core for the default
-//! configuration — a separate critic (its own causal LM and value head, its own AdamW), single
-//! turn, one generation per agent — checked step for step against CoMLRL's trainer
+//! each agent an actor with a critic of its own (`trainer.algorithm: iac`, `trainer.critic`).
+//! The update's core is checked step for step against CoMLRL's trainer
 //! (`tests/train/iac_step.rs`):
 //!
 //! - `advantage`: target r − V_old per buffered sample, z-scored over the agent's whole buffer
 //!   (population standard deviation), as `ActorCriticTrainerBase._prepare_advantages`;
 //! - `actor`: the actor's loss mean_b(−(Σ_t log π)·Â) through the shared sequence-loss passes;
 //! - `critic`: V or Q read by the value head at the last prompt or response token, and the
-//!   critic's loss `value_loss_coef` · mean_b((r − V)²) through the critic's recomputed pass.
+//!   critic's loss `value_loss_coef` · mean_b((r − V)²) through the critic's recomputed pass;
+//! - `critics`: each agent's critic as a run holds it (loaded beside the agents this rank
+//!   holds, its AdamW), what it adds to checkpoints and to the final models.
 //!
-//! Not yet selectable as `trainer.algorithm` (its keys, the registry arm, checkpoints and
-//! metrics come next).
+//! The algorithm ([`Iac`]): a completion's target is its reward (single turn), less
+//! `kl_coef` · its reference KL when the penalty is on (CoMLRL's reward shaping); V_old is read
+//! when the round starts — the critic has not changed since the buffer's rollouts, so it is
+//! the value CoMLRL reads at rollout time, and a rank needs only the critics of the agents it
+//! holds. Mini-batches of `train_batch_size` nodes in buffer order (CoMLRL shuffles the buffer
+//! first; the same with its default of one mini-batch per buffer): per mini-batch one actor
+//! step (through `Learner::step`) and one critic step (its own AdamW at
+//! `critic.learning_rate`, the run's schedule and clipping). On every replica of an agent the
+//! critic computes its whole mini-batch, so the copies stay identical without an exchange.
 pub mod actor;
 pub mod advantage;
 pub mod critic;
+pub mod critics;
+
+use crate::error::{Error, Result};
+use crate::model::grad::recompute::PassPlan;
+use crate::train::algorithms::algorithm::Algorithm;
+use crate::train::algorithms::round::{AgentUpdate, Learner, Round};
+use crate::train::optim::schedule::lr_at;
+use crate::train::rollout::joint::completion_returns;
+use crate::train::rollout::{Node, NodeSample};
+use crate::train::update::plan::pass_plan;
+use actor::{actor_grads, ActorSample};
+use advantage::advantages;
+use comlrl_scenario::Scenario;
+use critic::{Clip, Row};
+use critics::Critics;
+
+/// IAC with a scenario's settings and the critics this rank holds.
+pub struct Iac {
+    /// Completions per agent per node.
+    k: usize,
+    /// The KL penalty's coefficient (0: off).
+    kl_coef: f64,
+    /// Z-score the advantages over the buffer.
+    normalize: bool,
+    /// The critic loss's coefficient.
+    value_loss_coef: f64,
+    /// A shared head's value clipping range (`None`: no clipping).
+    value_clip: Option<f64>,
+    /// Buffered nodes per mini-batch.
+    batch: usize,
+    /// Nodes per update round.
+    buffer: usize,
+    /// Rows per pass when reading V_old.
+    read_rows: usize,
+    /// Re-run layers in the backward (`gradient_checkpointing`).
+    recompute: bool,
+    plan: PassPlan,
+    critics: Critics,
+}
+
+impl Iac {
+    /// IAC as `s.trainer` sets it up, with a critic for each agent this rank holds (`Some` in
+    /// `agents`).
+    pub fn new(s: &Scenario, agents: &[Option<crate::model::Policy>]) -> Result<Self> {
+        let t = &s.trainer;
+        let c = t.critic.as_ref().ok_or_else(|| {
+            Error::Internal("trainer.algorithm iac without a resolved `trainer.critic`".into())
+        })?;
+        Ok(Iac {
+            k: t.num_generations,
+            kl_coef: t.kl_coef,
+            normalize: t.advantage_normalization,
+            value_loss_coef: c.value_loss_coef,
+            value_clip: c.value_clip_range,
+            batch: t.train_batch_size.max(1),
+            buffer: t.rollout_buffer_size.max(1),
+            read_rows: match t.micro_batch_size {
+                0 => 8,
+                n => n,
+            },
+            recompute: t.gradient_checkpointing,
+            plan: pass_plan(t),
+            critics: Critics::load(s, c, agents)?,
+        })
+    }
+
+    /// One agent's part of an update round: V_old of its buffered completions, the
+    /// advantages, then per mini-batch an actor step and a critic step (shared: the value
+    /// gradient's backbone part summed into the actor's before its step, the head stepped by
+    /// its own AdamW at the agent's learning rate).
+    fn train_agent(&self, learner: &mut Learner<'_>, buffer: &[NodeSample]) -> Result<()> {
+        let i = learner.index();
+        let slot = self.critics.slot(i)?;
+        let mut slot = slot
+            .lock()
+            .map_err(|_| Error::Internal(format!("agent {i}: the critic's lock is poisoned")))?;
+        let slot = &mut *slot;
+        let actor = learner.policy();
+        let shared = slot.own.is_none();
+        // Every completion of the buffer, node by node: (node, completion) and its target.
+        let mut at: Vec<(usize, usize)> = Vec::new();
+        let mut targets: Vec<f32> = Vec::new();
+        for (n, s) in buffer.iter().enumerate() {
+            let a = s.agents.get(i).ok_or_else(|| {
+                Error::Internal(format!("a buffered node has no rollout of agent {i}"))
+            })?;
+            for (g, r) in a.returns.iter().enumerate() {
+                at.push((n, g));
+                targets.push(*r);
+            }
+        }
+        let row = |&(n, g): &(usize, usize)| -> Row<'_> {
+            let a = &buffer[n].agents[i];
+            (&a.prompt_ids[..], &a.completions[g][..])
+        };
+        let rows: Vec<Row> = at.iter().map(row).collect();
+        let old = {
+            let view = slot.on(actor);
+            critics::check_ids(&view, &rows, i)?;
+            let mut old = Vec::with_capacity(rows.len());
+            for chunk in rows.chunks(self.read_rows) {
+                old.extend(view.values(chunk)?);
+            }
+            old
+        };
+        if let Some(v) = old.iter().find(|v| !v.is_finite()) {
+            return Err(Error::Diverged(format!(
+                "agent {i}, optimizer step {}: the critic's value V_old is {v} (CoMLRL would \
+                 raise on the losses it makes); lower {} or set max_grad_norm",
+                learner.opt_steps() + 1,
+                match shared {
+                    true => "the agent's learning rate (the head trains with it)",
+                    false => "trainer.critic.learning_rate",
+                }
+            )));
+        }
+        let (adv, norm) = advantages(&targets, &old, self.normalize);
+        // The value pass's variables: the critic's own (backbone and head), or the agent's
+        // backbone (the actor's order) followed by the head.
+        let head_vars: Vec<candle_core::Var> = critic::head_vars(&slot.head)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        let value_vars: Vec<candle_core::Var> = match shared {
+            true => learner.vars().iter().cloned().chain(head_vars).collect(),
+            false => slot.opt.params.iter().map(|p| p.var.clone()).collect(),
+        };
+        let per_batch = self.batch * self.k.max(1);
+        let rule = learner.rule();
+        for (b, idx) in (0..at.len())
+            .collect::<Vec<_>>()
+            .chunks(per_batch)
+            .enumerate()
+        {
+            let samples: Vec<ActorSample> = idx
+                .iter()
+                .map(|&j| {
+                    let (n, g) = at[j];
+                    let a = &buffer[n].agents[i];
+                    ActorSample {
+                        prompt: &a.prompt_ids,
+                        response: std::slice::from_ref(&a.completions[g]),
+                        advantage: norm[j],
+                    }
+                })
+                .collect();
+            let step = learner.opt_steps() + 1;
+            let mut lg = actor_grads(
+                actor,
+                learner.vars(),
+                &samples,
+                self.recompute,
+                learner.share(),
+                self.plan,
+            )?;
+            if !lg.loss.is_finite() {
+                return Err(Error::Diverged(format!(
+                    "agent {i}, optimizer step {step} (mini-batch {} of the round): the actor's \
+                     loss is {} (CoMLRL raises here too); lower agent_learning_rate or set \
+                     max_grad_norm",
+                    b + 1,
+                    lg.loss
+                )));
+            }
+            let batch_rows: Vec<Row> = idx.iter().map(|&j| rows[j]).collect();
+            let batch_targets: Vec<f32> = idx.iter().map(|&j| targets[j]).collect();
+            let batch_old: Vec<f32> = idx.iter().map(|&j| old[j]).collect();
+            let clip = match (shared, self.value_clip) {
+                (true, Some(range)) => Some(Clip {
+                    old: &batch_old,
+                    range,
+                }),
+                _ => None,
+            };
+            let cg = slot
+                .on(actor)
+                .loss_and_grads(
+                    &batch_rows,
+                    &batch_targets,
+                    self.value_loss_coef,
+                    clip,
+                    &value_vars,
+                    self.plan,
+                )
+                .map_err(|e| match e {
+                    Error::Diverged(m) => Error::Diverged(format!(
+                        "agent {i}, optimizer step {step} (mini-batch {}): {m}",
+                        b + 1
+                    )),
+                    e => e,
+                })?;
+            let mut value_grads = cg.grads;
+            if shared {
+                // The backbone's part joins the actor's gradient (on the agent's first replica
+                // only: the replicas' sum counts it once); the head's stays for its optimizer.
+                let head_grads = value_grads.split_off(learner.vars().len());
+                if learner.share().index == 0 {
+                    for (g, v) in lg.grads.iter_mut().zip(value_grads) {
+                        *g = match (g.take(), v) {
+                            (Some(a), Some(b)) => Some((a + b)?),
+                            (a, b) => a.or(b),
+                        };
+                    }
+                }
+                value_grads = head_grads;
+            }
+            learner.step(lg)?;
+            let opt = &mut slot.opt;
+            let lr = lr_at(
+                opt.cfg.lr,
+                opt.step as usize,
+                rule.total_steps,
+                rule.warmup,
+                rule.scheduler,
+            );
+            let norm_c = opt.step_grads(&value_grads, lr, rule.max_grad_norm)?;
+            let mean =
+                |v: &mut dyn Iterator<Item = f64>, n: usize| v.sum::<f64>() / n.max(1) as f64;
+            learner.record("value_loss", cg.loss);
+            learner.record(
+                "value_mean",
+                mean(&mut cg.values.iter().map(|&v| v as f64), cg.values.len()),
+            );
+            learner.record(
+                "advantage_mean",
+                mean(&mut idx.iter().map(|&j| adv[j] as f64), idx.len()),
+            );
+            learner.record("critic_grad_norm", norm_c);
+        }
+        Ok(())
+    }
+
+    /// The buffer's samples of `node` (single turn: the scenario refuses more turns for IAC):
+    /// each completion's return is its joint action's reward, less the KL penalty when on.
+    fn sample(&self, node: Node) -> Result<NodeSample> {
+        if !node.children.is_empty() {
+            return Err(Error::Internal(
+                "iac trains single-turn episodes; the rollout has a second turn".into(),
+            ));
+        }
+        let Node {
+            turn,
+            mut agents,
+            joint,
+            rewards,
+            components,
+            ..
+        } = node;
+        let n = agents.len();
+        let returns = completion_returns(&joint, &rewards, n, self.k);
+        for (a, mut r) in agents.iter_mut().zip(returns) {
+            for (ret, kl) in r.iter_mut().zip(&a.kl) {
+                *ret -= (self.kl_coef * *kl as f64) as f32;
+            }
+            // The advantage needs V_old, read in the update round: the buffer keeps the target
+            // (so `zero_advantage_frac` counts targets of 0 under IAC).
+            a.advantages = r.clone();
+            a.returns = r;
+        }
+        Ok(NodeSample {
+            turn,
+            agents,
+            rewards,
+            components,
+        })
+    }
+}
+
+impl Algorithm for Iac {
+    fn name(&self) -> &'static str {
+        "iac"
+    }
+
+    fn targets(&self, root: Node) -> Result<Vec<NodeSample>> {
+        Ok(vec![self.sample(root)?])
+    }
+
+    fn steps_per_round(&self) -> usize {
+        self.buffer.div_ceil(self.batch)
+    }
+
+    fn update(
+        &mut self,
+        round: Round<'_>,
+        buffer: &[NodeSample],
+    ) -> Result<Vec<(usize, AgentUpdate)>> {
+        round.each_agent(|learner| self.train_agent(learner, buffer))
+    }
+}
+
+impl crate::train::run::checkpoint::CheckpointPart for Iac {
+    fn files(&self, agent: usize) -> Vec<String> {
+        self.critics.files(agent)
+    }
+
+    fn save(&self, dir: &std::path::Path, writes: &[bool]) -> Result<()> {
+        self.critics.save(dir, writes)
+    }
+
+    fn load(&mut self, dir: &std::path::Path, held: &[bool]) -> Result<()> {
+        self.critics.load(dir, held)
+    }
+
+    fn save_models(&self, models: &std::path::Path, writes: &[bool]) -> Result<()> {
+        self.critics.save_models(models, writes)
+    }
+}

@@ -1,0 +1,212 @@
+//! The `trainer.critic` section's key table (`keys.rs` has the macro and the row syntax): the
+//! critic of the actor-critic algorithms (`trainer.algorithm: iac`), every field of CoMLRL
+//! 1.4.3's `IACConfig` that concerns the critic under a key of its own. [`RawCritic`],
+//! [`CriticPlan`] and the docs table derive from it; `resolve` turns the section into the
+//! trainer plan's `critic` (`None` under an algorithm without a critic, where writing it is
+//! warned about).
+//!
+//! Also here: the trainer defaults that CoMLRL's `IACConfig` sets apart from its
+//! `MAGRPOConfig` (generations, buffer, epochs, discount), as `Algorithm` methods the trainer
+//! table's defaults name.
+use crate::agents::model_ref;
+use crate::collect::Diags;
+use crate::keys::SectionContext;
+use crate::keys::{at_least, if_set, learning_rate, non_negative, positive, section};
+use crate::plan::{Algorithm, ModelRef, ModelSource};
+use crate::positions::KeyPath;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Where a critic reads its value (`trainer.critic.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CriticType {
+    /// V(h): the value of the prompt alone, read at its last token.
+    V,
+    /// Q(h, a): the value of prompt and response, read at the response's last token.
+    Q,
+}
+
+/// What the critic's defaults and resolvers need from the rest of the scenario.
+pub(crate) struct CriticContext<'a> {
+    /// The scenario's directory (a relative critic model path).
+    pub base: &'a Path,
+}
+
+impl SectionContext for CriticContext<'_> {}
+
+section! {
+    raw /// `trainer.critic:` — the critic of `algorithm: iac` (CoMLRL `IACConfig`'s critic fields).
+        RawCritic;
+    plan /// The critic's settings, defaults applied.
+        CriticPlan, context cx: CriticContext<'_>;
+    keys {
+        /// `true`: each agent's critic is a causal LM of its own with a value head, trained by
+        /// its own AdamW at `learning_rate` (CoMLRL `use_separate_critic`). `false`: a value
+        /// head on the agent's own backbone, trained at the agent's learning rate with the
+        /// actor (its value gradient joins the actor's; `model` and `learning_rate` do not
+        /// apply), its value clipped by `value_clip_range`. Not with `agents.replicas` > 1.
+        separate: bool = true, kind "bool", why "CoMLRL `use_separate_critic`";
+        /// The critic's AdamW learning rate (CoMLRL `critic_learning_rate`; the other AdamW
+        /// settings are the trainer's).
+        learning_rate: f64 = 5.0e-6, kind "number > 0", why "CoMLRL `critic_learning_rate`",
+            check learning_rate;
+        /// What the critic values (CoMLRL `critic_type`): `v`, V(h) of the prompt alone, read
+        /// at its last token; `q`, Q(h, a) of prompt and response, read at the response's last
+        /// token.
+        r#type: CriticType = CriticType::V, kind "`v` \\| `q`", why "CoMLRL `critic_type`";
+        /// The value head's hidden width d: `Linear(H → d) → tanh → Linear(d → 1)`; `null` is
+        /// one `Linear(H → 1)` (CoMLRL `critic_value_head_hidden_dim` for a separate critic,
+        /// `value_head_hidden_dim` for a head on the actor). Weights N(0, 0.02²), biases 0.
+        value_head_hidden_dim: Option<usize> = None, kind "integer ≥ 1 or `null`", shown "`null`",
+            why "CoMLRL", check if_set(at_least(1, "use `value_head_hidden_dim: null` for one linear layer"));
+        /// The critic loss is this times the mean squared error between target and value
+        /// (CoMLRL `value_loss_coef`).
+        value_loss_coef: f64 = 0.6, kind "number ≥ 0", why "CoMLRL",
+            check non_negative("CoMLRL default: 0.6");
+        /// A value head on the actor (`separate: false`) clips its new value to V_old ± this
+        /// in the loss (PPO's value clipping, CoMLRL `value_clip_range`); `null` does not clip.
+        /// A separate critic never clips, as in CoMLRL.
+        value_clip_range: Option<f64> = Some(0.2), kind "number > 0 or `null`", why "CoMLRL",
+            check if_set(positive("use e.g. `value_clip_range: 0.2`, or `null` not to clip"));
+    }
+    resolved {
+        /// The critic's causal LM, written as an agent's `model` (`builtin:tiny`, a local
+        /// directory, a `*.gguf` file, a hub id); every agent gets a critic of its own loaded
+        /// from it. Absent: each agent's critic starts from that agent's own model (CoMLRL
+        /// needs `critic_model` named; the actor's is the usual choice).
+        model: String => Option<ModelRef>, kind "string", shown "the agent's model", why "",
+            via |d, p, raw| raw.map(|spec| model_ref(d, &p.key("model"), spec, cx.base)),
+            emit model_setting;
+    }
+}
+
+fn model_setting(m: &Option<ModelRef>) -> Option<String> {
+    m.as_ref().map(|m| match &m.source {
+        ModelSource::Local(p) => p.display().to_string(),
+        _ => m.spec.clone(),
+    })
+}
+
+/// The trainer's `critic` for `algorithm`: the section resolved under an actor-critic
+/// algorithm (all defaults when absent), `None` otherwise (a written one is warned about).
+pub(crate) fn resolve(
+    d: &mut Diags,
+    p: &KeyPath,
+    raw: Option<&RawCritic>,
+    algorithm: Algorithm,
+    base: &Path,
+) -> Option<CriticPlan> {
+    if !algorithm.has_critic() {
+        if raw.is_some() {
+            d.warn(
+                p,
+                format!(
+                    "has no effect with algorithm: {} (only `iac` trains a critic)",
+                    algorithm.name()
+                ),
+            );
+        }
+        return None;
+    }
+    let raw = raw.cloned().unwrap_or_default();
+    Some(CriticPlan::from_raw(d, p, &raw, &CriticContext { base }))
+}
+
+/// The critic as the resolved scenario writes it.
+pub(crate) fn to_raw(c: &Option<CriticPlan>) -> Option<RawCritic> {
+    c.as_ref().map(|c| c.to_raw(false))
+}
+
+impl Algorithm {
+    /// Whether the algorithm trains a critic (reads `trainer.critic`).
+    pub fn has_critic(self) -> bool {
+        matches!(self, Algorithm::Iac)
+    }
+
+    /// `trainer.num_generations`' default: CoMLRL's `IACConfig` samples one completion per
+    /// agent (its advantage needs no group), `MAGRPOConfig` four.
+    pub fn default_num_generations(self) -> usize {
+        match self.has_critic() {
+            true => 1,
+            false => 4,
+        }
+    }
+
+    /// The fewest `trainer.num_generations`: the group baseline needs two, a critic one.
+    pub fn min_num_generations(self) -> usize {
+        match self.has_critic() {
+            true => 1,
+            false => 2,
+        }
+    }
+
+    /// `trainer.rollout_buffer_size`' default (`IACConfig`: 8, `MAGRPOConfig`: 2).
+    pub fn default_rollout_buffer_size(self) -> usize {
+        match self.has_critic() {
+            true => 8,
+            false => 2,
+        }
+    }
+
+    /// `trainer.num_train_epochs`' default (`IACConfig`: 40, `MAGRPOConfig`: 20).
+    pub fn default_num_train_epochs(self) -> usize {
+        match self.has_critic() {
+            true => 40,
+            false => 20,
+        }
+    }
+}
+
+/// The trainer settings an actor-critic algorithm refuses or ignores: more than one turn (not
+/// implemented yet), `joint_mode: cross` (CoMLRL's IAC pairs the g-th completions), and the
+/// MAGRPO loss and baseline settings set away from their defaults (warned: no effect).
+pub(crate) fn check_trainer(
+    d: &mut Diags,
+    p: &KeyPath,
+    raw: &crate::raw::RawTrainer,
+    t: &crate::plan::TrainerPlan,
+) {
+    use crate::plan::{AdvantageMode, AdvantageScale, AdvantageStd, JointMode, LossAggregation};
+    let alg = t.algorithm.name();
+    if t.num_turns > 1 {
+        d.invalid(
+            &p.key("num_turns"),
+            format!("`{alg}` trains single-turn episodes for now (CoMLRL's multi-turn TD(0) targets are not implemented yet)"),
+            "set `num_turns: 1`, or train multi-turn episodes with `algorithm: magrpo`",
+        );
+    }
+    if t.joint_mode == JointMode::Cross {
+        d.invalid(
+            &p.key("joint_mode"),
+            format!("`{alg}` scores the g-th completions of the agents together, as CoMLRL's IAC does; `cross` has no meaning for it"),
+            "remove `joint_mode` (`aligned`)",
+        );
+    }
+    let moot = [
+        ("advantage_mode", t.advantage_mode != AdvantageMode::Mean),
+        (
+            "advantage_scale",
+            t.advantage_scale != AdvantageScale::Group,
+        ),
+        ("advantage_std", t.advantage_std != AdvantageStd::Population),
+        (
+            "loss_aggregation",
+            t.loss_aggregation != LossAggregation::SequenceSum,
+        ),
+        (
+            "logprob_temperature",
+            raw.logprob_temperature.is_some()
+                && t.logprob_temperature != crate::plan::LogprobTemperature::One,
+        ),
+        ("mask_truncated_completions", t.mask_truncated_completions),
+    ];
+    for (key, set) in moot {
+        if set {
+            d.warn(
+                &p.key(key),
+                format!("has no effect with algorithm: {alg} (its advantage is the critic's: target − V_old, z-scored over the buffer; its loss −(Σ_t log π)·Â)"),
+            );
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! `trainer.algorithm: iac` and its `trainer.critic` section: CoMLRL `IACConfig`'s defaults,
+//! one generation accepted, the critic written back and reloaded, and the errors (a critic key
+//! of the wrong type, an unknown one, what IAC does not train yet).
+use crate::common;
+
+use comlrl_scenario::ErrorKind::*;
+use comlrl_scenario::{load_str, Algorithm, CriticType};
+use common::{check, Fixture};
+
+/// BASE without `num_generations` (IAC's default is 1).
+const IAC: &str = "\
+dataset:
+  prompts: [\"a\", \"b\"]
+agents:
+  count: 2
+  model: builtin:tiny
+reward:
+  rhai: r.rhai
+trainer:
+  algorithm: iac
+";
+
+#[test]
+fn iac_takes_comlrl_iac_config_defaults() {
+    let f = Fixture::new();
+    let s = f.ok(IAC, &[]);
+    let t = &s.trainer;
+    assert_eq!(t.algorithm, Algorithm::Iac);
+    assert_eq!(
+        (t.num_generations, t.rollout_buffer_size, t.train_batch_size),
+        (1, 8, 8)
+    );
+    assert_eq!((t.num_train_epochs, t.discount), (40, 1.0));
+    assert_eq!(t.agent_learning_rate, 5e-6);
+    let c = t.critic.as_ref().expect("iac has a critic");
+    assert!(c.separate);
+    assert_eq!(c.learning_rate, 5e-6);
+    assert_eq!(c.r#type, CriticType::V);
+    assert_eq!(c.value_head_hidden_dim, None);
+    assert_eq!(c.value_loss_coef, 0.6);
+    assert_eq!(c.value_clip_range, Some(0.2));
+    assert_eq!(c.model, None);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    // MAGRPO keeps its own defaults and has no critic.
+    let m = f.ok(&IAC.replace("  algorithm: iac\n", ""), &[]);
+    assert_eq!(
+        (m.trainer.num_generations, m.trainer.rollout_buffer_size),
+        (4, 2)
+    );
+    assert_eq!(m.trainer.critic, None);
+}
+
+#[test]
+fn the_critic_survives_the_resolved_yaml() {
+    let f = Fixture::new();
+    let text = format!(
+        "{IAC}  num_generations: 2\n  critic:\n    model: builtin:tiny\n    learning_rate: 1.0e-5\n    type: q\n    value_head_hidden_dim: 8\n    value_loss_coef: 0.5\n    value_clip_range: null\n"
+    );
+    let s = f.ok(&text, &[]);
+    let c = s.trainer.critic.as_ref().unwrap();
+    assert_eq!(c.r#type, CriticType::Q);
+    assert_eq!(c.model.as_ref().unwrap().spec, "builtin:tiny");
+    assert_eq!(c.value_head_hidden_dim, Some(8));
+    assert_eq!(c.value_clip_range, None);
+    let yaml = s.to_yaml();
+    for key in [
+        "critic:",
+        "type: q",
+        "value_head_hidden_dim: 8",
+        "model: builtin:tiny",
+    ] {
+        assert!(yaml.contains(key), "{key} not written:\n{yaml}");
+    }
+    let again = load_str(&yaml, &f.origin(), &[]).expect("reload the resolved scenario");
+    assert_eq!(again.trainer, s.trainer);
+    assert!(again.warnings.is_empty(), "{:?}", again.warnings);
+    // The override form reaches into the section.
+    let set = f.ok(
+        IAC,
+        &["trainer.critic.type=q", "trainer.critic.learning_rate=1e-5"],
+    );
+    let c = set.trainer.critic.unwrap();
+    assert_eq!((c.r#type, c.learning_rate), (CriticType::Q, 1e-5));
+}
+
+#[test]
+fn a_critic_key_of_the_wrong_type_or_name_is_an_error() {
+    let f = Fixture::new();
+    let (msg, d) = f.one(&format!("{IAC}  critic:\n    learning_rate: fast\n"), &[]);
+    assert!(msg.contains("trainer.critic.learning_rate"), "{msg}");
+    assert_eq!(d.kind, WrongType, "{msg}");
+    let (msg, d) = f.one(&format!("{IAC}  critic:\n    type: z\n"), &[]);
+    assert!(msg.contains("trainer.critic.type"), "{msg}");
+    assert!(msg.contains("`v`") && msg.contains("`q`"), "{msg}");
+    assert_eq!(d.kind, InvalidValue, "{msg}");
+    let (msg, d) = f.one(&format!("{IAC}  critic:\n    learning_rat: 1.0e-5\n"), &[]);
+    assert!(msg.contains("learning_rate"), "did you mean: {msg}");
+    assert_eq!(d.kind, UnknownKey, "{msg}");
+    let (_, d) = f.one(&format!("{IAC}  critic:\n    learning_rate: 0\n"), &[]);
+    check(
+        &d,
+        InvalidValue,
+        "trainer.critic.learning_rate",
+        11,
+        5,
+        &["the learning rate must be > 0"],
+    );
+}
+
+#[test]
+fn what_iac_does_not_train_is_refused() {
+    let f = Fixture::new();
+    let s = f.ok(&format!("{IAC}  critic:\n    separate: false\n"), &[]);
+    assert!(!s.trainer.critic.unwrap().separate);
+    let (_, d) = f.one(
+        &format!("{IAC}  num_turns: 2\n  external_transition: {{rhai: r.rhai}}\n"),
+        &[],
+    );
+    assert_eq!(d.key, "trainer.num_turns");
+    let (_, d) = f.one(
+        &format!("{IAC}  num_generations: 2\n  joint_mode: cross\n"),
+        &[],
+    );
+    assert_eq!(d.key, "trainer.joint_mode");
+}
+
+#[test]
+fn one_generation_is_refused_for_magrpo_only() {
+    let f = Fixture::new();
+    let s = f.ok(&format!("{IAC}  num_generations: 1\n"), &[]);
+    assert_eq!(s.trainer.num_generations, 1);
+    let magrpo = IAC.replace("  algorithm: iac\n", "  num_generations: 1\n");
+    let (_, d) = f.one(&magrpo, &[]);
+    check(
+        &d,
+        InvalidValue,
+        "trainer.num_generations",
+        9,
+        3,
+        &["at least 2", "group baseline"],
+    );
+    let (_, d) = f.one(&format!("{IAC}  num_generations: 0\n"), &[]);
+    assert_eq!(d.key, "trainer.num_generations");
+}
+
+#[test]
+fn a_critic_under_magrpo_and_magrpo_keys_under_iac_are_warned_about() {
+    let f = Fixture::new();
+    let s = f.ok(
+        &IAC.replace("  algorithm: iac\n", "  critic: {type: q}\n"),
+        &[],
+    );
+    assert_eq!(s.trainer.critic, None);
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    assert!(
+        s.warnings[0].contains("only `iac` trains a critic"),
+        "{:?}",
+        s.warnings
+    );
+    let s = f.ok(&format!("{IAC}  loss_aggregation: token_mean\n"), &[]);
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    assert!(
+        s.warnings[0].contains("`trainer.loss_aggregation`"),
+        "{:?}",
+        s.warnings
+    );
+}

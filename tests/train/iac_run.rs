@@ -1,0 +1,201 @@
+//! `trainer.algorithm: iac` end to end on the small tiny-model scenario: it trains the agents
+//! and their critics (metrics `agent_i/value_loss`, `value_mean`, `advantage_mean`; the critics
+//! saved beside the agents with their value heads, and in every checkpoint), the critic's
+//! reading (V or Q) changes what the actors learn, and an interrupted run resumed from its
+//! checkpoint ends with the same metrics, agents and critics as an uninterrupted one.
+use crate::common;
+use comlrl::train::{Observer, Trainer};
+use common::metrics;
+use common::metrics_without_timing;
+use common::tiny_run::load_small;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// IAC with two generations, a buffer of 3 in mini-batches of 2 (two critic and actor steps a
+/// round; an epoch of 10 prompts ends mid-buffer), a checkpoint every 4 steps.
+const IAC: [&str; 7] = [
+    "trainer.algorithm=iac",
+    "trainer.num_generations=2",
+    "trainer.rollout_buffer_size=3",
+    "trainer.train_batch_size=2",
+    "trainer.agent_learning_rate=1e-3",
+    "trainer.critic.learning_rate=1e-3",
+    "checkpoint_every=4",
+];
+
+fn sets(extra: &[&'static str]) -> Vec<&'static str> {
+    IAC.iter().copied().chain(extra.iter().copied()).collect()
+}
+
+fn train(out: &Path, extra: &[&'static str]) {
+    let done = Trainer::new(load_small(out, &sets(extra)))
+        .unwrap()
+        .run(false, &mut ())
+        .unwrap();
+    assert_eq!(done.steps_done, 20);
+}
+
+fn read(out: &Path, file: &str) -> Vec<u8> {
+    std::fs::read(out.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+#[test]
+fn iac_trains_agents_and_critics_and_saves_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let v = tmp.path().join("v");
+    train(&v, &[]);
+    let rows = metrics(&v);
+    assert_eq!(rows.len(), 7, "20 steps logged every 3 plus the last");
+    for r in &rows {
+        for i in 0..2 {
+            for m in ["value_loss", "value_mean", "advantage_mean", "loss"] {
+                let x = r[format!("agent_{i}/{m}")].as_f64();
+                assert!(x.is_some_and(f64::is_finite), "agent_{i}/{m} in {r}");
+            }
+        }
+    }
+    for i in 0..2 {
+        for f in [
+            "model.safetensors",
+            "config.json",
+            "tokenizer.json",
+            "value_head.safetensors",
+        ] {
+            assert!(
+                v.join(format!("models/critic_{i}/{f}")).is_file(),
+                "models/critic_{i}/{f}"
+            );
+        }
+        // The head reads back as CoMLRL's layout over the critic's hidden size.
+        let t = candle_core::safetensors::load(
+            v.join(format!("models/critic_{i}/value_head.safetensors")),
+            &candle_core::Device::Cpu,
+        )
+        .unwrap();
+        let hidden = t["value_projection.weight"].dims()[1];
+        comlrl::model::ValueHead::from_tensors(t.into_iter().collect(), hidden).unwrap();
+    }
+    // The critics were trained between the last two checkpoints (steps 16 and 20).
+    let cp = v.join("checkpoints");
+    for i in 0..2 {
+        let f = format!("critic_{i}.safetensors");
+        assert!(
+            read(&cp, &format!("step-00000016/{f}")) != read(&cp, &format!("step-00000020/{f}")),
+            "critic {i} did not change between steps 16 and 20"
+        );
+        let o = format!("critic_optimizer_{i}.safetensors");
+        assert!(cp.join("step-00000020").join(o).is_file());
+    }
+    // A Q critic values other rows than a V critic: different advantages, different actors.
+    let q = tmp.path().join("q");
+    train(&q, &["trainer.critic.type=q"]);
+    assert!(
+        read(&v, "models/agent_0/model.safetensors")
+            != read(&q, "models/agent_0/model.safetensors"),
+        "the critic's type did not change what agent 0 learned"
+    );
+}
+
+struct StopAt(usize, Arc<AtomicBool>);
+
+impl Observer for StopAt {
+    fn step(&mut self, step: usize, _: f64, _: f64) {
+        if step == self.0 {
+            self.1.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+#[test]
+fn an_interrupted_iac_run_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    train(&a, &[]);
+    let mut t = Trainer::new(load_small(&b, &sets(&[]))).unwrap();
+    let flag = t.interrupt_flag();
+    // Step 7: mid buffer (rounds at 3 and 6), the critics stepped 4 times each.
+    let sb = t.run(false, &mut StopAt(7, flag)).unwrap();
+    assert!(sb.interrupted && sb.steps_done == 7);
+    let done = Trainer::new(load_small(&b, &sets(&[])))
+        .unwrap()
+        .run(true, &mut ())
+        .unwrap();
+    assert_eq!(done.steps_done, 20);
+    assert_eq!(metrics_without_timing(&a), metrics_without_timing(&b));
+    for i in 0..2 {
+        for f in [
+            format!("models/agent_{i}/model.safetensors"),
+            format!("models/critic_{i}/model.safetensors"),
+            format!("models/critic_{i}/value_head.safetensors"),
+            format!("checkpoints/step-00000020/critic_optimizer_{i}.safetensors"),
+            format!("checkpoints/step-00000020/critic_{i}.json"),
+        ] {
+            assert!(read(&a, &f) == read(&b, &f), "{f} differs after the resume");
+        }
+    }
+}
+
+#[test]
+fn a_shared_head_trains_with_its_agent_and_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let shared = ["trainer.critic.separate=false"];
+    train(&a, &shared);
+    let rows = metrics(&a);
+    assert!(rows
+        .iter()
+        .all(|r| r["agent_1/value_loss"].as_f64().is_some_and(f64::is_finite)));
+    for i in 0..2 {
+        assert!(a
+            .join(format!("models/agent_{i}/value_head.safetensors"))
+            .is_file());
+        assert!(!a.join(format!("models/critic_{i}")).exists());
+    }
+    let mut t = Trainer::new(load_small(&b, &sets(&shared))).unwrap();
+    let flag = t.interrupt_flag();
+    assert!(t.run(false, &mut StopAt(7, flag)).unwrap().interrupted);
+    Trainer::new(load_small(&b, &sets(&shared)))
+        .unwrap()
+        .run(true, &mut ())
+        .unwrap();
+    assert_eq!(metrics_without_timing(&a), metrics_without_timing(&b));
+    for i in 0..2 {
+        for f in [
+            format!("models/agent_{i}/model.safetensors"),
+            format!("models/agent_{i}/value_head.safetensors"),
+        ] {
+            assert!(read(&a, &f) == read(&b, &f), "{f} differs after the resume");
+        }
+    }
+    // Not the separate critic's run under another name.
+    let sep = tmp.path().join("separate");
+    train(&sep, &[]);
+    assert!(
+        read(&a, "models/agent_0/model.safetensors")
+            != read(&sep, "models/agent_0/model.safetensors")
+    );
+}
+
+#[test]
+fn a_diverging_critic_is_an_error_naming_agent_and_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    // The critic's first step at 1e30 leaves its weights non-finite: the next round's V_old.
+    // The agents update one after the other, so agent 0 is the one that fails.
+    let s = load_small(
+        &out,
+        &sets(&[
+            "trainer.critic.learning_rate=1e30",
+            "trainer.train_batch_size=3",
+            "trainer.parallel_updates=false",
+        ]),
+    );
+    let err = Trainer::new(s).unwrap().run(false, &mut ()).unwrap_err();
+    let msg = err.chain();
+    assert!(
+        msg.contains("agent 0, optimizer step 2: the critic's value V_old is NaN")
+            && msg.contains("lower trainer.critic.learning_rate"),
+        "{msg}"
+    );
+}

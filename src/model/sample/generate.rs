@@ -164,7 +164,13 @@ fn decode<R: Rng>(
         let mut keep = Vec::with_capacity(active.len());
         for (r, &(p, j)) in active.iter().enumerate() {
             let rng = &mut rngs[if shared { 0 } else { p }];
-            let tok = pick(&rows_logits[r], params, rng);
+            let Some(tok) = pick(&rows_logits[r], params, rng) else {
+                candle_core::bail!(
+                    "the next-token logits are not finite (NaN or +inf) at generated token {}: the \
+                     model's weights have diverged (lower the learning rate, or set max_grad_norm)",
+                    step + 1
+                );
+            };
             out[p][j].push(tok);
             let stop =
                 (!params.ignore_eos && eos_ids.contains(&tok)) || step + 1 == params.max_new_tokens;
@@ -206,10 +212,14 @@ fn decode<R: Rng>(
     Ok(out)
 }
 
-/// Chooses the next token from one row of logits.
-pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut impl Rng) -> u32 {
+/// Chooses the next token from one row of logits; `None` when the row holds a NaN or +inf
+/// (diverged weights: no distribution to sample from) or no token at all.
+pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut impl Rng) -> Option<u32> {
+    if logits.is_empty() || logits.iter().any(|x| x.is_nan() || *x == f32::INFINITY) {
+        return None;
+    }
     if params.greedy || params.temperature <= 0.0 {
-        return argmax(logits);
+        return Some(argmax(logits));
     }
     let inv_t = 1.0 / params.temperature as f32;
     // Candidates: top-k by logit (all when k is 0 or ≥ vocab), sorted descending.
@@ -223,7 +233,7 @@ pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut impl Rng) -> u32 
             .collect()
     };
     cand.sort_unstable_by(by_logit);
-    let max = cand[0].1;
+    let max = cand.first()?.1;
     let mut probs: Vec<f64> = cand.iter().map(|c| ((c.1 - max) as f64).exp()).collect();
     let total: f64 = probs.iter().sum();
     probs.iter_mut().for_each(|p| *p /= total);
@@ -245,10 +255,10 @@ pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut impl Rng) -> u32 
     for (i, p) in probs.iter().enumerate() {
         u -= p;
         if u <= 0.0 {
-            return cand[i].0;
+            return Some(cand[i].0);
         }
     }
-    cand[probs.len() - 1].0
+    cand.get(probs.len().checked_sub(1)?).map(|c| c.0)
 }
 
 /// Descending by scaled logit, ties to the lower id.
@@ -396,6 +406,30 @@ mod tests {
                 got.sort_unstable_by(by_logit);
                 assert_eq!(got, all, "n {n}, k {k}");
             }
+        }
+    }
+
+    /// Diverged weights give NaN or +inf logits: no token (the decode loop turns that into an
+    /// error), greedy or sampled; a masked -inf among finite logits is fine.
+    #[test]
+    fn non_finite_logits_give_no_token() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let sampled = SamplingParams::default();
+        let greedy = SamplingParams {
+            greedy: true,
+            ..SamplingParams::default()
+        };
+        for params in [&sampled, &greedy] {
+            for bad in [f32::NAN, f32::INFINITY] {
+                let mut row = vec![0.5f32; 100];
+                row[37] = bad;
+                assert_eq!(pick(&row, params, &mut rng), None);
+            }
+            assert_eq!(pick(&[f32::NAN; 100], params, &mut rng), None);
+            assert_eq!(pick(&[], params, &mut rng), None);
+            let mut masked = vec![f32::NEG_INFINITY; 100];
+            masked[3] = 1.0;
+            assert_eq!(pick(&masked, params, &mut rng), Some(3));
         }
     }
 

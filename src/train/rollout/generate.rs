@@ -72,7 +72,8 @@ fn sample_prompts(
         &policy.eos_ids,
         policy.pad_id,
         &mut rngs,
-    )?;
+    )
+    .map_err(|e| crate::Error::from(e).for_agent(i, None))?;
     ids.into_iter()
         .zip(out)
         .map(|(prompt_ids, completions)| {

@@ -12,6 +12,7 @@
 //! # Ok::<(), comlrl_scenario::ScenarioError>(())
 //! ```
 mod adapter;
+pub use adapter::PROJECTIONS;
 mod agent_keys;
 mod agents;
 pub mod chat;

@@ -13,16 +13,9 @@ use std::collections::BTreeMap;
 /// bounded here as well as by the projection's own dims.
 pub const MAX_RANK: usize = 4096;
 
-/// The seven projections of a decoder layer, by their checkpoint (and PEFT) module names.
-pub const PROJECTIONS: [&str; 7] = [
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-];
+/// The seven projections of a decoder layer, by their checkpoint (and PEFT) module names: one
+/// list, the scenario's (which checks `agents.adapter.targets` against it).
+pub use comlrl_scenario::PROJECTIONS;
 
 /// Which projections carry adapters, their rank and scaling.
 #[derive(Debug, Clone, PartialEq)]

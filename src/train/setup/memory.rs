@@ -152,13 +152,18 @@ impl MemoryEstimate {
                     .collect::<Vec<_>>()
                     .join(", ")
             };
+            // Only adapters train fewer parameters than the model has: say so then.
+            let trainable = if a.trainable < a.parameters {
+                format!(", {:.3}M trainable", a.trainable as f64 / 1e6)
+            } else {
+                String::new()
+            };
             out += &format!(
-                "  agent{} {} ({}, {:.1}M parameters, {:.2}M trainable): {} per agent at its peak\n    held: {}\n    while sampling: {}\n    while updating: {}\n",
+                "  agent{} {} ({}, {:.1}M parameters{trainable}): {} per agent at its peak\n    held: {}\n    while sampling: {}\n    while updating: {}\n",
                 if ids.len() > 1 { "s" } else { "" },
                 ranges(ids),
                 a.model,
                 a.parameters as f64 / 1e6,
-                a.trainable as f64 / 1e6,
                 human(a.peak_bytes()),
                 parts(&a.resident),
                 parts(&a.sampling),

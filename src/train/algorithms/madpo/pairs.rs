@@ -80,7 +80,8 @@ mod tests {
         let all = select_pairs(&r, PairSelection::All, None, &mut rng);
         assert_eq!(idx(all), [(0, 2), (1, 0), (1, 2), (3, 0), (3, 2)]);
         let gap = select_pairs(&r, PairSelection::RewardGap, Some(3), &mut rng);
-        assert_eq!(idx(gap), [(1, 2), (3, 2), (1, 0)]);
+        // Gaps 1.0, 1.0, then the three of 0.5 in listed order: (0, 2) first.
+        assert_eq!(idx(gap), [(1, 2), (3, 2), (0, 2)]);
         let rand = select_pairs(&r, PairSelection::Random, Some(3), &mut rng);
         assert_eq!(rand.len(), 3);
         assert!(rand.iter().all(|p| r[p.winner] > r[p.loser]));

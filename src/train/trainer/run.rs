@@ -275,11 +275,11 @@ impl Loop<'_> {
         );
         let stops = self.stops();
         let cross = s.trainer.joint_mode == comlrl_scenario::JointMode::Cross;
+        for node in &nodes {
+            state.keep_samples(node, step + 1, &row.prompt, s.logging.completions, cross);
+            state.record(node, epoch, &stops);
+        }
         if offline {
-            for node in &nodes {
-                state.keep_samples(node, step + 1, &row.prompt, s.logging.completions, cross);
-                state.record(node, epoch, &stops);
-            }
             self.algorithm
                 .collect(&nodes)
                 .map_err(|e| e.at_step(step + 1, where_.clone()))?;
@@ -289,11 +289,7 @@ impl Loop<'_> {
             }
             return Ok(());
         }
-        for node in nodes {
-            state.keep_samples(&node, step + 1, &row.prompt, s.logging.completions, cross);
-            state.record(&node, epoch, &stops);
-            state.buffer.push(node);
-        }
+        state.buffer.extend(nodes);
         while state.buffer.len() >= buffer_size {
             // Never reached with presampled prompts left (the group ends at the update).
             pending.clear();

@@ -4,10 +4,10 @@
 //! (shared, never a variable) and the adapter's tensors are the trainable variables, saved as a
 //! PEFT adapter directory.
 use crate::model::decoder::adapted;
-use crate::model::decoder::lora;
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::config::ModelConfig;
 use crate::model::decoder::forward::Mode;
+use crate::model::decoder::lora;
 use crate::model::decoder::tensors;
 use crate::model::error::{Error, Result};
 use crate::model::io::gguf::export::{self, Exported, Quant};

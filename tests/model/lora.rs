@@ -405,7 +405,10 @@ fn a_merged_adapter_gives_peft_outputs_and_the_exact_merged_weights() {
         let dir = fixtures().join("lora").join(name).join("adapter");
         let adapter = Adapter::load(&dir, &base.config, DType::F32, &Device::Cpu).unwrap();
         let merged = base.merge(&adapter).unwrap();
-        assert!(merged.adapter().is_none(), "{name}: the merge has no adapter");
+        assert!(
+            merged.adapter().is_none(),
+            "{name}: the merge has no adapter"
+        );
         assert_eq!(merged.num_parameters(), base.num_parameters(), "{name}");
         let s = adapter.spec.scale();
         let lora: HashMap<String, Tensor> = adapter
@@ -512,8 +515,7 @@ fn gguf_export_of_an_adapted_model_is_the_merged_model_and_misfits_are_refused()
     let msg = format!("{e}");
     assert!(msg.contains("layer 0 q_proj"), "{msg}");
     assert!(
-        std::error::Error::source(&e)
-            .is_some_and(|c| format!("{c}").contains("do not fit W")),
+        std::error::Error::source(&e).is_some_and(|c| format!("{c}").contains("do not fit W")),
         "{msg}"
     );
 }

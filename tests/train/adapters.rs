@@ -126,6 +126,7 @@ fn an_adapter_run_saves_peft_directories_and_resumes_exactly() {
     ];
     let s = load_small(&a, &extra);
     assert_eq!(s.agents[0].adapter.as_ref().map(|x| x.rank), Some(4));
+    let seed = s.seed;
     let sa = comlrl::train::Trainer::new(s)
         .unwrap()
         .run(false, &mut ())
@@ -169,4 +170,43 @@ fn an_adapter_run_saves_peft_directories_and_resumes_exactly() {
             .sum();
         assert!(b_sum > 0.0, "agent {i}: B did not train");
     }
+    // A trained agent's directory merges into the run's base (the built-in model, seeded by the
+    // scenario's seed): the merged model scores as the base with the adapter does.
+    let merged = tmp.path().join("merged");
+    let seed_arg = seed.to_string();
+    let agent = a.join("models/agent_1");
+    let (ok, _, err) = comlrl(&[
+        "export",
+        "--merge",
+        "--model",
+        "builtin:tiny",
+        "--model-seed",
+        &seed_arg,
+        "--adapter",
+        agent.to_str().unwrap(),
+        "--out",
+        merged.to_str().unwrap(),
+    ])
+    .output()
+    .parts();
+    assert!(ok, "{err}");
+    let opts = LoadOptions {
+        seed,
+        ..LoadOptions::default()
+    };
+    let base = Policy::load(&ModelSource::Builtin("tiny".into()), &opts).unwrap();
+    let ad = Adapter::load(&agent, &base.config, DType::F32, &Device::Cpu).unwrap();
+    // Byte-level ids (the built-in model's vocabulary is 259).
+    let score = |p: &Policy| {
+        let ids: Vec<u32> = b"def f(x): return".iter().map(|&b| b as u32).collect();
+        let lay = ScoreLayout::new(&p.model, &[&ids[..4]], &[&ids[4..]], p.pad_id).unwrap();
+        f32s(&completion_logprobs(&p.model, &lay, Mode::Train).unwrap())
+    };
+    let plain = score(&base);
+    let adapted = score(&base.with_adapter(ad).unwrap());
+    let m = score(&Policy::load(&ModelSource::Local(merged), &LoadOptions::default()).unwrap());
+    for (x, y) in m.iter().zip(&adapted) {
+        assert!((x - y).abs() < 1e-5, "merged {x} vs adapted {y}");
+    }
+    assert_ne!(adapted, plain, "the trained adapter changes the outputs");
 }

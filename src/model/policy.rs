@@ -156,8 +156,9 @@ pub struct Policy {
     /// The LoRA adapter on the frozen base, whose tensors are then the trainable variables.
     adapter: Option<Adapter>,
     /// With an adapter: the sampling copies of the (frozen) base are built as
-    /// `sampling_weights` says, so [`Policy::weights_changed`] has nothing to rebuild.
-    base_copies_built: std::sync::atomic::AtomicBool,
+    /// `sampling_weights` says, so [`Policy::weights_changed`] has nothing to rebuild. Shared,
+    /// with the copies, by the policies of [`Policy::share_base`].
+    base_copies_built: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Policy {
@@ -385,16 +386,26 @@ impl Policy {
         self.model = self.adapted_model(&adapter)?;
         self.copies = SamplingCopies::for_model(&self.model);
         self.adapter = Some(adapter);
+        // Fresh copies for the new model's tensors, and a flag of their own.
         self.base_copies_built = Default::default();
         Ok(self)
     }
 
     /// Another policy on this one's base (the same tensors: one copy in memory however many
-    /// agents share it) with `adapter` on it; this policy is unchanged. The new policy's
-    /// sampling copies are built on its first [`Policy::weights_changed`].
+    /// agents share it) with `adapter` on it; this policy is unchanged. When this policy has an
+    /// adapter (its base frozen), the new one also shares its sampling copies of the base (the
+    /// same weights, so the same copies: one set however many agents sample), built by whichever
+    /// of them calls [`Policy::weights_changed`] first; otherwise the new policy's own copies
+    /// are built on its first [`Policy::weights_changed`].
     pub fn share_base(&self, adapter: Adapter) -> Result<Self> {
         let model = self.adapted_model(&adapter)?;
-        let copies = SamplingCopies::for_model(&model);
+        // A frozen base's tensors keep their ids through `attach` (detaching a tensor that is
+        // no variable is the tensor itself), so this policy's slots, keyed by id, serve the new
+        // model; a full model's variables are detached into new tensors, which need their own.
+        let (copies, built) = match self.adapter.is_some() {
+            true => (self.copies.clone(), self.base_copies_built.clone()),
+            false => (SamplingCopies::for_model(&model), Default::default()),
+        };
         Ok(Self {
             source: self.source.clone(),
             config: self.config.clone(),
@@ -411,7 +422,7 @@ impl Policy {
             chat_template: self.chat_template.clone(),
             tokenizer_config: self.tokenizer_config.clone(),
             adapter: Some(adapter),
-            base_copies_built: Default::default(),
+            base_copies_built: built,
         })
     }
 

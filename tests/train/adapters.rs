@@ -101,6 +101,80 @@ fn ten_adamw_steps_train_only_the_adapter_on_a_shared_base() {
     );
 }
 
+/// Agents on one base also share its sampling copies (built once, by whichever agent asks
+/// first; released and rebuilt together): each samples exactly what the same adapter on a base
+/// of its own samples, with the transposed f32 copies and with bf16 copies, before and after
+/// the copies are released for an update round.
+#[test]
+fn agents_on_one_base_sample_as_agents_alone_with_shared_copies() {
+    use comlrl::model::{generate, SamplingParams};
+    let src = ModelSource::Local(fixtures().join("tiny-qwen2"));
+    let init = |p: &Policy, seed| {
+        let a = Adapter::init(spec(), 0.0, &p.config, seed, DType::F32, &Device::Cpu).unwrap();
+        // A non-zero B, so each agent's term shows in its samples.
+        for (n, v) in a.vars() {
+            if n.contains("lora_B") {
+                let t = (Tensor::randn(0f32, 0.05, v.dims(), &Device::Cpu).unwrap()
+                    + Tensor::ones(v.dims(), DType::F32, &Device::Cpu).unwrap() * 0.01)
+                    .unwrap();
+                v.set(&t).unwrap();
+            }
+        }
+        a
+    };
+    let sample = |p: &Policy| {
+        let params = SamplingParams {
+            max_new_tokens: 12,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            greedy: false,
+            ignore_eos: true,
+        };
+        let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(7);
+        let prompt: Vec<u32> = vec![5, 17, 230, 41];
+        generate(
+            p.sampler(),
+            &[prompt.as_slice()],
+            3,
+            &params,
+            &p.eos_ids,
+            p.pad_id,
+            &mut rng,
+        )
+        .unwrap()
+    };
+    for sampling_dtype in [DType::F32, DType::BF16] {
+        let opts = LoadOptions {
+            sampling_dtype,
+            copies_now: false,
+            ..LoadOptions::default()
+        };
+        let base = Policy::load(&src, &opts).unwrap();
+        let (a1, a2) = (init(&base, 1), init(&base, 2));
+        let p1 = base.with_adapter(a1).unwrap();
+        let p2 = p1.share_base(a2.clone()).unwrap();
+        let alone = Policy::load(&src, &opts).unwrap().with_adapter(a2).unwrap();
+        alone.weights_changed().unwrap();
+        // Agent 2 builds the shared copies; agent 1 then finds them built.
+        p2.weights_changed().unwrap();
+        p1.weights_changed().unwrap();
+        let want = sample(&alone);
+        assert_eq!(sample(&p2), want, "{sampling_dtype:?}: shared copies");
+        assert_ne!(
+            sample(&p1),
+            want,
+            "{sampling_dtype:?}: agent 1's own adapter"
+        );
+        // An update round frees them (for every agent on the base); the first agent to sample
+        // again rebuilds them for both.
+        p1.release_sampling_copies().unwrap();
+        p1.weights_changed().unwrap();
+        p2.weights_changed().unwrap();
+        assert_eq!(sample(&p2), want, "{sampling_dtype:?}: after a release");
+    }
+}
+
 struct StopAt(usize, Arc<AtomicBool>);
 
 impl Observer for StopAt {

@@ -10,9 +10,9 @@
 //! stays plus the larger of the two phases, with agents counted together where they run at the
 //! same time (`parallel_sampling`, `parallel_updates`) and the largest alone where they take
 //! turns. Agents with the same model and settings share one line of the report. Agents with
-//! adapters on the same base (`setup::models` loads it once) count its weights once: the first
-//! such agent a rank holds carries them, the others name it (`shares_base_of`); everything else
-//! (tokenizer, sampling copies, adapters) is per agent, as loaded.
+//! adapters on the same base (`setup::models` loads it once) count its weights and sampling
+//! copies once: the first such agent a rank holds carries them, the others name it
+//! (`shares_base_of`); everything else (tokenizer, KV cache, adapters) is per agent, as loaded.
 use crate::error::{Error, Result};
 use crate::model::{ModelInfo, ModelSource, RolloutCopies};
 use comlrl_scenario::{AgentPlan, Dtype, Scenario};
@@ -319,8 +319,18 @@ pub fn estimate(
     })
 }
 
+/// The parts an agent sharing another's base holds only once, in that agent: the base's
+/// weights and its sampling copies (`Policy::share_base` shares both).
+const SHARED_PARTS: [&str; 4] = [
+    "weights",
+    "transposed sampling copies",
+    "bf16 copies",
+    "MLP panels",
+];
+
 /// Agents with adapters whose base an earlier agent of `agents` loads (`models::same_base`)
-/// hold no weights of their own: their "weights" part becomes 0 and names that agent.
+/// hold neither its weights nor its sampling copies: those parts become 0 and the agent names
+/// the one that holds them.
 fn share_bases(s: &Scenario, agents: &mut [AgentMemory]) {
     let adapted: Vec<usize> = agents
         .iter()
@@ -338,8 +348,10 @@ fn share_bases(s: &Scenario, agents: &mut [AgentMemory]) {
             .find(|&j| super::models::same_base(&s.agents[j], a));
         if let Some(j) = first.filter(|&j| j < m.index) {
             m.shares_base_of = Some(j);
-            for part in m.resident.iter_mut().filter(|(n, _)| *n == "weights") {
-                part.1 = 0;
+            for part in m.resident.iter_mut().chain(m.sampling.iter_mut()) {
+                if SHARED_PARTS.contains(&part.0) {
+                    part.1 = 0;
+                }
             }
         }
     }
@@ -740,7 +752,13 @@ mod tests {
         assert_eq!(part(&e.agents[0].resident, "weights"), w);
         for a in &e.agents[1..] {
             assert_eq!(part(&a.resident, "weights"), 0);
+            assert_eq!(part(&a.resident, "transposed sampling copies"), 0);
+            assert_eq!(part(&a.sampling, "MLP panels"), 0);
             assert_eq!(a.shares_base_of, Some(0));
+            assert!(
+                part(&a.sampling, "KV cache") > 0,
+                "each agent its own cache"
+            );
         }
         let report = e.report();
         assert!(

@@ -319,3 +319,44 @@ fn export_merge_refuses_adapters_that_do_not_fit_the_base() {
     assert!(!ok && err.contains("not one of the adapter's"), "{err}");
     assert!(!out.exists(), "nothing written");
 }
+
+/// A GGUF base merges too: the directory written (config from the GGUF's metadata, its
+/// tokenizer rebuilt) scores as the HF base with the adapter, and transformers reads it as PEFT's
+/// merge (where the Python packages are there).
+#[test]
+fn a_gguf_base_merges_into_a_directory_transformers_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "tiny-qwen2";
+    let (model, adapter) = (fixtures().join(name), adapter_of(name));
+    let gguf = tmp.path().join("base.gguf");
+    let (ok, _, err) = run(&[
+        "export",
+        "--gguf",
+        "--quant",
+        "f32",
+        "--model",
+        s(&model),
+        "--out",
+        s(&gguf),
+    ]);
+    assert!(ok, "{err}");
+    let dir = tmp.path().join("merged");
+    let (ok, _, err) = run(&[
+        "export",
+        "--merge",
+        "--model",
+        s(&gguf),
+        "--adapter",
+        s(&adapter),
+        "--out",
+        s(&dir),
+    ]);
+    assert!(ok, "{err}");
+    for (m, a) in score(&dir, None).iter().zip(score(&model, Some(&adapter))) {
+        assert!((m - a).abs() < 1e-4, "merged from GGUF {m} vs adapted {a}");
+    }
+    let Some(py) = python_with(&["peft", "torch", "transformers"]) else {
+        return;
+    };
+    make_lora(&py, &["merged", s(&model), s(&adapter), s(&dir)]);
+}

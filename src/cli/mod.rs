@@ -38,7 +38,8 @@ pub enum Command {
     Score(score::Args),
     /// Measure sampling and training throughput; writes a JSON report.
     Bench(bench::Args),
-    /// Export a model as a llama.cpp GGUF file (`--gguf`).
+    /// Export a model as a llama.cpp GGUF file (`--gguf`), or merge a LoRA adapter into its base
+    /// (`--merge --adapter DIR`: an HF directory; `--gguf --adapter DIR`: a GGUF).
     Export(export::Args),
     /// Upload a run to Weights & Biases from its metrics.jsonl (after training offline).
     WandbSync(wandb_sync::Args),

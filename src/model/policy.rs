@@ -7,6 +7,7 @@ use crate::model::decoder::adapted;
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::config::ModelConfig;
 use crate::model::decoder::forward::Mode;
+use crate::model::decoder::lora;
 use crate::model::decoder::tensors;
 use crate::model::error::{Error, Result};
 use crate::model::io::gguf::export::{self, Exported, Quant};
@@ -155,8 +156,9 @@ pub struct Policy {
     /// The LoRA adapter on the frozen base, whose tensors are then the trainable variables.
     adapter: Option<Adapter>,
     /// With an adapter: the sampling copies of the (frozen) base are built as
-    /// `sampling_weights` says, so [`Policy::weights_changed`] has nothing to rebuild.
-    base_copies_built: std::sync::atomic::AtomicBool,
+    /// `sampling_weights` says, so [`Policy::weights_changed`] has nothing to rebuild. Shared,
+    /// with the copies, by the policies of [`Policy::share_base`].
+    base_copies_built: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Policy {
@@ -384,16 +386,26 @@ impl Policy {
         self.model = self.adapted_model(&adapter)?;
         self.copies = SamplingCopies::for_model(&self.model);
         self.adapter = Some(adapter);
+        // Fresh copies for the new model's tensors, and a flag of their own.
         self.base_copies_built = Default::default();
         Ok(self)
     }
 
     /// Another policy on this one's base (the same tensors: one copy in memory however many
-    /// agents share it) with `adapter` on it; this policy is unchanged. The new policy's
-    /// sampling copies are built on its first [`Policy::weights_changed`].
+    /// agents share it) with `adapter` on it; this policy is unchanged. When this policy has an
+    /// adapter (its base frozen), the new one also shares its sampling copies of the base (the
+    /// same weights, so the same copies: one set however many agents sample), built by whichever
+    /// of them calls [`Policy::weights_changed`] first; otherwise the new policy's own copies
+    /// are built on its first [`Policy::weights_changed`].
     pub fn share_base(&self, adapter: Adapter) -> Result<Self> {
         let model = self.adapted_model(&adapter)?;
-        let copies = SamplingCopies::for_model(&model);
+        // A frozen base's tensors keep their ids through `attach` (detaching a tensor that is
+        // no variable is the tensor itself), so this policy's slots, keyed by id, serve the new
+        // model; a full model's variables are detached into new tensors, which need their own.
+        let (copies, built) = match self.adapter.is_some() {
+            true => (self.copies.clone(), self.base_copies_built.clone()),
+            false => (SamplingCopies::for_model(&model), Default::default()),
+        };
         Ok(Self {
             source: self.source.clone(),
             config: self.config.clone(),
@@ -410,7 +422,7 @@ impl Policy {
             chat_template: self.chat_template.clone(),
             tokenizer_config: self.tokenizer_config.clone(),
             adapter: Some(adapter),
-            base_copies_built: Default::default(),
+            base_copies_built: built,
         })
     }
 
@@ -424,6 +436,74 @@ impl Policy {
             &adapter.spec,
             &adapter.by_key(),
         )?)
+    }
+
+    /// A full model with `adapter` merged into this policy's base: every targeted projection's W
+    /// replaced by W + s·B·A (`lora::merged_weight`), every other tensor, the config, tokenizer
+    /// and special ids as this policy has them. The result has no adapter, so [`Policy::save`]
+    /// writes an HF model directory and [`Policy::export_gguf`] a GGUF of the merged model.
+    /// `adapter` is checked against the base first (targets, rank against each projection's
+    /// dims, every tensor's shape): a mismatch is an error naming the projection.
+    pub fn merge(&self, adapter: &Adapter) -> Result<Self> {
+        let model = self.source.describe();
+        adapter
+            .spec
+            .validate(&self.config)
+            .map_err(|e| Error::Invalid(format!("adapter on {model}: {e}")))?;
+        let pairs = adapter.by_key();
+        let scale = adapter.spec.scale();
+        let mut tensors: HashMap<String, Tensor> = self
+            .base_vars()
+            .into_iter()
+            .map(|(n, v)| (n, v.as_tensor().detach()))
+            .collect();
+        for (l, m, ab, _) in adapter.spec.tensors(&self.config) {
+            if ab != "lora_A" {
+                continue;
+            }
+            let name = crate::model::io::peft::base_weight_name(l, m);
+            let w = tensors.get(&name).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "adapter on {model}: the base has no tensor `{name}` for layer {l} {m}"
+                ))
+            })?;
+            let (a, b) = match (pairs.get(&(l, m, "lora_A")), pairs.get(&(l, m, "lora_B"))) {
+                (Some(a), Some(b)) => (a.as_tensor(), b.as_tensor()),
+                _ => {
+                    return Err(Error::Internal(format!(
+                        "adapter on {model}: layer {l} {m} lacks lora_A or lora_B"
+                    )))
+                }
+            };
+            let merged = lora::merged_weight(w, a, b, scale).map_err(|e| Error::Export {
+                model: model.clone(),
+                msg: format!("merging the adapter into layer {l} {m}"),
+                source: Some(Box::new(e)),
+            })?;
+            tensors.insert(name, merged);
+        }
+        let opts = LoadOptions {
+            dtype: self.model.dtype(),
+            device: self.model.device().clone(),
+            // An export never samples: no copies.
+            rollout_copies: RolloutCopies::Never,
+            copies_now: false,
+            ..LoadOptions::default()
+        };
+        let mut merged = Self::assemble(
+            self.source.clone(),
+            self.config.clone(),
+            tensors,
+            self.tokenizer.clone(),
+            self.eos_ids.clone(),
+            self.pad_id,
+            self.dir.clone(),
+            &opts,
+        )?;
+        merged.source_config = self.source_config.clone();
+        merged.chat_template = self.chat_template.clone();
+        merged.tokenizer_config = self.tokenizer_config.clone();
+        Ok(merged)
     }
 
     /// The LoRA adapter, if the policy has one.
@@ -499,16 +579,13 @@ impl Policy {
         self.copies.products(mode)
     }
 
-    /// Writes this policy to `out` as a llama.cpp GGUF with matrices in `quant`.
+    /// Writes this policy to `out` as a llama.cpp GGUF with matrices in `quant` (with an
+    /// adapter: the merged model, [`Policy::merge`]).
     pub fn export_gguf(&self, quant: Quant, out: &Path) -> Result<()> {
-        if self.adapter.is_some() {
-            return Err(Error::Export {
-                model: self.source.describe(),
-                msg: "a model with a LoRA adapter cannot be exported yet (no merge): export the \
-                      base, or use the adapter directory with PEFT"
-                    .into(),
-                source: None,
-            });
+        // With an adapter, the GGUF is of the merged model (llama.cpp has no separate LoRA
+        // term in the file this writes).
+        if let Some(a) = &self.adapter {
+            return self.merge(a)?.export_gguf(quant, out);
         }
         let model = Exported {
             model: self.source.describe(),

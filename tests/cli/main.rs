@@ -7,6 +7,7 @@ mod common;
 
 mod arch;
 mod data;
+mod export_merge;
 mod layers;
 mod model;
 mod plugin_host;

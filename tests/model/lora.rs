@@ -388,3 +388,134 @@ fn fresh_adapters_start_at_the_base() {
     let e = Adapter::init(spec, 0.1, &base.config, 3, DType::F32, &Device::Cpu).unwrap_err();
     assert!(e.to_string().contains("dropout"), "{e}");
 }
+
+/// `Policy::merge` (what `comlrl export --merge` writes): each targeted W becomes W + s·B·A
+/// (checked against an f64 sum formed here, element by element), every other tensor is the
+/// base's bit for bit, and the merged model, which has no adapter, gives PEFT's adapted
+/// log-probs and logits on every architecture (rsLoRA's scaling on tiny-qwen3).
+#[test]
+fn a_merged_adapter_gives_peft_outputs_and_the_exact_merged_weights() {
+    use comlrl::model::io::peft::base_weight_name;
+    for name in MODELS {
+        let base = Policy::load(
+            &ModelSource::Local(fixtures().join(name)),
+            &opts(DType::F32),
+        )
+        .unwrap();
+        let dir = fixtures().join("lora").join(name).join("adapter");
+        let adapter = Adapter::load(&dir, &base.config, DType::F32, &Device::Cpu).unwrap();
+        let merged = base.merge(&adapter).unwrap();
+        assert!(
+            merged.adapter().is_none(),
+            "{name}: the merge has no adapter"
+        );
+        assert_eq!(merged.num_parameters(), base.num_parameters(), "{name}");
+        let s = adapter.spec.scale();
+        let lora: HashMap<String, Tensor> = adapter
+            .vars()
+            .into_iter()
+            .map(|(n, v)| (n, v.as_tensor().clone()))
+            .collect();
+        let before: HashMap<String, Tensor> = base
+            .base_vars()
+            .into_iter()
+            .map(|(n, v)| (n, v.as_tensor().clone()))
+            .collect();
+        let mut merged_names = 0;
+        for (n, v) in merged.base_vars() {
+            let got = f32s(v.as_tensor());
+            let w = f32s(&before[&n]);
+            let proj = (0..base.config.num_hidden_layers).find_map(|l| {
+                PROJECTIONS
+                    .iter()
+                    .find(|m| base_weight_name(l, m) == n)
+                    .map(|m| (l, *m))
+            });
+            let Some((l, m)) = proj else {
+                assert_eq!(got, w, "{name} {n}: not a target, must be the base's");
+                continue;
+            };
+            merged_names += 1;
+            let stem = n.strip_suffix(".weight").unwrap();
+            let a = &lora[&format!("base_model.model.{stem}.lora_A.weight")];
+            let b = &lora[&format!("base_model.model.{stem}.lora_B.weight")];
+            let (r, inp) = a.dims2().unwrap();
+            let (av, bv) = (f32s(a), f32s(b));
+            let mut changed = 0;
+            for (i, (g, w0)) in got.iter().zip(&w).enumerate() {
+                let (row, col) = (i / inp, i % inp);
+                let delta: f64 = (0..r)
+                    .map(|k| bv[row * r + k] as f64 * av[k * inp + col] as f64)
+                    .sum();
+                let want = *w0 as f64 + s * delta;
+                assert!(
+                    (*g as f64 - want).abs() <= 1e-7 * want.abs() + 1e-9,
+                    "{name} layer {l} {m}[{i}]: {g} vs {want}"
+                );
+                changed += usize::from(g != w0);
+            }
+            assert!(changed > got.len() / 2, "{name} {n}: the adapter moved W");
+        }
+        assert_eq!(
+            merged_names,
+            7 * base.config.num_hidden_layers,
+            "{name}: every projection merged"
+        );
+        let r = reference(name);
+        let lp = completion_logprobs(&merged.model, &layout(&merged, &r), Mode::Train).unwrap();
+        close(
+            &format!("{name} merged logprobs"),
+            &f32s(&lp),
+            &f32s(&r["logprobs"]),
+            1e-4,
+            1e-5,
+        );
+        close(
+            &format!("{name} merged last logits"),
+            &f32s(&last_logits(&merged, &r)),
+            &f32s(&r["last_logits"]),
+            1e-4,
+            1e-5,
+        );
+    }
+}
+
+/// A GGUF exported from an adapted policy is the merged model's (f32: its weights read back
+/// through comlrl's GGUF loader give the merged model's logits), and `merge` refuses an
+/// adapter that does not fit the base, naming the projection.
+#[test]
+fn gguf_export_of_an_adapted_model_is_the_merged_model_and_misfits_are_refused() {
+    use comlrl::model::io::gguf::Quant;
+    let tmp = tempfile::tempdir().unwrap();
+    for name in MODELS {
+        let p = adapted(name, DType::F32);
+        let merged = p.merge(p.adapter().unwrap()).unwrap();
+        let out = tmp.path().join(format!("{name}.gguf"));
+        p.export_gguf(Quant::F32, &out).unwrap();
+        let g = Policy::load(&ModelSource::Gguf(out), &opts(DType::F32)).unwrap();
+        let r = reference(name);
+        close(
+            &format!("{name} gguf last logits"),
+            &f32s(&last_logits(&g, &r)),
+            &f32s(&last_logits(&merged, &r)),
+            1e-5,
+            1e-6,
+        );
+    }
+    // tiny-llama's adapter on tiny-qwen3's base: the same names, other shapes.
+    let qwen3 = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen3")),
+        &opts(DType::F32),
+    )
+    .unwrap();
+    let llama = adapted("tiny-llama", DType::F32);
+    let Err(e) = qwen3.merge(llama.adapter().unwrap()) else {
+        panic!("tiny-llama's adapter merged into tiny-qwen3");
+    };
+    let msg = format!("{e}");
+    assert!(msg.contains("layer 0 q_proj"), "{msg}");
+    assert!(
+        std::error::Error::source(&e).is_some_and(|c| format!("{c}").contains("do not fit W")),
+        "{msg}"
+    );
+}

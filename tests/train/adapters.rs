@@ -101,6 +101,80 @@ fn ten_adamw_steps_train_only_the_adapter_on_a_shared_base() {
     );
 }
 
+/// Agents on one base also share its sampling copies (built once, by whichever agent asks
+/// first; released and rebuilt together): each samples exactly what the same adapter on a base
+/// of its own samples, with the transposed f32 copies and with bf16 copies, before and after
+/// the copies are released for an update round.
+#[test]
+fn agents_on_one_base_sample_as_agents_alone_with_shared_copies() {
+    use comlrl::model::{generate, SamplingParams};
+    let src = ModelSource::Local(fixtures().join("tiny-qwen2"));
+    let init = |p: &Policy, seed| {
+        let a = Adapter::init(spec(), 0.0, &p.config, seed, DType::F32, &Device::Cpu).unwrap();
+        // A non-zero B, so each agent's term shows in its samples.
+        for (n, v) in a.vars() {
+            if n.contains("lora_B") {
+                let t = (Tensor::randn(0f32, 0.05, v.dims(), &Device::Cpu).unwrap()
+                    + Tensor::ones(v.dims(), DType::F32, &Device::Cpu).unwrap() * 0.01)
+                    .unwrap();
+                v.set(&t).unwrap();
+            }
+        }
+        a
+    };
+    let sample = |p: &Policy| {
+        let params = SamplingParams {
+            max_new_tokens: 12,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            greedy: false,
+            ignore_eos: true,
+        };
+        let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(7);
+        let prompt: Vec<u32> = vec![5, 17, 230, 41];
+        generate(
+            p.sampler(),
+            &[prompt.as_slice()],
+            3,
+            &params,
+            &p.eos_ids,
+            p.pad_id,
+            &mut rng,
+        )
+        .unwrap()
+    };
+    for sampling_dtype in [DType::F32, DType::BF16] {
+        let opts = LoadOptions {
+            sampling_dtype,
+            copies_now: false,
+            ..LoadOptions::default()
+        };
+        let base = Policy::load(&src, &opts).unwrap();
+        let (a1, a2) = (init(&base, 1), init(&base, 2));
+        let p1 = base.with_adapter(a1).unwrap();
+        let p2 = p1.share_base(a2.clone()).unwrap();
+        let alone = Policy::load(&src, &opts).unwrap().with_adapter(a2).unwrap();
+        alone.weights_changed().unwrap();
+        // Agent 2 builds the shared copies; agent 1 then finds them built.
+        p2.weights_changed().unwrap();
+        p1.weights_changed().unwrap();
+        let want = sample(&alone);
+        assert_eq!(sample(&p2), want, "{sampling_dtype:?}: shared copies");
+        assert_ne!(
+            sample(&p1),
+            want,
+            "{sampling_dtype:?}: agent 1's own adapter"
+        );
+        // An update round frees them (for every agent on the base); the first agent to sample
+        // again rebuilds them for both.
+        p1.release_sampling_copies().unwrap();
+        p1.weights_changed().unwrap();
+        p2.weights_changed().unwrap();
+        assert_eq!(sample(&p2), want, "{sampling_dtype:?}: after a release");
+    }
+}
+
 struct StopAt(usize, Arc<AtomicBool>);
 
 impl Observer for StopAt {
@@ -126,6 +200,7 @@ fn an_adapter_run_saves_peft_directories_and_resumes_exactly() {
     ];
     let s = load_small(&a, &extra);
     assert_eq!(s.agents[0].adapter.as_ref().map(|x| x.rank), Some(4));
+    let seed = s.seed;
     let sa = comlrl::train::Trainer::new(s)
         .unwrap()
         .run(false, &mut ())
@@ -169,4 +244,43 @@ fn an_adapter_run_saves_peft_directories_and_resumes_exactly() {
             .sum();
         assert!(b_sum > 0.0, "agent {i}: B did not train");
     }
+    // A trained agent's directory merges into the run's base (the built-in model, seeded by the
+    // scenario's seed): the merged model scores as the base with the adapter does.
+    let merged = tmp.path().join("merged");
+    let seed_arg = seed.to_string();
+    let agent = a.join("models/agent_1");
+    let (ok, _, err) = comlrl(&[
+        "export",
+        "--merge",
+        "--model",
+        "builtin:tiny",
+        "--model-seed",
+        &seed_arg,
+        "--adapter",
+        agent.to_str().unwrap(),
+        "--out",
+        merged.to_str().unwrap(),
+    ])
+    .output()
+    .parts();
+    assert!(ok, "{err}");
+    let opts = LoadOptions {
+        seed,
+        ..LoadOptions::default()
+    };
+    let base = Policy::load(&ModelSource::Builtin("tiny".into()), &opts).unwrap();
+    let ad = Adapter::load(&agent, &base.config, DType::F32, &Device::Cpu).unwrap();
+    // Byte-level ids (the built-in model's vocabulary is 259).
+    let score = |p: &Policy| {
+        let ids: Vec<u32> = b"def f(x): return".iter().map(|&b| b as u32).collect();
+        let lay = ScoreLayout::new(&p.model, &[&ids[..4]], &[&ids[4..]], p.pad_id).unwrap();
+        f32s(&completion_logprobs(&p.model, &lay, Mode::Train).unwrap())
+    };
+    let plain = score(&base);
+    let adapted = score(&base.with_adapter(ad).unwrap());
+    let m = score(&Policy::load(&ModelSource::Local(merged), &LoadOptions::default()).unwrap());
+    for (x, y) in m.iter().zip(&adapted) {
+        assert!((x - y).abs() < 1e-5, "merged {x} vs adapted {y}");
+    }
+    assert_ne!(adapted, plain, "the trained adapter changes the outputs");
 }

@@ -301,6 +301,7 @@ impl ModelConfig {
     /// `small`: ~32M parameters (hidden 512, intermediate 2048, 8 layers, 8/2 heads, vocab 3000).
     /// `mid`: ~40M parameters (vocab 32000, hidden 512, 8 layers).
     /// `qwen2.5-0.5b`: Qwen2.5-0.5B's shape (494M parameters, tied embeddings).
+    /// `qwen2.5-1.5b`: Qwen2.5-1.5B(-Instruct)'s shape (1.54B parameters, tied embeddings).
     /// `llama-small`: `small`'s shape as a Llama 3.2-style model (no biases, llama3 RoPE scaling).
     /// `qwen3-small`: `small`'s shape as a Qwen3 model (q/k norms, no biases).
     /// `smollm2-135m`: SmolLM2-135M's shape (Llama, 30 layers, 9/3 heads, vocab 49152).
@@ -313,6 +314,11 @@ impl ModelConfig {
             "mid" => Self::with_shape(32000, 512, 1536, 8, 8, 2, true),
             "qwen2.5-0.5b" => {
                 let mut c = Self::with_shape(151936, 896, 4864, 24, 14, 2, true);
+                c.max_position_embeddings = 32768;
+                c
+            }
+            "qwen2.5-1.5b" => {
+                let mut c = Self::with_shape(151936, 1536, 8960, 28, 12, 2, true);
                 c.max_position_embeddings = 32768;
                 c
             }
@@ -359,6 +365,7 @@ impl ModelConfig {
         "small",
         "mid",
         "qwen2.5-0.5b",
+        "qwen2.5-1.5b",
         "llama-small",
         "qwen3-small",
         "smollm2-135m",

@@ -167,3 +167,23 @@ impl Lora {
         y + d
     }
 }
+
+/// W + s·B·A for W (out, in), A (r, in), B (out, r): the merged weight an export writes
+/// (`comlrl export --merge`), in W's dtype. The product and the sum are formed in f64 and
+/// rounded once, so a merged f32 weight is the exact sum rounded to f32 (what a reader that
+/// applies the adapter in higher precision computes), independent of the rank's summation order.
+pub fn merged_weight(w: &Tensor, a: &Tensor, b: &Tensor, scale: f64) -> Result<Tensor> {
+    let (out, inp) = w.dims2()?;
+    let (r, a_in) = a.dims2()?;
+    let (b_out, b_r) = b.dims2()?;
+    if a_in != inp || b_out != out || b_r != r {
+        candle_core::bail!(
+            "lora_A {:?} / lora_B {:?} do not fit W {:?}",
+            a.dims(),
+            b.dims(),
+            w.dims()
+        );
+    }
+    let delta = (b.to_dtype(DType::F64)?.matmul(&a.to_dtype(DType::F64)?)? * scale)?;
+    (w.to_dtype(DType::F64)? + delta)?.to_dtype(w.dtype())
+}

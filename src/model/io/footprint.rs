@@ -108,5 +108,8 @@ mod tests {
         assert_eq!(q.mlp_bytes(), 24 * 3 * 896 * 4864 * 4);
         // 24 layers × (k, v) × 2 heads × 64 × 4 bytes.
         assert_eq!(q.kv_bytes_per_position(), 24 * 2 * 2 * 64 * 4);
+        // Qwen2.5-1.5B's published count.
+        let q15 = ModelInfo::builtin("qwen2.5-1.5b").unwrap();
+        assert_eq!(q15.parameters(), 1_543_714_304);
     }
 }

@@ -21,11 +21,19 @@ pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
 
 /// PEFT's name of one adapter tensor.
 pub fn tensor_name((layer, module, ab): LoraKey) -> String {
+    let base = base_weight_name(layer, module);
+    let stem = base.strip_suffix(".weight").unwrap_or(&base);
+    format!("base_model.model.{stem}.{ab}.weight")
+}
+
+/// The checkpoint name of the base weight W a projection's adapter applies to
+/// (`model.layers.N.<block>.<proj>.weight`).
+pub fn base_weight_name(layer: usize, module: &str) -> String {
     let block = match module {
         "gate_proj" | "up_proj" | "down_proj" => "mlp",
         _ => "self_attn",
     };
-    format!("base_model.model.model.layers.{layer}.{block}.{module}.{ab}.weight")
+    format!("model.layers.{layer}.{block}.{module}.weight")
 }
 
 /// One agent's LoRA adapter: its spec, dropout (as recorded; training runs with 0) and the A

@@ -135,8 +135,9 @@ impl SamplingSlot {
 }
 
 /// The sampling copies of one model's weights: a slot for each projection's weight and for
-/// the LM head, found by the weight's tensor id.
-#[derive(Debug, Default)]
+/// the LM head, found by the weight's tensor id. A clone shares the slots (policies on one
+/// frozen base share its copies).
+#[derive(Debug, Default, Clone)]
 pub struct SamplingCopies {
     slots: HashMap<TensorId, SamplingSlot>,
 }

@@ -9,8 +9,10 @@
 //! accumulators, packed weights, one pass's activations and LM-head logits). The peak is what
 //! stays plus the larger of the two phases, with agents counted together where they run at the
 //! same time (`parallel_sampling`, `parallel_updates`) and the largest alone where they take
-//! turns. Agents with the same model and settings share one line of the report; nothing is
-//! shared between agents in memory (each loads its own weights and tokenizer).
+//! turns. Agents with the same model and settings share one line of the report. Agents with
+//! adapters on the same base (`setup::models` loads it once) count its weights and sampling
+//! copies once: the first such agent a rank holds carries them, the others name it
+//! (`shares_base_of`); everything else (tokenizer, KV cache, adapters) is per agent, as loaded.
 use crate::error::{Error, Result};
 use crate::model::{ModelInfo, ModelSource, RolloutCopies};
 use comlrl_scenario::{AgentPlan, Dtype, Scenario};
@@ -33,6 +35,9 @@ pub struct AgentMemory {
     pub parameters: u64,
     /// Parameters it trains: all of them, or its adapter's (`agents.adapter`).
     pub trainable: u64,
+    /// The agent whose base this one shares (adapters on one base): its weights are counted
+    /// there, not here.
+    pub shares_base_of: Option<usize>,
     /// Held for the whole run: (what, bytes).
     pub resident: Vec<(&'static str, u64)>,
     /// Added while it samples.
@@ -68,9 +73,14 @@ impl AgentMemory {
     }
 
     /// Everything but the index: agents that are equal in this share a report line.
-    fn key(&self) -> (String, u64, Vec<(&'static str, u64)>) {
+    fn key(&self) -> (String, u64, Option<usize>, Vec<(&'static str, u64)>) {
         let parts = [&self.resident[..], &self.sampling, &self.update].concat();
-        (self.model.clone(), self.trainable, parts)
+        (
+            self.model.clone(),
+            self.trainable,
+            self.shares_base_of,
+            parts,
+        )
     }
 }
 
@@ -158,8 +168,12 @@ impl MemoryEstimate {
             } else {
                 String::new()
             };
+            let shared = match a.shares_base_of {
+                Some(j) => format!(", base shared with agent {j}"),
+                None => String::new(),
+            };
             out += &format!(
-                "  agent{} {} ({}, {:.1}M parameters{trainable}): {} per agent at its peak\n    held: {}\n    while sampling: {}\n    while updating: {}\n",
+                "  agent{} {} ({}, {:.1}M parameters{trainable}{shared}): {} per agent at its peak\n    held: {}\n    while sampling: {}\n    while updating: {}\n",
                 if ids.len() > 1 { "s" } else { "" },
                 ranges(ids),
                 a.model,
@@ -282,6 +296,7 @@ pub fn estimate(
             _ => unknown.push(a.index),
         }
     }
+    share_bases(s, &mut agents);
     let t = &s.trainer;
     let phase = |bytes: &dyn Fn(&AgentMemory) -> u64, together: bool| -> u64 {
         let each = agents.iter().map(bytes);
@@ -302,6 +317,44 @@ pub fn estimate(
         process,
         available: crate::runtime::available_memory(),
     })
+}
+
+/// The parts an agent sharing another's base holds only once, in that agent: the base's
+/// weights and its sampling copies (`Policy::share_base` shares both).
+const SHARED_PARTS: [&str; 4] = [
+    "weights",
+    "transposed sampling copies",
+    "bf16 copies",
+    "MLP panels",
+];
+
+/// Agents with adapters whose base an earlier agent of `agents` loads (`models::same_base`)
+/// hold neither its weights nor its sampling copies: those parts become 0 and the agent names
+/// the one that holds them.
+fn share_bases(s: &Scenario, agents: &mut [AgentMemory]) {
+    let adapted: Vec<usize> = agents
+        .iter()
+        .map(|m| m.index)
+        .filter(|&i| s.agents[i].adapter.is_some())
+        .collect();
+    for m in agents.iter_mut() {
+        let a = &s.agents[m.index];
+        if a.adapter.is_none() {
+            continue;
+        }
+        let first = adapted
+            .iter()
+            .copied()
+            .find(|&j| super::models::same_base(&s.agents[j], a));
+        if let Some(j) = first.filter(|&j| j < m.index) {
+            m.shares_base_of = Some(j);
+            for part in m.resident.iter_mut().chain(m.sampling.iter_mut()) {
+                if SHARED_PARTS.contains(&part.0) {
+                    part.1 = 0;
+                }
+            }
+        }
+    }
 }
 
 /// The settings of this scenario that would lower the estimate.
@@ -535,6 +588,7 @@ fn agent_memory(
         model: a.model.spec.clone(),
         parameters: info.parameters(),
         trainable,
+        shares_base_of: None,
         resident,
         sampling,
         update,
@@ -684,6 +738,41 @@ mod tests {
             .resident
             .iter()
             .any(|(n, _)| n.starts_with("critic")));
+    }
+
+    /// Agents with adapters on one base count its weights once (the first agent carries
+    /// them); another model, or full fine-tuning, keeps its own.
+    #[test]
+    fn adapters_on_one_base_count_its_weights_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents =
+            "agents: {count: 3, model: builtin:small, max_new_tokens: 16, adapter: {rank: 4}}\n";
+        let e = peak(dir.path(), agents);
+        let w = 4 * e.agents[0].parameters;
+        assert_eq!(part(&e.agents[0].resident, "weights"), w);
+        for a in &e.agents[1..] {
+            assert_eq!(part(&a.resident, "weights"), 0);
+            assert_eq!(part(&a.resident, "transposed sampling copies"), 0);
+            assert_eq!(part(&a.sampling, "MLP panels"), 0);
+            assert_eq!(a.shares_base_of, Some(0));
+            assert!(
+                part(&a.sampling, "KV cache") > 0,
+                "each agent its own cache"
+            );
+        }
+        let report = e.report();
+        assert!(
+            report.contains("agents 1, 2 (builtin:small")
+                && report.contains("base shared with agent 0"),
+            "{report}"
+        );
+        let full = peak(dir.path(), &agents.replace(", adapter: {rank: 4}", ""));
+        assert!(full.agents.iter().all(|a| a.shares_base_of.is_none()));
+        // Another base (another sampling dtype loads its own): no sharing.
+        let two = "agents:\n  - {model: builtin:small, adapter: {rank: 4}}\n  - {model: builtin:small, adapter: {rank: 4}, sampling_dtype: bf16}\n";
+        let e = peak(dir.path(), two);
+        assert!(e.agents.iter().all(|a| a.shares_base_of.is_none()));
+        assert_eq!(part(&e.agents[1].resident, "weights"), w);
     }
 
     #[test]

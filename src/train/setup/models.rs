@@ -132,7 +132,7 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
 }
 
 /// Whether agents `a` and `b` load the same base: the same model, dtype and sampling settings.
-fn same_base(a: &AgentPlan, b: &AgentPlan) -> bool {
+pub(crate) fn same_base(a: &AgentPlan, b: &AgentPlan) -> bool {
     a.model.source == b.model.source
         && a.dtype == b.dtype
         && a.sampling_dtype == b.sampling_dtype

@@ -80,7 +80,7 @@ impl Stats {
 struct Rows(Vec<Row>);
 
 impl Observer for Rows {
-    fn metrics(&mut self, row: &Row, _texts: &[(String, String)]) {
+    fn metrics(&mut self, row: &Row, _texts: &[(String, String)], _samples: &[serde_json::Value]) {
         self.0.push(row.clone());
     }
 }

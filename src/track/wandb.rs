@@ -4,8 +4,9 @@
 //! `wandb-history.jsonl` rows (each with `_step`, `_runtime`, `_timestamp`; the row's line in
 //! `metrics.jsonl` is its offset, so sending a row twice keeps one) and `wandb-summary.json`,
 //! sends heartbeats, and finally `{"complete": true, "exitcode": N}` marks the run finished (0)
-//! or failed. The run's id is kept in `<output_dir>/wandb-run.json` for `--resume` and
-//! `comlrl wandb-sync`.
+//! or failed. The sampled completions of a row go up first as a table file (`createRunFiles`
+//! for an upload URL, then a PUT; see [`super::wandb_table`]) that the history row names. The
+//! run's id is kept in `<output_dir>/wandb-run.json` for `--resume` and `comlrl wandb-sync`.
 use super::wandb_auth as auth;
 use super::wandb_table::{completions_table, table_file};
 use super::{track_error, Record, Tracker, WandbSettings, Warn};

@@ -425,10 +425,21 @@ fn history_bodies(
             .zip(part_media)
             .map(|(r, m)| history_line(r, m))
             .collect();
-        bodies.push(json!({"files": {
+        let mut body = json!({"files": {
             HISTORY: {"offset": part[0].index, "content": lines},
             SUMMARY: {"offset": 0, "content": [Value::Object(summary.clone()).to_string()]},
-        }}));
+        }});
+        // The run files these rows name were uploaded: the SDK's file stream says so in
+        // `uploaded` (wandb-core's `uploaded,omitempty`), which marks them done on the server.
+        let uploaded: Vec<&Value> = part_media
+            .iter()
+            .flat_map(|m| m.values())
+            .filter_map(|v| v.get("path"))
+            .collect();
+        if !uploaded.is_empty() {
+            body["uploaded"] = json!(uploaded);
+        }
+        bodies.push(body);
         start = end;
     }
     bodies

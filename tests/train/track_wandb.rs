@@ -597,6 +597,13 @@ fn tables(reqs: &[Req]) -> Vec<(u64, Value, Vec<u8>)> {
                 .headers
                 .contains(&("x-upload-test".to_string(), "yes".to_string())));
             assert_eq!(put.auth, None, "no W&B key to a storage URL");
+            let uploaded = r.body["uploaded"]
+                .as_array()
+                .expect("uploaded files listed");
+            assert!(
+                uploaded.contains(&v["path"]),
+                "the stream says it was uploaded"
+            );
             out.push((row["_step"].as_u64().unwrap(), v.clone(), put.raw.clone()));
         }
     }

@@ -4,7 +4,8 @@
 //! that the run is marked finished; with the server down, that training finishes with exactly one
 //! warning and `comlrl wandb-sync` uploads the same run afterwards; with a rejected key, that one
 //! warning says so; with a server that never answers, that a run and `wandb-sync` give up on it
-//! within seconds.
+//! within seconds. With `logging.completions`, that each row's samples arrive as a table file in
+//! the SDK's format (and, where the `wandb` package is installed, that it equals the SDK's own).
 use crate::common;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -741,4 +742,74 @@ fn a_refused_table_upload_warns_once_and_training_goes_on() {
         .map(|r| r["step"].as_u64().unwrap())
         .collect();
     assert_eq!(steps, [2, 4, 6, 8, 10], "metrics.jsonl is complete");
+}
+
+/// Where the `wandb` Python SDK is installed: the table file comlrl uploads is byte for byte the
+/// one the SDK writes for the same `wandb.Table`, and the history value has the same fields
+/// (less the artifact references comlrl does not make).
+#[test]
+fn the_table_file_is_the_wandb_sdks() {
+    let Some(py) = common::python_with(&["wandb"]) else {
+        return;
+    };
+    use comlrl::track::wandb_table::{completions_table, table_file};
+    let samples = vec![
+        serde_json::json!({"step": 7, "turn": 1, "prompt": "Say \"hi\"\nin two lines: é ✓",
+            "completions": ["hi\nthere", "日本語 😀"], "reward": 0.30000001192092896,
+            "terms": {"len_ratio": 1.0, "b": -2.5e-7}, "returns": [0.1, 12.0],
+            "advantages": [-1.1849894523620605, null]}),
+        serde_json::json!({"step": 8, "turn": 2, "prompt": "", "completions": ["", "x"],
+            "reward": 45.11667251586914, "terms": {"len_ratio": 0.0, "b": 3.0},
+            "returns": [0.0, 1e20], "advantages": [0.5, 0.25]}),
+    ];
+    let ours = table_file("completions", 8, &completions_table(&samples));
+    let tmp = tempfile::tempdir().unwrap();
+    let script = r#"
+import json, sys, wandb
+from wandb.sdk.data_types.utils import val_to_json
+t = json.loads(sys.stdin.read())
+run = wandb.init(project="p", mode="offline", dir=sys.argv[1])
+table = wandb.Table(columns=t["columns"], data=t["data"])
+v = val_to_json(run, "completions", table, namespace=8)
+data = open(run.dir + "/" + v["path"], "rb").read()
+run.finish()
+print(json.dumps({"value": v, "file": data.decode("utf-8")}))
+"#;
+    let mut child = std::process::Command::new(&py)
+        .args(["-c", script, tmp.path().to_str().unwrap()])
+        .env("WANDB_SILENT", "true")
+        .env("WANDB_MODE", "offline")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&completions_table(&samples).to_string().into_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sdk: Value = serde_json::from_slice(
+        out.stdout
+            .split(|&b| b == b'\n')
+            .rfind(|l| !l.is_empty())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        sdk["file"].as_str().unwrap(),
+        String::from_utf8(ours.bytes.clone()).unwrap(),
+        "the table file"
+    );
+    let mut v = sdk["value"].as_object().unwrap().clone();
+    v.remove("artifact_path");
+    v.remove("_latest_artifact_path");
+    assert_eq!(Value::Object(v), ours.value, "the history value");
 }

@@ -5,6 +5,7 @@ use super::algorithm::Algorithm;
 use super::iac::Iac;
 use super::madpo::Madpo;
 use super::magrpo::Magrpo;
+use super::marlhf::Marlhf;
 use crate::error::Result;
 use crate::model::Policy;
 use comlrl_scenario::Scenario;
@@ -20,5 +21,8 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorith
         A::Magrpo | A::Mareinforce | A::Marloo | A::Maremax => Box::new(Magrpo::new(s)),
         A::Madpo => Box::new(Madpo::new(s)),
         A::Iac => Box::new(Iac::new(s, agents)?),
+        // MARLHF trains online with MAGRPO (its `rl_algorithm`'s advantage mode, resolved into
+        // `trainer.advantage_mode`) against the reward model it learns first.
+        A::Marlhf => Box::new(Marlhf::new(s, Box::new(Magrpo::new(s)))?),
     })
 }

@@ -23,6 +23,6 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorith
         A::Iac => Box::new(Iac::new(s, agents)?),
         // MARLHF trains online with MAGRPO (its `rl_algorithm`'s advantage mode, resolved into
         // `trainer.advantage_mode`) against the reward model it learns first.
-        A::Marlhf => Box::new(Marlhf::new(s, Box::new(Magrpo::new(s)))?),
+        A::Marlhf => Box::new(Marlhf::new(s, agents, Box::new(Magrpo::new(s)))?),
     })
 }

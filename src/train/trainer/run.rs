@@ -230,6 +230,8 @@ impl Loop<'_> {
         let buffer_size = s.trainer.rollout_buffer_size.max(1);
         let row = &s.dataset.train.rows[r];
         let prompts = self.agents.prompts.render(row)?;
+        // Without the chat template: what an algorithm that reads the prompts' text is given.
+        let formatted = self.agents.prompts.formatted(row);
         let input = RowInput {
             prompt: &row.prompt,
             fields: &row.fields,
@@ -265,7 +267,7 @@ impl Loop<'_> {
         let rolled = rollout(&spec, &input, &prompts, &mut state.rng, &mut phases, pre)
             .and_then(|mut root| {
                 if !collecting && !offline {
-                    algorithm.rescore(&prompts, &mut root)?;
+                    algorithm.rescore(&formatted, &mut root)?;
                 }
                 algorithm.targets(root)
             });
@@ -293,7 +295,7 @@ impl Loop<'_> {
         }
         if offline || collecting {
             self.algorithm
-                .collect(&prompts, &nodes)
+                .collect(&formatted, &nodes)
                 .map_err(|e| e.at_step(step + 1, where_.clone()))?;
             if r + 1 == rows {
                 pending.clear();

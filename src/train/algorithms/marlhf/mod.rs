@@ -77,7 +77,15 @@ impl Marlhf {
     /// MARLHF as the scenario sets it up, training online with `online` (the registry's
     /// MAGRPO), with an empty set and the reward model loaded (`preference.reward_model`, else
     /// agent 0's model) with a fresh head.
-    pub fn new(s: &Scenario, online: Box<dyn Algorithm>) -> Result<Self> {
+    pub fn new(s: &Scenario, agents: &[Option<Policy>], online: Box<dyn Algorithm>) -> Result<Self> {
+        let here = agents.iter().filter(|a| a.is_some()).count();
+        if here != s.agents.len() {
+            return Err(Error::Config(format!(
+                "trainer.algorithm marlhf needs every agent in this process ({here} of {} here): \
+                 its reward model reads every agent's answer; run it without MPI ranks",
+                s.agents.len()
+            )));
+        }
         let p = &s.preference;
         let model = p.reward_model.as_ref().unwrap_or(&s.agents[0].model);
         let opts = LoadOptions {

@@ -87,8 +87,9 @@ impl Loop<'_> {
                 )?;
                 state.window.eval = Some(eval);
             }
+            // NaN when the window sampled nothing (an offline algorithm's later epochs).
             let mean = state.window.rewards.iter().map(|&x| x as f64).sum::<f64>()
-                / state.window.rewards.len().max(1) as f64;
+                / state.window.rewards.len() as f64;
             obs.step(state.step, mean, t0.elapsed().as_secs_f64());
             self.log_window(&mut state, sink.as_mut(), samples.as_mut(), obs)?;
             if state.step.is_multiple_of(rows) {

@@ -44,15 +44,25 @@ fn a_run_learns_its_reward_model_then_trains_against_it() {
     let state = saved_state(&out);
     let pairs = state["set"]["pairs"].as_array().unwrap();
     let tied = state["set"]["tied_prompts"].as_u64().unwrap() as usize;
-    assert!(!pairs.is_empty() && pairs.len() <= 10 * 6, "{} pairs of 4 candidates", pairs.len());
+    assert!(
+        !pairs.is_empty() && pairs.len() <= 10 * 6,
+        "{} pairs of 4 candidates",
+        pairs.len()
+    );
     assert!(tied <= 10);
     for p in pairs {
         let text = p["winner"].as_str().unwrap();
-        assert!(text.starts_with("Joint multi-agent response\n\nAgent 1 prompt:\n"), "{text}");
+        assert!(
+            text.starts_with("Joint multi-agent response\n\nAgent 1 prompt:\n"),
+            "{text}"
+        );
         assert!(p["winner_reward"].as_f64().unwrap() > p["loser_reward"].as_f64().unwrap());
     }
     let trained = &state["trained"];
-    assert_eq!(trained["steps"].as_u64().unwrap() as usize, pairs.len().div_ceil(4));
+    assert_eq!(
+        trained["steps"].as_u64().unwrap() as usize,
+        pairs.len().div_ceil(4)
+    );
     // The collecting epoch: the reward model's metrics, no agent update; its reward is the
     // task's (the scenario scales its one term by 100).
     let (first, second) = (&rows[0], &rows[1]);
@@ -63,15 +73,31 @@ fn a_run_learns_its_reward_model_then_trains_against_it() {
         assert!((0.0..=1.0).contains(&m("reward_model_accuracy")));
         assert!(m("reward_model_loss") > 0.0 && m("reward_model_loss").is_finite());
         assert!(first.get(format!("agent_{a}/loss")).is_none(), "{first}");
-        assert!(f(second, &format!("agent_{a}/loss")).is_finite(), "{second}");
+        assert!(
+            f(second, &format!("agent_{a}/loss")).is_finite(),
+            "{second}"
+        );
     }
     let task = |r: &serde_json::Value| 100.0 * f(r, "reward/len_ratio");
-    assert!((f(first, "reward_mean") - task(first)).abs() < 1e-3, "{first}");
+    assert!(
+        (f(first, "reward_mean") - task(first)).abs() < 1e-3,
+        "{first}"
+    );
     // The online epoch trains on the reward model's scores, not on the task reward.
-    assert!((f(second, "reward_mean") - task(second)).abs() > 1e-3, "{second}");
+    assert!(
+        (f(second, "reward_mean") - task(second)).abs() > 1e-3,
+        "{second}"
+    );
     assert!(task(second).is_finite());
-    for file in ["model.safetensors", "config.json", "reward_head.safetensors"] {
-        assert!(out.join("models/reward_model").join(file).is_file(), "{file}");
+    for file in [
+        "model.safetensors",
+        "config.json",
+        "reward_head.safetensors",
+    ] {
+        assert!(
+            out.join("models/reward_model").join(file).is_file(),
+            "{file}"
+        );
     }
     assert!(out.join("models/agent_1/model.safetensors").is_file());
 }
@@ -108,6 +134,9 @@ fn an_interrupted_marlhf_run_resumes_to_the_same_end() {
         resume_matches(&a, &b, &MARLHF);
         assert_eq!(saved_state(&a), saved_state(&b), "stopped at {stop}");
         let head = "models/reward_model/reward_head.safetensors";
-        assert_eq!(std::fs::read(a.join(head)).unwrap(), std::fs::read(b.join(head)).unwrap());
+        assert_eq!(
+            std::fs::read(a.join(head)).unwrap(),
+            std::fs::read(b.join(head)).unwrap()
+        );
     }
 }

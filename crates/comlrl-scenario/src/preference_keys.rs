@@ -5,14 +5,14 @@
 //! own field names so that a CoMLRL config maps one to one). Values marked "CoMLRL" are those
 //! classes' defaults. [`RawPreference`], [`PreferencePlan`] and the docs
 //! table derive from it; [`resolve`] adds the checks that involve the `trainer` section.
-use crate::collect::Diags;
 use crate::agents::model_ref;
+use crate::collect::Diags;
 use crate::keys::{
     at_least, if_set, learning_rate, positive, section, Bad, Relevance, SectionContext,
 };
 use crate::plan::{
-    AdvantageMode, AdvantageScale, Algorithm, CollaborationMode, JointMode, ModelRef, ModelSource, PairSelection,
-    RewardAggregation, RlAlgorithm, TrainerPlan,
+    AdvantageMode, AdvantageScale, Algorithm, CollaborationMode, JointMode, ModelRef, ModelSource,
+    PairSelection, RewardAggregation, RlAlgorithm, TrainerPlan,
 };
 use crate::positions::KeyPath;
 use std::path::Path;
@@ -167,7 +167,9 @@ impl Relevance for Only {
 
     fn moot_warning(&self) -> Option<&'static str> {
         match self {
-            Only::Preference => Some("has no effect unless `trainer.algorithm` is `madpo` or `marlhf`"),
+            Only::Preference => {
+                Some("has no effect unless `trainer.algorithm` is `madpo` or `marlhf`")
+            }
             Only::Marlhf => Some("has no effect unless `trainer.algorithm` is `marlhf`"),
         }
     }

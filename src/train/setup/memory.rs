@@ -678,7 +678,10 @@ mod tests {
         assert_eq!(part(&a0.resident, "reward model AdamW state"), 2 * w);
         assert_eq!(part(&a0.update, "reward model gradients"), w);
         assert!(part(&a0.update, "reward model activations") > 0);
-        assert!(!m.agents[1].resident.iter().any(|(n, _)| n.starts_with("reward model")));
+        assert!(!m.agents[1]
+            .resident
+            .iter()
+            .any(|(n, _)| n.starts_with("reward model")));
         assert!(m.peak > plain.peak + 3 * w, "{} vs {}", m.peak, plain.peak);
         // A smaller reward model counts its own size.
         let tiny = peak(

@@ -265,13 +265,14 @@ impl Loop<'_> {
             p
         });
         let algorithm = &*self.algorithm;
-        let rolled = rollout(&spec, &input, &prompts, &mut state.rng, &mut phases, pre)
-            .and_then(|mut root| {
+        let rolled = rollout(&spec, &input, &prompts, &mut state.rng, &mut phases, pre).and_then(
+            |mut root| {
                 if !collecting && !offline {
                     algorithm.rescore(&formatted, &mut root)?;
                 }
                 algorithm.targets(root)
-            });
+            },
+        );
         let nodes = match rolled {
             Ok(nodes) => nodes,
             // A term with `on_error: skip_step` failed: this prompt trains nothing.

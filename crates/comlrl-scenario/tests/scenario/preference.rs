@@ -166,7 +166,10 @@ fn marlhf_defaults_are_comlrls_and_its_generations_stay_the_online_ones() {
         let s = f.ok(&text, &[]);
         assert!(s.warnings.is_empty(), "{alg}: {:?}", s.warnings);
         assert_eq!(s.trainer.advantage_mode, mode, "{alg}");
-        assert_eq!(s.preference.reward_model.as_ref().unwrap().spec, "builtin:small");
+        assert_eq!(
+            s.preference.reward_model.as_ref().unwrap().spec,
+            "builtin:small"
+        );
         // The resolved YAML reads back to the same plan, without a word.
         let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("reload");
         assert_eq!(again.preference, s.preference);
@@ -177,7 +180,11 @@ fn marlhf_defaults_are_comlrls_and_its_generations_stay_the_online_ones() {
     // which the scenario says.
     let s = f.ok(&marlhf("preference:\n  rl_algorithm: marloo\n"), &[]);
     assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
-    assert!(s.warnings[0].contains("preference.rl_algorithm"), "{:?}", s.warnings);
+    assert!(
+        s.warnings[0].contains("preference.rl_algorithm"),
+        "{:?}",
+        s.warnings
+    );
 }
 
 #[test]
@@ -228,7 +235,9 @@ fn what_marlhf_cannot_run_is_an_error() {
     );
     assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
     assert!(
-        s.warnings.iter().all(|w| w.contains("unless `trainer.algorithm` is `marlhf`")),
+        s.warnings
+            .iter()
+            .all(|w| w.contains("unless `trainer.algorithm` is `marlhf`")),
         "{:?}",
         s.warnings
     );

@@ -34,8 +34,8 @@ use crate::train::setup::models::source_of;
 use crate::train::update::plan::pass_plan;
 use candle_core::DType;
 use comlrl_scenario::Scenario;
-use rand_chacha::ChaCha8Rng;
 use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 use reward_model::{joint_text, JointRewardModel};
 use serde::{Deserialize, Serialize};
 use set::{RewardTraining, TextSet};
@@ -77,7 +77,11 @@ impl Marlhf {
     /// MARLHF as the scenario sets it up, training online with `online` (the registry's
     /// MAGRPO), with an empty set and the reward model loaded (`preference.reward_model`, else
     /// agent 0's model) with a fresh head.
-    pub fn new(s: &Scenario, agents: &[Option<Policy>], online: Box<dyn Algorithm>) -> Result<Self> {
+    pub fn new(
+        s: &Scenario,
+        agents: &[Option<Policy>],
+        online: Box<dyn Algorithm>,
+    ) -> Result<Self> {
         let here = agents.iter().filter(|a| a.is_some()).count();
         if here != s.agents.len() {
             return Err(Error::Config(format!(
@@ -166,7 +170,10 @@ impl Marlhf {
     fn train_reward_model(&mut self) -> Result<()> {
         let vars = match self.cfg.freeze_backbone {
             true => vec![
-                ("reward_head.weight".to_string(), self.rm.head.weight.clone()),
+                (
+                    "reward_head.weight".to_string(),
+                    self.rm.head.weight.clone(),
+                ),
                 ("reward_head.bias".to_string(), self.rm.head.bias.clone()),
             ],
             false => self.rm.vars(),
@@ -321,10 +328,18 @@ impl CheckpointPart for Marlhf {
                 .map_err(|e| Error::io(&path, e))?;
         let saved: Saved = serde_json::from_str(&text)
             .map_err(|e| Error::checkpoint_by(&path, "not a MARLHF state", e))?;
-        if let Some(p) = saved.set.pairs.iter().find(|p| p.winner.is_empty() || p.loser.is_empty()) {
+        if let Some(p) = saved
+            .set
+            .pairs
+            .iter()
+            .find(|p| p.winner.is_empty() || p.loser.is_empty())
+        {
             return Err(Error::checkpoint(
                 &path,
-                format!("its preference set holds an empty joint text (pair with rewards {} / {})", p.winner_reward, p.loser_reward),
+                format!(
+                    "its preference set holds an empty joint text (pair with rewards {} / {})",
+                    p.winner_reward, p.loser_reward
+                ),
             ));
         }
         read_weights(&self.rm.vars(), &dir.join(WEIGHTS_FILE))?;
@@ -345,7 +360,10 @@ impl CheckpointPart for Marlhf {
             .save(&dir)
             .map_err(|e| Error::from(e).within(format!("the reward model {}", self.rm_spec)))?;
         let head = vec![
-            ("reward_head.weight".to_string(), self.rm.head.weight.clone()),
+            (
+                "reward_head.weight".to_string(),
+                self.rm.head.weight.clone(),
+            ),
             ("reward_head.bias".to_string(), self.rm.head.bias.clone()),
         ];
         write_weights(&head, &dir.join("reward_head.safetensors"))

@@ -6,8 +6,8 @@
 use super::reward_model::{joint_text, JointRewardModel};
 use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
-use crate::train::rollout::pairs::{select_pairs, PairSelection};
 use crate::train::optim::adamw::AdamW;
+use crate::train::rollout::pairs::{select_pairs, PairSelection};
 use crate::train::rollout::NodeSample;
 use candle_core::Var;
 use rand::seq::SliceRandom;

@@ -27,7 +27,6 @@ use crate::model::grad::value::{value_columns, ValueAt};
 use crate::model::{LoadOptions, Policy, RolloutCopies, ScoreLayout, ValueHead};
 use crate::train::algorithms::algorithm::Algorithm;
 use crate::train::algorithms::round::{AgentUpdate, Round};
-use crate::train::optim::adamw::{AdamW, AdamWConfig};
 use crate::train::rollout::{Node, NodeSample};
 use crate::train::run::checkpoint::{read_weights, write_weights, CheckpointPart};
 use crate::train::setup::models::source_of;
@@ -178,16 +177,7 @@ impl Marlhf {
             ],
             false => self.rm.vars(),
         };
-        // torch.optim.AdamW(reward_model.parameters(), lr=reward_learning_rate): torch's
-        // defaults for the rest, as CoMLRL builds it.
-        let cfg = AdamWConfig {
-            lr: self.cfg.lr,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.01,
-        };
-        let mut opt = AdamW::new(vars, cfg);
+        let mut opt = set::reward_adamw(vars, self.cfg.lr);
         let report = set::train(
             &self.rm,
             &mut opt,

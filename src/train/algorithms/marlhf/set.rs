@@ -6,7 +6,7 @@
 use super::reward_model::{joint_text, JointRewardModel};
 use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
-use crate::train::optim::adamw::AdamW;
+use crate::train::optim::adamw::{AdamW, AdamWConfig};
 use crate::train::rollout::pairs::{select_pairs, PairSelection};
 use crate::train::rollout::NodeSample;
 use candle_core::Var;
@@ -132,6 +132,20 @@ pub fn tokens(rm: &JointRewardModel, text: &str, max_length: Option<usize>) -> R
         ));
     }
     Ok(ids)
+}
+
+/// The reward model's optimizer over `vars`: `torch.optim.AdamW(params, lr=lr)`, torch's
+/// defaults for the rest (betas 0.9 / 0.999, epsilon 1e-8, weight decay 0.01), as CoMLRL's
+/// `_init_reward_model` builds it (checked by `tests/train/marlhf_reward.rs`).
+pub fn reward_adamw(vars: Vec<(String, Var)>, lr: f64) -> AdamW {
+    let cfg = AdamWConfig {
+        lr,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.01,
+    };
+    AdamW::new(vars, cfg)
 }
 
 /// Trains `rm` on `set` with `opt` (over the tensors it trains): `cfg.epochs` shuffled passes,

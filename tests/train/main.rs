@@ -18,6 +18,7 @@ mod loss;
 mod madpo_run;
 mod madpo_step;
 mod marlhf_reward;
+mod marlhf_run;
 mod math;
 mod optim_state;
 mod run_checks;

@@ -146,6 +146,7 @@ plain_settings!(
     crate::plan::LogprobTemperature,
     crate::plan::LrScheduler,
     crate::plan::PairSelection,
+    crate::plan::RlAlgorithm,
     crate::plan::CollaborationMode,
     crate::plan::Dtype
 );

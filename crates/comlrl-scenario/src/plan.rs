@@ -151,6 +151,10 @@ pub enum Algorithm {
     /// Independent actor-critic: a critic per agent (CoMLRL's `IACTrainer`; its keys are
     /// `trainer.critic`'s, `critic_keys.rs`).
     Iac,
+    /// Multi-agent RLHF (CoMLRL's `MARLHFTrainer`): a joint reward model learnt from the
+    /// preference pairs of a first epoch, then online MARL against it (the `preference`
+    /// section's `rl_algorithm` and `reward_*` keys).
+    Marlhf,
 }
 
 impl Algorithm {
@@ -163,6 +167,7 @@ impl Algorithm {
             Algorithm::Maremax => "maremax",
             Algorithm::Madpo => "madpo",
             Algorithm::Iac => "iac",
+            Algorithm::Marlhf => "marlhf",
         }
     }
 
@@ -171,11 +176,26 @@ impl Algorithm {
     /// else changed. `None`: the algorithm leaves the mode to `trainer.advantage_mode`.
     pub fn fixed_advantage_mode(self) -> Option<AdvantageMode> {
         match self {
-            Algorithm::Magrpo | Algorithm::Madpo | Algorithm::Iac => None,
+            Algorithm::Magrpo | Algorithm::Madpo | Algorithm::Iac | Algorithm::Marlhf => None,
             Algorithm::Mareinforce => Some(AdvantageMode::Raw),
             Algorithm::Marloo => Some(AdvantageMode::Rloo),
             Algorithm::Maremax => Some(AdvantageMode::Max),
         }
+    }
+
+    /// Epochs before the `num_train_epochs` ones in which the run only samples and collects
+    /// (MARLHF's preference epoch, after which its reward model trains); 0 for the others.
+    pub fn collect_epochs(self) -> usize {
+        match self {
+            Algorithm::Marlhf => 1,
+            _ => 0,
+        }
+    }
+
+    /// Whether the `preference` section applies (MADPO's pairs, MARLHF's pairs and reward
+    /// model).
+    pub fn learns_from_preferences(self) -> bool {
+        matches!(self, Algorithm::Madpo | Algorithm::Marlhf)
     }
 
     /// `trainer.advantage_mode`'s default under this algorithm.
@@ -194,6 +214,50 @@ pub enum PairSelection {
     All,
     /// `pairs_per_sample` pairs drawn uniformly.
     Random,
+}
+
+/// The online algorithm MARLHF trains with against its reward model
+/// (`preference.rl_algorithm`, CoMLRL's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RlAlgorithm {
+    /// MAGRPO (`advantage_mode: mean`).
+    Magrpo,
+    /// MAREINFORCE (`advantage_mode: raw`).
+    Mareinforce,
+    /// MARLOO (`advantage_mode: rloo`).
+    Marloo,
+    /// MAReMax (`advantage_mode: max`).
+    Maremax,
+    /// IAC (CoMLRL 1.4.3 allows it; not ported under MARLHF yet: an error).
+    Iac,
+    /// MAAC (as `Iac`).
+    Maac,
+}
+
+impl RlAlgorithm {
+    /// As a scenario writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RlAlgorithm::Magrpo => "magrpo",
+            RlAlgorithm::Mareinforce => "mareinforce",
+            RlAlgorithm::Marloo => "marloo",
+            RlAlgorithm::Maremax => "maremax",
+            RlAlgorithm::Iac => "iac",
+            RlAlgorithm::Maac => "maac",
+        }
+    }
+
+    /// The MAGRPO `advantage_mode` it stands for (`None`: an actor-critic backend).
+    pub fn advantage_mode(self) -> Option<AdvantageMode> {
+        match self {
+            RlAlgorithm::Magrpo => Some(AdvantageMode::Mean),
+            RlAlgorithm::Mareinforce => Some(AdvantageMode::Raw),
+            RlAlgorithm::Marloo => Some(AdvantageMode::Rloo),
+            RlAlgorithm::Maremax => Some(AdvantageMode::Max),
+            RlAlgorithm::Iac | RlAlgorithm::Maac => None,
+        }
+    }
 }
 
 /// How the agents of a preference trainer are laid out (`preference.collaboration_mode`).

@@ -215,3 +215,12 @@ pub(crate) fn mode_name(m: AdvantageMode) -> &'static str {
         AdvantageMode::Rloo => "rloo",
     }
 }
+
+impl TrainerPlan {
+    /// Epochs the run steps through: `num_train_epochs`, after the algorithm's collecting
+    /// epochs (MARLHF's preference epoch).
+    pub fn run_epochs(&self) -> usize {
+        self.num_train_epochs
+            .saturating_add(self.algorithm.collect_epochs())
+    }
+}

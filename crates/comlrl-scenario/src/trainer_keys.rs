@@ -40,9 +40,11 @@ section! {
         /// defaults of `num_generations`, `rollout_buffer_size` and `num_train_epochs` to
         /// `IACConfig`'s. See docs/algorithms.md. `madpo` is CoMLRL's offline
         /// multi-agent DPO: the first pass samples a preference set, every epoch trains on it
-        /// (the `preference` section).
+        /// (the `preference` section). `marlhf` is CoMLRL's MARLHF: a first epoch samples the
+        /// preference set, a joint reward model learns from it, then `num_train_epochs` of
+        /// online MARL train against that model (`preference.rl_algorithm`, `reward_*`).
         algorithm: Algorithm = Algorithm::Magrpo,
-            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `iac` \\| `madpo`",
+            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `iac` \\| `madpo` \\| `marlhf`",
             why "CoMLRL's MAGRPO trainer";
         /// A published recipe whose settings become the defaults of the keys it names (the
         /// resolved scenario, e.g. `comlrl check --print`, shows them all): `dr_grpo` (Dr. GRPO,

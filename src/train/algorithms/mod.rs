@@ -2,7 +2,8 @@
 //! algorithm each scored rollout tree and, when the buffer is full, an update round ([`Round`]
 //! of [`Learner`]s, in `round`); `registry` maps `trainer.algorithm` to one. Each algorithm is a
 //! folder of its own (`magrpo/`; `iac/`, independent actor-critic; `madpo/`, offline
-//! multi-agent DPO; `marlhf/`, the joint reward model's core, not yet selectable) that imports
+//! multi-agent DPO; `marlhf/`, a joint reward model, then an online algorithm the
+//! registry gives it) that imports
 //! the seam and the shared machinery, never another algorithm.
 //!
 //! Files, lowest first: `algorithm` and `round` (the seam), the algorithm folders, `registry`.

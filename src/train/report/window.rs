@@ -169,9 +169,11 @@ impl Window {
             if a.updates > 0 {
                 row.push((format!("agent_{i}/loss"), a.loss / u));
                 row.push((format!("agent_{i}/grad_norm"), a.grad_norm / u));
-                for (name, sum) in &a.extra {
-                    row.push((format!("agent_{i}/{name}"), sum / u));
-                }
+            }
+            // Means over the agent's steps; a round that steps no agent (MARLHF's reward
+            // model) records each value once, in a window of its own.
+            for (name, sum) in &a.extra {
+                row.push((format!("agent_{i}/{name}"), sum / u));
             }
             row.push((format!("agent_{i}/completion_length_mean"), a.len_sum / c));
             row.push((format!("agent_{i}/return_mean"), a.returns_sum / c));

@@ -151,6 +151,9 @@ pub enum Algorithm {
     /// Independent actor-critic: a critic per agent (CoMLRL's `IACTrainer`; its keys are
     /// `trainer.critic`'s, `critic_keys.rs`).
     Iac,
+    /// Multi-agent actor-critic: one centralized critic reading every agent's prompt (CoMLRL's
+    /// `MAACTrainer`; its keys are `trainer.critic`'s too).
+    Maac,
 }
 
 impl Algorithm {
@@ -163,6 +166,7 @@ impl Algorithm {
             Algorithm::Maremax => "maremax",
             Algorithm::Madpo => "madpo",
             Algorithm::Iac => "iac",
+            Algorithm::Maac => "maac",
         }
     }
 
@@ -171,7 +175,7 @@ impl Algorithm {
     /// else changed. `None`: the algorithm leaves the mode to `trainer.advantage_mode`.
     pub fn fixed_advantage_mode(self) -> Option<AdvantageMode> {
         match self {
-            Algorithm::Magrpo | Algorithm::Madpo | Algorithm::Iac => None,
+            Algorithm::Magrpo | Algorithm::Madpo | Algorithm::Iac | Algorithm::Maac => None,
             Algorithm::Mareinforce => Some(AdvantageMode::Raw),
             Algorithm::Marloo => Some(AdvantageMode::Rloo),
             Algorithm::Maremax => Some(AdvantageMode::Max),

@@ -3,6 +3,7 @@
 //! and its arm here.
 use super::algorithm::Algorithm;
 use super::iac::Iac;
+use super::maac::Maac;
 use super::madpo::Madpo;
 use super::magrpo::Magrpo;
 use crate::error::Result;
@@ -20,5 +21,6 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorith
         A::Magrpo | A::Mareinforce | A::Marloo | A::Maremax => Box::new(Magrpo::new(s)),
         A::Madpo => Box::new(Madpo::new(s)),
         A::Iac => Box::new(Iac::new(s, agents)?),
+        A::Maac => Box::new(Maac::new(s, agents)?),
     })
 }

@@ -13,6 +13,7 @@ mod failures;
 mod grpo_variants;
 mod iac_run;
 mod iac_step;
+mod maac_run;
 mod maac_step;
 mod logged_completions;
 mod loss;

@@ -83,7 +83,8 @@ section! {
         /// The critic's causal LM, written as an agent's `model` (`builtin:tiny`, a local
         /// directory, a `*.gguf` file, a hub id); every agent gets a critic of its own loaded
         /// from it. Absent: each agent's critic starts from that agent's own model (CoMLRL
-        /// needs `critic_model` named; the actor's is the usual choice).
+        /// needs `critic_model` named; the actor's is the usual choice). `maac`: its one critic,
+        /// by default agent 0's model.
         model: String => Option<ModelRef>, kind "string", shown "the agent's model", why "",
             via |d, p, raw| raw.map(|spec| model_ref(d, &p.key("model"), spec, cx.base)),
             emit model_setting;
@@ -130,15 +131,10 @@ pub(crate) fn resolve(
                     "remove `separate` (`true`)",
                 );
             }
-            if raw.value_clip_range.is_some() {
-                d.warn(
-                    &p.key("value_clip_range"),
-                    "has no effect with algorithm: maac (its critic never clips, as CoMLRL's)",
-                );
-            }
         }
         _ => {
-            if raw.compat_critic_steps.is_some() {
+            // Only `true` is warned about: the resolved scenario writes every key back.
+            if plan.compat_critic_steps {
                 d.warn(
                     &p.key("compat_critic_steps"),
                     format!(

@@ -258,8 +258,14 @@ pub fn estimate(
                 inspect(&src, lookup).map_err(|e| e.for_agent(a.index, Some(spec.clone())))?;
             infos.insert(spec.clone(), info);
         }
-        // A separate critic (`trainer.critic`) beside the agent: its own model's parts.
-        let critic = s.trainer.critic.as_ref().filter(|c| c.separate);
+        // A separate critic (`trainer.critic`) beside the agent: its own model's parts. MAAC's
+        // one critic (agent 0's model by default) is counted beside agent 0.
+        let maac = s.trainer.algorithm == comlrl_scenario::Algorithm::Maac;
+        let critic = s
+            .trainer
+            .critic
+            .as_ref()
+            .filter(|c| c.separate && (!maac || a.index == 0));
         let critic_spec = critic.map(|c| c.model.as_ref().unwrap_or(&a.model));
         if let Some(m) = critic_spec.filter(|m| !infos.contains_key(&m.spec)) {
             let src = super::models::source_of(m, &s.base_dir)?;
@@ -326,7 +332,9 @@ fn remedies(s: &Scenario, n: usize) -> Vec<String> {
     if t.kl_coef != 0.0 {
         out.push("`trainer.kl_coef: 0` (no frozen reference copy)".into());
     }
-    if t.critic.as_ref().is_some_and(|c| c.separate) {
+    if t.algorithm == comlrl_scenario::Algorithm::Maac {
+        out.push("a smaller `trainer.critic.model` (maac's one critic)".into());
+    } else if t.critic.as_ref().is_some_and(|c| c.separate) {
         out.push(
             "`trainer.critic.separate: false` (a value head on each agent instead of a critic model per agent), or a smaller `trainer.critic.model`"
                 .into(),

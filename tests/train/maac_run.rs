@@ -62,16 +62,24 @@ fn maac_trains_agents_and_one_critic_and_saves_both() {
         "tokenizer.json",
         "value_head.safetensors",
     ] {
-        assert!(v.join(format!("models/critic/{f}")).is_file(), "models/critic/{f}");
+        assert!(
+            v.join(format!("models/critic/{f}")).is_file(),
+            "models/critic/{f}"
+        );
     }
-    assert!(!v.join("models/critic_0").exists(), "one critic, not one per agent");
+    assert!(
+        !v.join("models/critic_0").exists(),
+        "one critic, not one per agent"
+    );
     let cp = v.join("checkpoints");
     assert!(
         read(&cp, "step-00000016/critic.safetensors")
             != read(&cp, "step-00000020/critic.safetensors"),
         "the critic did not change between steps 16 and 20"
     );
-    assert!(cp.join("step-00000020/critic_optimizer.safetensors").is_file());
+    assert!(cp
+        .join("step-00000020/critic_optimizer.safetensors")
+        .is_file());
     // CoMLRL's two critic steps per mini-batch: another critic, the same actors' first round
     // (their advantages read V_old, from the critic before the round).
     let c = tmp.path().join("compat");
@@ -85,7 +93,11 @@ fn maac_trains_agents_and_one_critic_and_saves_both() {
         serde_json::from_slice(&read(d, "checkpoints/step-00000020/critic.json")).unwrap()
     };
     let (fixed, compat) = (progress(&v)["step"].as_u64(), progress(&c)["step"].as_u64());
-    assert_eq!(compat, fixed.map(|s| 2 * s), "N = 2 critic steps per mini-batch");
+    assert_eq!(
+        compat,
+        fixed.map(|s| 2 * s),
+        "N = 2 critic steps per mini-batch"
+    );
 }
 
 struct StopAt(usize, Arc<AtomicBool>);

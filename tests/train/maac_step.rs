@@ -74,7 +74,12 @@ fn as64(v: &[f32]) -> Vec<f64> {
 /// The fixture's recorded joint rollouts as the buffer holds them (one completion per agent,
 /// agent a's return its reward of the node).
 fn buffer(meta: &serde_json::Value, case: &serde_json::Value) -> Vec<NodeSample> {
-    let rewards: Vec<Vec<f64>> = meta["rewards"].as_array().unwrap().iter().map(nums).collect();
+    let rewards: Vec<Vec<f64>> = meta["rewards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(nums)
+        .collect();
     let nodes = meta["nodes"].as_array().unwrap();
     let rows = case["rows"].as_array().unwrap();
     nodes
@@ -146,7 +151,8 @@ fn one_update_round_matches_comlrl() {
             spec: "tiny-qwen2".into(),
         };
         let actor_named: Vec<Vec<(String, Var)>> = actors.iter().map(Policy::vars).collect();
-        let before: Vec<HashMap<String, Tensor>> = actor_named.iter().map(|v| snapshot(v)).collect();
+        let before: Vec<HashMap<String, Tensor>> =
+            actor_named.iter().map(|v| snapshot(v)).collect();
         let critic_before = snapshot(&critic_named);
 
         // The critic's input: the joint text of the prompts (decoded from the agents' ids) and,
@@ -155,7 +161,11 @@ fn one_update_round_matches_comlrl() {
         let policies: Vec<&Policy> = actors.iter().collect();
         let joint = joint_ids(&buf, &policies, 1, q, 2048).unwrap();
         for (n, want) in case["joint_ids"].as_array().unwrap().iter().enumerate() {
-            assert_eq!(joint[n], ids(want), "{key} node {n}: the critic's token ids");
+            assert_eq!(
+                joint[n],
+                ids(want),
+                "{key} node {n}: the critic's token ids"
+            );
         }
         let rows: Vec<Row> = joint.iter().map(|v| (&v[..], &[][..])).collect();
 
@@ -188,7 +198,11 @@ fn one_update_round_matches_comlrl() {
 
         // The critic's round, CoMLRL's way: one step per agent on the one mini-batch.
         let steps = case["steps"].as_array().unwrap();
-        assert_eq!(steps.len(), 2, "one mini-batch per agent, agent after agent");
+        assert_eq!(
+            steps.len(),
+            2,
+            "one mini-batch per agent, agent after agent"
+        );
         let lr = |_: usize| central_lr(cfg);
         let how = CriticRound {
             coef,
@@ -340,7 +354,10 @@ fn the_fixed_critic_takes_one_step_per_mini_batch_on_every_agents_targets() {
     let targets: Vec<Vec<f32>> = (0..2)
         .map(|a| buf.iter().map(|s| s.agents[a].returns[0]).collect())
         .collect();
-    assert_ne!(targets[0], targets[1], "the fixture's agents' targets differ");
+    assert_ne!(
+        targets[0], targets[1],
+        "the fixture's agents' targets differ"
+    );
     let lr = |_: usize| 1e-3;
     let run = |compat: bool, batches: Vec<Vec<usize>>| {
         let mut c = central();
@@ -361,7 +378,12 @@ fn the_fixed_critic_takes_one_step_per_mini_batch_on_every_agents_targets() {
     assert_eq!(taken, 4, "CoMLRL: one step per agent per mini-batch");
     // Agent 0's first step reads the critic before the round, as the joint step does: their
     // parts agree; agent 1's own step reads the critic agent 0 moved (CoMLRL's quirk).
-    let own = |a: usize| compat.iter().find(|s| s.agent == Some(a) && s.batch == 0).unwrap();
+    let own = |a: usize| {
+        compat
+            .iter()
+            .find(|s| s.agent == Some(a) && s.batch == 0)
+            .unwrap()
+    };
     close("agent 0's part", fixed[0].agent_loss[0], own(0).loss);
     assert!((fixed[0].agent_loss[1] - own(1).loss).abs() > 1e-3);
     close(

@@ -5,10 +5,10 @@
 //! moments, the optimizer's step count) and to the final models (`models/critic_<i>/` in
 //! Hugging Face layout with the head as `value_head.safetensors`; a shared head as
 //! `models/agent_<i>/value_head.safetensors`).
-use crate::train::algorithms::actor_critic::critic::{head_vars, ValueOn};
 use crate::error::{Error, Result};
 use crate::model::grad::value::ValueAt;
 use crate::model::{LoadOptions, Policy, RolloutCopies, ValueHead};
+use crate::train::algorithms::actor_critic::critic::{head_vars, ValueOn};
 use crate::train::optim::adamw::{AdamW, AdamWConfig};
 use crate::train::optim::moments::StateDtype;
 use crate::train::run::checkpoint::{

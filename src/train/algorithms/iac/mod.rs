@@ -19,15 +19,15 @@ pub mod critics;
 
 use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
-use crate::train::algorithms::algorithm::Algorithm;
-use crate::train::algorithms::round::{AgentUpdate, Learner, Round};
-use crate::train::optim::schedule::lr_at;
-use crate::train::algorithms::actor_critic::targets::single_turn;
-use crate::train::rollout::{Node, NodeSample};
-use crate::train::update::plan::pass_plan;
 use crate::train::algorithms::actor_critic::actor::{actor_grads, ActorSample};
 use crate::train::algorithms::actor_critic::advantage::advantages;
 use crate::train::algorithms::actor_critic::critic::{self, Clip, Row};
+use crate::train::algorithms::actor_critic::targets::single_turn;
+use crate::train::algorithms::algorithm::Algorithm;
+use crate::train::algorithms::round::{AgentUpdate, Learner, Round};
+use crate::train::optim::schedule::lr_at;
+use crate::train::rollout::{Node, NodeSample};
+use crate::train::update::plan::pass_plan;
 use comlrl_scenario::Scenario;
 use critics::Critics;
 

@@ -140,7 +140,10 @@ impl Central {
             .policy
             .save(&dir)
             .map_err(|e| Error::from(e).for_agent(0, Some(format!("critic {}", self.spec))))?;
-        write_weights(&self.critic.head.vars(), &dir.join("value_head.safetensors"))
+        write_weights(
+            &self.critic.head.vars(),
+            &dir.join("value_head.safetensors"),
+        )
     }
 }
 

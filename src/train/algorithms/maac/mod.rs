@@ -115,8 +115,13 @@ fn critic_metrics(steps: &[CriticStep], i: usize, b: usize) -> (f64, f64, f64) {
         .find(|s| s.batch == b && s.agent.is_none_or(|a| a == i));
     match s {
         Some(s) => {
-            let mean = s.values.iter().map(|&v| v as f64).sum::<f64>() / s.values.len().max(1) as f64;
-            (s.agent_loss.get(i).copied().unwrap_or(0.0), mean, s.grad_norm)
+            let mean =
+                s.values.iter().map(|&v| v as f64).sum::<f64>() / s.values.len().max(1) as f64;
+            (
+                s.agent_loss.get(i).copied().unwrap_or(0.0),
+                mean,
+                s.grad_norm,
+            )
         }
         None => (0.0, 0.0, 0.0),
     }

@@ -692,6 +692,21 @@ mod tests {
             .resident
             .iter()
             .any(|(n, _)| n.starts_with("critic")));
+        // MAAC: one critic for all agents, counted beside agent 0 only.
+        let maac = peak(
+            dir.path(),
+            &format!("{agents}trainer: {{algorithm: maac}}\n"),
+        );
+        assert_eq!(part(&maac.agents[0].resident, "critic weights"), w);
+        assert!(!maac.agents[1]
+            .resident
+            .iter()
+            .any(|(n, _)| n.starts_with("critic")));
+        assert!(maac.peak < iac.peak, "one critic, not two");
+        assert!(maac
+            .remedies
+            .iter()
+            .any(|r| r.contains("maac's one critic")));
     }
 
     #[test]

@@ -138,3 +138,25 @@ fn an_interrupted_maac_run_resumes_exactly() {
         assert!(read(&a, f) == read(&b, f), "{f} differs after the resume");
     }
 }
+
+/// The one critic needs every agent in this process: an agent held elsewhere (another MPI
+/// rank) is refused when the algorithm is set up, naming the way out.
+#[test]
+fn maac_refuses_an_agent_held_elsewhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = load_small(&tmp.path().join("run"), &sets(&[]));
+    let agent = comlrl::model::Policy::load(
+        &comlrl::model::ModelSource::Local(common::fixtures().join("tiny-qwen2")),
+        &comlrl::model::LoadOptions::default(),
+    )
+    .unwrap();
+    let err = match comlrl::train::algorithms::registry::build(&s, &[Some(agent), None]) {
+        Ok(_) => panic!("maac built without agent 1"),
+        Err(e) => e.chain(),
+    };
+    assert!(
+        err.contains("agent 1: `trainer.algorithm: maac` keeps its one critic beside every agent")
+            && err.contains("without MPI"),
+        "{err}"
+    );
+}

@@ -15,6 +15,8 @@ mod iac_run;
 mod iac_step;
 mod logged_completions;
 mod loss;
+mod maac_run;
+mod maac_step;
 mod madpo_run;
 mod madpo_step;
 mod marlhf_reward;

@@ -155,6 +155,9 @@ pub enum Algorithm {
     /// preference pairs of a first epoch, then online MARL against it (the `preference`
     /// section's `rl_algorithm` and `reward_*` keys).
     Marlhf,
+    /// Multi-agent actor-critic: one centralized critic reading every agent's prompt (CoMLRL's
+    /// `MAACTrainer`; its keys are `trainer.critic`'s too).
+    Maac,
 }
 
 impl Algorithm {
@@ -168,6 +171,7 @@ impl Algorithm {
             Algorithm::Madpo => "madpo",
             Algorithm::Iac => "iac",
             Algorithm::Marlhf => "marlhf",
+            Algorithm::Maac => "maac",
         }
     }
 
@@ -176,7 +180,11 @@ impl Algorithm {
     /// else changed. `None`: the algorithm leaves the mode to `trainer.advantage_mode`.
     pub fn fixed_advantage_mode(self) -> Option<AdvantageMode> {
         match self {
-            Algorithm::Magrpo | Algorithm::Madpo | Algorithm::Iac | Algorithm::Marlhf => None,
+            Algorithm::Magrpo
+            | Algorithm::Madpo
+            | Algorithm::Iac
+            | Algorithm::Maac
+            | Algorithm::Marlhf => None,
             Algorithm::Mareinforce => Some(AdvantageMode::Raw),
             Algorithm::Marloo => Some(AdvantageMode::Rloo),
             Algorithm::Maremax => Some(AdvantageMode::Max),

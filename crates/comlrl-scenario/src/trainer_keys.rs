@@ -38,13 +38,15 @@ section! {
         /// `advantage_mode` beside them is an error. `iac`: independent actor-critic (CoMLRL's
         /// `IACTrainer`), each agent with a critic of its own (`critic`); it changes the
         /// defaults of `num_generations`, `rollout_buffer_size` and `num_train_epochs` to
-        /// `IACConfig`'s. See docs/algorithms.md. `madpo` is CoMLRL's offline
+        /// `IACConfig`'s. `maac`: multi-agent actor-critic (CoMLRL's `MAACTrainer`), one
+        /// critic for all agents reading their joint prompt, with the same defaults. See
+        /// docs/algorithms.md. `madpo` is CoMLRL's offline
         /// multi-agent DPO: the first pass samples a preference set, every epoch trains on it
         /// (the `preference` section). `marlhf` is CoMLRL's MARLHF: a first epoch samples the
         /// preference set, a joint reward model learns from it, then `num_train_epochs` of
         /// online MARL train against that model (`preference.rl_algorithm`, `reward_*`).
         algorithm: Algorithm = Algorithm::Magrpo,
-            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `iac` \\| `madpo` \\| `marlhf`",
+            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `iac` \\| `maac` \\| `madpo` \\| `marlhf`",
             why "CoMLRL's MAGRPO trainer";
         /// A published recipe whose settings become the defaults of the keys it names (the
         /// resolved scenario, e.g. `comlrl check --print`, shows them all): `dr_grpo` (Dr. GRPO,
@@ -56,16 +58,16 @@ section! {
             why "off: CoMLRL's MAGRPO objective";
         /// Passes over the training prompts.
         num_train_epochs: usize = algorithm.default_num_train_epochs(), kind "integer ≥ 1",
-            shown "`20`; `40` with `iac`", why "CoMLRL: each trainer's config default",
+            shown "`20`; `40` with `iac`, `maac`", why "CoMLRL: each trainer's config default",
             check at_least(1, "set `num_train_epochs: 1` or more");
         /// AdamW learning rate of every agent that does not set its own (CoMLRL 1.4's name;
         /// older CoMLRL: `learning_rate`).
         agent_learning_rate: f64 = 5.0e-6, kind "number > 0", why "CoMLRL",
             check learning_rate;
-        /// G: completions per agent per prompt. The group baseline needs at least 2; `iac`
-        /// (a critic's baseline) takes 1 or more.
+        /// G: completions per agent per prompt. The group baseline needs at least 2; `iac` and
+        /// `maac` (a critic's baseline) take 1 or more.
         num_generations: usize = algorithm.default_num_generations(),
-            kind "integer ≥ 2 (≥ 1 with `iac`)", shown "`4`; `1` with `iac`",
+            kind "integer ≥ 2 (≥ 1 with `iac`, `maac`)", shown "`4`; `1` with `iac`, `maac`",
             why "CoMLRL: each trainer's config default";
         /// How per-agent generations form joint actions: `aligned` pairs the g-th generation of
         /// every agent (G joint actions); `cross` takes the Cartesian product (G^N joint
@@ -145,7 +147,7 @@ section! {
         /// multi-turn, one branch at one turn) with its G generations. (CoMLRL's `IACConfig`
         /// counts completions, the same with its default of one generation.)
         rollout_buffer_size: usize = algorithm.default_rollout_buffer_size(),
-            kind "integer ≥ 1", shown "`2`; `8` with `iac`",
+            kind "integer ≥ 1", shown "`2`; `8` with `iac`, `maac`",
             why "CoMLRL: each trainer's config default",
             check at_least(1, "set `rollout_buffer_size: 1` or more (CoMLRL default 2)");
         /// Mini-batch size within an update; the default is one batch per buffer.
@@ -310,10 +312,10 @@ section! {
             shown "none", why "",
             via |d, p, raw| transition(d, &p.key("external_transition"), raw, num_turns, cx),
             emit transition_raw;
-        /// The critic of `algorithm: iac`: its model, learning rate, type and value head
-        /// (CoMLRL `IACConfig`'s critic fields); its keys are in the `trainer.critic` table
+        /// The critic of `algorithm: iac` or `maac`: its model, learning rate, type and value
+        /// head (CoMLRL `IACConfig`'s and `MAACConfig`'s critic fields); its keys are in the `trainer.critic` table
         /// below. Warned about and ignored under an algorithm without a critic.
-        critic: RawCritic => Option<CriticPlan>, kind "mapping", shown "all defaults (`iac`)",
+        critic: RawCritic => Option<CriticPlan>, kind "mapping", shown "all defaults (`iac`, `maac`)",
             why "",
             via |d, p, raw| crate::critic_keys::resolve(d, &p.key("critic"), raw, algorithm, cx.base),
             emit crate::critic_keys::to_raw;

@@ -3,6 +3,7 @@
 //! and its arm here.
 use super::algorithm::Algorithm;
 use super::iac::Iac;
+use super::maac::Maac;
 use super::madpo::Madpo;
 use super::magrpo::Magrpo;
 use super::marlhf::Marlhf;
@@ -37,5 +38,6 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorith
             };
             Box::new(Marlhf::new(s, agents, online)?)
         }
+        A::Maac => Box::new(Maac::new(s, agents)?),
     })
 }

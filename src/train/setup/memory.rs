@@ -272,8 +272,14 @@ pub fn estimate(
                 inspect(&src, lookup).map_err(|e| e.for_agent(a.index, Some(spec.clone())))?;
             infos.insert(spec.clone(), info);
         }
-        // A separate critic (`trainer.critic`) beside the agent: its own model's parts.
-        let critic = s.trainer.critic.as_ref().filter(|c| c.separate);
+        // A separate critic (`trainer.critic`) beside the agent: its own model's parts. MAAC's
+        // one critic (agent 0's model by default) is counted beside agent 0.
+        let maac = s.trainer.algorithm == comlrl_scenario::Algorithm::Maac;
+        let critic = s
+            .trainer
+            .critic
+            .as_ref()
+            .filter(|c| c.separate && (!maac || a.index == 0));
         let critic_spec = critic.map(|c| c.model.as_ref().unwrap_or(&a.model));
         if let Some(m) = critic_spec.filter(|m| !infos.contains_key(&m.spec)) {
             let src = super::models::source_of(m, &s.base_dir)?;
@@ -395,7 +401,9 @@ fn remedies(s: &Scenario, n: usize) -> Vec<String> {
     if t.kl_coef != 0.0 {
         out.push("`trainer.kl_coef: 0` (no frozen reference copy)".into());
     }
-    if t.critic.as_ref().is_some_and(|c| c.separate) {
+    if t.algorithm == comlrl_scenario::Algorithm::Maac {
+        out.push("a smaller `trainer.critic.model` (maac's one critic)".into());
+    } else if t.critic.as_ref().is_some_and(|c| c.separate) {
         out.push(
             "`trainer.critic.separate: false` (a value head on each agent instead of a critic model per agent), or a smaller `trainer.critic.model`"
                 .into(),
@@ -814,6 +822,21 @@ mod tests {
             .resident
             .iter()
             .any(|(n, _)| n.starts_with("critic")));
+        // MAAC: one critic for all agents, counted beside agent 0 only.
+        let maac = peak(
+            dir.path(),
+            &format!("{agents}trainer: {{algorithm: maac}}\n"),
+        );
+        assert_eq!(part(&maac.agents[0].resident, "critic weights"), w);
+        assert!(!maac.agents[1]
+            .resident
+            .iter()
+            .any(|(n, _)| n.starts_with("critic")));
+        assert!(maac.peak < iac.peak, "one critic, not two");
+        assert!(maac
+            .remedies
+            .iter()
+            .any(|r| r.contains("maac's one critic")));
     }
 
     /// Agents with adapters on one base count its weights once (the first agent carries

@@ -23,10 +23,19 @@ fn two_turn_humaneval_scenario_runs_with_the_level_feedback_transition() {
     let (train, eval) = (head("train.jsonl", 2), head("eval.jsonl", 1));
     let scenario = std::fs::read_to_string(root.join("scenarios/humaneval_coop_2turn_tiny.yaml"))
         .unwrap()
-        .replace("../target/release/comlrl_code_exec", &plugin.display().to_string())
-        .replace("../data/humaneval/train.jsonl", &train.display().to_string())
+        .replace(
+            "../target/release/comlrl_code_exec",
+            &plugin.display().to_string(),
+        )
+        .replace(
+            "../data/humaneval/train.jsonl",
+            &train.display().to_string(),
+        )
         .replace("../data/humaneval/eval.jsonl", &eval.display().to_string())
-        .replace("../models/tiny-story", &root.join("models/tiny-story").display().to_string());
+        .replace(
+            "../models/tiny-story",
+            &root.join("models/tiny-story").display().to_string(),
+        );
     let path = tmp.path().join("humaneval_coop_2turn_tiny.yaml");
     std::fs::write(&path, scenario).unwrap();
     let out = tmp.path().join("run");
@@ -47,7 +56,13 @@ fn two_turn_humaneval_scenario_runs_with_the_level_feedback_transition() {
     for r in &rows {
         // The story model writes no function: both turns score level 0, shifted by -4.
         assert_eq!(r["turn_2/reward_mean"].as_f64(), Some(-4.0), "{r:?}");
-        assert!(r["time/transition_s"].as_f64().unwrap_or(0.0) > 0.0, "{r:?}");
+        assert!(
+            r["time/transition_s"].as_f64().unwrap_or(0.0) > 0.0,
+            "{r:?}"
+        );
     }
-    assert!(rows.iter().any(|r| r["eval/reward_mean"].is_number()), "{rows:?}");
+    assert!(
+        rows.iter().any(|r| r["eval/reward_mean"].is_number()),
+        "{rows:?}"
+    );
 }

@@ -24,6 +24,7 @@
 //! | `parallelism` | 0 = the available cores | samples run at once, at most 256 |
 //! | `read_paths` | `[]` | more paths the program may read (besides the interpreter's and system libraries) |
 //! | `strict` | false | fail at load unless Landlock, both namespaces and a pids cgroup are all available |
+//! | `layers` | `all` | `all`: every layer the OS offers; `none`: only the rlimits, the empty environment and the fresh directory, to measure the layers' cost (`comlrl bench rewards --bare`), never for training on untrusted code |
 //! | `tmp_dir` | the system's | where the per-sample directories go |
 //! | `site_packages` | false | import site-packages in the sandbox (`python -S` when false: the standard library only, ~85 ms less per sample where site-packages are large) |
 //! | `score` | `level` | `level`: the level reward; `all_passed`: 1 when the joint program passes every extracted test, else 0 (to log a pass rate beside the level reward, as a second term of weight 0) |
@@ -83,6 +84,8 @@ pub struct Config {
     pub read_paths: Vec<PathBuf>,
     /// Require every layer.
     pub strict: bool,
+    /// Leave out every optional layer (benchmarks: the layers' cost).
+    pub bare: bool,
     /// Directory for the per-sample directories.
     pub tmp_dir: PathBuf,
     /// Load site-packages (else `python -S`).
@@ -100,7 +103,7 @@ pub enum Score {
     AllPassed,
 }
 
-const KEYS: [&str; 15] = [
+const KEYS: [&str; 16] = [
     "python",
     "test_timeout_s",
     "max_timeouts",
@@ -116,6 +119,7 @@ const KEYS: [&str; 15] = [
     "tmp_dir",
     "score",
     "site_packages",
+    "layers",
 ];
 
 fn uint(
@@ -190,6 +194,18 @@ impl Config {
             Some(v) => Err(format!("params.{key} must be true or false, got {v}")),
         };
         let strict = flag("strict")?;
+        let bare = match string("layers")?.as_deref() {
+            None | Some("all") => false,
+            Some("none") => true,
+            Some(other) => {
+                return Err(format!(
+                    "params.layers must be `all` or `none`, got `{other}`"
+                ))
+            }
+        };
+        if bare && strict {
+            return Err("params.layers `none` contradicts params.strict".into());
+        }
         let site_packages = flag("site_packages")?;
         Ok(Config {
             python: string("python")?.unwrap_or_else(|| "python3".into()),
@@ -204,6 +220,7 @@ impl Config {
             parallelism: uint(p, "parallelism", 0, 256)? as usize,
             read_paths,
             strict,
+            bare,
             tmp_dir: string("tmp_dir")?.map_or_else(std::env::temp_dir, PathBuf::from),
             site_packages,
             score: match string("score")?.as_deref() {
@@ -330,6 +347,12 @@ impl CodeExec {
     /// Resolves the interpreter, finds the layers the OS offers, and checks with one probe run
     /// that the sandbox can run the harness.
     pub fn new(config: Config) -> Result<CodeExec, String> {
+        if config.bare {
+            eprintln!(
+                "code_exec: params.layers is `none`: samples run without Landlock, namespaces, cgroup or dropped capabilities (for measuring their cost only)"
+            );
+            return CodeExec::with_layers(config, Layers::default());
+        }
         let interpreter = resolve_interpreter(&config.python)?;
         if !config.tmp_dir.is_dir() {
             return Err(format!(

@@ -229,7 +229,10 @@ fn evaluation_at_start_is_a_row_of_its_own_with_each_terms_mean() {
         assert_eq!(terms.len(), 1, "{r}");
         // One term of weight 1, then the scenario's `scale: 100` processor.
         let joint = r["eval/reward_mean"].as_f64().unwrap();
-        assert!((joint - 100.0 * terms[0].1).abs() < 1e-3 * joint.abs().max(1.0), "{r}");
+        assert!(
+            (joint - 100.0 * terms[0].1).abs() < 1e-3 * joint.abs().max(1.0),
+            "{r}"
+        );
     }
     assert!(rows[1]["eval/reward_mean"].is_null(), "{}", rows[1]);
 }

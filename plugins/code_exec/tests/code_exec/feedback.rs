@@ -10,6 +10,9 @@ use crate::common::{self, s};
 use comlrl_code_exec::LevelFeedback;
 use std::collections::HashMap;
 
+/// One case's next prompts (or error), filled by a worker.
+type Slot = std::sync::Mutex<Option<Result<Vec<String>, String>>>;
+
 fn transition(py: &str, slice: i64, history: bool) -> LevelFeedback {
     let dir = common::tmp_root().join(format!("feedback-{slice}-{history}"));
     std::fs::create_dir_all(&dir).expect("tmp dir");
@@ -65,8 +68,7 @@ fn prompts_equal_the_python_originals_on_every_recorded_case() {
         .collect();
     // The timeout cases sleep, so more cases than cores run at once.
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<std::sync::Mutex<Option<Result<Vec<String>, String>>>> =
-        cases.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let results: Vec<Slot> = cases.iter().map(|_| Slot::default()).collect();
     std::thread::scope(|scope| {
         for _ in 0..4 {
             scope.spawn(|| loop {

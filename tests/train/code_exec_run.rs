@@ -52,8 +52,10 @@ fn two_turn_humaneval_scenario_runs_with_the_level_feedback_transition() {
         .output();
     assert!(o.ok, "{}", o.stderr);
     let rows = common::metrics(&out);
-    assert_eq!(rows.len(), 2, "{rows:?}");
-    for r in &rows {
+    let steps: Vec<i64> = rows.iter().map(|r| r["step"].as_i64().unwrap()).collect();
+    // The scenario evaluates the untrained pair first (`eval_at_start`), then after step 2.
+    assert_eq!(steps, vec![0, 1, 2], "{rows:?}");
+    for r in &rows[1..] {
         // The story model writes no function: both turns score level 0, shifted by -4.
         assert_eq!(r["turn_2/reward_mean"].as_f64(), Some(-4.0), "{r:?}");
         assert!(
@@ -61,8 +63,9 @@ fn two_turn_humaneval_scenario_runs_with_the_level_feedback_transition() {
             "{r:?}"
         );
     }
-    assert!(
-        rows.iter().any(|r| r["eval/reward_mean"].is_number()),
-        "{rows:?}"
-    );
+    for r in [&rows[0], &rows[2]] {
+        assert_eq!(r["eval/reward/level"].as_f64(), Some(0.0), "{r:?}");
+        assert_eq!(r["eval/reward/pass_all"].as_f64(), Some(0.0), "{r:?}");
+        assert_eq!(r["eval/reward_mean"].as_f64(), Some(-4.0), "{r:?}");
+    }
 }

@@ -713,12 +713,14 @@ export_reward!(CodeExec);
 /// | key | default | meaning |
 /// | --- | --- | --- |
 /// | `sandbox_slice` | 1 | the problem's tests are cut to their first N asserts (`-N`: the last N; 0: all), the environment repository's `external.sandbox_slice` |
+/// | `max_error_chars` | 0 (no cut) | cut each failing test's exception text to this many characters (with ` …` after): the text is the program's, so one long message can make a prompt longer than the model's context, which stops the run; the reference cuts nothing |
 /// | `history` | false | write each agent's previous prompts and responses in front (the transition's history arguments; the repository's wrapper does not pass them, so its prompts have none) |
 #[derive(Debug)]
 pub struct LevelFeedback {
     exec: CodeExec,
     sandbox_slice: i64,
     history: bool,
+    max_error_chars: usize,
 }
 
 impl LevelFeedback {
@@ -726,7 +728,7 @@ impl LevelFeedback {
     pub fn from_params(params_json: &str) -> Result<LevelFeedback, String> {
         let mut value: serde_json::Value = serde_json::from_str(params_json)
             .map_err(|e| format!("params are not valid JSON: {e}"))?;
-        let (mut sandbox_slice, mut history) = (1i64, false);
+        let (mut sandbox_slice, mut history, mut max_error_chars) = (1i64, false, 0usize);
         if let serde_json::Value::Object(m) = &mut value {
             if m.contains_key("score") {
                 return Err("params.score is a reward param; the transition scores nothing".into());
@@ -739,6 +741,14 @@ impl LevelFeedback {
                         format!("params.sandbox_slice must be an integer (0: all asserts), got {v}")
                     })?;
             }
+            if let Some(v) = m.remove("max_error_chars") {
+                max_error_chars = v
+                    .as_u64()
+                    .filter(|&n| n <= 1 << 20)
+                    .ok_or_else(|| {
+                        format!("params.max_error_chars must be an integer from 0 (no cut) to 1048576, got {v}")
+                    })? as usize;
+            }
             if let Some(v) = m.remove("history") {
                 history = v
                     .as_bool()
@@ -749,6 +759,7 @@ impl LevelFeedback {
             exec: CodeExec::new(Config::parse(&value.to_string())?)?,
             sandbox_slice,
             history,
+            max_error_chars,
         })
     }
 
@@ -778,9 +789,19 @@ impl LevelFeedback {
         let entry_point = field(fields, "entry_point")?;
         let sliced = feedback::slice_tests(test, self.sandbox_slice);
         let test_code = if sliced.is_empty() { test } else { &sliced };
-        let analysis = self
-            .exec
-            .analyze_feedback(&prompt, &aux, &main, test_code, entry_point)?;
+        let mut analysis =
+            self.exec
+                .analyze_feedback(&prompt, &aux, &main, test_code, entry_point)?;
+        if self.max_error_chars > 0 {
+            for d in &mut analysis.details {
+                if let Some((_, text)) = &mut d.error {
+                    if let Some((at, _)) = text.char_indices().nth(self.max_error_chars) {
+                        text.truncate(at);
+                        text.push_str(" …");
+                    }
+                }
+            }
+        }
         let hist = |key: &str| -> Vec<Vec<String>> {
             if !self.history {
                 return Vec::new();

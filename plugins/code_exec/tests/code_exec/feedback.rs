@@ -167,6 +167,10 @@ fn bad_params_and_contexts_are_clear_errors() {
             "params.sandbox_slice",
         ),
         (serde_json::json!({"history": 1}), "params.history"),
+        (
+            serde_json::json!({"max_error_chars": -1}),
+            "params.max_error_chars",
+        ),
         (serde_json::json!({"score": "level"}), "params.score"),
         (serde_json::json!({"unknown": 1}), "unknown param `unknown`"),
     ] {
@@ -175,6 +179,33 @@ fn bad_params_and_contexts_are_clear_errors() {
         let e = LevelFeedback::from_params(&p.to_string()).expect_err("refused");
         assert!(e.contains(needle), "{e}");
     }
+    // A long exception text is cut where asked, and only there.
+    let dir = common::tmp_root().join("feedback-cut");
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let cut = |n: usize| {
+        let params = serde_json::json!({"python": py, "tmp_dir": dir, "max_error_chars": n});
+        LevelFeedback::from_params(&params.to_string()).expect("loads")
+    };
+    let long = serde_json::json!({
+        "prompt": "def f(x):\n",
+        "fields": {"test": "def check(candidate):\n    assert candidate(1) == 2\n", "entry_point": "f"},
+        "turn": 1,
+        "agent_count": 2,
+        "completions": ["def aux(x):\n    return x", "def f(x):\n    raise ValueError('é' * 5000)"],
+        "prompt_history": [],
+        "response_history": [],
+    });
+    let full = &cut(0).next(&long).expect("prompts")[1];
+    assert!(
+        full.contains(&format!("ValueError: {}\n", "é".repeat(5000))),
+        "{full}"
+    );
+    let short = &cut(10).next(&long).expect("prompts")[1];
+    assert!(
+        short.contains(&format!("ValueError: {} …\n", "é".repeat(10))),
+        "{short}"
+    );
+    assert!(short.len() < 1000, "{short}");
     let t = transition(&py, 1, false);
     let ctx = |agents: usize, fields: serde_json::Value| {
         serde_json::json!({

@@ -7,7 +7,7 @@
 //!
 //! The text checks are Rust ([`crate::level`], shared with the reward); the parse, the aux
 //! misuse analysis (an `ast` walk) and the tests run in the sandboxed Python, whose harness
-//! reports each test's exception type and text ([`Analysis::parse_report`]).
+//! reports each test's exception type and text ([`Report::parse`]).
 //!
 //! The environment repository's trainer hands the transition the problem's tests cut down to
 //! their first assert (`external.sandbox_slice: 1` in its configs, `_make_sliced_assert_tests`

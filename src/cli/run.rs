@@ -89,6 +89,9 @@ impl Progress {
         if let Some(s) = get("step_seconds") {
             line += &format!(" | {s:.2} s/step");
         }
+        if let Some(r) = get("eval/reward_mean").filter(|r| r.is_finite()) {
+            line += &format!(" | eval reward {r:.3}");
+        }
         let done = step.saturating_sub(self.first);
         if done > 0 && step < self.total {
             let per = self.started.elapsed().as_secs_f64() / done as f64;

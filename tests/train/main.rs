@@ -8,6 +8,7 @@ mod common;
 
 mod adapters;
 mod algorithm_aliases;
+mod code_exec_run;
 mod e2e;
 mod failures;
 mod grpo_variants;

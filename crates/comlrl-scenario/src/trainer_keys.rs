@@ -181,6 +181,12 @@ section! {
         eval_interval: usize = 16, kind "integer ≥ 0", why "CoMLRL", only Only::Eval;
         /// Eval prompts per evaluation (the first N of `dataset.eval`).
         eval_num_samples: usize = 4, kind "integer ≥ 0", why "CoMLRL", only Only::Eval;
+        /// Also evaluate once before the first training step, logged as a metrics row of its
+        /// own at step 0 (the untrained agents: a before/after pair with the last evaluation).
+        /// CoMLRL evaluates before each epoch's first prompt (its batch 0); `false` keeps the
+        /// evaluations at the multiples of `eval_interval` only.
+        eval_at_start: bool = false, kind "bool",
+            why "comlrl's schedule evaluates after steps; CoMLRL's batch-0 evaluation is this key", only Only::Eval;
         /// Clip each agent's gradient to this global L2 norm; `null` does not clip.
         max_grad_norm: Option<f64> = None, kind "number > 0 or `null`", shown "none",
             why "CoMLRL does not clip",

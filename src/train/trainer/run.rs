@@ -66,6 +66,9 @@ impl Loop<'_> {
         for e in 1..=state.step / rows {
             report_epoch(&state, e, obs);
         }
+        if self.settings.eval_enabled() && trainer.eval_at_start && state.step == 0 {
+            self.evaluate_at_start(&mut state, sink.as_mut(), obs)?;
+        }
         // First-turn completions of the next prompts, sampled together ahead of their steps.
         let mut pending = VecDeque::new();
         let mut interrupted = false;
@@ -85,7 +88,8 @@ impl Loop<'_> {
                     &*self.algorithm,
                     state.step,
                 )?;
-                state.window.eval = Some(eval);
+                state.window.eval = Some((eval.reward_mean, eval.return_mean));
+                state.window.eval_terms = Some(eval.terms);
             }
             // NaN when the window sampled nothing (an offline algorithm's later epochs).
             let mean = state.window.rewards.iter().map(|&x| x as f64).sum::<f64>()
@@ -416,6 +420,37 @@ impl Loop<'_> {
         }
         if let Some(sink) = sink {
             state.metrics_rows = sink.rows;
+        }
+        Ok(())
+    }
+
+    /// `trainer.eval_at_start`: the untrained agents evaluated, written as a row of its own at
+    /// step 0 (epoch 0) holding only the evaluation's columns.
+    fn evaluate_at_start(
+        &self,
+        state: &mut TrainState,
+        sink: Option<&mut MetricsSink>,
+        obs: &mut dyn Observer,
+    ) -> Result<()> {
+        let spec = self.spec();
+        let eval = evaluate(
+            self.settings,
+            &self.agents.prompts,
+            &spec,
+            &*self.algorithm,
+            0,
+        )?;
+        let mut row: crate::metrics::Row = vec![("step".into(), 0.0), ("epoch".into(), 0.0)];
+        row.extend(crate::train::report::window::eval_columns(
+            eval.reward_mean,
+            eval.return_mean,
+            Some(&eval.terms),
+            &self.rewards.names,
+        ));
+        if let Some(sink) = sink {
+            sink.write(&row)?;
+            state.metrics_rows = sink.rows;
+            obs.metrics(&row, &[]);
         }
         Ok(())
     }

@@ -115,17 +115,16 @@ fn check_preset(d: &mut Diags, p: &KeyPath, raw: &RawTrainer, t: &TrainerPlan) {
 /// The clipped ratio of re-used samples (`ppo_epochs`, `importance_level`, the clip keys):
 /// MAGRPO's family only, a ratio whenever a buffer is passed over more than once, and clip
 /// keys that only matter with a ratio.
-fn check_ratio(d: &mut Diags, p: &KeyPath, raw: &RawTrainer, t: &TrainerPlan) {
+fn check_ratio(d: &mut Diags, p: &KeyPath, t: &TrainerPlan) {
     let alg = t.algorithm;
+    // Set away from their defaults (the resolved scenario writes every key, so a written key
+    // at its default says nothing).
     let written = [
-        ("ppo_epochs", raw.ppo_epochs.is_some() && t.ppo_epochs != 1),
-        (
-            "importance_level",
-            raw.importance_level.is_some() && t.importance_level != ImportanceLevel::None,
-        ),
-        ("clip_eps", raw.clip_eps.is_some()),
-        ("clip_eps_high", raw.clip_eps_high.is_some()),
-        ("clip_delta", raw.clip_delta.is_some()),
+        ("ppo_epochs", t.ppo_epochs != 1),
+        ("importance_level", t.importance_level != ImportanceLevel::None),
+        ("clip_eps", t.clip_eps != Preset::clip_eps(t.preset)),
+        ("clip_eps_high", t.clip_eps_high != Preset::clip_eps_high(t.preset)),
+        ("clip_delta", t.clip_delta.is_some()),
     ];
     if alg.has_critic() || alg == crate::plan::Algorithm::Madpo {
         for (key, set) in written {
@@ -197,7 +196,7 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
         d.warn(&at("train_batch_size"), format!("{train_batch_size} is larger than rollout_buffer_size ({rollout_buffer_size}); a mini-batch never holds more than the buffer, so this acts as {rollout_buffer_size}"));
     }
     check_preset(d, &p, &raw, &t);
-    check_ratio(d, &p, &raw, &t);
+    check_ratio(d, &p, &t);
     let fixed_mode = t.algorithm.fixed_advantage_mode();
     if let Some(fixed) = fixed_mode {
         // CoMLRL's MARLOOConfig(advantage_mode="mean") would quietly be MAGRPO under MARLOO's

@@ -513,3 +513,43 @@ fn on_policy_ratio_is_the_plain_loss() {
         }
     }
 }
+
+/// `ppo_epochs: 2` trains end to end on the small scenario: every logged row carries the
+/// ratio's metrics for each agent (none without a ratio), and the second pass sees the moved
+/// policy (a ratio away from 1).
+#[test]
+fn ppo_epochs_run_end_to_end_and_log_the_ratio() {
+    use comlrl::train::Trainer;
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let plain = [
+        "trainer.num_train_epochs=1",
+        "trainer.agent_learning_rate=1e-3",
+        "logging.steps=2",
+    ];
+    let twice = [&plain[..], &["trainer.ppo_epochs=2"]].concat();
+    let da = Trainer::new(common::tiny_run::load_small(&a, &plain))
+        .unwrap()
+        .run(false, &mut ())
+        .unwrap();
+    let db = Trainer::new(common::tiny_run::load_small(&b, &twice))
+        .unwrap()
+        .run(false, &mut ())
+        .unwrap();
+    assert_eq!(da.steps_done, db.steps_done);
+    let (ra, rb) = (metrics(&a), metrics(&b));
+    assert!(ra.iter().all(|r| r.get("agent_0/ratio_mean").is_none()));
+    let mut moved = false;
+    for r in &rb {
+        for i in 0..2 {
+            let get = |m: &str| r[format!("agent_{i}/{m}")].as_f64().unwrap();
+            let (mean, max) = (get("ratio_mean"), get("ratio_max"));
+            assert!(mean.is_finite() && max > 0.0, "{r}");
+            for m in ["low_mean", "high_mean", "region_mean"] {
+                assert!((0.0..=1.0).contains(&get(&format!("clip_ratio/{m}"))), "{r}");
+            }
+            moved |= max > 1.0;
+        }
+    }
+    assert!(moved, "the second pass compares with the policy before the first step");
+}

@@ -6,6 +6,7 @@ use super::kv_cache::KvCache;
 use crate::model::decoder::batch::{causal_mask, position_ids};
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::forward::Mode;
+use crate::model::kernels::token_logprob::row_logprob;
 use candle_core::{Result, Tensor};
 use rand::Rng;
 
@@ -96,8 +97,8 @@ pub fn generate_streams<R: Rng>(
 /// [`generate_streams`] that also returns, per prompt and completion, each sampled token's
 /// log-prob log_softmax(logit_scale · logits)[token] from the logits it was drawn from (before
 /// top-k/top-p): the sampling-time log-probs a clipped ratio compares the trained policy with,
-/// at no second forward. They come from the sampling copies' products (`agents.sampling_dtype`),
-/// accumulated in f64.
+/// at no second forward. They come from the sampling copies' products (`agents.sampling_dtype`);
+/// the log-softmax is the update's own kernel.
 #[allow(clippy::too_many_arguments)]
 pub fn generate_streams_scored<R: Rng>(
     sampler: Sampler<'_>,
@@ -132,16 +133,13 @@ pub fn generate_streams_scored<R: Rng>(
 /// same shape (else empty).
 pub type Scored = (Vec<Vec<Vec<u32>>>, Vec<Vec<Vec<f32>>>);
 
-/// log_softmax(scale · logits)[token], accumulated in f64.
+/// log_softmax(scale · logits)[token], with the update's log-prob kernel.
 fn scaled_logprob(logits: &[f32], token: u32, scale: f64) -> f32 {
-    let max = logits
-        .iter()
-        .fold(f64::NEG_INFINITY, |m, &l| m.max(l as f64 * scale));
-    let sum: f64 = logits
-        .iter()
-        .map(|&l| (l as f64 * scale - max).exp())
-        .sum();
-    (logits[token as usize] as f64 * scale - max - sum.ln()) as f32
+    if scale == 1.0 {
+        return row_logprob(logits, token as usize);
+    }
+    let scaled: Vec<f32> = logits.iter().map(|&l| l * scale as f32).collect();
+    row_logprob(&scaled, token as usize)
 }
 
 /// Prefill + decode; row (p, j) draws from `rngs[p]`, or from `rngs[0]` when there is one.

@@ -121,7 +121,10 @@ fn check_ratio(d: &mut Diags, p: &KeyPath, t: &TrainerPlan) {
     // at its default says nothing).
     let written = [
         ("ppo_epochs", t.ppo_epochs != 1),
-        ("importance_level", t.importance_level != ImportanceLevel::None),
+        (
+            "importance_level",
+            t.importance_level != Preset::importance_level(t.preset, t.ppo_epochs),
+        ),
         ("clip_eps", t.clip_eps != Preset::clip_eps(t.preset)),
         ("clip_eps_high", t.clip_eps_high != Preset::clip_eps_high(t.preset)),
         ("clip_delta", t.clip_delta.is_some()),

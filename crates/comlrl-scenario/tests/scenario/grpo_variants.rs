@@ -260,5 +260,7 @@ fn ratio_keys_default_to_no_ratio_and_check_their_company() {
             &[&format!("trainer.algorithm={alg}"), "trainer.ppo_epochs=2"],
         );
         assert!(msg.contains("ppo_epochs") && msg.contains(alg), "{alg}: {msg}");
+        // Only what was written: the level `ppo_epochs` implies is not reported as well.
+        assert!(!msg.contains("importance_level"), "{alg}: {msg}");
     }
 }

@@ -60,8 +60,7 @@ fn max_gap(p: &Policy, temperature: f64, scale: f64) -> f64 {
         for (c, lp) in comps[g].iter().zip(&lps[g]) {
             assert_eq!(c.len(), lp.len());
             let layout = ScoreLayout::new(&p.model, &[prompt], &[c], p.pad_id).unwrap();
-            let scored =
-                completion_logprobs_scaled(&p.model, &layout, Mode::Infer, scale).unwrap();
+            let scored = completion_logprobs_scaled(&p.model, &layout, Mode::Infer, scale).unwrap();
             let scored = f32s(&scored);
             for (a, b) in lp.iter().zip(&scored) {
                 gap = gap.max((a - b).abs() as f64);

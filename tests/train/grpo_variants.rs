@@ -365,7 +365,10 @@ fn clipped_ratio_matches_trl() {
     let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
     let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
     let cases = f["cases"].as_array().unwrap();
-    assert!(cases.len() >= 6, "the fixture covers both levels and every clip key");
+    assert!(
+        cases.len() >= 6,
+        "the fixture covers both levels and every clip key"
+    );
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let (norm, shape, plan) = settings(case, max_new);
@@ -497,18 +500,36 @@ fn on_policy_ratio_is_the_plain_loss() {
         let plain =
             loss_and_grads_shaped(&policy, &vars, &refs, 3, true, Share::ALL, plan, shape).unwrap();
         let out = clipped_loss_and_grads(
-            &policy, &vars, &refs, &old, 3, true, Share::ALL, plan, shape, clip, 0,
+            &policy,
+            &vars,
+            &refs,
+            &old,
+            3,
+            true,
+            Share::ALL,
+            plan,
+            shape,
+            clip,
+            0,
         )
         .unwrap();
         assert_eq!(out.stats.ratio_max, 1.0);
         // Every computed completion's log-probs are kept as π_old for later passes.
-        let kept = out.captured.iter().flatten().filter(|c| c.is_some()).count();
+        let kept = out
+            .captured
+            .iter()
+            .flatten()
+            .filter(|c| c.is_some())
+            .count();
         assert!(kept > 0);
         for (a, b) in plain.grads.iter().zip(&out.grads.grads) {
             let (a, b) = (f32s(a.as_ref().unwrap()), f32s(b.as_ref().unwrap()));
             let top = a.iter().fold(0f32, |m, x| m.max(x.abs())) as f64;
             for (x, y) in a.iter().zip(&b) {
-                assert!(close(*x as f64, *y as f64, top), "{aggregation:?}: {x} vs {y}");
+                assert!(
+                    close(*x as f64, *y as f64, top),
+                    "{aggregation:?}: {x} vs {y}"
+                );
             }
         }
     }
@@ -546,10 +567,16 @@ fn ppo_epochs_run_end_to_end_and_log_the_ratio() {
             let (mean, max) = (get("ratio_mean"), get("ratio_max"));
             assert!(mean.is_finite() && max > 0.0, "{r}");
             for m in ["low_mean", "high_mean", "region_mean"] {
-                assert!((0.0..=1.0).contains(&get(&format!("clip_ratio/{m}"))), "{r}");
+                assert!(
+                    (0.0..=1.0).contains(&get(&format!("clip_ratio/{m}"))),
+                    "{r}"
+                );
             }
             moved |= max > 1.0;
         }
     }
-    assert!(moved, "the second pass compares with the policy before the first step");
+    assert!(
+        moved,
+        "the second pass compares with the policy before the first step"
+    );
 }

@@ -126,7 +126,10 @@ fn check_ratio(d: &mut Diags, p: &KeyPath, t: &TrainerPlan) {
             t.importance_level != Preset::importance_level(t.preset, t.ppo_epochs),
         ),
         ("clip_eps", t.clip_eps != Preset::clip_eps(t.preset)),
-        ("clip_eps_high", t.clip_eps_high != Preset::clip_eps_high(t.preset)),
+        (
+            "clip_eps_high",
+            t.clip_eps_high != Preset::clip_eps_high(t.preset),
+        ),
         ("clip_delta", t.clip_delta.is_some()),
     ];
     if alg.has_critic() || alg == crate::plan::Algorithm::Madpo {

@@ -19,7 +19,8 @@ use crate::keys::{
 };
 use crate::plan::{
     AdvantageMode, AdvantageScale, AdvantageStd, Algorithm, CodeSource, Dtype, ImportanceLevel,
-    JointMode, LogprobTemperature, LossAggregation, LrScheduler, Preset, RewardAggregation, TransitionPlan,
+    JointMode, LogprobTemperature, LossAggregation, LrScheduler, Preset, RewardAggregation,
+    TransitionPlan,
 };
 use crate::positions::KeyPath;
 use crate::raw::RawTransition;

@@ -19,12 +19,12 @@
 //! (`value_backward`) and the final norm's at those rows only.
 use super::accumulators::{take_grads, GradSlots};
 use super::head_backward::{head_backward, head_logprobs};
-use super::token_weights::TokenWeights;
 use super::layer_backward::{self, LayerInput};
 use super::logprob::ScoreLayout;
 use super::packed_weights::{Head, PackedWeights, Products};
 pub use super::shared_prompt::prompt_part;
 use super::shared_prompt::PromptPart;
+use super::token_weights::TokenWeights;
 use super::value::flat_rows;
 use super::value_backward::value_head_backward;
 use crate::model::decoder::attention::AttnInputs;

@@ -207,10 +207,19 @@ fn a_preset_sets_its_keys_shows_them_and_refuses_contradictions() {
     assert_eq!(t.importance_level, ImportanceLevel::Sequence);
     assert_eq!(t.loss_aggregation, LossAggregation::SequenceMean);
     assert_eq!((t.clip_eps, t.clip_eps_high), (3e-4, Some(4e-4)));
-    let (msg, _) = f.errs(BASE, &["trainer.preset=gspo", "trainer.importance_level=token"]);
-    assert!(msg.contains("importance_level") && msg.contains("preset: gspo"), "{msg}");
+    let (msg, _) = f.errs(
+        BASE,
+        &["trainer.preset=gspo", "trainer.importance_level=token"],
+    );
+    assert!(
+        msg.contains("importance_level") && msg.contains("preset: gspo"),
+        "{msg}"
+    );
     let (msg, _) = f.errs(BASE, &["trainer.preset=dapo", "trainer.clip_eps_high=0.2"]);
-    assert!(msg.contains("clip_eps_high") && msg.contains("preset: dapo"), "{msg}");
+    assert!(
+        msg.contains("clip_eps_high") && msg.contains("preset: dapo"),
+        "{msg}"
+    );
     // Without a preset, the defaults are MAGRPO's.
     let plain = f.ok(BASE, &[]);
     assert_eq!(plain.trainer.preset, None);
@@ -221,29 +230,55 @@ fn a_preset_sets_its_keys_shows_them_and_refuses_contradictions() {
 fn ratio_keys_default_to_no_ratio_and_check_their_company() {
     let f = Fixture::new();
     let t = f.ok(BASE, &[]).trainer;
-    assert_eq!((t.ppo_epochs, t.importance_level), (1, ImportanceLevel::None));
-    assert_eq!((t.clip_eps, t.clip_eps_high, t.clip_delta), (0.2, None, None));
+    assert_eq!(
+        (t.ppo_epochs, t.importance_level),
+        (1, ImportanceLevel::None)
+    );
+    assert_eq!(
+        (t.clip_eps, t.clip_eps_high, t.clip_delta),
+        (0.2, None, None)
+    );
     // Several passes take a token ratio unless told otherwise; `none` with them is refused.
     let s = f.ok(BASE, &["trainer.ppo_epochs=2"]);
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
     assert_eq!(s.trainer.importance_level, ImportanceLevel::Token);
     let s = f.ok(
         BASE,
-        &["trainer.ppo_epochs=3", "trainer.importance_level=sequence", "trainer.clip_delta=1.5"],
+        &[
+            "trainer.ppo_epochs=3",
+            "trainer.importance_level=sequence",
+            "trainer.clip_delta=1.5",
+        ],
     );
     let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("the resolved YAML reloads");
     assert_eq!(again.trainer, s.trainer);
-    let (msg, _) = f.errs(BASE, &["trainer.ppo_epochs=2", "trainer.importance_level=none"]);
-    assert!(msg.contains("importance_level") && msg.contains("stale"), "{msg}");
-    for bad in ["trainer.ppo_epochs=0", "trainer.clip_eps=0", "trainer.clip_delta=1.0"] {
+    let (msg, _) = f.errs(
+        BASE,
+        &["trainer.ppo_epochs=2", "trainer.importance_level=none"],
+    );
+    assert!(
+        msg.contains("importance_level") && msg.contains("stale"),
+        "{msg}"
+    );
+    for bad in [
+        "trainer.ppo_epochs=0",
+        "trainer.clip_eps=0",
+        "trainer.clip_delta=1.0",
+    ] {
         let (msg, _) = f.errs(BASE, &[bad]);
-        let key = bad.split('=').next().unwrap().trim_start_matches("trainer.");
+        let key = bad
+            .split('=')
+            .next()
+            .unwrap()
+            .trim_start_matches("trainer.");
         assert!(msg.contains(key), "{bad}: {msg}");
     }
     // Clip keys without a ratio, or a ratio that is always 1, are warned about.
     let s = f.ok(BASE, &["trainer.clip_eps=0.1"]);
     assert!(
-        s.warnings.iter().any(|w| w.contains("clip_eps") && w.contains("no effect")),
+        s.warnings
+            .iter()
+            .any(|w| w.contains("clip_eps") && w.contains("no effect")),
         "{:?}",
         s.warnings
     );
@@ -259,7 +294,10 @@ fn ratio_keys_default_to_no_ratio_and_check_their_company() {
             BASE,
             &[&format!("trainer.algorithm={alg}"), "trainer.ppo_epochs=2"],
         );
-        assert!(msg.contains("ppo_epochs") && msg.contains(alg), "{alg}: {msg}");
+        assert!(
+            msg.contains("ppo_epochs") && msg.contains(alg),
+            "{alg}: {msg}"
+        );
         // Only what was written: the level `ppo_epochs` implies is not reported as well.
         assert!(!msg.contains("importance_level"), "{alg}: {msg}");
     }

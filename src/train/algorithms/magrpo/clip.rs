@@ -206,9 +206,7 @@ pub fn clipped_loss_and_grads(
                 .collect(),
         ),
     };
-    let mut grads = sequence_grads(
-        policy, vars, &groups, &loss, chunk, recompute, share, plan,
-    )?;
+    let mut grads = sequence_grads(policy, vars, &groups, &loss, chunk, recompute, share, plan)?;
     grads.skipped = skipped;
     let stats = *loss.stats.lock().unwrap_or_else(|e| e.into_inner());
     let captured = loss

@@ -273,9 +273,7 @@ fn clipped_round(
                         .map(|j| match (&old[first + s][j], a.sampling_logprobs.get(j)) {
                             _ if !stepped => Old::OnPolicy,
                             (Some(v), _) => Old::Known(v),
-                            (None, Some(v)) if v.len() == a.completions[j].len() => {
-                                Old::Known(v)
-                            }
+                            (None, Some(v)) if v.len() == a.completions[j].len() => Old::Known(v),
                             (None, _) => Old::Missing,
                         })
                         .collect()

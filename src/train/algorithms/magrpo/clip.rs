@@ -171,10 +171,9 @@ pub fn clipped_loss_and_grads(
                 Some(Old::Missing) | None => {
                     return Err(crate::Error::Config(format!(
                         "agent {}: a re-used completion has no sampling-time log-probs to \
-                         compare with (completions received from another rank do not carry \
-                         them yet); train the agent's replicas with `ppo_epochs: 1` and \
-                         `train_batch_size` equal to `rollout_buffer_size`, or \
-                         `importance_level: none`",
+                         compare with (a rollout buffer restored from a checkpoint written \
+                         without a ratio?); resume with the settings it was written with, or \
+                         start the run afresh",
                         agent
                     )))
                 }

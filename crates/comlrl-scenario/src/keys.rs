@@ -143,6 +143,7 @@ plain_settings!(
     crate::plan::RewardAggregation,
     crate::plan::Preset,
     crate::plan::LossAggregation,
+    crate::plan::ImportanceLevel,
     crate::plan::LogprobTemperature,
     crate::plan::LrScheduler,
     crate::plan::PairSelection,

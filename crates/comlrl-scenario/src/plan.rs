@@ -308,10 +308,13 @@ pub enum AdvantageMode {
 pub enum Preset {
     /// Dr. GRPO (arXiv 2503.20783): `loss_aggregation: constant`, `advantage_scale: none`.
     DrGrpo,
-    /// DAPO (arXiv 2503.14476): its asymmetric clip and dynamic sampling are not implemented
-    /// yet, so the scenario refuses it.
+    /// DAPO (arXiv 2503.14476) as TRL's paper index sets it: `loss_aggregation: token_mean`,
+    /// `mask_truncated_completions: true`, token-level ratios clipped to [0.8, 1.28]
+    /// (`clip_eps` 0.2, `clip_eps_high` 0.28). Its dynamic sampling is not implemented.
     Dapo,
-    /// GSPO (sequence-level importance ratios): not implemented yet, so the scenario refuses it.
+    /// GSPO (arXiv 2507.18071, v2 section 5.1, as TRL's paper index sets it):
+    /// `importance_level: sequence`, `loss_aggregation: sequence_mean`, `clip_eps` 3e-4,
+    /// `clip_eps_high` 4e-4.
     Gspo,
 }
 
@@ -329,6 +332,8 @@ impl Preset {
     pub fn loss_aggregation(preset: Option<Preset>) -> LossAggregation {
         match preset {
             Some(Preset::DrGrpo) => LossAggregation::Constant,
+            Some(Preset::Dapo) => LossAggregation::TokenMean,
+            Some(Preset::Gspo) => LossAggregation::SequenceMean,
             _ => LossAggregation::SequenceSum,
         }
     }
@@ -340,6 +345,54 @@ impl Preset {
             _ => AdvantageScale::Group,
         }
     }
+
+    /// `trainer.mask_truncated_completions`' default under `preset`.
+    pub fn mask_truncated_completions(preset: Option<Preset>) -> bool {
+        preset == Some(Preset::Dapo)
+    }
+
+    /// `trainer.importance_level`'s default under `preset` with `ppo_epochs` passes: the
+    /// presets' own; else `token` when the buffer is passed over more than once, `none` (no
+    /// ratio: CoMLRL) when once.
+    pub fn importance_level(preset: Option<Preset>, ppo_epochs: usize) -> ImportanceLevel {
+        match preset {
+            Some(Preset::Gspo) => ImportanceLevel::Sequence,
+            Some(Preset::Dapo) => ImportanceLevel::Token,
+            _ if ppo_epochs > 1 => ImportanceLevel::Token,
+            _ => ImportanceLevel::None,
+        }
+    }
+
+    /// `trainer.clip_eps`' default under `preset` (TRL's `epsilon`).
+    pub fn clip_eps(preset: Option<Preset>) -> f64 {
+        match preset {
+            Some(Preset::Gspo) => 3e-4,
+            _ => 0.2,
+        }
+    }
+
+    /// `trainer.clip_eps_high`'s default under `preset` (TRL's `epsilon_high`; `None`: the
+    /// same as `clip_eps`).
+    pub fn clip_eps_high(preset: Option<Preset>) -> Option<f64> {
+        match preset {
+            Some(Preset::Dapo) => Some(0.28),
+            Some(Preset::Gspo) => Some(4e-4),
+            _ => None,
+        }
+    }
+}
+
+/// Whether and how the loss weighs each token by the probability ratio π/π_old of re-used
+/// samples (`trainer.importance_level`, TRL's `importance_sampling_level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImportanceLevel {
+    /// No ratio: every mini-batch is differentiated as if on-policy (CoMLRL).
+    None,
+    /// One ratio per token, exp(log π − log π_old), clipped (PPO, GRPO, DAPO).
+    Token,
+    /// One ratio per sequence, exp(mean_t(log π − log π_old)), clipped (GSPO).
+    Sequence,
 }
 
 /// How a mini-batch's per-token log-probs are summed into the loss (`trainer.loss_aggregation`).

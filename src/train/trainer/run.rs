@@ -153,6 +153,7 @@ impl Loop<'_> {
             parallel: t.parallel_sampling,
             exchange: self.strategy,
             samples: &agents.samples,
+            sampling_logprobs: agents.sampling_logprobs.as_deref(),
         }
     }
 

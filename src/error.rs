@@ -95,6 +95,15 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// A network of the algorithm's own (MARLHF's reward model) failed.
+    #[error("{what}")]
+    Within {
+        /// Which network, as the scenario names it.
+        what: String,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// A training or evaluation step failed.
     #[error("{what}")]
     Step {
@@ -240,6 +249,14 @@ impl Error {
         Error::Agent {
             agent,
             model,
+            source: Box::new(self),
+        }
+    }
+
+    /// This error wrapped as a failure of `what` (a network of the algorithm's own).
+    pub fn within(self, what: impl Into<String>) -> Self {
+        Error::Within {
+            what: what.into(),
             source: Box::new(self),
         }
     }

@@ -81,7 +81,10 @@ struct Rows(Vec<Row>);
 
 impl Observer for Rows {
     fn metrics(&mut self, row: &Row, _texts: &[(String, String)], _samples: &[serde_json::Value]) {
-        self.0.push(row.clone());
+        // The step-0 row of `trainer.eval_at_start` holds an evaluation, not a step.
+        if get(row, "step") > 0.0 {
+            self.0.push(row.clone());
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 use anyhow::Context;
 use comlrl::bench::model::{run as bench_model, ModelBenchOptions};
 use comlrl::model::{LoadOptions, ModelSource, Policy, RolloutCopies};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -66,9 +66,23 @@ pub struct RewardsArgs {
     /// Scenario files whose reward terms are measured.
     #[arg(required = true)]
     pub scenarios: Vec<PathBuf>,
-    /// Synthetic joint samples per measurement.
-    #[arg(long, default_value_t = 10_000)]
-    pub samples: usize,
+    /// Joint samples per measurement: synthetic text, or the lines of `--samples-file` cycled
+    /// (default: 10,000 synthetic, or each line of the file once).
+    #[arg(long)]
+    pub samples: Option<usize>,
+    /// JSON lines of joint samples `{"prompt", "fields", "completions": [...]}` to score instead
+    /// of synthetic text (rewards that read the row's fields or run code need real ones, e.g.
+    /// `scripts/humaneval_bench_samples.py`'s).
+    #[arg(long)]
+    pub samples_file: Option<PathBuf>,
+    /// Measure each native term once per value with its `params.parallelism` set to it (e.g.
+    /// `1,2`), reporting samples/s per core and milliseconds per sample.
+    #[arg(long, value_delimiter = ',')]
+    pub parallelism: Vec<usize>,
+    /// Also measure each native term with `params.layers: none` (code_exec: no sandbox layers
+    /// but the rlimits) and report the layers' cost per sample.
+    #[arg(long)]
+    pub bare: bool,
     #[arg(long, default_value = "bench-results/rewards.json")]
     pub out: PathBuf,
 }
@@ -249,38 +263,145 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
 }
 
 fn run_rewards(a: RewardsArgs) -> anyhow::Result<()> {
+    let file_batch = a
+        .samples_file
+        .as_deref()
+        .map(read_joint_samples)
+        .transpose()?;
     let mut results = vec![];
     for path in &a.scenarios {
         let s = comlrl_scenario::load(path, &[])
             .with_context(|| format!("invalid scenario {}", path.display()))?;
-        let batch = comlrl_reward::bench::synthetic_batch(a.samples, s.agents.len());
+        let batch = match &file_batch {
+            Some(lines) => {
+                let n = a.samples.unwrap_or(lines.len());
+                let batch: Vec<_> = lines.iter().cycle().take(n).cloned().collect();
+                if let Some(bad) = batch.iter().find(|j| j.completions.len() != s.agents.len()) {
+                    anyhow::bail!(
+                        "{}: a joint sample has {} completions, the scenario {} has {} agents",
+                        a.samples_file.as_deref().unwrap_or(Path::new("")).display(),
+                        bad.completions.len(),
+                        path.display(),
+                        s.agents.len()
+                    );
+                }
+                batch
+            }
+            None => {
+                comlrl_reward::bench::synthetic_batch(a.samples.unwrap_or(10_000), s.agents.len())
+            }
+        };
         for term in &s.reward.terms {
             let name = term.name.clone().unwrap_or_default();
-            let (kind, reward): (&str, Box<dyn comlrl_reward::RewardFn>) =
-                match (&term.rhai, &term.plugin) {
-                    (Some(p), _) => (
-                        "rhai",
-                        Box::new(comlrl_reward::RhaiReward::load(p, &term.params)?),
-                    ),
-                    (None, Some(p)) => (
-                        "native",
-                        Box::new(comlrl_reward::NativeReward::load(p, &term.params)?),
-                    ),
-                    (None, None) => continue,
+            let measure = |params: &serde_json::Value| -> anyhow::Result<_> {
+                let reward: Box<dyn comlrl_reward::RewardFn> = match (&term.rhai, &term.plugin) {
+                    (Some(p), _) => Box::new(comlrl_reward::RhaiReward::load(p, params)?),
+                    (None, Some(p)) => Box::new(comlrl_reward::NativeReward::load(p, params)?),
+                    (None, None) => unreachable!("a term is a script or a plugin"),
                 };
-            let r = comlrl_reward::bench::throughput_on(reward.as_ref(), &batch)?;
-            eprintln!(
-                "{} {name} ({kind}): {:.0} joint samples/s",
-                path.display(),
-                r.samples_per_s
-            );
-            results.push(
-                serde_json::json!({"scenario": path, "term": name, "kind": kind, "result": r}),
-            );
+                Ok(comlrl_reward::bench::throughput_on(
+                    reward.as_ref(),
+                    &batch,
+                )?)
+            };
+            let kind = match (&term.rhai, &term.plugin) {
+                (Some(_), _) => "rhai",
+                (None, Some(_)) => "native",
+                (None, None) => continue,
+            };
+            // Rhai scripts run on one thread; only native terms take a parallelism.
+            let settings: Vec<Option<usize>> = if kind == "native" && !a.parallelism.is_empty() {
+                a.parallelism.iter().map(|&p| Some(p)).collect()
+            } else {
+                vec![None]
+            };
+            for parallelism in settings {
+                let mut params = term.params.clone();
+                if let (Some(p), serde_json::Value::Object(m)) = (parallelism, &mut params) {
+                    m.insert("parallelism".into(), p.into());
+                } else if let Some(p) = parallelism {
+                    params = serde_json::json!({"parallelism": p});
+                }
+                let r = measure(&params)?;
+                let mut row = serde_json::json!({
+                    "scenario": path, "term": name, "kind": kind, "result": r,
+                });
+                let per_sample_ms = |sps: f64, p: usize| 1000.0 * p as f64 / sps;
+                if let Some(p) = parallelism {
+                    row["parallelism"] = p.into();
+                    row["samples_per_s_per_core"] = (r.samples_per_s / p as f64).into();
+                    row["ms_per_sample"] = per_sample_ms(r.samples_per_s, p).into();
+                }
+                let mut line = format!(
+                    "{} {name} ({kind}{}): {:.1} joint samples/s",
+                    path.display(),
+                    parallelism.map_or(String::new(), |p| format!(", {p} at once")),
+                    r.samples_per_s
+                );
+                if a.bare && kind == "native" {
+                    let mut bare = params.clone();
+                    if let serde_json::Value::Object(m) = &mut bare {
+                        m.insert("layers".into(), "none".into());
+                    } else {
+                        bare = serde_json::json!({"layers": "none"});
+                    }
+                    let b = measure(&bare).with_context(|| {
+                        format!("term `{name}` with params.layers: none (only code_exec takes it)")
+                    })?;
+                    let p = parallelism.unwrap_or(1);
+                    let overhead =
+                        per_sample_ms(r.samples_per_s, p) - per_sample_ms(b.samples_per_s, p);
+                    line.push_str(&format!(
+                        "; without the sandbox's layers {:.1}/s: the layers cost {overhead:.1} ms per sample",
+                        b.samples_per_s
+                    ));
+                    row["bare"] = serde_json::to_value(&b)?;
+                    row["sandbox_overhead_ms_per_sample"] = overhead.into();
+                }
+                eprintln!("{line}");
+                results.push(row);
+            }
         }
     }
     let json = serde_json::json!({"machine": comlrl::bench::sys::machine(), "rewards": results});
     write_report(&a.out, &json)
+}
+
+/// Reads `--samples-file`: one joint sample per line.
+fn read_joint_samples(path: &Path) -> anyhow::Result<Vec<comlrl_reward::JointSample>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the joint samples in {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let at = || format!("{}:{}", path.display(), i + 1);
+        let v: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("{}: not a JSON object", at()))?;
+        let prompt = v["prompt"]
+            .as_str()
+            .with_context(|| format!("{}: `prompt` must be a string", at()))?;
+        let completions: Vec<String> = v["completions"]
+            .as_array()
+            .and_then(|a| a.iter().map(|c| c.as_str().map(str::to_string)).collect())
+            .with_context(|| format!("{}: `completions` must be a list of strings", at()))?;
+        let fields = match &v["fields"] {
+            serde_json::Value::Null => serde_json::Map::new(),
+            serde_json::Value::Object(m) => m.clone(),
+            _ => anyhow::bail!("{}: `fields` must be a mapping", at()),
+        };
+        out.push(comlrl_reward::JointSample {
+            prompt: prompt.to_string(),
+            completions,
+            fields,
+        });
+    }
+    if out.is_empty() {
+        anyhow::bail!("{} holds no joint samples", path.display());
+    }
+    Ok(out)
 }
 
 fn write_report(out: &std::path::Path, json: &serde_json::Value) -> anyhow::Result<()> {

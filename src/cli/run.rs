@@ -89,6 +89,9 @@ impl Progress {
         if let Some(s) = get("step_seconds") {
             line += &format!(" | {s:.2} s/step");
         }
+        if let Some(r) = get("eval/reward_mean").filter(|r| r.is_finite()) {
+            line += &format!(" | eval reward {r:.3}");
+        }
         let done = step.saturating_sub(self.first);
         if done > 0 && step < self.total {
             let per = self.started.elapsed().as_secs_f64() / done as f64;
@@ -124,7 +127,11 @@ impl Observer for Progress {
     fn step(&mut self, step: usize, reward_mean: f64, secs: f64) {
         if let Some(b) = &self.bar {
             b.set_position(step as u64);
-            b.set_message(format!("reward {reward_mean:.2} | {secs:.2} s/step"));
+            b.set_message(match reward_mean.is_nan() {
+                // An offline algorithm's epochs after the first train on their set alone.
+                true => format!("training on the collected set | {secs:.2} s/step"),
+                false => format!("reward {reward_mean:.2} | {secs:.2} s/step"),
+            });
         }
     }
     fn epoch(&mut self, epoch: usize, reward_mean: f64) {

@@ -36,5 +36,7 @@ pub use io::source::ModelSource;
 pub use kernels::compute_dtype::ComputeDtype;
 pub use policy::{parse_dtype, LoadOptions, Policy, RolloutCopies};
 pub use sample::copies::{CopyProducts, SamplingWeights};
-pub use sample::generate::{generate, generate_streams, Sampler, SamplingParams};
+pub use sample::generate::{
+    generate, generate_streams, generate_streams_scored, Sampler, SamplingParams, Scored,
+};
 pub use tokenizer::Tokenizer;

@@ -6,6 +6,7 @@
 mod common;
 
 mod arch;
+mod bench_rewards;
 mod data;
 mod export_merge;
 mod layers;

@@ -123,6 +123,7 @@ fn loss_paths_match(name: &str, tol: &Tol) {
             texts: vec![String::new()],
             returns: vec![0.0],
             kl: vec![0.0],
+            sampling_logprobs: vec![],
             advantages: vec![adv[k]],
         })
         .collect();

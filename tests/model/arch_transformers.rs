@@ -132,6 +132,7 @@ fn agrees_with_transformers(name: &str) {
             texts: vec![String::new()],
             returns: vec![0.0],
             kl: vec![0.0],
+            sampling_logprobs: vec![],
             advantages: vec![adv[k]],
         })
         .collect();

@@ -18,5 +18,6 @@ mod lora;
 mod reference;
 mod sample_batch;
 mod sampling_bf16;
+mod sampling_logprobs;
 mod tokenizer_reference;
 mod value_head;

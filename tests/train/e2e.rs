@@ -197,6 +197,47 @@ fn evaluation_rows_follow_eval_interval() {
 }
 
 #[test]
+fn evaluation_at_start_is_a_row_of_its_own_with_each_terms_mean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let sets: Vec<String> = [
+        "dataset.eval={prompts: [\"Say hi:\", \"Say bye:\"]}",
+        "trainer.eval_interval=6",
+        "trainer.eval_num_samples=2",
+        "trainer.num_train_epochs=1",
+        "trainer.eval_at_start=true",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (ok, _, err) = small(&out, &sets).output().parts();
+    assert!(ok, "{err}");
+    let rows = metrics(&out);
+    let steps: Vec<i64> = rows.iter().map(|r| r["step"].as_i64().unwrap()).collect();
+    assert_eq!(steps, vec![0, 3, 6, 9, 10]);
+    // The step-0 row holds the untrained agents' evaluation and nothing of a training step.
+    let start = &rows[0];
+    assert!(start.get("reward_mean").is_none(), "{start}");
+    for r in [&rows[0], &rows[2]] {
+        let terms: Vec<(&String, f64)> = r
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with("eval/reward/"))
+            .map(|(k, v)| (k, v.as_f64().expect("a measured term")))
+            .collect();
+        assert_eq!(terms.len(), 1, "{r}");
+        // One term of weight 1, then the scenario's `scale: 100` processor.
+        let joint = r["eval/reward_mean"].as_f64().unwrap();
+        assert!(
+            (joint - 100.0 * terms[0].1).abs() < 1e-3 * joint.abs().max(1.0),
+            "{r}"
+        );
+    }
+    assert!(rows[1]["eval/reward_mean"].is_null(), "{}", rows[1]);
+}
+
+#[test]
 fn kl_penalty_is_logged_and_lowers_returns() {
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));

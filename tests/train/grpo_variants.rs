@@ -345,3 +345,238 @@ fn masking_and_aggregation_change_what_they_should() {
         assert_eq!(*wi, (-(*a as f64) * 0.5 / 4.0) as f32);
     }
 }
+
+/// The clipped surrogate of re-used samples (`trainer.importance_level`, `clip_eps`,
+/// `clip_eps_high`, `clip_delta`) against TRL 1.16's `compute_loss` given the same π_old
+/// (`tests/fixtures/grpo_variants/trl_ratio.json`: the current log-probs shifted by fixed
+/// offsets, ratios on both sides of every clip bound): the loss value (TRL's surrogate), the
+/// gradients and TRL's `clip_ratio/*` metrics, token and sequence level, on both loss paths.
+#[test]
+fn clipped_ratio_matches_trl() {
+    use comlrl::train::algorithms::magrpo::clip::{clipped_loss_and_grads, Clip, Old};
+    use comlrl_scenario::ImportanceLevel;
+    let f = json(&fixtures().join("grpo_variants/trl_ratio.json"));
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let named = policy.vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
+    let cases = f["cases"].as_array().unwrap();
+    assert!(
+        cases.len() >= 6,
+        "the fixture covers both levels and every clip key"
+    );
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (norm, shape, plan) = settings(case, max_new);
+        let owned = samples(&f, norm);
+        let refs: Vec<&AgentRollout> = owned.iter().collect();
+        let k = owned[0].completions.len();
+        let old_rows: Vec<Vec<f32>> = case["old_logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| f64s(r).into_iter().map(|x| x as f32).collect())
+            .collect();
+        let old: Vec<Vec<Old>> = (0..owned.len())
+            .map(|g| (0..k).map(|j| Old::Known(&old_rows[g * k + j])).collect())
+            .collect();
+        let c = &case["comlrl"];
+        let clip = Clip {
+            level: match key(case, "importance_level").unwrap() {
+                "token" => ImportanceLevel::Token,
+                "sequence" => ImportanceLevel::Sequence,
+                other => panic!("importance_level {other}"),
+            },
+            low: c["clip_eps"].as_f64().unwrap(),
+            high: c["clip_eps_high"].as_f64().unwrap(),
+            delta: c["clip_delta"].as_f64(),
+        };
+        for (recompute, chunk) in [(false, 0), (true, 3)] {
+            let what = format!("{name} (recompute {recompute}, micro-batch {chunk})");
+            let out = clipped_loss_and_grads(
+                &policy,
+                &vars,
+                &refs,
+                &old,
+                chunk,
+                recompute,
+                Share::ALL,
+                plan,
+                shape,
+                clip,
+                0,
+            )
+            .unwrap();
+            let want_loss = case["loss"].as_f64().unwrap();
+            assert!(
+                close(out.grads.loss, want_loss, 0.0),
+                "{what}: loss {} vs TRL's {want_loss}",
+                out.grads.loss
+            );
+            let metrics = out.stats.metrics();
+            for (m, want) in case["clip_ratio"].as_object().unwrap() {
+                let got = metrics
+                    .iter()
+                    .find(|(n, _)| *n == format!("clip_ratio/{m}"))
+                    .unwrap_or_else(|| panic!("{what}: no metric clip_ratio/{m}"))
+                    .1;
+                assert!(
+                    (got - want.as_f64().unwrap()).abs() < 1e-6,
+                    "{what}: clip_ratio/{m} {got} vs TRL's {want}"
+                );
+            }
+            let mut sq = 0f64;
+            for ((n, _), g) in named.iter().zip(&out.grads.grads) {
+                let g: Vec<f64> = match g {
+                    Some(g) => f32s(g).into_iter().map(|x| x as f64).collect(),
+                    None => panic!("{what}: {n} got no gradient"),
+                };
+                let norm = g.iter().map(|x| x * x).sum::<f64>();
+                sq += norm;
+                let want = case["grad_norms"][n].as_f64().unwrap();
+                assert!(
+                    close(norm.sqrt(), want, 0.0),
+                    "{what}: |grad {n}| {} vs {want}",
+                    norm.sqrt()
+                );
+                if let Some(w) = case["grads"].get(n) {
+                    let w = f64s(w);
+                    let top = w.iter().fold(0f64, |m, x| m.max(x.abs()));
+                    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                        assert!(close(*a, *b, top), "{what}: grad {n}[{i}]: {a} vs {b}");
+                    }
+                }
+            }
+            let want = case["grad_global_norm"].as_f64().unwrap();
+            assert!(
+                close(sq.sqrt(), want, 0.0),
+                "{what}: gradient norm {} vs {want}",
+                sq.sqrt()
+            );
+        }
+    }
+}
+
+/// π_old = the current log-probs (on-policy: ratio exactly 1) gives the gradients of the loss
+/// without a ratio, for every aggregation: the clipped path's first pass is the default
+/// update's.
+#[test]
+fn on_policy_ratio_is_the_plain_loss() {
+    use comlrl::train::algorithms::magrpo::clip::{clipped_loss_and_grads, Clip, Old};
+    use comlrl_scenario::ImportanceLevel;
+    let f = fixture();
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+    let owned = samples(&f, Normalization::comlrl(true));
+    let refs: Vec<&AgentRollout> = owned.iter().collect();
+    let old: Vec<Vec<Old>> = owned
+        .iter()
+        .map(|s| vec![Old::OnPolicy; s.completions.len()])
+        .collect();
+    for (aggregation, level) in [
+        (LossAggregation::SequenceSum, ImportanceLevel::Token),
+        (LossAggregation::TokenMean, ImportanceLevel::Sequence),
+    ] {
+        let shape = LossShape {
+            aggregation,
+            max_new_tokens: 12,
+            mask_truncated: false,
+        };
+        let clip = Clip {
+            level,
+            low: 0.2,
+            high: 0.28,
+            delta: None,
+        };
+        let plan = PassPlan::rerun_all(ComputeDtype::F32);
+        let plain =
+            loss_and_grads_shaped(&policy, &vars, &refs, 3, true, Share::ALL, plan, shape).unwrap();
+        let out = clipped_loss_and_grads(
+            &policy,
+            &vars,
+            &refs,
+            &old,
+            3,
+            true,
+            Share::ALL,
+            plan,
+            shape,
+            clip,
+            0,
+        )
+        .unwrap();
+        assert_eq!(out.stats.ratio_max, 1.0);
+        // Every computed completion's log-probs are kept as π_old for later passes.
+        let kept = out
+            .captured
+            .iter()
+            .flatten()
+            .filter(|c| c.is_some())
+            .count();
+        assert!(kept > 0);
+        for (a, b) in plain.grads.iter().zip(&out.grads.grads) {
+            let (a, b) = (f32s(a.as_ref().unwrap()), f32s(b.as_ref().unwrap()));
+            let top = a.iter().fold(0f32, |m, x| m.max(x.abs())) as f64;
+            for (x, y) in a.iter().zip(&b) {
+                assert!(
+                    close(*x as f64, *y as f64, top),
+                    "{aggregation:?}: {x} vs {y}"
+                );
+            }
+        }
+    }
+}
+
+/// `ppo_epochs: 2` trains end to end on the small scenario: every logged row carries the
+/// ratio's metrics for each agent (none without a ratio), and the second pass sees the moved
+/// policy (a ratio away from 1).
+#[test]
+fn ppo_epochs_run_end_to_end_and_log_the_ratio() {
+    use comlrl::train::Trainer;
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let plain = [
+        "trainer.num_train_epochs=1",
+        "trainer.agent_learning_rate=1e-3",
+        "logging.steps=2",
+    ];
+    let twice = [&plain[..], &["trainer.ppo_epochs=2"]].concat();
+    let da = Trainer::new(common::tiny_run::load_small(&a, &plain))
+        .unwrap()
+        .run(false, &mut ())
+        .unwrap();
+    let db = Trainer::new(common::tiny_run::load_small(&b, &twice))
+        .unwrap()
+        .run(false, &mut ())
+        .unwrap();
+    assert_eq!(da.steps_done, db.steps_done);
+    let (ra, rb) = (metrics(&a), metrics(&b));
+    assert!(ra.iter().all(|r| r.get("agent_0/ratio_mean").is_none()));
+    let mut moved = false;
+    for r in &rb {
+        for i in 0..2 {
+            let get = |m: &str| r[format!("agent_{i}/{m}")].as_f64().unwrap();
+            let (mean, max) = (get("ratio_mean"), get("ratio_max"));
+            assert!(mean.is_finite() && max > 0.0, "{r}");
+            for m in ["low_mean", "high_mean", "region_mean"] {
+                assert!(
+                    (0.0..=1.0).contains(&get(&format!("clip_ratio/{m}"))),
+                    "{r}"
+                );
+            }
+            moved |= max > 1.0;
+        }
+    }
+    assert!(
+        moved,
+        "the second pass compares with the policy before the first step"
+    );
+}

@@ -9,9 +9,9 @@ use candle_core::{DType, Tensor, Var};
 use comlrl::model::grad::recompute::PassPlan;
 use comlrl::model::grad::value::ValueAt;
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy, ValueHead};
-use comlrl::train::algorithms::iac::actor::{actor_grads, ActorSample};
-use comlrl::train::algorithms::iac::advantage::advantages;
-use comlrl::train::algorithms::iac::critic::{Critic, Row};
+use comlrl::train::algorithms::actor_critic::actor::{actor_grads, ActorSample};
+use comlrl::train::algorithms::actor_critic::advantage::advantages;
+use comlrl::train::algorithms::actor_critic::critic::{Critic, Row};
 use comlrl::train::optim::{AdamW, AdamWConfig};
 use comlrl::train::update::Share;
 use common::*;
@@ -246,7 +246,7 @@ fn one_update_round_matches_comlrl() {
 /// part is summed into the actor's (two passes, as the algorithm does) before the one step.
 #[test]
 fn a_shared_head_update_round_matches_comlrl() {
-    use comlrl::train::algorithms::iac::critic::{head_vars, Clip, ValueOn};
+    use comlrl::train::algorithms::actor_critic::critic::{head_vars, Clip, ValueOn};
     let dir = fixtures().join("actor_critic");
     let meta = json(&dir.join("iac_shared_tiny.json"));
     let t = load_st(&dir.join("iac_shared_tiny.safetensors"));

@@ -286,6 +286,7 @@ fn heads_first_gives_the_one_by_one_gradients() {
                 coef: (0..layout.ids.dims()[0])
                     .map(|r| if (i + r) % 2 == 0 { 0.75 } else { -0.5 })
                     .collect(),
+                tokens: None,
             })
             .collect();
         let run = |order, plan| {
@@ -372,6 +373,7 @@ fn the_pass_order_follows_the_estimated_peak() {
     let pass = || Pass {
         layout: &layout,
         coef: vec![1.0, -1.0],
+        tokens: None,
     };
     let passes = [pass(), pass(), pass()];
     let plan = |keep_mb: usize| PassPlan {

@@ -11,9 +11,9 @@ use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy};
 use comlrl::train::algorithms::madpo::loss::{
     agent_grads, deltas, scored, sequence_logprobs, LastToken,
 };
-use comlrl::train::algorithms::madpo::pairs::{select_pairs, PairSelection};
 use comlrl::train::algorithms::madpo::set::{Pair, PreferenceSet};
 use comlrl::train::optim::{AdamW, AdamWConfig};
+use comlrl::train::rollout::pairs::{select_pairs, PairSelection};
 use comlrl::train::rollout::{AgentRollout, NodeSample};
 use comlrl::train::update::Share;
 use common::*;

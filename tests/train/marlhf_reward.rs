@@ -2,13 +2,14 @@
 //! (`marlhf/reward_model_tiny.*`, from `scripts/fixtures/make_marlhf_reward.py`): the tiny Qwen2
 //! backbone in f32 with CoMLRL's head, two preference pairs of two agents' joint responses. The
 //! joint texts and their token ids, the scores, the Bradley–Terry loss, the gradients and the
-//! weights after one AdamW step must agree (1e-5 relative).
+//! weights after one step of the reward model's AdamW (the one a MARLHF run builds) must agree
+//! (1e-5 relative).
 use crate::common;
 use candle_core::{DType, Tensor, Var};
 use comlrl::model::grad::recompute::PassPlan;
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy, ValueHead};
 use comlrl::train::algorithms::marlhf::reward_model::{joint_text, JointRewardModel};
-use comlrl::train::optim::{AdamW, AdamWConfig};
+use comlrl::train::algorithms::marlhf::set::reward_adamw;
 use common::*;
 use std::collections::HashMap;
 
@@ -140,13 +141,8 @@ fn bradley_terry_step_matches_comlrl() {
         meta["grad_global_norm"].as_f64().unwrap(),
     );
     let lr = meta["lr"].as_f64().unwrap();
-    let mut opt = AdamW::new(
-        named.clone(),
-        AdamWConfig {
-            lr,
-            ..AdamWConfig::default()
-        },
-    );
+    // The optimizer a MARLHF run builds for its reward model.
+    let mut opt = reward_adamw(named.clone(), lr);
     opt.step_grads(&bt.grads, lr, None).unwrap();
     let deltas = meta["update_delta_norms"].as_object().unwrap();
     for (name, var) in &named {

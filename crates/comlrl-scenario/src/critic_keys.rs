@@ -1,6 +1,6 @@
 //! The `trainer.critic` section's key table (`keys.rs` has the macro and the row syntax): the
-//! critic of the actor-critic algorithms (`trainer.algorithm: iac`), every field of CoMLRL
-//! 1.4.3's `IACConfig` that concerns the critic under a key of its own. [`RawCritic`],
+//! critic of the actor-critic algorithms (`trainer.algorithm: iac` or `maac`), every field of
+//! CoMLRL 1.4.3's `IACConfig` and `MAACConfig` that concerns the critic under a key of its own. [`RawCritic`],
 //! [`CriticPlan`] and the docs table derive from it; `resolve` turns the section into the
 //! trainer plan's `critic` (`None` under an algorithm without a critic, where writing it is
 //! warned about).
@@ -36,7 +36,7 @@ pub(crate) struct CriticContext<'a> {
 impl SectionContext for CriticContext<'_> {}
 
 section! {
-    raw /// `trainer.critic:` — the critic of `algorithm: iac` (CoMLRL `IACConfig`'s critic fields).
+    raw /// `trainer.critic:` — the critic of `algorithm: iac` or `maac` (CoMLRL's critic fields).
         RawCritic;
     plan /// The critic's settings, defaults applied.
         CriticPlan, context cx: CriticContext<'_>;
@@ -46,6 +46,7 @@ section! {
         /// head on the agent's own backbone, trained at the agent's learning rate with the
         /// actor (its value gradient joins the actor's; `model` and `learning_rate` do not
         /// apply), its value clipped by `value_clip_range`. Not with `agents.replicas` > 1.
+        /// `maac`'s one critic is always a model of its own (`false` is an error there).
         separate: bool = true, kind "bool", why "CoMLRL `use_separate_critic`";
         /// The critic's AdamW learning rate (CoMLRL `critic_learning_rate`; the other AdamW
         /// settings are the trainer's).
@@ -53,7 +54,8 @@ section! {
             check learning_rate;
         /// What the critic values (CoMLRL `critic_type`): `v`, V(h) of the prompt alone, read
         /// at its last token; `q`, Q(h, a) of prompt and response, read at the response's last
-        /// token.
+        /// token. `maac`'s critic reads the joint text (`[Agent 0] <prompt>\n\n[Agent 1] …`,
+        /// with `q` followed by the joint action) at its last token.
         r#type: CriticType = CriticType::V, kind "`v` \\| `q`", why "CoMLRL `critic_type`";
         /// The value head's hidden width d: `Linear(H → d) → tanh → Linear(d → 1)`; `null` is
         /// one `Linear(H → 1)` (CoMLRL `critic_value_head_hidden_dim` for a separate critic,
@@ -69,12 +71,20 @@ section! {
         /// A separate critic never clips, as in CoMLRL.
         value_clip_range: Option<f64> = Some(0.2), kind "number > 0 or `null`", why "CoMLRL",
             check if_set(positive("use e.g. `value_clip_range: 0.2`, or `null` not to clip"));
+        /// `maac` only. CoMLRL 1.4.3 steps its one critic inside each agent's update, so the
+        /// critic takes N optimizer steps per mini-batch (one per agent, each on that agent's
+        /// targets, the later ones reading the critic the earlier ones moved). `false` (the
+        /// fix): one step per mini-batch on every agent's targets, mean_(a,b)((t_a,b − V_b)²).
+        /// `true` reproduces CoMLRL.
+        compat_critic_steps: bool = false, kind "bool",
+            why "the fix (CoMLRL 1.4.3 steps the critic once per agent)";
     }
     resolved {
         /// The critic's causal LM, written as an agent's `model` (`builtin:tiny`, a local
         /// directory, a `*.gguf` file, a hub id); every agent gets a critic of its own loaded
         /// from it. Absent: each agent's critic starts from that agent's own model (CoMLRL
-        /// needs `critic_model` named; the actor's is the usual choice).
+        /// needs `critic_model` named; the actor's is the usual choice). `maac`: its one critic,
+        /// by default agent 0's model.
         model: String => Option<ModelRef>, kind "string", shown "the agent's model", why "",
             via |d, p, raw| raw.map(|spec| model_ref(d, &p.key("model"), spec, cx.base)),
             emit model_setting;
@@ -102,7 +112,7 @@ pub(crate) fn resolve(
             d.warn(
                 p,
                 format!(
-                    "has no effect with algorithm: {} (only `iac` trains a critic)",
+                    "has no effect with algorithm: {} (only `iac` and `maac` train a critic)",
                     algorithm.name()
                 ),
             );
@@ -110,7 +120,32 @@ pub(crate) fn resolve(
         return None;
     }
     let raw = raw.cloned().unwrap_or_default();
-    Some(CriticPlan::from_raw(d, p, &raw, &CriticContext { base }))
+    let plan = CriticPlan::from_raw(d, p, &raw, &CriticContext { base });
+    match algorithm {
+        Algorithm::Maac => {
+            if !plan.separate {
+                d.invalid(
+                    &p.key("separate"),
+                    "`maac` has one critic for all agents, a model of its own (CoMLRL's \
+                     `MAACTrainer` has no value head on an actor)",
+                    "remove `separate` (`true`)",
+                );
+            }
+        }
+        _ => {
+            // Only `true` is warned about: the resolved scenario writes every key back.
+            if plan.compat_critic_steps {
+                d.warn(
+                    &p.key("compat_critic_steps"),
+                    format!(
+                        "has no effect with algorithm: {} (only `maac`'s one critic is stepped per agent)",
+                        algorithm.name()
+                    ),
+                );
+            }
+        }
+    }
+    Some(plan)
 }
 
 /// The critic as the resolved scenario writes it.
@@ -121,7 +156,7 @@ pub(crate) fn to_raw(c: &Option<CriticPlan>) -> Option<RawCritic> {
 impl Algorithm {
     /// Whether the algorithm trains a critic (reads `trainer.critic`).
     pub fn has_critic(self) -> bool {
-        matches!(self, Algorithm::Iac)
+        matches!(self, Algorithm::Iac | Algorithm::Maac)
     }
 
     /// `trainer.num_generations`' default: CoMLRL's `IACConfig` samples one completion per

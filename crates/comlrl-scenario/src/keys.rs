@@ -143,9 +143,11 @@ plain_settings!(
     crate::plan::RewardAggregation,
     crate::plan::Preset,
     crate::plan::LossAggregation,
+    crate::plan::ImportanceLevel,
     crate::plan::LogprobTemperature,
     crate::plan::LrScheduler,
     crate::plan::PairSelection,
+    crate::plan::RlAlgorithm,
     crate::plan::CollaborationMode,
     crate::plan::Dtype
 );

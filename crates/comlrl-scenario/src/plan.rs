@@ -151,6 +151,13 @@ pub enum Algorithm {
     /// Independent actor-critic: a critic per agent (CoMLRL's `IACTrainer`; its keys are
     /// `trainer.critic`'s, `critic_keys.rs`).
     Iac,
+    /// Multi-agent RLHF (CoMLRL's `MARLHFTrainer`): a joint reward model learnt from the
+    /// preference pairs of a first epoch, then online MARL against it (the `preference`
+    /// section's `rl_algorithm` and `reward_*` keys).
+    Marlhf,
+    /// Multi-agent actor-critic: one centralized critic reading every agent's prompt (CoMLRL's
+    /// `MAACTrainer`; its keys are `trainer.critic`'s too).
+    Maac,
 }
 
 impl Algorithm {
@@ -163,6 +170,8 @@ impl Algorithm {
             Algorithm::Maremax => "maremax",
             Algorithm::Madpo => "madpo",
             Algorithm::Iac => "iac",
+            Algorithm::Marlhf => "marlhf",
+            Algorithm::Maac => "maac",
         }
     }
 
@@ -171,11 +180,30 @@ impl Algorithm {
     /// else changed. `None`: the algorithm leaves the mode to `trainer.advantage_mode`.
     pub fn fixed_advantage_mode(self) -> Option<AdvantageMode> {
         match self {
-            Algorithm::Magrpo | Algorithm::Madpo | Algorithm::Iac => None,
+            Algorithm::Magrpo
+            | Algorithm::Madpo
+            | Algorithm::Iac
+            | Algorithm::Maac
+            | Algorithm::Marlhf => None,
             Algorithm::Mareinforce => Some(AdvantageMode::Raw),
             Algorithm::Marloo => Some(AdvantageMode::Rloo),
             Algorithm::Maremax => Some(AdvantageMode::Max),
         }
+    }
+
+    /// Epochs before the `num_train_epochs` ones in which the run only samples and collects
+    /// (MARLHF's preference epoch, after which its reward model trains); 0 for the others.
+    pub fn collect_epochs(self) -> usize {
+        match self {
+            Algorithm::Marlhf => 1,
+            _ => 0,
+        }
+    }
+
+    /// Whether the `preference` section applies (MADPO's pairs, MARLHF's pairs and reward
+    /// model).
+    pub fn learns_from_preferences(self) -> bool {
+        matches!(self, Algorithm::Madpo | Algorithm::Marlhf)
     }
 
     /// `trainer.advantage_mode`'s default under this algorithm.
@@ -194,6 +222,50 @@ pub enum PairSelection {
     All,
     /// `pairs_per_sample` pairs drawn uniformly.
     Random,
+}
+
+/// The online algorithm MARLHF trains with against its reward model
+/// (`preference.rl_algorithm`, CoMLRL's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RlAlgorithm {
+    /// MAGRPO (`advantage_mode: mean`).
+    Magrpo,
+    /// MAREINFORCE (`advantage_mode: raw`).
+    Mareinforce,
+    /// MARLOO (`advantage_mode: rloo`).
+    Marloo,
+    /// MAReMax (`advantage_mode: max`).
+    Maremax,
+    /// IAC (CoMLRL 1.4.3 allows it; not ported under MARLHF yet: an error).
+    Iac,
+    /// MAAC (as `Iac`).
+    Maac,
+}
+
+impl RlAlgorithm {
+    /// As a scenario writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RlAlgorithm::Magrpo => "magrpo",
+            RlAlgorithm::Mareinforce => "mareinforce",
+            RlAlgorithm::Marloo => "marloo",
+            RlAlgorithm::Maremax => "maremax",
+            RlAlgorithm::Iac => "iac",
+            RlAlgorithm::Maac => "maac",
+        }
+    }
+
+    /// The MAGRPO `advantage_mode` it stands for (`None`: an actor-critic backend).
+    pub fn advantage_mode(self) -> Option<AdvantageMode> {
+        match self {
+            RlAlgorithm::Magrpo => Some(AdvantageMode::Mean),
+            RlAlgorithm::Mareinforce => Some(AdvantageMode::Raw),
+            RlAlgorithm::Marloo => Some(AdvantageMode::Rloo),
+            RlAlgorithm::Maremax => Some(AdvantageMode::Max),
+            RlAlgorithm::Iac | RlAlgorithm::Maac => None,
+        }
+    }
 }
 
 /// How the agents of a preference trainer are laid out (`preference.collaboration_mode`).
@@ -236,10 +308,13 @@ pub enum AdvantageMode {
 pub enum Preset {
     /// Dr. GRPO (arXiv 2503.20783): `loss_aggregation: constant`, `advantage_scale: none`.
     DrGrpo,
-    /// DAPO (arXiv 2503.14476): its asymmetric clip and dynamic sampling are not implemented
-    /// yet, so the scenario refuses it.
+    /// DAPO (arXiv 2503.14476) as TRL's paper index sets it: `loss_aggregation: token_mean`,
+    /// `mask_truncated_completions: true`, token-level ratios clipped to [0.8, 1.28]
+    /// (`clip_eps` 0.2, `clip_eps_high` 0.28). Its dynamic sampling is not implemented.
     Dapo,
-    /// GSPO (sequence-level importance ratios): not implemented yet, so the scenario refuses it.
+    /// GSPO (arXiv 2507.18071, v2 section 5.1, as TRL's paper index sets it):
+    /// `importance_level: sequence`, `loss_aggregation: sequence_mean`, `clip_eps` 3e-4,
+    /// `clip_eps_high` 4e-4.
     Gspo,
 }
 
@@ -257,6 +332,8 @@ impl Preset {
     pub fn loss_aggregation(preset: Option<Preset>) -> LossAggregation {
         match preset {
             Some(Preset::DrGrpo) => LossAggregation::Constant,
+            Some(Preset::Dapo) => LossAggregation::TokenMean,
+            Some(Preset::Gspo) => LossAggregation::SequenceMean,
             _ => LossAggregation::SequenceSum,
         }
     }
@@ -268,6 +345,54 @@ impl Preset {
             _ => AdvantageScale::Group,
         }
     }
+
+    /// `trainer.mask_truncated_completions`' default under `preset`.
+    pub fn mask_truncated_completions(preset: Option<Preset>) -> bool {
+        preset == Some(Preset::Dapo)
+    }
+
+    /// `trainer.importance_level`'s default under `preset` with `ppo_epochs` passes: the
+    /// presets' own; else `token` when the buffer is passed over more than once, `none` (no
+    /// ratio: CoMLRL) when once.
+    pub fn importance_level(preset: Option<Preset>, ppo_epochs: usize) -> ImportanceLevel {
+        match preset {
+            Some(Preset::Gspo) => ImportanceLevel::Sequence,
+            Some(Preset::Dapo) => ImportanceLevel::Token,
+            _ if ppo_epochs > 1 => ImportanceLevel::Token,
+            _ => ImportanceLevel::None,
+        }
+    }
+
+    /// `trainer.clip_eps`' default under `preset` (TRL's `epsilon`).
+    pub fn clip_eps(preset: Option<Preset>) -> f64 {
+        match preset {
+            Some(Preset::Gspo) => 3e-4,
+            _ => 0.2,
+        }
+    }
+
+    /// `trainer.clip_eps_high`'s default under `preset` (TRL's `epsilon_high`; `None`: the
+    /// same as `clip_eps`).
+    pub fn clip_eps_high(preset: Option<Preset>) -> Option<f64> {
+        match preset {
+            Some(Preset::Dapo) => Some(0.28),
+            Some(Preset::Gspo) => Some(4e-4),
+            _ => None,
+        }
+    }
+}
+
+/// Whether and how the loss weighs each token by the probability ratio π/π_old of re-used
+/// samples (`trainer.importance_level`, TRL's `importance_sampling_level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImportanceLevel {
+    /// No ratio: every mini-batch is differentiated as if on-policy (CoMLRL).
+    None,
+    /// One ratio per token, exp(log π − log π_old), clipped (PPO, GRPO, DAPO).
+    Token,
+    /// One ratio per sequence, exp(mean_t(log π − log π_old)), clipped (GSPO).
+    Sequence,
 }
 
 /// How a mini-batch's per-token log-probs are summed into the loss (`trainer.loss_aggregation`).

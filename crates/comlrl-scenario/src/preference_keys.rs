@@ -1,34 +1,51 @@
 //! The `preference` section's key table (`keys.rs` has the macro and the row syntax): the
 //! settings of CoMLRL 1.4.3's preference trainers that its `MAGRPOConfig` fields (the `trainer`
-//! section) do not cover — for now `MADPOConfig`'s (`trainer.algorithm: madpo`). Values marked
-//! "CoMLRL" are `MADPOConfig`'s defaults. [`RawPreference`], [`PreferencePlan`] and the docs
+//! section) do not cover: `MADPOConfig`'s (`trainer.algorithm: madpo` and `marlhf`) and
+//! `MARLHFConfig`'s (`marlhf`: `rl_algorithm` and the reward model's `reward_*`, under CoMLRL's
+//! own field names so that a CoMLRL config maps one to one). Values marked "CoMLRL" are those
+//! classes' defaults. [`RawPreference`], [`PreferencePlan`] and the docs
 //! table derive from it; [`resolve`] adds the checks that involve the `trainer` section.
+use crate::agents::model_ref;
 use crate::collect::Diags;
-use crate::keys::{at_least, if_set, positive, section, Bad, Relevance, SectionContext};
-use crate::plan::{Algorithm, CollaborationMode, JointMode, PairSelection, TrainerPlan};
+use crate::keys::{
+    at_least, if_set, learning_rate, positive, section, Bad, Relevance, SectionContext,
+};
+use crate::plan::{
+    AdvantageMode, AdvantageScale, Algorithm, CollaborationMode, JointMode, ModelRef, ModelSource,
+    PairSelection, RewardAggregation, RlAlgorithm, TrainerPlan,
+};
 use crate::positions::KeyPath;
+use std::path::Path;
 
 /// The most joint candidates MADPO samples per prompt: each agent samples them in one batch and
 /// the pairs of a prompt grow as its square, so a scenario's number never sizes an unbounded
 /// allocation.
 pub const MAX_CANDIDATES: usize = 1024;
 
+/// The most reward-model epochs over the preference set.
+pub const MAX_REWARD_EPOCHS: usize = 10_000;
+
 /// What the `preference` resolver needs from the rest of the scenario.
-pub(crate) struct PreferenceContext {
+pub(crate) struct PreferenceContext<'a> {
     /// `trainer.algorithm`.
     pub algorithm: Algorithm,
+    /// The scenario's directory (a relative reward model path).
+    pub base: &'a Path,
 }
 
-impl SectionContext for PreferenceContext {}
+impl SectionContext for PreferenceContext<'_> {}
 
 section! {
-    raw /// `preference:` — CoMLRL's preference trainers (MADPO).
+    raw /// `preference:` — CoMLRL's preference trainers (MADPO, MARLHF).
         RawPreference;
-    plan /// The preference trainers' settings (CoMLRL 1.4.3 `MADPOConfig`).
-        PreferencePlan, context cx: PreferenceContext;
+    plan /// The preference trainers' settings (CoMLRL 1.4.3 `MADPOConfig`, `MARLHFConfig`).
+        PreferencePlan, context cx: PreferenceContext<'_>;
     computed {
-        /// The run learns from preferences (`trainer.algorithm: madpo`): the keys matter.
-        active: bool = cx.algorithm == Algorithm::Madpo;
+        /// The run learns from preferences (`trainer.algorithm: madpo` or `marlhf`): the keys
+        /// matter.
+        active: bool = cx.algorithm.learns_from_preferences();
+        /// The run learns a reward model (`trainer.algorithm: marlhf`).
+        marlhf: bool = cx.algorithm == Algorithm::Marlhf;
     }
     keys {
         /// K: answers each agent samples per training prompt, once, before training (CoMLRL
@@ -75,25 +92,86 @@ section! {
         /// MAGRPO loss does. `true` reproduces CoMLRL.
         compat_last_token: bool = false, kind "bool",
             why "the fix (CoMLRL 1.4.3 drops the last token)", only Only::Preference;
+        /// MARLHF's online algorithm against the frozen reward model (CoMLRL `rl_algorithm`):
+        /// `magrpo`, `mareinforce`, `marloo`, `maremax` (MAGRPO with that `advantage_mode`,
+        /// which `trainer.advantage_mode` then must not contradict). `iac` and `maac` are
+        /// CoMLRL's too and not ported under MARLHF yet: an error.
+        rl_algorithm: RlAlgorithm = RlAlgorithm::Magrpo,
+            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax`", why "CoMLRL",
+            only Only::Marlhf;
+        /// The reward model's AdamW learning rate (CoMLRL `reward_learning_rate`; constant, no
+        /// schedule, no clipping, and torch's AdamW defaults for the rest — betas 0.9 / 0.999,
+        /// epsilon 1e-8, weight decay 0.01 — as CoMLRL builds it).
+        reward_learning_rate: f64 = 1.0e-5, kind "number > 0", why "CoMLRL",
+            check learning_rate, only Only::Marlhf;
+        /// Passes of the reward model over the preference set, each in a freshly shuffled
+        /// order (CoMLRL `reward_num_train_epochs`).
+        reward_num_train_epochs: usize = 1, kind "integer in 1..=10000", why "CoMLRL",
+            check reward_epochs, only Only::Marlhf;
+        /// Preference pairs per reward-model step (CoMLRL `reward_train_batch_size`).
+        reward_train_batch_size: usize = 1, kind "integer ≥ 1", why "CoMLRL",
+            check at_least(1, "use e.g. `reward_train_batch_size: 1`"), only Only::Marlhf;
+        /// Joint texts longer than this many tokens are cut at the end before scoring (CoMLRL
+        /// `reward_max_length`); `null`: never cut (a text beyond the model's context is then
+        /// an error, where CoMLRL cuts at the tokenizer's limit).
+        reward_max_length: Option<usize> = None, kind "integer ≥ 1 or `null`", shown "`null`",
+            why "CoMLRL", check if_set(at_least(1, "use `reward_max_length: null` not to cut")),
+            only Only::Marlhf;
+        /// Train the reward head alone, the backbone frozen (CoMLRL `reward_freeze_backbone`).
+        reward_freeze_backbone: bool = false, kind "bool", why "CoMLRL", only Only::Marlhf;
     }
+    resolved {
+        /// The reward model's backbone, written as an agent's `model` (CoMLRL
+        /// `reward_model_name`, which defaults to the agents' model): a causal LM whose final
+        /// hidden state at the joint text's last token a fresh Linear(H → 1) head reads.
+        reward_model: String => Option<ModelRef>, kind "string", shown "agent 0's model",
+            why "CoMLRL", via |d, p, raw| raw.map(|spec| model_ref(d, &p.key("reward_model"), spec, cx.base)),
+            emit model_setting;
+    }
+}
+
+fn model_setting(m: &Option<ModelRef>) -> Option<String> {
+    m.as_ref().map(|m| match &m.source {
+        ModelSource::Local(p) => p.display().to_string(),
+        _ => m.spec.clone(),
+    })
+}
+
+fn reward_epochs(_key: &str, n: &usize) -> Option<Bad> {
+    (!(1..=MAX_REWARD_EPOCHS).contains(n)).then(|| Bad {
+        message: format!(
+            "preference.reward_num_train_epochs must be in 1..={MAX_REWARD_EPOCHS} (got {n})"
+        ),
+        hint: "CoMLRL trains the reward model for 1 epoch".into(),
+    })
 }
 
 /// When a preference key has an effect.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Only {
-    /// `trainer.algorithm: madpo`.
+    /// `trainer.algorithm: madpo` or `marlhf`.
     Preference,
+    /// `trainer.algorithm: marlhf`.
+    Marlhf,
 }
 
 impl Relevance for Only {
     type Plan = PreferencePlan;
 
     fn holds(&self, p: &PreferencePlan, _has_eval: bool) -> bool {
-        p.active
+        match self {
+            Only::Preference => p.active,
+            Only::Marlhf => p.marlhf,
+        }
     }
 
     fn moot_warning(&self) -> Option<&'static str> {
-        Some("has no effect unless `trainer.algorithm` is `madpo`")
+        match self {
+            Only::Preference => {
+                Some("has no effect unless `trainer.algorithm` is `madpo` or `marlhf`")
+            }
+            Only::Marlhf => Some("has no effect unless `trainer.algorithm` is `marlhf`"),
+        }
     }
 }
 
@@ -104,23 +182,37 @@ fn candidates(_key: &str, k: &usize) -> Option<Bad> {
     })
 }
 
-/// The section resolved, with the checks against `trainer`: under `madpo`, K candidates are the
-/// trainer's `num_generations` (`generations_set`: the scenario wrote it), single turn, aligned
-/// joint candidates, decentralized agents, and `pairs_per_sample` null under `all`.
+/// The section resolved, with the checks against `trainer`: single turn, aligned joint
+/// candidates, decentralized agents, and `pairs_per_sample` null under `all`. Under `madpo`, K
+/// candidates are the trainer's `num_generations` (`generations_set`: the scenario wrote it);
+/// under `marlhf`, `num_generations` stays the online phase's K and `rl_algorithm` sets the
+/// trainer's `advantage_mode`.
 pub(crate) fn resolve(
     d: &mut Diags,
     raw: &RawPreference,
     trainer: &mut TrainerPlan,
     generations_set: bool,
+    base: &Path,
 ) -> PreferencePlan {
     let p = KeyPath::root().key("preference");
     let cx = PreferenceContext {
         algorithm: trainer.algorithm,
+        base,
     };
     let plan = PreferencePlan::from_raw(d, &p, raw, &cx);
+    if !plan.marlhf && raw.reward_model.is_some() {
+        d.warn(
+            &p.key("reward_model"),
+            "has no effect unless `trainer.algorithm` is `marlhf`",
+        );
+    }
     if !plan.active {
         return plan;
     }
+    let name = match plan.marlhf {
+        true => "MARLHF",
+        false => "MADPO",
+    };
     let t = KeyPath::root().key("trainer");
     if plan.pair_selection == PairSelection::All && plan.pairs_per_sample.is_some() {
         d.invalid(
@@ -132,7 +224,7 @@ pub(crate) fn resolve(
     if plan.collaboration_mode == CollaborationMode::Centralized {
         d.invalid(
             &p.key("collaboration_mode"),
-            "`centralized` MADPO is not ported yet",
+            format!("`centralized` {name} is not ported yet"),
             "use `collaboration_mode: decentralized`",
         );
     }
@@ -140,7 +232,7 @@ pub(crate) fn resolve(
         d.invalid(
             &t.key("num_turns"),
             format!(
-                "MADPO learns from single-turn preferences, and num_turns is {}",
+                "{name} learns from single-turn preferences, and num_turns is {}",
                 trainer.num_turns
             ),
             "set `num_turns: 1`",
@@ -149,9 +241,13 @@ pub(crate) fn resolve(
     if trainer.joint_mode != JointMode::Aligned {
         d.invalid(
             &t.key("joint_mode"),
-            "MADPO's joint candidate i is every agent's i-th answer: `cross` has no such pairing",
+            format!("{name}'s joint candidate i is every agent's i-th answer: `cross` has no such pairing"),
             "use `joint_mode: aligned`",
         );
+    }
+    if plan.marlhf {
+        resolve_marlhf(d, &p, &plan, trainer);
+        return plan;
     }
     if generations_set && trainer.num_generations != plan.num_candidates {
         d.invalid(
@@ -165,4 +261,51 @@ pub(crate) fn resolve(
     }
     trainer.num_generations = plan.num_candidates;
     plan
+}
+
+/// MARLHF's checks: a MAGRPO-family online algorithm, whose advantage mode becomes the
+/// trainer's (a different one written there is an error, as for `algorithm: marloo`).
+fn resolve_marlhf(d: &mut Diags, p: &KeyPath, plan: &PreferencePlan, trainer: &mut TrainerPlan) {
+    let Some(mode) = plan.rl_algorithm.advantage_mode() else {
+        d.invalid(
+            &p.key("rl_algorithm"),
+            format!(
+                "`{}` under MARLHF is not ported yet (CoMLRL 1.4.3 has it)",
+                plan.rl_algorithm.name()
+            ),
+            "use `magrpo`, `mareinforce`, `marloo` or `maremax`; `trainer.algorithm: iac` trains \
+             an actor-critic on the task reward",
+        );
+        return;
+    };
+    if trainer.advantage_mode != AdvantageMode::Mean && trainer.advantage_mode != mode {
+        d.invalid(
+            &KeyPath::root().key("trainer").key("advantage_mode"),
+            format!(
+                "it contradicts `preference.rl_algorithm: {}`, which is MAGRPO with that algorithm's advantage mode",
+                plan.rl_algorithm.name()
+            ),
+            "remove `trainer.advantage_mode` and choose the online algorithm with `preference.rl_algorithm`",
+        );
+    }
+    trainer.advantage_mode = mode;
+    if mode != AdvantageMode::Mean
+        && trainer.advantage_normalization
+        && trainer.advantage_scale == AdvantageScale::Group
+    {
+        d.warn(
+            &p.key("rl_algorithm"),
+            format!(
+                "`{}` trains exactly as `magrpo` while trainer.advantage_normalization is true (CoMLRL's default too): normalization removes the baseline's shift and scale; set `advantage_normalization: false` for the baseline to matter",
+                plan.rl_algorithm.name()
+            ),
+        );
+    }
+    if trainer.reward_aggregation == RewardAggregation::NormalizeThenSum {
+        d.invalid(
+            &KeyPath::root().key("trainer").key("reward_aggregation"),
+            "MARLHF's online phase trains on the reward model's one score, not on the task's terms",
+            "remove `trainer.reward_aggregation`",
+        );
+    }
 }

@@ -81,7 +81,8 @@ pub(crate) fn resolve(
     let mut trainer = trainer::resolve(d, raw_trainer, &cx);
     let raw_preference: RawPreference =
         optional(d, "preference", top.preference).unwrap_or_default();
-    let preference = preference_keys::resolve(d, &raw_preference, &mut trainer, generations_set);
+    let preference =
+        preference_keys::resolve(d, &raw_preference, &mut trainer, generations_set, &base);
     let agents = raw_agents.map(|list| {
         list.into_iter()
             .enumerate()

@@ -3,8 +3,8 @@
 //! the rest of the scenario (mini-batch vs buffer, baseline vs normalization, `cross` size).
 use crate::collect::Diags;
 use crate::plan::{
-    AdvantageMode, AdvantageScale, AdvantageStd, Dtype, JointMode, Preset, RewardAggregation,
-    TrainerPlan,
+    AdvantageMode, AdvantageScale, AdvantageStd, Dtype, ImportanceLevel, JointMode, Preset,
+    RewardAggregation, TrainerPlan,
 };
 use crate::positions::KeyPath;
 use crate::raw::RawTrainer;
@@ -50,42 +50,131 @@ pub(crate) fn check_reward_aggregation(
     }
 }
 
-/// `trainer.preset`: a recipe that is not implemented is refused, and a key the recipe sets,
-/// written with another value, contradicts it.
+/// `trainer.preset`: a key the recipe sets, written with another value, contradicts it.
 fn check_preset(d: &mut Diags, p: &KeyPath, raw: &RawTrainer, t: &TrainerPlan) {
     let Some(preset) = t.preset else {
         return;
     };
     let name = preset.name();
+    let some = Some(preset);
+    // (key, written, the value it resolved to, the preset's value), the last two as a
+    // scenario writes them; only the keys this preset sets.
+    let mut rows = vec![
+        (
+            "loss_aggregation",
+            raw.loss_aggregation.is_some(),
+            serde_name(&t.loss_aggregation),
+            serde_name(&Preset::loss_aggregation(some)),
+        ),
+        (
+            "advantage_scale",
+            raw.advantage_scale.is_some(),
+            serde_name(&t.advantage_scale),
+            serde_name(&Preset::advantage_scale(some)),
+        ),
+    ];
     if matches!(preset, Preset::Dapo | Preset::Gspo) {
-        d.invalid(
-            &p.key("preset"),
-            format!("`{name}` needs clipped importance ratios over re-used samples (trainer.ppo_epochs, clip_eps), which comlrl does not have yet"),
-            "use `preset: dr_grpo`, or set the keys you want (loss_aggregation, advantage_scale, advantage_std, mask_truncated_completions; see docs/grpo_variants.md)",
-        );
+        rows.extend([
+            (
+                "mask_truncated_completions",
+                raw.mask_truncated_completions.is_some(),
+                serde_name(&t.mask_truncated_completions),
+                serde_name(&Preset::mask_truncated_completions(some)),
+            ),
+            (
+                "importance_level",
+                raw.importance_level.is_some(),
+                serde_name(&t.importance_level),
+                serde_name(&Preset::importance_level(some, t.ppo_epochs)),
+            ),
+            (
+                "clip_eps",
+                raw.clip_eps.is_some(),
+                serde_name(&t.clip_eps),
+                serde_name(&Preset::clip_eps(some)),
+            ),
+            (
+                "clip_eps_high",
+                raw.clip_eps_high.is_some(),
+                serde_name(&t.clip_eps_high),
+                serde_name(&Preset::clip_eps_high(some)),
+            ),
+        ]);
+    }
+    for (key, written, got, want) in rows {
+        if written && got != want {
+            d.invalid(
+                &p.key(key),
+                format!("contradicts `trainer.preset: {name}`, which sets `{key}: {want}`"),
+                format!("remove `{key}` or the preset"),
+            );
+        }
+    }
+}
+
+/// The clipped ratio of re-used samples (`ppo_epochs`, `importance_level`, the clip keys):
+/// MAGRPO's family only, a ratio whenever a buffer is passed over more than once, and clip
+/// keys that only matter with a ratio.
+fn check_ratio(d: &mut Diags, p: &KeyPath, t: &TrainerPlan) {
+    let alg = t.algorithm;
+    // Set away from their defaults (the resolved scenario writes every key, so a written key
+    // at its default says nothing).
+    let written = [
+        ("ppo_epochs", t.ppo_epochs != 1),
+        (
+            "importance_level",
+            t.importance_level != Preset::importance_level(t.preset, t.ppo_epochs),
+        ),
+        ("clip_eps", t.clip_eps != Preset::clip_eps(t.preset)),
+        (
+            "clip_eps_high",
+            t.clip_eps_high != Preset::clip_eps_high(t.preset),
+        ),
+        ("clip_delta", t.clip_delta.is_some()),
+    ];
+    if alg.has_critic() || alg == crate::plan::Algorithm::Madpo {
+        for (key, set) in written {
+            if set {
+                d.invalid(
+                    &p.key(key),
+                    format!(
+                        "the clipped ratio of re-used samples is MAGRPO's (and its family's); `{}` has no rollout log-probs to compare with",
+                        alg.name()
+                    ),
+                    format!("remove `{key}`, or use `algorithm: magrpo`"),
+                );
+            }
+        }
         return;
     }
-    let want_agg = Preset::loss_aggregation(Some(preset));
-    if raw.loss_aggregation.is_some() && t.loss_aggregation != want_agg {
+    if t.ppo_epochs > 1 && t.importance_level == ImportanceLevel::None {
         d.invalid(
-            &p.key("loss_aggregation"),
+            &p.key("importance_level"),
             format!(
-                "contradicts `trainer.preset: {name}`, which sets `loss_aggregation: {}`",
-                serde_name(&want_agg)
+                "`none` with ppo_epochs: {}: later passes would step on stale samples with no correction",
+                t.ppo_epochs
             ),
-            "remove `loss_aggregation` or the preset",
+            "remove `importance_level` (`token` with several passes) or set `ppo_epochs: 1`",
         );
     }
-    let want_scale = Preset::advantage_scale(Some(preset));
-    if raw.advantage_scale.is_some() && t.advantage_scale != want_scale {
-        d.invalid(
-            &p.key("advantage_scale"),
-            format!(
-                "contradicts `trainer.preset: {name}`, which sets `advantage_scale: {}`",
-                serde_name(&want_scale)
-            ),
-            "remove `advantage_scale` or the preset",
+    if t.importance_level != ImportanceLevel::None
+        && t.ppo_epochs == 1
+        && t.train_batch_size >= t.rollout_buffer_size
+    {
+        d.warn(
+            &p.key("importance_level"),
+            "the ratio is exactly 1 with one pass of one mini-batch per buffer (every step is on-policy); it matters with `ppo_epochs` above 1 or `train_batch_size` below `rollout_buffer_size`",
         );
+    }
+    if t.importance_level == ImportanceLevel::None {
+        for (key, set) in &written[2..] {
+            if *set {
+                d.warn(
+                    &p.key(key),
+                    "has no effect with importance_level: none (no ratio to clip; set `ppo_epochs` above 1 or `importance_level: token`)",
+                );
+            }
+        }
     }
 }
 
@@ -113,6 +202,7 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
         d.warn(&at("train_batch_size"), format!("{train_batch_size} is larger than rollout_buffer_size ({rollout_buffer_size}); a mini-batch never holds more than the buffer, so this acts as {rollout_buffer_size}"));
     }
     check_preset(d, &p, &raw, &t);
+    check_ratio(d, &p, &t);
     let fixed_mode = t.algorithm.fixed_advantage_mode();
     if let Some(fixed) = fixed_mode {
         // CoMLRL's MARLOOConfig(advantage_mode="mean") would quietly be MAGRPO under MARLOO's
@@ -213,5 +303,14 @@ pub(crate) fn mode_name(m: AdvantageMode) -> &'static str {
         AdvantageMode::Raw => "raw",
         AdvantageMode::Max => "max",
         AdvantageMode::Rloo => "rloo",
+    }
+}
+
+impl TrainerPlan {
+    /// Epochs the run steps through: `num_train_epochs`, after the algorithm's collecting
+    /// epochs (MARLHF's preference epoch).
+    pub fn run_epochs(&self) -> usize {
+        self.num_train_epochs
+            .saturating_add(self.algorithm.collect_epochs())
     }
 }

@@ -18,8 +18,9 @@ use crate::keys::{
     at_least, if_set, learning_rate, non_negative, positive, section, unit, Bad, Relevance,
 };
 use crate::plan::{
-    AdvantageMode, AdvantageScale, AdvantageStd, Algorithm, CodeSource, Dtype, JointMode,
-    LogprobTemperature, LossAggregation, LrScheduler, Preset, RewardAggregation, TransitionPlan,
+    AdvantageMode, AdvantageScale, AdvantageStd, Algorithm, CodeSource, Dtype, ImportanceLevel,
+    JointMode, LogprobTemperature, LossAggregation, LrScheduler, Preset, RewardAggregation,
+    TransitionPlan,
 };
 use crate::positions::KeyPath;
 use crate::raw::RawTransition;
@@ -38,32 +39,39 @@ section! {
         /// `advantage_mode` beside them is an error. `iac`: independent actor-critic (CoMLRL's
         /// `IACTrainer`), each agent with a critic of its own (`critic`); it changes the
         /// defaults of `num_generations`, `rollout_buffer_size` and `num_train_epochs` to
-        /// `IACConfig`'s. See docs/algorithms.md. `madpo` is CoMLRL's offline
+        /// `IACConfig`'s. `maac`: multi-agent actor-critic (CoMLRL's `MAACTrainer`), one
+        /// critic for all agents reading their joint prompt, with the same defaults. See
+        /// docs/algorithms.md. `madpo` is CoMLRL's offline
         /// multi-agent DPO: the first pass samples a preference set, every epoch trains on it
-        /// (the `preference` section).
+        /// (the `preference` section). `marlhf` is CoMLRL's MARLHF: a first epoch samples the
+        /// preference set, a joint reward model learns from it, then `num_train_epochs` of
+        /// online MARL train against that model (`preference.rl_algorithm`, `reward_*`).
         algorithm: Algorithm = Algorithm::Magrpo,
-            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `iac` \\| `madpo`",
+            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `iac` \\| `maac` \\| `madpo` \\| `marlhf`",
             why "CoMLRL's MAGRPO trainer";
         /// A published recipe whose settings become the defaults of the keys it names (the
         /// resolved scenario, e.g. `comlrl check --print`, shows them all): `dr_grpo` (Dr. GRPO,
-        /// arXiv 2503.20783) sets `loss_aggregation: constant` and `advantage_scale: none`.
-        /// Writing one of those keys with another value beside it is an error. `dapo` and
-        /// `gspo` are refused until their clipped importance ratios exist. See
-        /// docs/grpo_variants.md.
-        preset: Option<Preset> = None, kind "`dr_grpo` or `null`", shown "none",
+        /// arXiv 2503.20783) sets `loss_aggregation: constant` and `advantage_scale: none`;
+        /// `dapo` (arXiv 2503.14476, as TRL's paper index) sets `loss_aggregation: token_mean`,
+        /// `mask_truncated_completions: true`, `importance_level: token`, `clip_eps` 0.2 and
+        /// `clip_eps_high` 0.28; `gspo` (arXiv 2507.18071 v2) sets `importance_level:
+        /// sequence`, `loss_aggregation: sequence_mean`, `clip_eps` 3e-4 and `clip_eps_high`
+        /// 4e-4. Writing one of those keys with another value beside it is an error. DAPO's
+        /// dynamic sampling is not implemented. See docs/grpo_variants.md.
+        preset: Option<Preset> = None, kind "`dr_grpo` \\| `dapo` \\| `gspo` or `null`", shown "none",
             why "off: CoMLRL's MAGRPO objective";
         /// Passes over the training prompts.
         num_train_epochs: usize = algorithm.default_num_train_epochs(), kind "integer ≥ 1",
-            shown "`20`; `40` with `iac`", why "CoMLRL: each trainer's config default",
+            shown "`20`; `40` with `iac`, `maac`", why "CoMLRL: each trainer's config default",
             check at_least(1, "set `num_train_epochs: 1` or more");
         /// AdamW learning rate of every agent that does not set its own (CoMLRL 1.4's name;
         /// older CoMLRL: `learning_rate`).
         agent_learning_rate: f64 = 5.0e-6, kind "number > 0", why "CoMLRL",
             check learning_rate;
-        /// G: completions per agent per prompt. The group baseline needs at least 2; `iac`
-        /// (a critic's baseline) takes 1 or more.
+        /// G: completions per agent per prompt. The group baseline needs at least 2; `iac` and
+        /// `maac` (a critic's baseline) take 1 or more.
         num_generations: usize = algorithm.default_num_generations(),
-            kind "integer ≥ 2 (≥ 1 with `iac`)", shown "`4`; `1` with `iac`",
+            kind "integer ≥ 2 (≥ 1 with `iac`, `maac`)", shown "`4`; `1` with `iac`, `maac`",
             why "CoMLRL: each trainer's config default";
         /// How per-agent generations form joint actions: `aligned` pairs the g-th generation of
         /// every agent (G joint actions); `cross` takes the Cartesian product (G^N joint
@@ -129,7 +137,8 @@ section! {
         /// neither an EOS nor the pad token: TRL's rule) add nothing to the loss, and
         /// `token_mean` does not count their tokens; their returns still count in their group's
         /// baseline and spread (DAPO's overlong filtering; TRL `mask_truncated_completions`).
-        mask_truncated_completions: bool = false, kind "bool",
+        mask_truncated_completions: bool = Preset::mask_truncated_completions(preset),
+            kind "bool", shown "`false`; `true` under `preset: dapo`",
             why "CoMLRL and TRL train on truncated completions";
         /// The temperature of the log-probs the loss differentiates: `1` (the model's own
         /// distribution, while sampling used the agent's `temperature`: the gradient is that of
@@ -139,11 +148,46 @@ section! {
         /// 0.
         logprob_temperature: LogprobTemperature = LogprobTemperature::One,
             kind "`1` \\| `sampling`", why "CoMLRL scores at temperature 1";
+        /// Passes over each rollout buffer (PPO's epochs; TRL's `num_iterations`): every pass
+        /// takes one optimizer step per mini-batch of `train_batch_size`. More than 1 re-uses
+        /// the samples off-policy and needs a probability ratio (`importance_level`). MAGRPO
+        /// family only.
+        ppo_epochs: usize = 1, kind "integer ≥ 1",
+            why "CoMLRL: one pass over a buffer",
+            check at_least(1, "set `ppo_epochs: 1` (one pass, CoMLRL) or more");
+        /// The probability ratio π/π_old that weighs re-used samples (TRL's
+        /// `importance_sampling_level`), π_old being the log-probs at sampling time: `token`
+        /// (one ratio per token: PPO, GRPO, DAPO), `sequence` (one per completion,
+        /// exp(mean_t(log π − log π_old)): GSPO) or `none` (no ratio: CoMLRL's uncorrected
+        /// steps). Each token's loss is then −min(r·A, clip(r, 1 − clip_eps, 1 + clip_eps_high)·A)
+        /// with `loss_aggregation`'s weights. A mini-batch taken before the round's first
+        /// optimizer step is on-policy (ratio exactly 1, as TRL); later ones, and later passes,
+        /// are corrected. MAGRPO family only. See docs/grpo_variants.md.
+        importance_level: ImportanceLevel = Preset::importance_level(preset, ppo_epochs),
+            kind "`none` \\| `token` \\| `sequence`",
+            shown "`none`; `token` with `ppo_epochs` > 1 or `preset: dapo`, `sequence` under `preset: gspo`",
+            why "CoMLRL has no ratio; TRL's default level is `token`";
+        /// The ratio's lower clip 1 − ε (and upper, unless `clip_eps_high`; TRL's `epsilon`).
+        clip_eps: f64 = Preset::clip_eps(preset), kind "number > 0",
+            shown "`0.2`; `3e-4` under `preset: gspo`", why "TRL's and PPO's default",
+            check positive("use e.g. `clip_eps: 0.2` (TRL's default)");
+        /// The ratio's upper clip 1 + ε_high (DAPO's asymmetric "clip higher"; TRL's
+        /// `epsilon_high`); `null`: `clip_eps`.
+        clip_eps_high: Option<f64> = Preset::clip_eps_high(preset), kind "number > 0 or `null`",
+            shown "`null` (= `clip_eps`); `0.28` under `preset: dapo`, `4e-4` under `preset: gspo`",
+            why "TRL: symmetric unless set",
+            check if_set(positive("use e.g. `clip_eps_high: 0.28` (DAPO), or remove it for `clip_eps`"));
+        /// Two-sided clipping (TRL's `delta`, arXiv 2505.22257): the unclipped ratio term is
+        /// itself capped at this, so a negative advantage's loss cannot grow without bound;
+        /// `null`: not capped. TRL recommends a value above 1 + `clip_eps_high`.
+        clip_delta: Option<f64> = None, kind "number > 1 or `null`", shown "none",
+            why "TRL: off",
+            check if_set(ratio_cap);
         /// Node samples buffered per agent before an update. A node is one prompt (and, in
         /// multi-turn, one branch at one turn) with its G generations. (CoMLRL's `IACConfig`
         /// counts completions, the same with its default of one generation.)
         rollout_buffer_size: usize = algorithm.default_rollout_buffer_size(),
-            kind "integer ≥ 1", shown "`2`; `8` with `iac`",
+            kind "integer ≥ 1", shown "`2`; `8` with `iac`, `maac`",
             why "CoMLRL: each trainer's config default",
             check at_least(1, "set `rollout_buffer_size: 1` or more (CoMLRL default 2)");
         /// Mini-batch size within an update; the default is one batch per buffer.
@@ -177,6 +221,12 @@ section! {
         eval_interval: usize = 16, kind "integer ≥ 0", why "CoMLRL", only Only::Eval;
         /// Eval prompts per evaluation (the first N of `dataset.eval`).
         eval_num_samples: usize = 4, kind "integer ≥ 0", why "CoMLRL", only Only::Eval;
+        /// Also evaluate once before the first training step, logged as a metrics row of its
+        /// own at step 0 (the untrained agents: a before/after pair with the last evaluation).
+        /// CoMLRL evaluates before each epoch's first prompt (its batch 0); `false` keeps the
+        /// evaluations at the multiples of `eval_interval` only.
+        eval_at_start: bool = false, kind "bool",
+            why "comlrl's schedule evaluates after steps; CoMLRL's batch-0 evaluation is this key", only Only::Eval;
         /// Clip each agent's gradient to this global L2 norm; `null` does not clip.
         max_grad_norm: Option<f64> = None, kind "number > 0 or `null`", shown "none",
             why "CoMLRL does not clip",
@@ -308,10 +358,10 @@ section! {
             shown "none", why "",
             via |d, p, raw| transition(d, &p.key("external_transition"), raw, num_turns, cx),
             emit transition_raw;
-        /// The critic of `algorithm: iac`: its model, learning rate, type and value head
-        /// (CoMLRL `IACConfig`'s critic fields); its keys are in the `trainer.critic` table
+        /// The critic of `algorithm: iac` or `maac`: its model, learning rate, type and value
+        /// head (CoMLRL `IACConfig`'s and `MAACConfig`'s critic fields); its keys are in the `trainer.critic` table
         /// below. Warned about and ignored under an algorithm without a critic.
-        critic: RawCritic => Option<CriticPlan>, kind "mapping", shown "all defaults (`iac`)",
+        critic: RawCritic => Option<CriticPlan>, kind "mapping", shown "all defaults (`iac`, `maac`)",
             why "",
             via |d, p, raw| crate::critic_keys::resolve(d, &p.key("critic"), raw, algorithm, cx.base),
             emit crate::critic_keys::to_raw;
@@ -349,6 +399,15 @@ impl Relevance for Only {
             Only::Cross => None,
         }
     }
+}
+
+/// `clip_delta`: a cap on the ratio above 1 (a cap at or below 1 would clip every on-policy
+/// token).
+fn ratio_cap(_key: &str, v: &f64) -> Option<Bad> {
+    (!(*v > 1.0 && v.is_finite())).then(|| Bad {
+        message: format!("clip_delta must be a number above 1 (got {v})"),
+        hint: "use e.g. `clip_delta: 1.5` (above 1 + clip_eps_high), or remove it".into(),
+    })
 }
 
 /// `optimizer_state_dtype`: f32 or bf16; `auto` and f16 would not say what is stored.

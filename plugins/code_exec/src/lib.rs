@@ -24,18 +24,24 @@
 //! | `parallelism` | 0 = the available cores | samples run at once, at most 256 |
 //! | `read_paths` | `[]` | more paths the program may read (besides the interpreter's and system libraries) |
 //! | `strict` | false | fail at load unless Landlock, both namespaces and a pids cgroup are all available |
+//! | `layers` | `all` | `all`: every layer the OS offers; `none`: only the rlimits, the empty environment and the fresh directory, to measure the layers' cost (`comlrl bench rewards --bare`), never for training on untrusted code |
 //! | `tmp_dir` | the system's | where the per-sample directories go |
 //! | `site_packages` | false | import site-packages in the sandbox (`python -S` when false: the standard library only, ~85 ms less per sample where site-packages are large) |
 //! | `score` | `level` | `level`: the level reward; `all_passed`: 1 when the joint program passes every extracted test, else 0 (to log a pass rate beside the level reward, as a second term of weight 0) |
 //!
 //! Missing `python3` (or one that does not run in the sandbox) is an error when the reward is
 //! created, so `comlrl check` reports it before a run.
-use comlrl_plugin_api::{export_reward, Reward, Sample};
+//!
+//! The same library is also a multi-turn transition plugin ([`LevelFeedback`], the environment
+//! repository's `level_feedback`): `trainer.external_transition: {plugin: …comlrl_code_exec}`.
+use comlrl_plugin_api::transition::Transition;
+use comlrl_plugin_api::{export_reward, export_transition, Reward, Sample};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 pub mod cgroup;
+pub mod feedback;
 pub mod landlock;
 pub mod level;
 pub mod prompts;
@@ -78,6 +84,8 @@ pub struct Config {
     pub read_paths: Vec<PathBuf>,
     /// Require every layer.
     pub strict: bool,
+    /// Leave out every optional layer (benchmarks: the layers' cost).
+    pub bare: bool,
     /// Directory for the per-sample directories.
     pub tmp_dir: PathBuf,
     /// Load site-packages (else `python -S`).
@@ -95,7 +103,7 @@ pub enum Score {
     AllPassed,
 }
 
-const KEYS: [&str; 15] = [
+const KEYS: [&str; 16] = [
     "python",
     "test_timeout_s",
     "max_timeouts",
@@ -111,6 +119,7 @@ const KEYS: [&str; 15] = [
     "tmp_dir",
     "score",
     "site_packages",
+    "layers",
 ];
 
 fn uint(
@@ -185,6 +194,18 @@ impl Config {
             Some(v) => Err(format!("params.{key} must be true or false, got {v}")),
         };
         let strict = flag("strict")?;
+        let bare = match string("layers")?.as_deref() {
+            None | Some("all") => false,
+            Some("none") => true,
+            Some(other) => {
+                return Err(format!(
+                    "params.layers must be `all` or `none`, got `{other}`"
+                ))
+            }
+        };
+        if bare && strict {
+            return Err("params.layers `none` contradicts params.strict".into());
+        }
         let site_packages = flag("site_packages")?;
         Ok(Config {
             python: string("python")?.unwrap_or_else(|| "python3".into()),
@@ -199,6 +220,7 @@ impl Config {
             parallelism: uint(p, "parallelism", 0, 256)? as usize,
             read_paths,
             strict,
+            bare,
             tmp_dir: string("tmp_dir")?.map_or_else(std::env::temp_dir, PathBuf::from),
             site_packages,
             score: match string("score")?.as_deref() {
@@ -325,6 +347,12 @@ impl CodeExec {
     /// Resolves the interpreter, finds the layers the OS offers, and checks with one probe run
     /// that the sandbox can run the harness.
     pub fn new(config: Config) -> Result<CodeExec, String> {
+        if config.bare {
+            eprintln!(
+                "code_exec: params.layers is `none`: samples run without Landlock, namespaces, cgroup or dropped capabilities (for measuring their cost only)"
+            );
+            return CodeExec::with_layers(config, Layers::default());
+        }
         let interpreter = resolve_interpreter(&config.python)?;
         if !config.tmp_dir.is_dir() {
             return Err(format!(
@@ -474,6 +502,51 @@ impl CodeExec {
         )
     }
 
+    /// The `level_feedback` analysis of one joint action: the parse, the aux misuse check and
+    /// the tests run in the sandbox (see [`feedback::analyze`]).
+    pub fn analyze_feedback(
+        &self,
+        prompt: &str,
+        aux: &str,
+        main: &str,
+        test_code: &str,
+        entry_point: &str,
+    ) -> Result<feedback::Analysis, String> {
+        feedback::analyze(prompt, aux, main, test_code, entry_point, |job| {
+            self.run_feedback(job)
+        })
+    }
+
+    /// Runs one feedback job in the sandbox and parses its report.
+    pub fn run_feedback(&self, job: &feedback::Job) -> Result<feedback::Report, String> {
+        let text = serde_json::json!({
+            "mode": "feedback",
+            "code": job.code,
+            "tests": job.tests,
+            "main_func": job.main_func,
+            "test_timeout": self.config.test_timeout_s,
+            "max_timeouts": self.config.max_timeouts,
+        })
+        .to_string();
+        let run = self
+            .sandbox
+            .run(&[("job.json", text.as_bytes())])
+            .or_else(|_| {
+                std::thread::sleep(Duration::from_millis(50));
+                self.sandbox.run(&[("job.json", text.as_bytes())])
+            })
+            .map_err(|e| format!("the sandbox could not run the feedback analysis: {e}"))?;
+        let report = feedback::Report::parse(&run.report);
+        if report.syntax.is_none() {
+            return Err(format!(
+                "the feedback analysis ended ({:?}) before checking the syntax; its last output: {}",
+                run.end,
+                last_lines(&run.output)
+            ));
+        }
+        Ok(report)
+    }
+
     /// Scores a batch, `parallelism` samples at a time; results in input order.
     pub fn evaluate_batch(&self, items: &[Item<'_>]) -> Vec<Result<Outcome, String>> {
         let workers = match self.config.parallelism {
@@ -546,22 +619,21 @@ fn execute(
         .map_err(|e| format!("the sandbox could not run the sample: {e}"))?;
     let exec = Execution::parse(&run.report);
     if exec.syntax_ok.is_none() && run.end != End::TimedOut {
-        let tail = String::from_utf8_lossy(&run.output);
-        let tail: String = tail
-            .lines()
-            .rev()
-            .take(5)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join(" | ");
         return Err(format!(
-            "the harness ended ({:?}) before checking the syntax; its last output: {tail}",
-            run.end
+            "the harness ended ({:?}) before checking the syntax; its last output: {}",
+            run.end,
+            last_lines(&run.output)
         ));
     }
     Ok((exec, run))
+}
+
+/// The last five lines of a run's output, joined with ` | `.
+fn last_lines(output: &[u8]) -> String {
+    let text = String::from_utf8_lossy(output);
+    let mut lines: Vec<&str> = text.lines().rev().take(5).collect();
+    lines.reverse();
+    lines.join(" | ")
 }
 
 fn probe(sandbox: &Sandbox, test_timeout_s: u64) -> Result<(), String> {
@@ -633,3 +705,146 @@ impl Reward for CodeExec {
 }
 
 export_reward!(CodeExec);
+
+/// The `level_feedback` transition (two agents: aux, then main): each joint action's next
+/// prompts are [`feedback::followup_prompts`] of its analysis. Params: every reward param but
+/// `score` (the interpreter and the sandbox's limits), and
+///
+/// | key | default | meaning |
+/// | --- | --- | --- |
+/// | `sandbox_slice` | 1 | the problem's tests are cut to their first N asserts (`-N`: the last N; 0: all), the environment repository's `external.sandbox_slice` |
+/// | `max_error_chars` | 0 (no cut) | cut each failing test's exception text to this many characters (with ` …` after): the text is the program's, so one long message can make a prompt longer than the model's context, which stops the run; the reference cuts nothing |
+/// | `history` | false | write each agent's previous prompts and responses in front (the transition's history arguments; the repository's wrapper does not pass them, so its prompts have none) |
+#[derive(Debug)]
+pub struct LevelFeedback {
+    exec: CodeExec,
+    sandbox_slice: i64,
+    history: bool,
+    max_error_chars: usize,
+}
+
+impl LevelFeedback {
+    /// Builds from the params JSON (see the type's docs).
+    pub fn from_params(params_json: &str) -> Result<LevelFeedback, String> {
+        let mut value: serde_json::Value = serde_json::from_str(params_json)
+            .map_err(|e| format!("params are not valid JSON: {e}"))?;
+        let (mut sandbox_slice, mut history, mut max_error_chars) = (1i64, false, 0usize);
+        if let serde_json::Value::Object(m) = &mut value {
+            if m.contains_key("score") {
+                return Err("params.score is a reward param; the transition scores nothing".into());
+            }
+            if let Some(v) = m.remove("sandbox_slice") {
+                sandbox_slice = v
+                    .as_i64()
+                    .filter(|n| n.unsigned_abs() <= 1 << 20)
+                    .ok_or_else(|| {
+                        format!("params.sandbox_slice must be an integer (0: all asserts), got {v}")
+                    })?;
+            }
+            if let Some(v) = m.remove("max_error_chars") {
+                max_error_chars = v
+                    .as_u64()
+                    .filter(|&n| n <= 1 << 20)
+                    .ok_or_else(|| {
+                        format!("params.max_error_chars must be an integer from 0 (no cut) to 1048576, got {v}")
+                    })? as usize;
+            }
+            if let Some(v) = m.remove("history") {
+                history = v
+                    .as_bool()
+                    .ok_or_else(|| format!("params.history must be true or false, got {v}"))?;
+            }
+        }
+        Ok(LevelFeedback {
+            exec: CodeExec::new(Config::parse(&value.to_string())?)?,
+            sandbox_slice,
+            history,
+            max_error_chars,
+        })
+    }
+
+    /// The next prompts (aux, main) for one context (the transition ABI's JSON).
+    pub fn next(&self, ctx: &serde_json::Value) -> Result<Vec<String>, String> {
+        let agents = ctx["agent_count"].as_u64().unwrap_or(0);
+        if agents != 2 {
+            return Err(format!(
+                "level_feedback writes prompts for two agents (aux, main), the scenario has {agents}"
+            ));
+        }
+        let text = |v: &serde_json::Value, what: &str| -> Result<String, String> {
+            v.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("level_feedback: the context's {what} is not a string"))
+        };
+        let prompt = text(&ctx["prompt"], "prompt")?;
+        let completions = ctx["completions"]
+            .as_array()
+            .ok_or("level_feedback: the context has no completions")?;
+        let (Some(aux), Some(main)) = (completions.first(), completions.get(1)) else {
+            return Err("level_feedback: the context has fewer than two completions".into());
+        };
+        let (aux, main) = (text(aux, "completions[0]")?, text(main, "completions[1]")?);
+        let fields = &ctx["fields"];
+        let test = field(fields, "test")?;
+        let entry_point = field(fields, "entry_point")?;
+        let sliced = feedback::slice_tests(test, self.sandbox_slice);
+        let test_code = if sliced.is_empty() { test } else { &sliced };
+        let mut analysis =
+            self.exec
+                .analyze_feedback(&prompt, &aux, &main, test_code, entry_point)?;
+        if self.max_error_chars > 0 {
+            for d in &mut analysis.details {
+                if let Some((_, text)) = &mut d.error {
+                    if let Some((at, _)) = text.char_indices().nth(self.max_error_chars) {
+                        text.truncate(at);
+                        text.push_str(" …");
+                    }
+                }
+            }
+        }
+        let hist = |key: &str| -> Vec<Vec<String>> {
+            if !self.history {
+                return Vec::new();
+            }
+            ctx[key]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|h| {
+                            h.as_array()
+                                .map(|x| {
+                                    x.iter()
+                                        .filter_map(|s| s.as_str().map(str::to_string))
+                                        .collect()
+                                })
+                                .unwrap_or_default()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (a, m) = feedback::followup_prompts(
+            &analysis,
+            entry_point,
+            &hist("prompt_history"),
+            &hist("response_history"),
+        );
+        Ok(vec![a, m])
+    }
+}
+
+impl Transition for LevelFeedback {
+    const NAME: &'static str = "level_feedback";
+
+    fn create(params_json: &str) -> Result<Self, String> {
+        LevelFeedback::from_params(params_json)
+    }
+
+    fn next_prompts(&self, ctx_json: &str) -> Result<Vec<String>, String> {
+        let ctx: serde_json::Value =
+            serde_json::from_str(ctx_json).map_err(|e| format!("context: {e}"))?;
+        self.next(&ctx)
+    }
+}
+
+export_transition!(LevelFeedback);

@@ -43,6 +43,32 @@ pub fn head_backward(
     chunked(h, head, targets, weights, w_acc, chunk_elems(dt), dt)
 }
 
+/// log π(target) of every row of `h` under the prepared `head`, in row chunks as
+/// [`head_backward`] takes them (the same products, so the same values), without a gradient:
+/// what per-token weights that depend on the log-probs are computed from.
+pub fn head_logprobs(
+    h: &Tensor,
+    head: &Prepared,
+    targets: &Tensor,
+    dt: ComputeDtype,
+) -> Result<Vec<f32>> {
+    let (n, _) = h.dims2()?;
+    let (v, _) = head.weight().dims2()?;
+    let h = h.detach().contiguous()?;
+    let rows = (chunk_elems(dt) / v.max(1)).max(1);
+    let mut out = Vec::with_capacity(n);
+    let mut start = 0;
+    while start < n {
+        let len = rows.min(n - start);
+        let logits = head.x_wt(&h.narrow(0, start, len)?)?;
+        let logits = logits.to_dtype(reduce_dtype(logits.dtype()))?;
+        let lp = token_logprob_rows(&logits, &targets.narrow(0, start, len)?)?;
+        out.extend(lp.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?);
+        start += len;
+    }
+    Ok(out)
+}
+
 fn chunk_elems(dt: ComputeDtype) -> usize {
     match dt {
         ComputeDtype::F32 => CHUNK_ELEMS,

@@ -13,6 +13,7 @@ pub mod packed_weights;
 pub mod pass_order;
 pub mod recompute;
 pub(crate) mod shared_prompt;
+pub mod token_weights;
 #[cfg(test)]
 mod trace_check;
 pub mod value;

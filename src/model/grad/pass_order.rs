@@ -14,7 +14,8 @@
 use super::head_backward;
 use super::logprob::ScoreLayout;
 use super::packed_weights::{Head, PackedWeights};
-use super::recompute::{forward_and_head, weighted_logprob_grads_in, PassPlan, PassStats};
+use super::recompute::{forward_and_head_with, weighted_logprob_grads_with, PassPlan, PassStats};
+use super::token_weights::TokenWeights;
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::kernels::bf16_gemm;
 use crate::model::kernels::compute_dtype::ComputeDtype;
@@ -26,6 +27,9 @@ pub struct Pass<'a> {
     pub layout: &'a ScoreLayout,
     /// One coefficient per row (see `recompute::weighted_logprob_grads`).
     pub coef: Vec<f32>,
+    /// Each token's weight from its current log-prob instead (a clipped ratio; see
+    /// `token_weights`); `None`: `coef`.
+    pub tokens: Option<Box<dyn TokenWeights + 'a>>,
 }
 
 /// How [`run_passes`] ordered the passes.
@@ -84,8 +88,15 @@ pub fn run_passes_in(
         Order::OneByOne => {
             for (i, p) in passes.iter().enumerate() {
                 let plan = plan_of(i);
-                stats.push(weighted_logprob_grads_in(
-                    model, p.layout, &p.coef, vars, acc, plan, packed,
+                stats.push(weighted_logprob_grads_with(
+                    model,
+                    p.layout,
+                    &p.coef,
+                    p.tokens.as_deref(),
+                    vars,
+                    acc,
+                    plan,
+                    packed,
                 )?);
             }
         }
@@ -93,10 +104,11 @@ pub fn run_passes_in(
             let head = Head::new(model, plan.dtype, packed)?;
             let mut pending = Vec::with_capacity(passes.len());
             for (i, p) in passes.iter().enumerate() {
-                pending.push(forward_and_head(
+                pending.push(forward_and_head_with(
                     model,
                     p.layout,
                     &p.coef,
+                    p.tokens.as_deref(),
                     vars,
                     acc,
                     plan_of(i),

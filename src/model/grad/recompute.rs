@@ -18,12 +18,13 @@
 //! row per sequence, then, from the caller's seeds d loss / d v, the head's backward by hand
 //! (`value_backward`) and the final norm's at those rows only.
 use super::accumulators::{take_grads, GradSlots};
-use super::head_backward::head_backward;
+use super::head_backward::{head_backward, head_logprobs};
 use super::layer_backward::{self, LayerInput};
 use super::logprob::ScoreLayout;
 use super::packed_weights::{Head, PackedWeights, Products};
 pub use super::shared_prompt::prompt_part;
 use super::shared_prompt::PromptPart;
+use super::token_weights::TokenWeights;
 use super::value::flat_rows;
 use super::value_backward::value_head_backward;
 use crate::model::decoder::attention::AttnInputs;
@@ -117,8 +118,25 @@ pub fn weighted_logprob_grads_in(
     plan: PassPlan,
     packed: Option<&PackedWeights>,
 ) -> Result<PassStats> {
+    weighted_logprob_grads_with(model, layout, coef, None, vars, acc, plan, packed)
+}
+
+/// [`weighted_logprob_grads_in`] with each token's weight from `tokens` when given (then
+/// `coef` is not read; see `token_weights`).
+#[allow(clippy::too_many_arguments)]
+pub fn weighted_logprob_grads_with(
+    model: &CausalLm,
+    layout: &ScoreLayout,
+    coef: &[f32],
+    tokens: Option<&dyn TokenWeights>,
+    vars: &[Var],
+    acc: &mut [Option<Tensor>],
+    plan: PassPlan,
+    packed: Option<&PackedWeights>,
+) -> Result<PassStats> {
     let head = Head::new(model, plan.dtype, packed)?;
-    let pending = forward_and_head(model, layout, coef, vars, acc, plan, &head, packed)?;
+    let pending =
+        forward_and_head_with(model, layout, coef, tokens, vars, acc, plan, &head, packed)?;
     drop(head);
     pending.backward(model, vars, acc)
 }
@@ -396,6 +414,24 @@ pub fn forward_and_head<'a>(
     head: &Prepared,
     packed: Option<&'a PackedWeights>,
 ) -> Result<Pending<'a>> {
+    forward_and_head_with(model, layout, coef, None, vars, acc, plan, head, packed)
+}
+
+/// [`forward_and_head`] with each token's weight from `tokens` when given: the rows'
+/// log-probs are scored at the head first (one more pass of the head's logits, no gradient),
+/// and the pass's loss is the value `tokens` gives.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_and_head_with<'a>(
+    model: &CausalLm,
+    layout: &'a ScoreLayout,
+    coef: &[f32],
+    tokens: Option<&dyn TokenWeights>,
+    vars: &[Var],
+    acc: &mut [Option<Tensor>],
+    plan: PassPlan,
+    head: &Prepared,
+    packed: Option<&'a PackedWeights>,
+) -> Result<Pending<'a>> {
     let dt = plan.dtype;
     let start = std::time::Instant::now();
     let (b, _) = layout.ids.dims2()?;
@@ -434,24 +470,49 @@ pub fn forward_and_head<'a>(
         h.affine(plan.logit_scale, 0.0)?
     };
     let (_, c, hd) = h.dims3()?;
-    let c_row = Tensor::from_vec(coef.to_vec(), (b, 1), model.device())?;
-    let weights = layout
-        .target_mask
-        .broadcast_mul(&c_row.to_dtype(layout.target_mask.dtype())?)?
-        .flatten_all()?
-        .to_dtype(crate::model::decoder::forward::reduce_dtype(model.dtype()))?;
+    let reduce = crate::model::decoder::forward::reduce_dtype(model.dtype());
+    let rows = h.reshape((b * c, hd))?;
+    let targets = layout.targets.flatten_all()?;
+    let (weights, token_loss) = match tokens {
+        None => {
+            let c_row = Tensor::from_vec(coef.to_vec(), (b, 1), model.device())?;
+            let weights = layout
+                .target_mask
+                .broadcast_mul(&c_row.to_dtype(layout.target_mask.dtype())?)?
+                .flatten_all()?
+                .to_dtype(reduce)?;
+            (weights, None)
+        }
+        Some(tw) => {
+            let lp = head_logprobs(&rows, head, &targets, dt)?;
+            let mask = layout
+                .target_mask
+                .flatten_all()?
+                .to_dtype(candle_core::DType::F32)?
+                .to_vec1::<f32>()?;
+            let (w, loss) = tw.weights(&lp, &mask, c);
+            if w.len() != b * c {
+                candle_core::bail!("{} token weights for {} positions", w.len(), b * c);
+            }
+            let weights = Tensor::from_vec(w, b * c, model.device())?.to_dtype(reduce)?;
+            (weights, Some(loss))
+        }
+    };
     let head_slot = vars
         .iter()
         .position(|v| v.as_tensor().id() == model.lm_head.id());
     trace::forward(|| Op::Head(model.lm_head.id()));
-    let hg = head_backward(
-        &h.reshape((b * c, hd))?,
+    let mut hg = head_backward(
+        &rows,
         head,
-        &layout.targets.flatten_all()?,
+        &targets,
         &weights,
         head_slot.map(|i| &mut acc[i]),
         dt,
     )?;
+    if let Some(loss) = token_loss {
+        hg.loss = loss;
+    }
     trace::backward(|| Op::Head(model.lm_head.id()));
     let forward_s = start.elapsed().as_secs_f64();
     let start = std::time::Instant::now();

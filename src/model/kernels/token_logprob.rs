@@ -61,6 +61,12 @@ fn lse_f32(row: &[f32]) -> f32 {
     m + sum_exp(row, m).ln()
 }
 
+/// log softmax(row)[target] of one f32 row with the op's own logsumexp: the sampler's kept
+/// log-prob of the token it drew, computed as the update's forward computes it.
+pub fn row_logprob(row: &[f32], target: usize) -> f32 {
+    row[target] - lse_f32(row)
+}
+
 /// d[j] = −g · e^(x[j] − lse), any float type.
 fn softmax_grad_generic<T: Float>(row: &[T], lse: T, g: T, d: &mut [T]) {
     for (d, &x) in d.iter_mut().zip(row) {

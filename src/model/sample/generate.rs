@@ -6,6 +6,7 @@ use super::kv_cache::KvCache;
 use crate::model::decoder::batch::{causal_mask, position_ids};
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::forward::Mode;
+use crate::model::kernels::token_logprob::row_logprob;
 use candle_core::{Result, Tensor};
 use rand::Rng;
 
@@ -93,6 +94,54 @@ pub fn generate_streams<R: Rng>(
     decode(sampler, prompts, k, params, eos_ids, pad_id, rngs)
 }
 
+/// [`generate_streams`] that also returns, per prompt and completion, each sampled token's
+/// log-prob log_softmax(logit_scale · logits)[token] from the logits it was drawn from (before
+/// top-k/top-p): the sampling-time log-probs a clipped ratio compares the trained policy with,
+/// at no second forward. They come from the sampling copies' products (`agents.sampling_dtype`);
+/// the log-softmax is the update's own kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn generate_streams_scored<R: Rng>(
+    sampler: Sampler<'_>,
+    prompts: &[&[u32]],
+    k: usize,
+    params: &SamplingParams,
+    eos_ids: &[u32],
+    pad_id: u32,
+    rngs: &mut [R],
+    logit_scale: f64,
+) -> Result<Scored> {
+    if rngs.len() != prompts.len() {
+        candle_core::bail!(
+            "generate_streams: {} RNG streams for {} prompts",
+            rngs.len(),
+            prompts.len()
+        );
+    }
+    decode_scored(
+        sampler,
+        prompts,
+        k,
+        params,
+        eos_ids,
+        pad_id,
+        rngs,
+        Some(logit_scale),
+    )
+}
+
+/// Completions `[prompt][k]` and, when asked for, each token's sampling-time log-prob in the
+/// same shape (else empty).
+pub type Scored = (Vec<Vec<Vec<u32>>>, Vec<Vec<Vec<f32>>>);
+
+/// log_softmax(scale · logits)[token], with the update's log-prob kernel.
+fn scaled_logprob(logits: &[f32], token: u32, scale: f64) -> f32 {
+    if scale == 1.0 {
+        return row_logprob(logits, token as usize);
+    }
+    let scaled: Vec<f32> = logits.iter().map(|&l| l * scale as f32).collect();
+    row_logprob(&scaled, token as usize)
+}
+
 /// Prefill + decode; row (p, j) draws from `rngs[p]`, or from `rngs[0]` when there is one.
 fn decode<R: Rng>(
     sampler: Sampler<'_>,
@@ -103,14 +152,33 @@ fn decode<R: Rng>(
     pad_id: u32,
     rngs: &mut [R],
 ) -> Result<Vec<Vec<Vec<u32>>>> {
+    Ok(decode_scored(sampler, prompts, k, params, eos_ids, pad_id, rngs, None)?.0)
+}
+
+/// [`decode`], keeping each token's log-prob at `logprob_scale` when given.
+#[allow(clippy::too_many_arguments)]
+fn decode_scored<R: Rng>(
+    sampler: Sampler<'_>,
+    prompts: &[&[u32]],
+    k: usize,
+    params: &SamplingParams,
+    eos_ids: &[u32],
+    pad_id: u32,
+    rngs: &mut [R],
+    logprob_scale: Option<f64>,
+) -> Result<Scored> {
     let model = sampler.model;
     let products = sampler.copies.products(Mode::Sample);
     let dev = model.device();
     let shared = rngs.len() == 1;
     let n_prompts = prompts.len();
     let mut out = vec![vec![Vec::new(); k]; n_prompts];
+    let mut lps: Vec<Vec<Vec<f32>>> = match logprob_scale {
+        Some(_) => vec![vec![Vec::new(); k]; n_prompts],
+        None => Vec::new(),
+    };
     if n_prompts == 0 || k == 0 || params.max_new_tokens == 0 {
-        return Ok(out);
+        return Ok((out, lps));
     }
     if prompts.iter().any(|p| p.is_empty()) {
         candle_core::bail!("cannot generate from an empty prompt");
@@ -172,6 +240,9 @@ fn decode<R: Rng>(
                 );
             };
             out[p][j].push(tok);
+            if let Some(scale) = logprob_scale {
+                lps[p][j].push(scaled_logprob(&rows_logits[r], tok, scale));
+            }
             let stop =
                 (!params.ignore_eos && eos_ids.contains(&tok)) || step + 1 == params.max_new_tokens;
             if !stop {
@@ -209,7 +280,7 @@ fn decode<R: Rng>(
         )?;
         logits = model.logits_mode(&hidden, products)?.squeeze(1)?;
     }
-    Ok(out)
+    Ok((out, lps))
 }
 
 /// Chooses the next token from one row of logits; `None` when the row holds a NaN or +inf

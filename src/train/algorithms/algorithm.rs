@@ -52,12 +52,24 @@ pub trait Algorithm: CheckpointPart + Send + Sync {
         false
     }
 
-    /// An offline algorithm's share of a first-epoch prompt: its samples from
-    /// [`Algorithm::targets`]. Every rank calls it with the same samples, in step order.
-    fn collect(&mut self, _samples: &[NodeSample]) -> Result<()> {
+    /// An offline algorithm's share of a first-epoch prompt (and a collecting algorithm's, in
+    /// its collecting epochs: `trainer.algorithm`'s `collect_epochs`, sampled with
+    /// `preference.num_candidates` completions): its samples from [`Algorithm::targets`] and
+    /// each agent's prompt from its template (no chat template). Every rank calls it with the same samples, in step order.
+    /// A collecting epoch ends in an update round with an empty buffer, where the algorithm
+    /// trains on what it collected (MARLHF's reward model).
+    fn collect(&mut self, _prompts: &[String], _samples: &[NodeSample]) -> Result<()> {
         Err(crate::error::Error::Internal(format!(
             "{} is not an offline algorithm",
             self.name()
         )))
+    }
+
+    /// Replaces the task rewards of a training prompt's scored rollout tree before
+    /// [`Algorithm::targets`] (MARLHF's reward model scores each joint action); `prompts` are
+    /// each agent's prompt from its template (no chat template). Not called for evaluation, which reports the task reward.
+    /// The default keeps the task rewards.
+    fn rescore(&self, _prompts: &[String], _root: &mut Node) -> Result<()> {
+        Ok(())
     }
 }

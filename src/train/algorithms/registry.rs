@@ -3,8 +3,10 @@
 //! and its arm here.
 use super::algorithm::Algorithm;
 use super::iac::Iac;
+use super::maac::Maac;
 use super::madpo::Madpo;
 use super::magrpo::Magrpo;
+use super::marlhf::Marlhf;
 use crate::error::Result;
 use crate::model::Policy;
 use comlrl_scenario::Scenario;
@@ -20,5 +22,22 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorith
         A::Magrpo | A::Mareinforce | A::Marloo | A::Maremax => Box::new(Magrpo::new(s)),
         A::Madpo => Box::new(Madpo::new(s)),
         A::Iac => Box::new(Iac::new(s, agents)?),
+        // MARLHF trains online with its `rl_algorithm` against the reward model it learns
+        // first: the MAGRPO family (the scenario crate has resolved `trainer.advantage_mode` to
+        // the one named).
+        A::Marlhf => {
+            use comlrl_scenario::RlAlgorithm as R;
+            let online: Box<dyn Algorithm> = match s.preference.rl_algorithm {
+                R::Magrpo | R::Mareinforce | R::Marloo | R::Maremax => Box::new(Magrpo::new(s)),
+                R::Iac | R::Maac => {
+                    return Err(crate::error::Error::Config(format!(
+                        "preference.rl_algorithm: {} under marlhf is not ported yet",
+                        s.preference.rl_algorithm.name()
+                    )))
+                }
+            };
+            Box::new(Marlhf::new(s, agents, online)?)
+        }
+        A::Maac => Box::new(Maac::new(s, agents)?),
     })
 }

@@ -48,6 +48,9 @@ pub struct Window {
     pub kl_enabled: bool,
     /// Mean reward and mean completion return of the last evaluation in this window.
     pub eval: Option<(f64, f64)>,
+    /// Each reward term's mean raw value in that evaluation (`eval/reward/<term>`).
+    #[serde(default)]
+    pub eval_terms: Option<Vec<f64>>,
     /// Sum and count of joint rewards of turns 2, 3, ... (multi-turn runs).
     #[serde(default)]
     pub turn_rewards: Vec<(f64, usize)>,
@@ -169,9 +172,11 @@ impl Window {
             if a.updates > 0 {
                 row.push((format!("agent_{i}/loss"), a.loss / u));
                 row.push((format!("agent_{i}/grad_norm"), a.grad_norm / u));
-                for (name, sum) in &a.extra {
-                    row.push((format!("agent_{i}/{name}"), sum / u));
-                }
+            }
+            // Means over the agent's steps; a round that steps no agent (MARLHF's reward
+            // model) records each value once, in a window of its own.
+            for (name, sum) in &a.extra {
+                row.push((format!("agent_{i}/{name}"), sum / u));
             }
             row.push((format!("agent_{i}/completion_length_mean"), a.len_sum / c));
             row.push((format!("agent_{i}/return_mean"), a.returns_sum / c));
@@ -205,11 +210,29 @@ impl Window {
         row.push(("train_gflops_per_s".into(), gflops));
         if self.eval_enabled {
             let (r, ret) = self.eval.unwrap_or((f64::NAN, f64::NAN));
-            row.push(("eval/reward_mean".into(), r));
-            row.push(("eval/return_mean".into(), ret));
+            row.extend(eval_columns(r, ret, self.eval_terms.as_deref(), names));
         }
         Some(row)
     }
+}
+
+/// The evaluation's columns: `eval/reward_mean`, `eval/return_mean` and each term's mean raw
+/// value as `eval/reward/<term>` (null where not measured).
+pub fn eval_columns(
+    reward_mean: f64,
+    return_mean: f64,
+    terms: Option<&[f64]>,
+    names: &[String],
+) -> Row {
+    let mut row: Row = vec![
+        ("eval/reward_mean".into(), reward_mean),
+        ("eval/return_mean".into(), return_mean),
+    ];
+    for (t, name) in names.iter().enumerate() {
+        let v = terms.and_then(|x| x.get(t)).copied().unwrap_or(f64::NAN);
+        row.push((format!("eval/reward/{name}"), v));
+    }
+    row
 }
 
 /// Population standard deviation from a sum of squares and the mean of `n` values (TRL's

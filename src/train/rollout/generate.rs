@@ -5,7 +5,7 @@ use super::prompt::check_prompt_bytes;
 use super::samples::AgentRollout;
 use super::spec::RolloutSpec;
 use crate::error::Result;
-use crate::model::{generate_streams, Policy};
+use crate::model::{generate_streams, generate_streams_scored, Policy};
 use crate::train::report::timing::{since, Phases};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -64,24 +64,44 @@ fn sample_prompts(
         .map(|&s| ChaCha8Rng::seed_from_u64(s))
         .collect();
     let refs: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
-    let out = generate_streams(
-        policy.sampler(),
-        &refs,
-        spec.k,
-        &spec.sampling[i],
-        &policy.eos_ids,
-        policy.pad_id,
-        &mut rngs,
-    )
+    let scale = spec.sampling_logprobs.and_then(|s| s.get(i).copied());
+    let (out, mut logprobs) = match scale {
+        // The sampling-time log-probs a clipped ratio needs, from the logits each token was
+        // drawn from.
+        Some(scale) => generate_streams_scored(
+            policy.sampler(),
+            &refs,
+            spec.k,
+            &spec.sampling[i],
+            &policy.eos_ids,
+            policy.pad_id,
+            &mut rngs,
+            scale,
+        ),
+        None => generate_streams(
+            policy.sampler(),
+            &refs,
+            spec.k,
+            &spec.sampling[i],
+            &policy.eos_ids,
+            policy.pad_id,
+            &mut rngs,
+        )
+        .map(|out| (out, Vec::new())),
+    }
     .map_err(|e| crate::Error::from(e).for_agent(i, None))?;
+    logprobs.resize(out.len(), Vec::new());
     ids.into_iter()
         .zip(out)
-        .map(|(prompt_ids, completions)| {
+        .zip(logprobs)
+        .map(|((prompt_ids, completions), logprobs)| {
             let texts = completions
                 .iter()
                 .map(|c| policy.tokenizer.decode(c, true))
                 .collect::<crate::model::Result<Vec<_>>>()?;
-            Ok(AgentRollout::sampled(prompt_ids, completions, texts))
+            let mut a = AgentRollout::sampled(prompt_ids, completions, texts);
+            a.sampling_logprobs = logprobs;
+            Ok(a)
         })
         .collect()
 }

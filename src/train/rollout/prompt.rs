@@ -83,6 +83,15 @@ impl Prompts {
             .map(|f| f.as_ref().map_or(Ok(String::new()), |f| f.render(row)))
             .collect()
     }
+
+    /// Each agent's prompt for `row` from its template alone, without the chat template (what
+    /// CoMLRL's formatters return; empty for agents held by another rank).
+    pub fn formatted(&self, row: &Row) -> Vec<String> {
+        self.0
+            .iter()
+            .map(|f| f.as_ref().map_or(String::new(), |f| f.template.render(row)))
+            .collect()
+    }
 }
 
 /// Agent `a`'s formatter, with the chat template found in its loaded policy's files.

@@ -20,6 +20,10 @@ pub struct AgentRollout {
     /// Per completion: Σ_t k3(π_ref ‖ π) over its tokens (0 when the KL penalty is off).
     #[serde(default)]
     pub kl: Vec<f32>,
+    /// Per completion, each token's log-prob when it was sampled (at the update's logit
+    /// scale), kept when the loss weighs re-used samples by a ratio; empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sampling_logprobs: Vec<Vec<f32>>,
 }
 
 impl AgentRollout {
@@ -32,6 +36,7 @@ impl AgentRollout {
             returns: vec![],
             advantages: vec![],
             kl: vec![],
+            sampling_logprobs: vec![],
         }
     }
 }

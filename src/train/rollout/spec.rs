@@ -40,6 +40,9 @@ pub struct RolloutSpec<'a> {
     /// `samples[i]`: this rank samples agent `i` (holds its first replica); other replicas of
     /// an agent hold its policy but only train it.
     pub samples: &'a [bool],
+    /// Each agent's logit scale for the sampling-time log-probs kept with its completions
+    /// (`AgentRollout::sampling_logprobs`), when the loss needs them.
+    pub sampling_logprobs: Option<&'a [f64]>,
 }
 
 impl RolloutSpec<'_> {

@@ -11,7 +11,7 @@
 use super::generate::{sample_agent, Presampled};
 use super::joint::joint_actions;
 use super::kl::kl_k3;
-use super::samples::AgentRollout;
+use super::samples::{AgentRollout, NodeSample};
 use super::spec::RolloutSpec;
 use crate::error::{Error, Result};
 use crate::model::Policy;
@@ -53,6 +53,41 @@ pub struct Node {
     pub components: Vec<Vec<f32>>,
     /// One child per joint action, or none (last turn or terminated early).
     pub children: Vec<Node>,
+}
+
+impl Node {
+    /// The tree's nodes in creation order (the root first), each completion's return its
+    /// aligned joint candidate's reward (candidate i: every agent's i-th answer) and no
+    /// advantage: the samples of an algorithm that learns from candidates' rewards rather than
+    /// from advantages (MADPO's and MARLHF's preference sets).
+    pub fn into_reward_samples(self) -> Vec<NodeSample> {
+        let mut out = Vec::new();
+        self.reward_samples(&mut out);
+        out
+    }
+
+    fn reward_samples(self, out: &mut Vec<NodeSample>) {
+        let Node {
+            turn,
+            mut agents,
+            rewards,
+            components,
+            children,
+            ..
+        } = self;
+        for a in agents.iter_mut() {
+            a.returns = rewards.iter().take(a.completions.len()).copied().collect();
+        }
+        out.push(NodeSample {
+            turn,
+            agents,
+            rewards,
+            components,
+        });
+        for child in children {
+            child.reward_samples(out);
+        }
+    }
 }
 
 /// Samples and scores one prompt's rollout tree. `prompts[i]` is agent i's first-turn prompt

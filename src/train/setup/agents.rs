@@ -9,7 +9,7 @@ use crate::model::{Policy, SamplingParams};
 use crate::train::optim::adamw::{AdamW, AdamWConfig};
 use crate::train::optim::moments::StateDtype;
 use crate::train::rollout::prompt::{check_agent_prompt_lengths, Prompts};
-use comlrl_scenario::{Dtype, Scenario};
+use comlrl_scenario::{Dtype, ImportanceLevel, LogprobTemperature, Scenario};
 
 /// The agents this process holds; `None` in a slot where another rank holds the agent.
 pub struct Agents {
@@ -26,6 +26,10 @@ pub struct Agents {
     pub prompts: Prompts,
     /// `samples[i]`: this process samples agent `i` and writes its files (its first replica).
     pub samples: Vec<bool>,
+    /// When the loss weighs re-used samples by a ratio (`trainer.importance_level`), each
+    /// agent's logit scale for the sampling-time log-probs kept with its completions (1, or
+    /// 1 / its temperature with `logprob_temperature: sampling`: the update's); else `None`.
+    pub sampling_logprobs: Option<Vec<f64>>,
 }
 
 impl Agents {
@@ -65,6 +69,16 @@ impl Agents {
         let sampling = s.agents.iter().map(sampling).collect();
         let prompts = Prompts::for_placed(s, &policies)?;
         let samples = (0..s.agents.len()).map(|i| placement.is_local(i)).collect();
+        let t = &s.trainer;
+        let sampling_logprobs = (t.importance_level != ImportanceLevel::None).then(|| {
+            s.agents
+                .iter()
+                .map(|a| match t.logprob_temperature {
+                    LogprobTemperature::One => 1.0,
+                    LogprobTemperature::Sampling => 1.0 / a.sampling.temperature,
+                })
+                .collect()
+        });
         Ok(Agents {
             policies,
             references,
@@ -72,6 +86,7 @@ impl Agents {
             sampling,
             prompts,
             samples,
+            sampling_logprobs,
         })
     }
 }

@@ -272,8 +272,14 @@ pub fn estimate(
                 inspect(&src, lookup).map_err(|e| e.for_agent(a.index, Some(spec.clone())))?;
             infos.insert(spec.clone(), info);
         }
-        // A separate critic (`trainer.critic`) beside the agent: its own model's parts.
-        let critic = s.trainer.critic.as_ref().filter(|c| c.separate);
+        // A separate critic (`trainer.critic`) beside the agent: its own model's parts. MAAC's
+        // one critic (agent 0's model by default) is counted beside agent 0.
+        let maac = s.trainer.algorithm == comlrl_scenario::Algorithm::Maac;
+        let critic = s
+            .trainer
+            .critic
+            .as_ref()
+            .filter(|c| c.separate && (!maac || a.index == 0));
         let critic_spec = critic.map(|c| c.model.as_ref().unwrap_or(&a.model));
         if let Some(m) = critic_spec.filter(|m| !infos.contains_key(&m.spec)) {
             let src = super::models::source_of(m, &s.base_dir)?;
@@ -295,7 +301,23 @@ pub fn estimate(
             }
             _ => unknown.push(a.index),
         }
+        // MARLHF's reward model lives beside agent 0 (`preference.reward_model`, by default
+        // agent 0's model); at its training's peak it has AdamW state and gradients too.
+        if a.index == 0 && s.trainer.algorithm == comlrl_scenario::Algorithm::Marlhf {
+            let rm = s.preference.reward_model.as_ref().unwrap_or(&a.model);
+            if !infos.contains_key(&rm.spec) {
+                let src = super::models::source_of(rm, &s.base_dir)?;
+                let info = inspect(&src, lookup)
+                    .map_err(|e| e.for_agent(0, Some(format!("reward model {}", rm.spec))))?;
+                infos.insert(rm.spec.clone(), info);
+            }
+            match (agents.last_mut(), infos[&rm.spec].as_ref()) {
+                (Some(m), Some(info)) if m.index == 0 => add_reward_model(m, s, info),
+                _ => unknown.push(0),
+            }
+        }
     }
+    unknown.dedup();
     share_bases(s, &mut agents);
     let t = &s.trainer;
     let phase = |bytes: &dyn Fn(&AgentMemory) -> u64, together: bool| -> u64 {
@@ -379,7 +401,9 @@ fn remedies(s: &Scenario, n: usize) -> Vec<String> {
     if t.kl_coef != 0.0 {
         out.push("`trainer.kl_coef: 0` (no frozen reference copy)".into());
     }
-    if t.critic.as_ref().is_some_and(|c| c.separate) {
+    if t.algorithm == comlrl_scenario::Algorithm::Maac {
+        out.push("a smaller `trainer.critic.model` (maac's one critic)".into());
+    } else if t.critic.as_ref().is_some_and(|c| c.separate) {
         out.push(
             "`trainer.critic.separate: false` (a value head on each agent instead of a critic model per agent), or a smaller `trainer.critic.model`"
                 .into(),
@@ -447,6 +471,38 @@ fn add_critic(m: &mut AgentMemory, s: &Scenario, info: &ModelInfo) {
         .extend([("critic weights", w), ("critic AdamW state", moments)]);
     m.update
         .extend([("critic gradients", w), ("critic activations", activations)]);
+}
+
+/// MARLHF's reward model beside agent 0, at the peak of its training (AdamW's f32 state and
+/// the gradients of every weight, a Bradley–Terry pass over `reward_train_batch_size` pairs of
+/// joint texts as long as every agent's longest prompt and answer together). After its
+/// training the optimizer goes and only its weights stay: an upper bound for the online epochs.
+fn add_reward_model(m: &mut AgentMemory, s: &Scenario, info: &ModelInfo) {
+    let p = &s.preference;
+    let c = &info.config;
+    let mul = |x: u64, y: u64| x.saturating_mul(y);
+    let w = info.weight_bytes();
+    let text: usize = s
+        .agents
+        .iter()
+        .map(|a| longest_prompt_bytes(s, a) + a.sampling.max_new_tokens)
+        .sum();
+    let seq = (text as u64).min(c.max_position_embeddings as u64);
+    let rows = mul(p.reward_train_batch_size as u64, 2);
+    let tokens = mul(rows, seq);
+    let h = c.hidden_size as u64;
+    let activations = mul(c.num_hidden_layers as u64, mul(tokens, h * 4)).saturating_add(mul(
+        mul(rows, c.num_attention_heads as u64),
+        mul(mul(seq, seq), 8),
+    ));
+    m.resident.extend([
+        ("reward model weights", w),
+        ("reward model AdamW state", mul(w, 2)),
+    ]);
+    m.update.extend([
+        ("reward model gradients", w),
+        ("reward model activations", activations),
+    ]);
 }
 
 /// One agent's parts.
@@ -670,6 +726,34 @@ mod tests {
     }
 
     #[test]
+    fn marlhfs_reward_model_sits_beside_agent_0() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = "agents: {count: 2, model: builtin:small, max_new_tokens: 16}\n";
+        let plain = peak(dir.path(), agents);
+        let m = peak(
+            dir.path(),
+            &format!("{agents}trainer: {{algorithm: marlhf}}\npreference: {{num_candidates: 4}}\n"),
+        );
+        let w = 4 * m.agents[0].parameters;
+        let a0 = &m.agents[0];
+        assert_eq!(part(&a0.resident, "reward model weights"), w);
+        assert_eq!(part(&a0.resident, "reward model AdamW state"), 2 * w);
+        assert_eq!(part(&a0.update, "reward model gradients"), w);
+        assert!(part(&a0.update, "reward model activations") > 0);
+        assert!(!m.agents[1]
+            .resident
+            .iter()
+            .any(|(n, _)| n.starts_with("reward model")));
+        assert!(m.peak > plain.peak + 3 * w, "{} vs {}", m.peak, plain.peak);
+        // A smaller reward model counts its own size.
+        let tiny = peak(
+            dir.path(),
+            &format!("{agents}trainer: {{algorithm: marlhf}}\npreference: {{num_candidates: 4, reward_model: builtin:tiny}}\n"),
+        );
+        assert!(part(&tiny.agents[0].resident, "reward model weights") < w / 4);
+    }
+
+    #[test]
     fn the_parts_follow_the_settings() {
         let dir = tempfile::tempdir().unwrap();
         let agents = "agents: {count: 2, model: builtin:small, max_new_tokens: 16}\n";
@@ -738,6 +822,21 @@ mod tests {
             .resident
             .iter()
             .any(|(n, _)| n.starts_with("critic")));
+        // MAAC: one critic for all agents, counted beside agent 0 only.
+        let maac = peak(
+            dir.path(),
+            &format!("{agents}trainer: {{algorithm: maac}}\n"),
+        );
+        assert_eq!(part(&maac.agents[0].resident, "critic weights"), w);
+        assert!(!maac.agents[1]
+            .resident
+            .iter()
+            .any(|(n, _)| n.starts_with("critic")));
+        assert!(maac.peak < iac.peak, "one critic, not two");
+        assert!(maac
+            .remedies
+            .iter()
+            .any(|r| r.contains("maac's one critic")));
     }
 
     /// Agents with adapters on one base count its weights once (the first agent carries

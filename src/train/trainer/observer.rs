@@ -6,7 +6,8 @@ use std::path::PathBuf;
 pub trait Observer {
     /// Training starts: `total_steps` in all, `done` of them already (resumed runs).
     fn start(&mut self, _total_steps: usize, _done: usize) {}
-    /// Step `step` finished with this mean joint reward, in this many seconds.
+    /// Step `step` finished with this mean joint reward of its logging window so far (NaN when
+    /// the window sampled nothing: an offline algorithm's later epochs), in this many seconds.
     fn step(&mut self, _step: usize, _reward_mean: f64, _step_seconds: f64) {}
     /// Epoch `epoch` (from 1) is complete, with this mean joint reward (after processors). A
     /// resumed run reports the epochs it completed before, at its start.

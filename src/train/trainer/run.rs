@@ -66,6 +66,9 @@ impl Loop<'_> {
         for e in 1..=state.step / rows {
             report_epoch(&state, e, obs);
         }
+        if self.settings.eval_enabled() && trainer.eval_at_start && state.step == 0 {
+            self.evaluate_at_start(&mut state, sink.as_mut(), obs)?;
+        }
         // First-turn completions of the next prompts, sampled together ahead of their steps.
         let mut pending = VecDeque::new();
         let mut interrupted = false;
@@ -85,10 +88,12 @@ impl Loop<'_> {
                     &*self.algorithm,
                     state.step,
                 )?;
-                state.window.eval = Some(eval);
+                state.window.eval = Some((eval.reward_mean, eval.return_mean));
+                state.window.eval_terms = Some(eval.terms);
             }
+            // NaN when the window sampled nothing (an offline algorithm's later epochs).
             let mean = state.window.rewards.iter().map(|&x| x as f64).sum::<f64>()
-                / state.window.rewards.len().max(1) as f64;
+                / state.window.rewards.len() as f64;
             obs.step(state.step, mean, t0.elapsed().as_secs_f64());
             self.log_window(&mut state, sink.as_mut(), samples.as_mut(), obs)?;
             if state.step.is_multiple_of(rows) {
@@ -148,6 +153,7 @@ impl Loop<'_> {
             parallel: t.parallel_sampling,
             exchange: self.strategy,
             samples: &agents.samples,
+            sampling_logprobs: agents.sampling_logprobs.as_deref(),
         }
     }
 
@@ -224,16 +230,24 @@ impl Loop<'_> {
             }
             return Ok(());
         }
+        // A collecting epoch (MARLHF's first) samples `preference.num_candidates` answers per
+        // agent and hands them to the algorithm; it ends in a round on an empty buffer.
+        let collecting = epoch < s.trainer.algorithm.collect_epochs();
         let buffer_size = s.trainer.rollout_buffer_size.max(1);
         let row = &s.dataset.train.rows[r];
         let prompts = self.agents.prompts.render(row)?;
+        // Without the chat template: what an algorithm that reads the prompts' text is given.
+        let formatted = self.agents.prompts.formatted(row);
         let input = RowInput {
             prompt: &row.prompt,
             fields: &row.fields,
         };
         let mut phases = Phases::default();
         let where_ = format!("step {} (epoch {}, prompt {})", step + 1, epoch + 1, r + 1);
-        let spec = self.spec();
+        let mut spec = self.spec();
+        if collecting {
+            spec.k = s.preference.num_candidates;
+        }
         // The prompts up to the next update see the same policies: sample them in one batch.
         let group = buffer_size
             .saturating_sub(state.buffer.len())
@@ -255,8 +269,15 @@ impl Loop<'_> {
             phases.sampling += share;
             p
         });
-        let rolled = rollout(&spec, &input, &prompts, &mut state.rng, &mut phases, pre)
-            .and_then(|root| self.algorithm.targets(root));
+        let algorithm = &*self.algorithm;
+        let rolled = rollout(&spec, &input, &prompts, &mut state.rng, &mut phases, pre).and_then(
+            |mut root| {
+                if !collecting && !offline {
+                    algorithm.rescore(&formatted, &mut root)?;
+                }
+                algorithm.targets(root)
+            },
+        );
         let nodes = match rolled {
             Ok(nodes) => nodes,
             // A term with `on_error: skip_step` failed: this prompt trains nothing.
@@ -279,9 +300,9 @@ impl Loop<'_> {
             state.keep_samples(node, step + 1, &row.prompt, s.logging.completions, cross);
             state.record(node, epoch, &stops);
         }
-        if offline {
+        if offline || collecting {
             self.algorithm
-                .collect(&nodes)
+                .collect(&formatted, &nodes)
                 .map_err(|e| e.at_step(step + 1, where_.clone()))?;
             if r + 1 == rows {
                 pending.clear();
@@ -372,7 +393,12 @@ impl Loop<'_> {
     ) -> Result<()> {
         let s = &self.settings.scenario;
         let total = self.settings.total_steps();
-        if state.step.is_multiple_of(s.logging.steps.max(1)) || state.step == total {
+        let rows = s.dataset.train.rows.len();
+        // A collecting epoch's end (MARLHF's reward model has trained) closes its window, so
+        // the reward model's metrics never mix with the online updates'.
+        let collected = state.step.is_multiple_of(rows)
+            && state.step / rows <= s.trainer.algorithm.collect_epochs();
+        if state.step.is_multiple_of(s.logging.steps.max(1)) || state.step == total || collected {
             self.strategy.merge_window(&mut state.window)?;
             let epoch = (state.step - 1) / s.dataset.train.rows.len() + 1;
             let row = state.window.row(state.step, epoch, &self.rewards.names);
@@ -395,6 +421,37 @@ impl Loop<'_> {
         }
         if let Some(sink) = sink {
             state.metrics_rows = sink.rows;
+        }
+        Ok(())
+    }
+
+    /// `trainer.eval_at_start`: the untrained agents evaluated, written as a row of its own at
+    /// step 0 (epoch 0) holding only the evaluation's columns.
+    fn evaluate_at_start(
+        &self,
+        state: &mut TrainState,
+        sink: Option<&mut MetricsSink>,
+        obs: &mut dyn Observer,
+    ) -> Result<()> {
+        let spec = self.spec();
+        let eval = evaluate(
+            self.settings,
+            &self.agents.prompts,
+            &spec,
+            &*self.algorithm,
+            0,
+        )?;
+        let mut row: crate::metrics::Row = vec![("step".into(), 0.0), ("epoch".into(), 0.0)];
+        row.extend(crate::train::report::window::eval_columns(
+            eval.reward_mean,
+            eval.return_mean,
+            Some(&eval.terms),
+            &self.rewards.names,
+        ));
+        if let Some(sink) = sink {
+            sink.write(&row)?;
+            state.metrics_rows = sink.rows;
+            obs.metrics(&row, &[], &[]);
         }
         Ok(())
     }

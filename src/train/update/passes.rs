@@ -18,6 +18,7 @@ use crate::model::decoder::flops;
 use crate::model::grad::accumulators::take_grads;
 use crate::model::grad::pass_order::{run_passes, Pass};
 use crate::model::grad::recompute::{prompt_part, PassPlan};
+use crate::model::grad::token_weights::TokenWeights;
 use crate::model::{completion_logprobs_scaled, ComputeDtype, Mode, Policy, ScoreLayout};
 use candle_core::{Tensor, Var};
 use std::time::Instant;
@@ -41,6 +42,12 @@ pub trait SequenceLoss: Sync {
     /// The loss of one pass — `rows` of group `group` — from their token log-probs `lp`
     /// (rows × completion width, pads 0), as autograd operations (the path without recompute).
     fn loss(&self, group: usize, rows: &[usize], lp: &Tensor) -> Result<Tensor>;
+
+    /// Each token's weight from its current log-prob, for a loss that is not a constant
+    /// weight on each sequence (a clipped ratio): then `coefs` and `loss` are not used.
+    fn tokens(&self, _group: usize, _rows: &[usize]) -> Option<Box<dyn TokenWeights + '_>> {
+        None
+    }
 }
 
 /// Forward + backward of the mini-batch `groups` for `policy`, `chunk` rows per pass (0: all of
@@ -117,6 +124,7 @@ pub fn sequence_grads(
             .map(|m| Pass {
                 layout: &m.layout,
                 coef: weights.coefs(m.group, &m.rows),
+                tokens: weights.tokens(m.group, &m.rows),
             })
             .collect();
         let (order, stats) = run_passes(&policy.model, &passes, vars, &mut acc, plan)?;
@@ -138,8 +146,32 @@ pub fn sequence_grads(
                 Mode::Train,
                 plan.logit_scale,
             )?;
-            let loss = weights.loss(m.group, &m.rows, &lp)?;
-            let value = loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+            let (loss, value) = match weights.tokens(m.group, &m.rows) {
+                None => {
+                    let loss = weights.loss(m.group, &m.rows, &lp)?;
+                    let value = loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+                    (loss, value)
+                }
+                // Σ w_t · log π_t with the weights taken at the current log-probs: the
+                // surrogate's gradient; its value is the one `tokens` gives.
+                Some(tw) => {
+                    let (b, c) = lp.dims2()?;
+                    let vals = lp
+                        .detach()
+                        .to_dtype(candle_core::DType::F32)?
+                        .flatten_all()?
+                        .to_vec1::<f32>()?;
+                    let mask = m
+                        .layout
+                        .target_mask
+                        .to_dtype(candle_core::DType::F32)?
+                        .flatten_all()?
+                        .to_vec1::<f32>()?;
+                    let (w, value) = tw.weights(&vals, &mask, c);
+                    let w = Tensor::from_vec(w, (b, c), lp.device())?.to_dtype(lp.dtype())?;
+                    ((lp * w)?.sum_all()?, value)
+                }
+            };
             out.loss += value;
             out.passes.push((m.number, value));
             out.forward_s += t.elapsed().as_secs_f64();

@@ -25,6 +25,11 @@ pub fn share_rollouts(
         for (c, t) in a.completions.iter().zip(&a.texts) {
             e.u32s(c).str(t);
         }
+        // The sampling-time log-probs a clipped ratio needs (none when it is off).
+        e.usize(a.sampling_logprobs.len());
+        for lp in &a.sampling_logprobs {
+            e.f32s(lp);
+        }
     }
     let mut slots: Vec<Option<AgentRollout>> = vec![None; n];
     let packets = world.all_gather(&e.0);
@@ -52,7 +57,27 @@ pub fn share_rollouts(
                 completions.push(d.u32s()?);
                 texts.push(d.string()?);
             }
-            slots[i] = Some(AgentRollout::sampled(prompt_ids, completions, texts));
+            let kept = d.usize()?;
+            if kept != 0 && kept != k {
+                return Err(Error::Distributed(format!(
+                    "{what}: agent {i} has sampling log-probs for {kept} of its {k} completions"
+                )));
+            }
+            let mut logprobs = Vec::new();
+            for c in completions.iter().take(kept) {
+                let lp = d.f32s()?;
+                if lp.len() != c.len() {
+                    return Err(Error::Distributed(format!(
+                        "{what}: agent {i} has {} sampling log-probs for a completion of {} tokens",
+                        lp.len(),
+                        c.len()
+                    )));
+                }
+                logprobs.push(lp);
+            }
+            let mut a = AgentRollout::sampled(prompt_ids, completions, texts);
+            a.sampling_logprobs = logprobs;
+            slots[i] = Some(a);
         }
         d.end()?;
     }
@@ -203,4 +228,29 @@ pub fn share_kl(world: &dyn World, agents: &mut [AgentRollout], local: &[usize])
         d.end()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dist::Single;
+
+    /// The sampling-time log-probs of a clipped ratio travel with the completions, and a
+    /// rollout without them arrives without them.
+    #[test]
+    fn sampling_logprobs_travel_with_the_completions() {
+        let mut with = AgentRollout::sampled(
+            vec![1],
+            vec![vec![2, 3], vec![4]],
+            vec!["a".into(), "b".into()],
+        );
+        with.sampling_logprobs = vec![vec![-0.5, -1.25], vec![-2.0]];
+        let without = AgentRollout::sampled(vec![5], vec![vec![6]], vec!["c".into()]);
+        let mut prompts = vec![String::from("p0"), String::from("p1")];
+        let got =
+            share_rollouts(&Single, &[0, 1], vec![with.clone(), without], &mut prompts).unwrap();
+        assert_eq!(got[0].completions, with.completions);
+        assert_eq!(got[0].sampling_logprobs, with.sampling_logprobs);
+        assert!(got[1].sampling_logprobs.is_empty());
+    }
 }

@@ -153,7 +153,7 @@ fn a_critic_under_magrpo_and_magrpo_keys_under_iac_are_warned_about() {
     assert_eq!(s.trainer.critic, None);
     assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
     assert!(
-        s.warnings[0].contains("only `iac` trains a critic"),
+        s.warnings[0].contains("only `iac` and `maac` train a critic"),
         "{:?}",
         s.warnings
     );
@@ -161,6 +161,38 @@ fn a_critic_under_magrpo_and_magrpo_keys_under_iac_are_warned_about() {
     assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
     assert!(
         s.warnings[0].contains("`trainer.loss_aggregation`"),
+        "{:?}",
+        s.warnings
+    );
+}
+
+/// `trainer.algorithm: maac`: IAC's defaults (`MAACConfig` has the same), one critic that is a
+/// model of its own, CoMLRL's N critic steps per mini-batch behind `compat_critic_steps`.
+#[test]
+fn maac_takes_comlrl_maac_config_defaults_and_a_separate_critic_only() {
+    let f = Fixture::new();
+    let maac = IAC.replace("algorithm: iac", "algorithm: maac");
+    let s = f.ok(&maac, &[]);
+    let t = &s.trainer;
+    assert_eq!(t.algorithm, Algorithm::Maac);
+    assert_eq!(
+        (t.num_generations, t.rollout_buffer_size, t.num_train_epochs),
+        (1, 8, 40)
+    );
+    let c = t.critic.as_ref().expect("maac has a critic");
+    assert!(c.separate && !c.compat_critic_steps);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let s = f.ok(&maac, &["trainer.critic.compat_critic_steps=true"]);
+    assert!(s.trainer.critic.as_ref().unwrap().compat_critic_steps);
+    let (msg, d) = f.one(&format!("{maac}  critic:\n    separate: false\n"), &[]);
+    assert_eq!(d.key, "trainer.critic.separate", "{msg}");
+    assert!(msg.contains("one critic for all agents"), "{msg}");
+    let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("reload");
+    assert!(again.warnings.is_empty(), "{:?}", again.warnings);
+    // The quirk's switch means nothing to IAC's critics: warned about.
+    let s = f.ok(IAC, &["trainer.critic.compat_critic_steps=true"]);
+    assert!(
+        s.warnings[0].contains("only `maac`'s one critic"),
         "{:?}",
         s.warnings
     );

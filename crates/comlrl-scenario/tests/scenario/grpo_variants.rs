@@ -5,7 +5,7 @@
 use crate::common;
 
 use comlrl_scenario::{
-    load_str, AdvantageScale, AdvantageStd, LogprobTemperature, LossAggregation,
+    load_str, AdvantageScale, AdvantageStd, ImportanceLevel, LogprobTemperature, LossAggregation,
 };
 use common::{Fixture, BASE};
 
@@ -177,13 +177,128 @@ fn a_preset_sets_its_keys_shows_them_and_refuses_contradictions() {
         msg.contains("advantage_scale") && msg.contains("preset: dr_grpo"),
         "{msg}"
     );
-    // Recipes that need a clipped ratio are refused, naming what is missing.
-    for name in ["dapo", "gspo"] {
-        let (msg, _) = f.errs(BASE, &[&format!("trainer.preset={name}")]);
-        assert!(msg.contains("ppo_epochs"), "{name}: {msg}");
+    // DAPO and GSPO set their clipped ratios, shown in the resolved scenario.
+    let dapo = f.ok(BASE, &["trainer.preset=dapo", "trainer.train_batch_size=1"]);
+    let t = &dapo.trainer;
+    assert_eq!(t.loss_aggregation, LossAggregation::TokenMean);
+    assert!(t.mask_truncated_completions);
+    assert_eq!(t.importance_level, ImportanceLevel::Token);
+    assert_eq!((t.clip_eps, t.clip_eps_high), (0.2, Some(0.28)));
+    let yaml = dapo.to_yaml();
+    for line in [
+        "preset: dapo
+",
+        "loss_aggregation: token_mean
+",
+        "mask_truncated_completions: true
+",
+        "importance_level: token
+",
+        "clip_eps_high: 0.28
+",
+    ] {
+        assert!(yaml.contains(line), "{line} not in {yaml}");
     }
+    let again = load_str(&yaml, &f.origin(), &[]).expect("the resolved YAML reloads");
+    assert_eq!(again.trainer, dapo.trainer);
+    let gspo = f.ok(BASE, &["trainer.preset=gspo", "trainer.ppo_epochs=2"]);
+    assert!(gspo.warnings.is_empty(), "{:?}", gspo.warnings);
+    let t = &gspo.trainer;
+    assert_eq!(t.importance_level, ImportanceLevel::Sequence);
+    assert_eq!(t.loss_aggregation, LossAggregation::SequenceMean);
+    assert_eq!((t.clip_eps, t.clip_eps_high), (3e-4, Some(4e-4)));
+    let (msg, _) = f.errs(
+        BASE,
+        &["trainer.preset=gspo", "trainer.importance_level=token"],
+    );
+    assert!(
+        msg.contains("importance_level") && msg.contains("preset: gspo"),
+        "{msg}"
+    );
+    let (msg, _) = f.errs(BASE, &["trainer.preset=dapo", "trainer.clip_eps_high=0.2"]);
+    assert!(
+        msg.contains("clip_eps_high") && msg.contains("preset: dapo"),
+        "{msg}"
+    );
     // Without a preset, the defaults are MAGRPO's.
     let plain = f.ok(BASE, &[]);
     assert_eq!(plain.trainer.preset, None);
     assert_eq!(plain.trainer.loss_aggregation, LossAggregation::SequenceSum);
+}
+
+#[test]
+fn ratio_keys_default_to_no_ratio_and_check_their_company() {
+    let f = Fixture::new();
+    let t = f.ok(BASE, &[]).trainer;
+    assert_eq!(
+        (t.ppo_epochs, t.importance_level),
+        (1, ImportanceLevel::None)
+    );
+    assert_eq!(
+        (t.clip_eps, t.clip_eps_high, t.clip_delta),
+        (0.2, None, None)
+    );
+    // Several passes take a token ratio unless told otherwise; `none` with them is refused.
+    let s = f.ok(BASE, &["trainer.ppo_epochs=2"]);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert_eq!(s.trainer.importance_level, ImportanceLevel::Token);
+    let s = f.ok(
+        BASE,
+        &[
+            "trainer.ppo_epochs=3",
+            "trainer.importance_level=sequence",
+            "trainer.clip_delta=1.5",
+        ],
+    );
+    let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("the resolved YAML reloads");
+    assert_eq!(again.trainer, s.trainer);
+    let (msg, _) = f.errs(
+        BASE,
+        &["trainer.ppo_epochs=2", "trainer.importance_level=none"],
+    );
+    assert!(
+        msg.contains("importance_level") && msg.contains("stale"),
+        "{msg}"
+    );
+    for bad in [
+        "trainer.ppo_epochs=0",
+        "trainer.clip_eps=0",
+        "trainer.clip_delta=1.0",
+    ] {
+        let (msg, _) = f.errs(BASE, &[bad]);
+        let key = bad
+            .split('=')
+            .next()
+            .unwrap()
+            .trim_start_matches("trainer.");
+        assert!(msg.contains(key), "{bad}: {msg}");
+    }
+    // Clip keys without a ratio, or a ratio that is always 1, are warned about.
+    let s = f.ok(BASE, &["trainer.clip_eps=0.1"]);
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("clip_eps") && w.contains("no effect")),
+        "{:?}",
+        s.warnings
+    );
+    let s = f.ok(BASE, &["trainer.importance_level=token"]);
+    assert!(
+        s.warnings.iter().any(|w| w.contains("exactly 1")),
+        "{:?}",
+        s.warnings
+    );
+    // Not for the algorithms without rollout log-probs.
+    for alg in ["iac", "madpo"] {
+        let (msg, _) = f.errs(
+            BASE,
+            &[&format!("trainer.algorithm={alg}"), "trainer.ppo_epochs=2"],
+        );
+        assert!(
+            msg.contains("ppo_epochs") && msg.contains(alg),
+            "{alg}: {msg}"
+        );
+        // Only what was written: the level `ppo_epochs` implies is not reported as well.
+        assert!(!msg.contains("importance_level"), "{alg}: {msg}");
+    }
 }

@@ -80,7 +80,7 @@ fn the_tables_list_every_key_once_with_docs() {
     }
     let keys = TrainerPlan::keys();
     let nge = keys.iter().find(|k| k.key == "num_generations").unwrap();
-    assert_eq!(nge.default, "`4`; `1` with `iac`");
+    assert_eq!(nge.default, "`4`; `1` with `iac`, `maac`");
     let lr = keys
         .iter()
         .find(|k| k.key == "agent_learning_rate")

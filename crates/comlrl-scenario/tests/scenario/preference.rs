@@ -6,7 +6,10 @@
 use crate::common;
 
 use comlrl_scenario::ErrorKind::*;
-use comlrl_scenario::{load_str, Algorithm, CollaborationMode, PairSelection, MAX_CANDIDATES};
+use comlrl_scenario::{
+    load_str, AdvantageMode, Algorithm, CollaborationMode, PairSelection, RlAlgorithm,
+    MAX_CANDIDATES,
+};
 use common::{Fixture, BASE};
 
 /// BASE without its `num_generations`, under madpo.
@@ -119,8 +122,123 @@ fn preference_keys_warn_under_another_algorithm() {
     assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
     assert!(
         s.warnings[0].contains("preference.dpo_beta")
-            && s.warnings[0].contains("unless `trainer.algorithm` is `madpo`"),
+            && s.warnings[0].contains("unless `trainer.algorithm` is `madpo` or `marlhf`"),
         "{}",
         s.warnings[0]
+    );
+}
+
+/// BASE under marlhf.
+fn marlhf(extra: &str) -> String {
+    format!("{BASE}  algorithm: marlhf\n{extra}")
+}
+
+#[test]
+fn marlhf_defaults_are_comlrls_and_its_generations_stay_the_online_ones() {
+    let f = Fixture::new();
+    let s = f.ok(&marlhf(""), &[]);
+    assert_eq!(s.trainer.algorithm, Algorithm::Marlhf);
+    let p = &s.preference;
+    assert!(p.active && p.marlhf);
+    assert_eq!(p.rl_algorithm, RlAlgorithm::Magrpo);
+    assert_eq!(p.reward_learning_rate, 1.0e-5);
+    assert_eq!(p.reward_num_train_epochs, 1);
+    assert_eq!(p.reward_train_batch_size, 1);
+    assert_eq!(p.reward_max_length, None);
+    assert!(!p.reward_freeze_backbone);
+    assert_eq!(p.reward_model, None, "agent 0's model");
+    assert_eq!(p.num_candidates, 80);
+    // K of the online phase is the trainer's; the first epoch samples num_candidates.
+    assert_eq!(s.trainer.num_generations, 8);
+    assert_eq!(s.trainer.advantage_mode, AdvantageMode::Mean);
+    // One collecting epoch before the online ones.
+    assert_eq!(s.trainer.run_epochs(), s.trainer.num_train_epochs + 1);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    // CoMLRL's rl_algorithm picks the MAGRPO advantage mode.
+    for (alg, mode) in [
+        ("mareinforce", AdvantageMode::Raw),
+        ("marloo", AdvantageMode::Rloo),
+        ("maremax", AdvantageMode::Max),
+    ] {
+        let text = marlhf(&format!(
+            "  advantage_normalization: false\npreference:\n  rl_algorithm: {alg}\n  reward_model: builtin:small\n  reward_max_length: 64\n"
+        ));
+        let s = f.ok(&text, &[]);
+        assert!(s.warnings.is_empty(), "{alg}: {:?}", s.warnings);
+        assert_eq!(s.trainer.advantage_mode, mode, "{alg}");
+        assert_eq!(
+            s.preference.reward_model.as_ref().unwrap().spec,
+            "builtin:small"
+        );
+        // The resolved YAML reads back to the same plan, without a word.
+        let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("reload");
+        assert_eq!(again.preference, s.preference);
+        assert_eq!(again.trainer, s.trainer);
+        assert!(again.warnings.is_empty(), "{:?}", again.warnings);
+    }
+    // With normalization on (the default) a baseline other than the mean changes nothing,
+    // which the scenario says.
+    let s = f.ok(&marlhf("preference:\n  rl_algorithm: marloo\n"), &[]);
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    assert!(
+        s.warnings[0].contains("preference.rl_algorithm"),
+        "{:?}",
+        s.warnings
+    );
+}
+
+#[test]
+fn what_marlhf_cannot_run_is_an_error() {
+    let f = Fixture::new();
+    let cases: [(&str, &str, &str); 7] = [
+        (
+            "preference:\n  rl_algorithm: iac\n",
+            "preference.rl_algorithm",
+            "not ported yet",
+        ),
+        (
+            "preference:\n  rl_algorithm: maac\n",
+            "preference.rl_algorithm",
+            "not ported yet",
+        ),
+        (
+            "  advantage_mode: rloo\npreference:\n  rl_algorithm: mareinforce\n",
+            "trainer.advantage_mode",
+            "rl_algorithm",
+        ),
+        (
+            "  reward_aggregation: normalize_then_sum\n",
+            "trainer.reward_aggregation",
+            "reward model's one score",
+        ),
+        ("  joint_mode: cross\n", "trainer.joint_mode", "MARLHF"),
+        (
+            "preference:\n  reward_num_train_epochs: 0\n",
+            "preference.reward_num_train_epochs",
+            "1..=10000",
+        ),
+        (
+            "preference:\n  reward_train_batch_size: 0\n",
+            "preference.reward_train_batch_size",
+            "reward_train_batch_size",
+        ),
+    ];
+    for (extra, key, part) in cases {
+        let (msg, ds) = f.errs(&marlhf(extra), &[]);
+        assert!(ds.iter().any(|d| d.key == key), "{key}: {msg}");
+        assert!(msg.contains(part), "{key}: {msg}");
+    }
+    // The reward keys warn under an algorithm that has no reward model.
+    let s = f.ok(
+        &madpo("preference:\n  reward_learning_rate: 0.001\n  reward_model: builtin:tiny\n"),
+        &[],
+    );
+    assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
+    assert!(
+        s.warnings
+            .iter()
+            .all(|w| w.contains("unless `trainer.algorithm` is `marlhf`")),
+        "{:?}",
+        s.warnings
     );
 }

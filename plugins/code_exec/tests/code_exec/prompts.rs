@@ -61,7 +61,11 @@ fn the_scenarios_templates_render_the_recorded_prompts() {
         require_reward_files: false,
         ..Default::default()
     };
-    for name in ["humaneval_coop.yaml", "humaneval_coop_tiny.yaml"] {
+    for name in [
+        "humaneval_coop.yaml",
+        "humaneval_coop_tiny.yaml",
+        "humaneval_coop_2turn_tiny.yaml",
+    ] {
         let path = common::root().join("scenarios").join(name);
         let sc =
             comlrl_scenario::load_with(&path, &[], &opts).unwrap_or_else(|e| panic!("{name}: {e}"));

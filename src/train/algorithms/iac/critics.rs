@@ -5,10 +5,10 @@
 //! moments, the optimizer's step count) and to the final models (`models/critic_<i>/` in
 //! Hugging Face layout with the head as `value_head.safetensors`; a shared head as
 //! `models/agent_<i>/value_head.safetensors`).
-use super::critic::{head_vars, Row, ValueOn};
 use crate::error::{Error, Result};
 use crate::model::grad::value::ValueAt;
 use crate::model::{LoadOptions, Policy, RolloutCopies, ValueHead};
+use crate::train::algorithms::actor_critic::critic::{head_vars, ValueOn};
 use crate::train::optim::adamw::{AdamW, AdamWConfig};
 use crate::train::optim::moments::StateDtype;
 use crate::train::run::checkpoint::{
@@ -188,23 +188,6 @@ fn load_one(
     // The same seed on every replica of the agent: they round identically.
     slot.opt = AdamW::with_state(slot.vars(), cfg, state, seed);
     Ok(slot)
-}
-
-/// The critic reads the actor's token ids (as CoMLRL's does): each must be in its vocabulary.
-pub fn check_ids(critic: &ValueOn, rows: &[Row], agent: usize) -> Result<()> {
-    let vocab = critic.policy.config.vocab_size;
-    let bad = rows
-        .iter()
-        .flat_map(|(p, c)| p.iter().chain(c.iter()))
-        .find(|&&id| id as usize >= vocab);
-    match bad {
-        Some(id) => Err(Error::Config(format!(
-            "agent {agent}: token id {id} is outside the critic's vocabulary ({vocab} tokens); \
-             the critic reads the agent's tokens, so `trainer.critic.model` needs the agent's \
-             tokenizer (remove it to start the critic from the agent's model)"
-        ))),
-        None => Ok(()),
-    }
 }
 
 fn lock(m: &Mutex<CriticSlot>) -> Result<std::sync::MutexGuard<'_, CriticSlot>> {

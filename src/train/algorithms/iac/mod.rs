@@ -1,15 +1,10 @@
 //! IAC, independent actor-critic (CoMLRL 1.4.3's `IACTrainer`, CoLLM-DC of arXiv 2601.21972):
 //! each agent an actor with a critic of its own (`trainer.algorithm: iac`, `trainer.critic`).
 //! The update's core is checked step for step against CoMLRL's trainer
-//! (`tests/train/iac_step.rs`):
-//!
-//! - `advantage`: target r − V_old per buffered sample, z-scored over the agent's whole buffer
-//!   (population standard deviation), as `ActorCriticTrainerBase._prepare_advantages`;
-//! - `actor`: the actor's loss mean_b(−(Σ_t log π)·Â) through the shared sequence-loss passes;
-//! - `critic`: V or Q read by the value head at the last prompt or response token, and the
-//!   critic's loss `value_loss_coef` · mean_b((r − V)²) through the critic's recomputed pass;
-//! - `critics`: each agent's critic as a run holds it (loaded beside the agents this rank
-//!   holds, its AdamW), what it adds to checkpoints and to the final models.
+//! (`tests/train/iac_step.rs`). Its advantage, actor loss and critic loss are the actor-critic
+//! family's (`algorithms/actor_critic/`, shared with MAAC); this folder holds
+//! `critics`: each agent's critic as a run holds it (loaded beside the agents this rank
+//! holds, its AdamW), what it adds to checkpoints and to the final models.
 //!
 //! The algorithm ([`Iac`]): a completion's target is its reward (single turn), less
 //! `kl_coef` · its reference KL when the penalty is on (CoMLRL's reward shaping); V_old is read
@@ -20,23 +15,20 @@
 //! step (through `Learner::step`) and one critic step (its own AdamW at
 //! `critic.learning_rate`, the run's schedule and clipping). On every replica of an agent the
 //! critic computes its whole mini-batch, so the copies stay identical without an exchange.
-pub mod actor;
-pub mod advantage;
-pub mod critic;
 pub mod critics;
 
 use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
+use crate::train::algorithms::actor_critic::actor::{actor_grads, ActorSample};
+use crate::train::algorithms::actor_critic::advantage::advantages;
+use crate::train::algorithms::actor_critic::critic::{self, Clip, Row};
+use crate::train::algorithms::actor_critic::targets::single_turn;
 use crate::train::algorithms::algorithm::Algorithm;
 use crate::train::algorithms::round::{AgentUpdate, Learner, Round};
 use crate::train::optim::schedule::lr_at;
-use crate::train::rollout::joint::completion_returns;
 use crate::train::rollout::{Node, NodeSample};
 use crate::train::update::plan::pass_plan;
-use actor::{actor_grads, ActorSample};
-use advantage::advantages;
 use comlrl_scenario::Scenario;
-use critic::{Clip, Row};
 use critics::Critics;
 
 /// IAC with a scenario's settings and the critics this rank holds.
@@ -121,7 +113,7 @@ impl Iac {
         let rows: Vec<Row> = at.iter().map(row).collect();
         let old = {
             let view = slot.on(actor);
-            critics::check_ids(&view, &rows, i)?;
+            critic::check_ids(&view, &rows, i)?;
             let mut old = Vec::with_capacity(rows.len());
             for chunk in rows.chunks(self.read_rows) {
                 old.extend(view.values(chunk)?);
@@ -254,41 +246,6 @@ impl Iac {
         }
         Ok(())
     }
-
-    /// The buffer's samples of `node` (single turn: the scenario refuses more turns for IAC):
-    /// each completion's return is its joint action's reward, less the KL penalty when on.
-    fn sample(&self, node: Node) -> Result<NodeSample> {
-        if !node.children.is_empty() {
-            return Err(Error::Internal(
-                "iac trains single-turn episodes; the rollout has a second turn".into(),
-            ));
-        }
-        let Node {
-            turn,
-            mut agents,
-            joint,
-            rewards,
-            components,
-            ..
-        } = node;
-        let n = agents.len();
-        let returns = completion_returns(&joint, &rewards, n, self.k);
-        for (a, mut r) in agents.iter_mut().zip(returns) {
-            for (ret, kl) in r.iter_mut().zip(&a.kl) {
-                *ret -= (self.kl_coef * *kl as f64) as f32;
-            }
-            // The advantage needs V_old, read in the update round: the buffer keeps the target
-            // (so `zero_advantage_frac` counts targets of 0 under IAC).
-            a.advantages = r.clone();
-            a.returns = r;
-        }
-        Ok(NodeSample {
-            turn,
-            agents,
-            rewards,
-            components,
-        })
-    }
 }
 
 impl Algorithm for Iac {
@@ -297,7 +254,7 @@ impl Algorithm for Iac {
     }
 
     fn targets(&self, root: Node) -> Result<Vec<NodeSample>> {
-        Ok(vec![self.sample(root)?])
+        Ok(vec![single_turn(root, self.k, self.kl_coef, "iac")?])
     }
 
     fn steps_per_round(&self) -> usize {

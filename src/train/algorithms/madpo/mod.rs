@@ -2,7 +2,7 @@
 //! and reference-free. The first pass over the training prompts samples K aligned joint
 //! candidates per prompt (`preference.num_candidates`, the rollout's `num_generations`) and
 //! scores them; the pairs with a positive joint-reward gap that `pair_selection` keeps form the
-//! preference set (`set`, `pairs`). At the end of every epoch the set is shuffled and each
+//! preference set (`set`; the pairs are `rollout::pairs`). At the end of every epoch the set is shuffled and each
 //! mini-batch of `train_batch_size` pairs takes one AdamW step per agent on the
 //! joint-factorised DPO loss (`loss`): every agent's Δ of the mini-batch is scored first, then
 //! each agent's gradients and step, as CoMLRL's `_update_from_preference_batch` orders them.
@@ -11,19 +11,18 @@
 //! epoch. The set and the generator that shuffles it are its checkpoint file
 //! (`madpo_preference.json`), so a resumed run never samples the set again.
 pub mod loss;
-pub mod pairs;
 pub mod set;
 
 use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
 use crate::train::algorithms::algorithm::Algorithm;
 use crate::train::algorithms::round::{AgentUpdate, Round};
+use crate::train::rollout::pairs::PairSelection;
 use crate::train::rollout::{Node, NodeSample};
 use crate::train::run::checkpoint::CheckpointPart;
 use crate::train::update::plan::pass_plan;
 use comlrl_scenario::Scenario;
 use loss::{agent_grads, deltas, sequence_logprobs, LastToken};
-use pairs::PairSelection;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -97,31 +96,6 @@ impl Madpo {
     pub fn set(&self) -> &PreferenceSet {
         &self.set
     }
-
-    /// Returns of a prompt's node: each completion's is its joint candidate's reward (aligned),
-    /// for the metrics and evaluation; MADPO itself reads only the rewards.
-    fn flatten(node: Node, out: &mut Vec<NodeSample>) {
-        let Node {
-            turn,
-            mut agents,
-            rewards,
-            components,
-            children,
-            ..
-        } = node;
-        for a in agents.iter_mut() {
-            a.returns = rewards.iter().take(a.completions.len()).copied().collect();
-        }
-        out.push(NodeSample {
-            turn,
-            agents,
-            rewards,
-            components,
-        });
-        for child in children {
-            Self::flatten(child, out);
-        }
-    }
 }
 
 impl Algorithm for Madpo {
@@ -129,10 +103,10 @@ impl Algorithm for Madpo {
         "madpo"
     }
 
+    /// Each completion's return is its joint candidate's reward (aligned), for the metrics and
+    /// evaluation; MADPO itself reads only the rewards.
     fn targets(&self, root: Node) -> Result<Vec<NodeSample>> {
-        let mut out = Vec::new();
-        Self::flatten(root, &mut out);
-        Ok(out)
+        Ok(root.into_reward_samples())
     }
 
     fn steps_per_round(&self) -> usize {
@@ -143,7 +117,7 @@ impl Algorithm for Madpo {
         true
     }
 
-    fn collect(&mut self, samples: &[NodeSample]) -> Result<()> {
+    fn collect(&mut self, _prompts: &[String], samples: &[NodeSample]) -> Result<()> {
         for node in samples.iter().filter(|n| n.turn == 0) {
             self.set
                 .add(node, self.selection, self.limit, &mut self.rng)?;

@@ -3,8 +3,8 @@
 //! and kept in checkpoints so that a resumed run never samples it again. Only the candidates a
 //! selected pair uses are kept (K = 80 answers of every agent for every prompt would be most of
 //! the memory otherwise).
-use super::pairs::{select_pairs, PairSelection};
 use crate::error::{Error, Result};
+use crate::train::rollout::pairs::{select_pairs, PairSelection};
 use crate::train::rollout::NodeSample;
 use rand::Rng;
 use serde::{Deserialize, Serialize};

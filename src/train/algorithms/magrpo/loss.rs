@@ -158,10 +158,10 @@ pub fn sequence_weights(
 
 /// Which completions of each sample the loss counts: those with tokens and, with
 /// `mask_truncated`, that stopped by themselves (TRL: the last id is an EOS or the pad id).
-struct Counted(Vec<Vec<bool>>);
+pub(super) struct Counted(Vec<Vec<bool>>);
 
 impl Counted {
-    fn new(samples: &[&AgentRollout], shape: LossShape, policy: &Policy) -> Self {
+    pub(super) fn new(samples: &[&AgentRollout], shape: LossShape, policy: &Policy) -> Self {
         Self::with_ids(samples, shape, &policy.eos_ids, policy.pad_id)
     }
 
@@ -184,7 +184,7 @@ impl Counted {
         )
     }
 
-    fn get(&self, sample: usize, j: usize) -> bool {
+    pub(super) fn get(&self, sample: usize, j: usize) -> bool {
         self.0[sample][j]
     }
 }
@@ -244,6 +244,60 @@ fn sequence_weights_of(
         .collect())
 }
 
+/// The weight `shape`'s aggregation gives each token of every completion of a mini-batch
+/// (`[sample][completion]`; 0 for a completion the loss leaves out): what the clipped
+/// surrogate of each token is multiplied by (`clip`). At ratio 1 a completion's weight in
+/// [`sequence_weights`] is −A times this.
+pub(super) fn aggregation_factors(
+    samples: &[&AgentRollout],
+    shape: LossShape,
+    counted: &Counted,
+) -> Result<Vec<Vec<f64>>> {
+    let b = samples.len().max(1) as f64;
+    let n = samples
+        .iter()
+        .map(|s| s.completions.len())
+        .sum::<usize>()
+        .max(1) as f64;
+    let tokens: usize = samples
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| {
+            s.completions
+                .iter()
+                .enumerate()
+                .filter(move |&(j, _)| counted.get(i, j))
+                .map(|(_, c)| c.len())
+        })
+        .sum();
+    if shape.aggregation == LossAggregation::Constant && shape.max_new_tokens == 0 {
+        return Err(crate::Error::Internal(
+            "loss_aggregation `constant` needs the agent's max_new_tokens".into(),
+        ));
+    }
+    Ok(samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let k = s.completions.len() as f64;
+            (0..s.completions.len())
+                .map(|j| {
+                    if !counted.get(i, j) {
+                        return 0.0;
+                    }
+                    let len = s.completions[j].len() as f64;
+                    match shape.aggregation {
+                        LossAggregation::SequenceSum => 1.0 / b / k,
+                        LossAggregation::SequenceMean => 1.0 / (n * len),
+                        LossAggregation::TokenMean => 1.0 / tokens.max(1) as f64,
+                        LossAggregation::Constant => 1.0 / (n * shape.max_new_tokens as f64),
+                    }
+                })
+                .collect()
+        })
+        .collect())
+}
+
 /// Each sequence weighs −A/(K·B): its advantage over its sample's K sequences and the
 /// mini-batch's B samples.
 struct Advantages<'a> {
@@ -289,7 +343,7 @@ impl SequenceLoss for Weights {
 /// masked as truncated) with a nonzero advantage. When that leaves the whole mini-batch empty
 /// but some completion has tokens, the shortest such completion of the first sample with one is
 /// kept (its weight 0), so the gradients come out as zeros rather than missing.
-fn rows_to_score(samples: &[&AgentRollout], counted: &Counted) -> Vec<Vec<usize>> {
+pub(super) fn rows_to_score(samples: &[&AgentRollout], counted: &Counted) -> Vec<Vec<usize>> {
     let with_tokens = |s: &AgentRollout| -> Vec<usize> {
         (0..s.completions.len())
             .filter(|&j| !s.completions[j].is_empty())

@@ -6,10 +6,13 @@
 //! log-probability (`loss`, aggregated as `trainer.loss_aggregation` says, truncated completions
 //! left out with `mask_truncated_completions`), one AdamW step per mini-batch of
 //! `train_batch_size` buffered nodes. With several reward terms, `trainer.reward_aggregation:
-//! normalize_then_sum` trains on their z-scored weighted sum (`aggregate`). It keeps no network
-//! beside the agents and adds nothing to checkpoints.
+//! normalize_then_sum` trains on their z-scored weighted sum (`aggregate`). With
+//! `trainer.ppo_epochs` it passes over a buffer several times, and with `importance_level` each
+//! token's loss is the clipped surrogate of its probability ratio to the sampling policy
+//! (`clip`). It keeps no network beside the agents and adds nothing to checkpoints.
 pub mod advantage;
 pub mod aggregate;
+pub mod clip;
 pub mod loss;
 pub mod returns;
 
@@ -22,7 +25,10 @@ use crate::train::rollout::{AgentRollout, Node, NodeSample};
 use crate::train::run::checkpoint::CheckpointPart;
 use crate::train::update::plan::pass_plan;
 use advantage::{advantages_with, batch_spread, rescale, Baseline, Normalization};
-use comlrl_scenario::{AdvantageMode, LogprobTemperature, RewardAggregation, Scenario};
+use clip::{clipped_loss_and_grads, Clip, Old};
+use comlrl_scenario::{
+    AdvantageMode, ImportanceLevel, LogprobTemperature, RewardAggregation, Scenario,
+};
 use loss::{loss_and_grads_shaped, LossShape};
 use returns::joint_returns;
 
@@ -53,6 +59,10 @@ pub struct Magrpo {
     /// Re-run layers in the backward (`gradient_checkpointing`).
     recompute: bool,
     plan: PassPlan,
+    /// Passes over a buffer (`trainer.ppo_epochs`).
+    epochs: usize,
+    /// The clipped ratio (`trainer.importance_level` not `none`).
+    clip: Option<Clip>,
 }
 
 impl Magrpo {
@@ -98,6 +108,13 @@ impl Magrpo {
             micro_batch: t.micro_batch_size,
             recompute: t.gradient_checkpointing,
             plan: pass_plan(t),
+            epochs: t.ppo_epochs.max(1),
+            clip: (t.importance_level != ImportanceLevel::None).then(|| Clip {
+                level: t.importance_level,
+                low: t.clip_eps,
+                high: t.clip_eps_high.unwrap_or(t.clip_eps),
+                delta: t.clip_delta,
+            }),
         }
     }
 
@@ -156,7 +173,7 @@ impl Algorithm for Magrpo {
     }
 
     fn steps_per_round(&self) -> usize {
-        self.buffer.div_ceil(self.batch)
+        self.buffer.div_ceil(self.batch) * self.epochs
     }
 
     fn update(
@@ -196,6 +213,9 @@ impl Algorithm for Magrpo {
                 Some(v) => v.iter().collect(),
                 None => buffer.iter().map(|s| &s.agents[i]).collect(),
             };
+            if let Some(clip) = self.clip {
+                return clipped_round(self, learner, &mine, plan, shape, clip);
+            }
             for samples in mine.chunks(self.batch) {
                 let lg = loss_and_grads_shaped(
                     learner.policy(),
@@ -221,6 +241,72 @@ impl Algorithm for Magrpo {
             Ok(())
         })
     }
+}
+
+/// One agent's update round under a clipped ratio: `ppo_epochs` passes over its buffer
+/// `mine`, one optimizer step per mini-batch. Until the round's first step every completion is
+/// on-policy (ratio 1) and the log-probs computed for it become its π_old; a completion first
+/// computed after a step is compared with its sampling-time log-probs.
+fn clipped_round(
+    m: &Magrpo,
+    learner: &mut crate::train::algorithms::round::Learner<'_>,
+    mine: &[&AgentRollout],
+    plan: PassPlan,
+    shape: LossShape,
+    clip: Clip,
+) -> Result<()> {
+    let i = learner.index();
+    // π_old of each completion of the buffer: `None` until known.
+    let mut old: Vec<Vec<Option<Vec<f32>>>> = mine
+        .iter()
+        .map(|s| vec![None; s.completions.len()])
+        .collect();
+    let mut stepped = false;
+    for _ in 0..m.epochs {
+        for (b, samples) in mine.chunks(m.batch).enumerate() {
+            let first = b * m.batch;
+            let batch_old: Vec<Vec<Old<'_>>> = samples
+                .iter()
+                .enumerate()
+                .map(|(s, a)| {
+                    (0..a.completions.len())
+                        .map(|j| match (&old[first + s][j], a.sampling_logprobs.get(j)) {
+                            _ if !stepped => Old::OnPolicy,
+                            (Some(v), _) => Old::Known(v),
+                            (None, Some(v)) if v.len() == a.completions[j].len() => Old::Known(v),
+                            (None, _) => Old::Missing,
+                        })
+                        .collect()
+                })
+                .collect();
+            let out = clipped_loss_and_grads(
+                learner.policy(),
+                learner.vars(),
+                samples,
+                &batch_old,
+                m.micro_batch,
+                m.recompute,
+                learner.share(),
+                plan,
+                shape,
+                clip,
+                i,
+            )?;
+            for (s, row) in out.captured.into_iter().enumerate() {
+                for (j, lp) in row.into_iter().enumerate() {
+                    if lp.is_some() {
+                        old[first + s][j] = lp;
+                    }
+                }
+            }
+            for (name, value) in out.stats.metrics() {
+                learner.record(name, value);
+            }
+            learner.step(out.grads)?;
+            stepped = true;
+        }
+    }
+    Ok(())
 }
 
 impl CheckpointPart for Magrpo {}

@@ -1,7 +1,7 @@
-//! IAC's advantages: Â = (A − mean A) / max(std A, 1e-6) over the agent's whole buffer of
-//! A = target − V_old, with the population standard deviation, when normalisation is on and
-//! the buffer holds more than one sample (else Â = A); in f32, as CoMLRL computes them
-//! (`ActorCriticTrainerBase._prepare_advantages`).
+//! The actor-critic advantages (IAC and MAAC, per agent): Â = (A − mean A) / max(std A, 1e-6)
+//! over the agent's whole buffer of A = target − V_old, with the population standard
+//! deviation, when normalisation is on and the buffer holds more than one sample (else Â = A);
+//! in f32, as CoMLRL computes them (`ActorCriticTrainerBase._prepare_advantages`).
 
 /// (A, Â) of a buffer of `targets` with old values `old_values`.
 pub fn advantages(targets: &[f32], old_values: &[f32], normalize: bool) -> (Vec<f32>, Vec<f32>) {

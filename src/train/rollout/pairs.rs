@@ -1,4 +1,5 @@
-//! MADPO's preference pairs (CoMLRL 1.4.3 `MADPOTrainer._select_preference_pair_indices`): of a
+//! The preference pairs of MADPO and MARLHF (CoMLRL 1.4.3
+//! `MADPOTrainer._select_preference_pair_indices`, which `MARLHFTrainer` inherits): of a
 //! prompt's K joint candidates (candidate i = every agent's i-th answer, `joint_mode: aligned`)
 //! with one joint reward each, every ordered (winner, loser) with a positive reward gap, then
 //! `pair_selection`:

@@ -1,5 +1,5 @@
-//! The IAC actor's loss over a mini-batch of B samples, one response each:
-//! mean_b(−(Σ_t log π(y_b,t | prompt_b, y_b,<t))·Â_b) over the response's tokens (the last
+//! The actor-critic actor's loss (IAC and MAAC) over a mini-batch of B samples, one response
+//! each: mean_b(−(Σ_t log π(y_b,t | prompt_b, y_b,<t))·Â_b) over the response's tokens (the last
 //! included), log-probabilities at temperature 1 (CoMLRL `_policy_eval`), no ratio or
 //! clipping. The passes are the shared `train::update::passes`.
 use crate::error::Result;

@@ -198,3 +198,20 @@ fn clipped(v: f32, t: f32, old: f32, c: f32) -> (f32, f32) {
     };
     (a.max(b), g)
 }
+
+/// The critic reads the actor's token ids (as CoMLRL's does): each must be in its vocabulary.
+pub fn check_ids(critic: &ValueOn, rows: &[Row], agent: usize) -> Result<()> {
+    let vocab = critic.policy.config.vocab_size;
+    let bad = rows
+        .iter()
+        .flat_map(|(p, c)| p.iter().chain(c.iter()))
+        .find(|&&id| id as usize >= vocab);
+    match bad {
+        Some(id) => Err(Error::Config(format!(
+            "agent {agent}: token id {id} is outside the critic's vocabulary ({vocab} tokens); \
+             the critic reads the agent's tokens, so `trainer.critic.model` needs the agent's \
+             tokenizer (remove it to start the critic from the agent's model)"
+        ))),
+        None => Ok(()),
+    }
+}

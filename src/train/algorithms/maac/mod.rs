@@ -1,0 +1,304 @@
+//! MAAC, multi-agent actor-critic (CoMLRL 1.4.3's `MAACTrainer`, CoLLM-CC of arXiv
+//! 2601.21972): each agent an actor as under IAC, one centralized critic for all of them
+//! (`trainer.algorithm: maac`, `trainer.critic`). Checked step for step against CoMLRL's
+//! trainer (`tests/train/maac_step.rs`):
+//!
+//! - `joint`: the critic's input, every agent's prompt as `[Agent i] <prompt>` (and for a Q
+//!   critic the joint action), tokenized by agent 0's tokenizer;
+//! - `central`: the critic as a run holds it (its own model, AdamW, checkpoint files and final
+//!   model) and its update round: one step per mini-batch on every agent's targets, or
+//!   CoMLRL's one step per agent (`compat_critic_steps`).
+//!
+//! The algorithm ([`Maac`]): targets as IAC's (the reward less the KL penalty, single turn);
+//! V_old of every buffered joint action is read when the round starts (the critic has not
+//! changed since the rollouts, so it is what CoMLRL reads at rollout time), each agent's
+//! advantages target − V_old z-scored over its own buffer; per mini-batch of
+//! `train_batch_size` nodes (buffer order; CoMLRL shuffles each agent's buffer first, the same
+//! with its default of one mini-batch per buffer) one actor step per agent, as IAC's, and the
+//! critic's steps. The actors never read the critic's new values, nor the critic the actors',
+//! so the critic's steps run first and the agents' after, as under CoMLRL's sequence.
+//!
+//! The one critic lives beside every agent: a run with an agent on another rank, or with
+//! replicas, is refused (a first landing; the critic could sit on one rank and exchange
+//! values).
+pub mod central;
+pub mod joint;
+
+use crate::error::{Error, Result};
+use crate::model::grad::recompute::PassPlan;
+use crate::model::Policy;
+use crate::train::algorithms::actor_critic::actor::{actor_grads, ActorSample};
+use crate::train::algorithms::actor_critic::advantage::advantages;
+use crate::train::algorithms::actor_critic::critic::{check_ids, Row};
+use crate::train::algorithms::actor_critic::targets::single_turn;
+use crate::train::algorithms::algorithm::Algorithm;
+use crate::train::algorithms::round::{AgentUpdate, Round};
+use crate::train::optim::schedule::lr_at;
+use crate::train::rollout::{Node, NodeSample};
+use crate::train::update::plan::pass_plan;
+use central::{critic_round, Central, CriticRound, CriticStep};
+use comlrl_scenario::{CriticType, Scenario};
+
+/// MAAC with a scenario's settings and its critic.
+pub struct Maac {
+    /// Completions per agent per node.
+    k: usize,
+    /// The KL penalty's coefficient (0: off).
+    kl_coef: f64,
+    /// Z-score the advantages over each agent's buffer.
+    normalize: bool,
+    /// The critic loss's coefficient.
+    value_loss_coef: f64,
+    /// CoMLRL's N critic steps per mini-batch.
+    compat: bool,
+    /// A Q critic (the joint action in its text).
+    q: bool,
+    /// Buffered nodes per mini-batch.
+    batch: usize,
+    /// Nodes per update round.
+    buffer: usize,
+    /// Rows per pass when reading V_old.
+    read_rows: usize,
+    /// Re-run layers in the backward (`gradient_checkpointing`).
+    recompute: bool,
+    plan: PassPlan,
+    central: Central,
+}
+
+impl Maac {
+    /// MAAC as `s.trainer` sets it up; every agent must be held here (`Some` in `agents`),
+    /// without replicas.
+    pub fn new(s: &Scenario, agents: &[Option<Policy>]) -> Result<Self> {
+        let t = &s.trainer;
+        let c = t.critic.as_ref().ok_or_else(|| {
+            Error::Internal("trainer.algorithm maac without a resolved `trainer.critic`".into())
+        })?;
+        let elsewhere = s
+            .agents
+            .iter()
+            .find(|a| a.replicas > 1 || agents.get(a.index).is_none_or(Option::is_none));
+        if let Some(a) = elsewhere {
+            return Err(Error::Config(format!(
+                "agent {}: `trainer.algorithm: maac` keeps its one critic beside every agent, \
+                 in one process and one copy of each (CoMLRL's `MAACTrainer` too); run it \
+                 without MPI and remove `replicas` (or use `algorithm: iac`, whose critics sit \
+                 beside their agents)",
+                a.index
+            )));
+        }
+        Ok(Maac {
+            k: t.num_generations,
+            kl_coef: t.kl_coef,
+            normalize: t.advantage_normalization,
+            value_loss_coef: c.value_loss_coef,
+            compat: c.compat_critic_steps,
+            q: c.r#type == CriticType::Q,
+            batch: t.train_batch_size.max(1),
+            buffer: t.rollout_buffer_size.max(1),
+            read_rows: match t.micro_batch_size {
+                0 => 8,
+                n => n,
+            },
+            recompute: t.gradient_checkpointing,
+            plan: pass_plan(t),
+            central: Central::load(s, c)?,
+        })
+    }
+}
+
+/// Agent i's metrics of mini-batch b from the critic's steps: its value loss (its own step
+/// under `compat_critic_steps`, else its part of the joint step), the mean value, the step's
+/// gradient norm.
+fn critic_metrics(steps: &[CriticStep], i: usize, b: usize) -> (f64, f64, f64) {
+    let s = steps
+        .iter()
+        .find(|s| s.batch == b && s.agent.is_none_or(|a| a == i));
+    match s {
+        Some(s) => {
+            let mean =
+                s.values.iter().map(|&v| v as f64).sum::<f64>() / s.values.len().max(1) as f64;
+            (
+                s.agent_loss.get(i).copied().unwrap_or(0.0),
+                mean,
+                s.grad_norm,
+            )
+        }
+        None => (0.0, 0.0, 0.0),
+    }
+}
+
+impl Algorithm for Maac {
+    fn name(&self) -> &'static str {
+        "maac"
+    }
+
+    fn targets(&self, root: Node) -> Result<Vec<NodeSample>> {
+        Ok(vec![single_turn(root, self.k, self.kl_coef, "maac")?])
+    }
+
+    fn steps_per_round(&self) -> usize {
+        self.buffer.div_ceil(self.batch)
+    }
+
+    fn update(
+        &mut self,
+        mut round: Round<'_>,
+        buffer: &[NodeSample],
+    ) -> Result<Vec<(usize, AgentUpdate)>> {
+        let (policies, base_step, rule) = {
+            let ls = round.learners();
+            let mut policies: Vec<&Policy> = Vec::with_capacity(ls.len());
+            for (i, l) in ls.iter().enumerate() {
+                if l.index() != i {
+                    return Err(Error::Internal(format!(
+                        "maac's round lacks agent {i} (its critic needs every agent here)"
+                    )));
+                }
+                policies.push(l.policy());
+            }
+            let first = ls
+                .first()
+                .ok_or_else(|| Error::Internal("maac's round has no agents".into()))?;
+            (policies, first.opt_steps(), first.rule())
+        };
+        let n = policies.len();
+        let k = self.k.max(1);
+        let max_pos = self.central.critic.policy.model.max_positions();
+        let ids = joint::joint_ids(buffer, &policies, k, self.q, max_pos)?;
+        let rows: Vec<Row> = ids.iter().map(|v| (&v[..], &[][..])).collect();
+        let old = {
+            let view = self.central.critic.view();
+            check_ids(&view, &rows, 0)?;
+            let mut old = Vec::with_capacity(rows.len());
+            for chunk in rows.chunks(self.read_rows) {
+                old.extend(view.values(chunk)?);
+            }
+            old
+        };
+        if let Some(v) = old.iter().find(|v| !v.is_finite()) {
+            return Err(Error::Diverged(format!(
+                "optimizer step {}: the maac critic's value V_old is {v} (CoMLRL would raise \
+                 on the losses it makes); lower trainer.critic.learning_rate or set \
+                 max_grad_norm",
+                base_step + 1
+            )));
+        }
+        // Row j = n·k + g: node n's joint action g; agent i's target is its g-th return.
+        let mut targets: Vec<Vec<f32>> = vec![Vec::with_capacity(rows.len()); n];
+        for s in buffer {
+            for (i, t) in targets.iter_mut().enumerate() {
+                let r = &s.agents[i].returns;
+                if r.len() != k {
+                    return Err(Error::Internal(format!(
+                        "agent {i} has {} returns in a node, not {k}",
+                        r.len()
+                    )));
+                }
+                t.extend_from_slice(r);
+            }
+        }
+        let adv: Vec<(Vec<f32>, Vec<f32>)> = targets
+            .iter()
+            .map(|t| advantages(t, &old, self.normalize))
+            .collect();
+        let batches: Vec<Vec<usize>> = (0..rows.len())
+            .collect::<Vec<_>>()
+            .chunks(self.batch * k)
+            .map(<[usize]>::to_vec)
+            .collect();
+        let base_lr = self.central.opt.cfg.lr;
+        let lr = |b: usize| {
+            lr_at(
+                base_lr,
+                base_step as usize + b,
+                rule.total_steps,
+                rule.warmup,
+                rule.scheduler,
+            )
+        };
+        let how = CriticRound {
+            coef: self.value_loss_coef,
+            compat: self.compat,
+            plan: self.plan,
+            max_grad_norm: rule.max_grad_norm,
+            lr: &lr,
+        };
+        let steps = critic_round(&mut self.central, &rows, &targets, &batches, &how)?;
+        let (recompute, plan) = (self.recompute, self.plan);
+        round.each_agent(|learner| {
+            let i = learner.index();
+            let (a, norm) = &adv[i];
+            for (b, idx) in batches.iter().enumerate() {
+                let samples: Vec<ActorSample> = idx
+                    .iter()
+                    .map(|&j| {
+                        let r = &buffer[j / k].agents[i];
+                        ActorSample {
+                            prompt: &r.prompt_ids,
+                            response: std::slice::from_ref(&r.completions[j % k]),
+                            advantage: norm[j],
+                        }
+                    })
+                    .collect();
+                let step = learner.opt_steps() + 1;
+                let lg = actor_grads(
+                    learner.policy(),
+                    learner.vars(),
+                    &samples,
+                    recompute,
+                    learner.share(),
+                    plan,
+                )?;
+                if !lg.loss.is_finite() {
+                    return Err(Error::Diverged(format!(
+                        "agent {i}, optimizer step {step} (mini-batch {} of the round): the \
+                         actor's loss is {} (CoMLRL raises here too); lower \
+                         agent_learning_rate or set max_grad_norm",
+                        b + 1,
+                        lg.loss
+                    )));
+                }
+                learner.step(lg)?;
+                let (loss, mean, gnorm) = critic_metrics(&steps, i, b);
+                learner.record("value_loss", loss);
+                learner.record("value_mean", mean);
+                learner.record(
+                    "advantage_mean",
+                    idx.iter().map(|&j| a[j] as f64).sum::<f64>() / idx.len().max(1) as f64,
+                );
+                learner.record("critic_grad_norm", gnorm);
+            }
+            Ok(())
+        })
+    }
+}
+
+impl crate::train::run::checkpoint::CheckpointPart for Maac {
+    fn files(&self, agent: usize) -> Vec<String> {
+        match agent {
+            0 => Central::files(),
+            _ => vec![],
+        }
+    }
+
+    fn save(&self, dir: &std::path::Path, writes: &[bool]) -> Result<()> {
+        match writes.first().copied().unwrap_or(false) {
+            true => self.central.save(dir),
+            false => Ok(()),
+        }
+    }
+
+    fn load(&mut self, dir: &std::path::Path, held: &[bool]) -> Result<()> {
+        match held.first().copied().unwrap_or(false) {
+            true => self.central.load_checkpoint(dir),
+            false => Ok(()),
+        }
+    }
+
+    fn save_models(&self, models: &std::path::Path, writes: &[bool]) -> Result<()> {
+        match writes.first().copied().unwrap_or(false) {
+            true => self.central.save_models(models),
+            false => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! `trainer.algorithm: maac` end to end on the small tiny-model scenario: it trains the agents
+//! and the one critic (metrics `agent_i/value_loss`, `value_mean`, `advantage_mean`; the critic
+//! saved as `models/critic/` with its value head, and in every checkpoint), CoMLRL's N critic
+//! steps (`compat_critic_steps`) train another critic than the fix's one step, and an
+//! interrupted run resumed from its checkpoint ends with the same metrics, agents and critic as
+//! an uninterrupted one.
+use crate::common;
+use comlrl::train::{Observer, Trainer};
+use common::metrics;
+use common::metrics_without_timing;
+use common::tiny_run::load_small;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// MAAC with two generations, a buffer of 3 in mini-batches of 2 (two critic and actor steps a
+/// round; an epoch of 10 prompts ends mid-buffer), a checkpoint every 4 steps.
+const MAAC: [&str; 7] = [
+    "trainer.algorithm=maac",
+    "trainer.num_generations=2",
+    "trainer.rollout_buffer_size=3",
+    "trainer.train_batch_size=2",
+    "trainer.agent_learning_rate=1e-3",
+    "trainer.critic.learning_rate=1e-3",
+    "checkpoint_every=4",
+];
+
+fn sets(extra: &[&'static str]) -> Vec<&'static str> {
+    MAAC.iter().copied().chain(extra.iter().copied()).collect()
+}
+
+fn train(out: &Path, extra: &[&'static str]) {
+    let done = Trainer::new(load_small(out, &sets(extra)))
+        .unwrap()
+        .run(false, &mut ())
+        .unwrap();
+    assert_eq!(done.steps_done, 20);
+}
+
+fn read(out: &Path, file: &str) -> Vec<u8> {
+    std::fs::read(out.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+#[test]
+fn maac_trains_agents_and_one_critic_and_saves_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let v = tmp.path().join("v");
+    train(&v, &[]);
+    let rows = metrics(&v);
+    assert_eq!(rows.len(), 7, "20 steps logged every 3 plus the last");
+    for r in &rows {
+        for i in 0..2 {
+            for m in ["value_loss", "value_mean", "advantage_mean", "loss"] {
+                let x = r[format!("agent_{i}/{m}")].as_f64();
+                assert!(x.is_some_and(f64::is_finite), "agent_{i}/{m} in {r}");
+            }
+        }
+    }
+    for f in [
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "value_head.safetensors",
+    ] {
+        assert!(
+            v.join(format!("models/critic/{f}")).is_file(),
+            "models/critic/{f}"
+        );
+    }
+    assert!(
+        !v.join("models/critic_0").exists(),
+        "one critic, not one per agent"
+    );
+    let cp = v.join("checkpoints");
+    assert!(
+        read(&cp, "step-00000016/critic.safetensors")
+            != read(&cp, "step-00000020/critic.safetensors"),
+        "the critic did not change between steps 16 and 20"
+    );
+    assert!(cp
+        .join("step-00000020/critic_optimizer.safetensors")
+        .is_file());
+    // CoMLRL's two critic steps per mini-batch: another critic, the same actors' first round
+    // (their advantages read V_old, from the critic before the round).
+    let c = tmp.path().join("compat");
+    train(&c, &["trainer.critic.compat_critic_steps=true"]);
+    assert!(
+        read(&v, "models/critic/value_head.safetensors")
+            != read(&c, "models/critic/value_head.safetensors"),
+        "compat_critic_steps did not change the critic"
+    );
+    let progress = |d: &Path| -> serde_json::Value {
+        serde_json::from_slice(&read(d, "checkpoints/step-00000020/critic.json")).unwrap()
+    };
+    let (fixed, compat) = (progress(&v)["step"].as_u64(), progress(&c)["step"].as_u64());
+    assert_eq!(
+        compat,
+        fixed.map(|s| 2 * s),
+        "N = 2 critic steps per mini-batch"
+    );
+}
+
+struct StopAt(usize, Arc<AtomicBool>);
+
+impl Observer for StopAt {
+    fn step(&mut self, step: usize, _: f64, _: f64) {
+        if step == self.0 {
+            self.1.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+#[test]
+fn an_interrupted_maac_run_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let q = ["trainer.critic.type=q"];
+    train(&a, &q);
+    let mut t = Trainer::new(load_small(&b, &sets(&q))).unwrap();
+    let flag = t.interrupt_flag();
+    // Step 7: mid buffer (rounds at 3 and 6).
+    let sb = t.run(false, &mut StopAt(7, flag)).unwrap();
+    assert!(sb.interrupted && sb.steps_done == 7);
+    let done = Trainer::new(load_small(&b, &sets(&q)))
+        .unwrap()
+        .run(true, &mut ())
+        .unwrap();
+    assert_eq!(done.steps_done, 20);
+    assert_eq!(metrics_without_timing(&a), metrics_without_timing(&b));
+    for f in [
+        "models/agent_0/model.safetensors",
+        "models/agent_1/model.safetensors",
+        "models/critic/model.safetensors",
+        "models/critic/value_head.safetensors",
+        "checkpoints/step-00000020/critic_optimizer.safetensors",
+        "checkpoints/step-00000020/critic.json",
+    ] {
+        assert!(read(&a, f) == read(&b, f), "{f} differs after the resume");
+    }
+}
+
+/// The one critic needs every agent in this process: an agent held elsewhere (another MPI
+/// rank) is refused when the algorithm is set up, naming the way out.
+#[test]
+fn maac_refuses_an_agent_held_elsewhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = load_small(&tmp.path().join("run"), &sets(&[]));
+    let agent = comlrl::model::Policy::load(
+        &comlrl::model::ModelSource::Local(common::fixtures().join("tiny-qwen2")),
+        &comlrl::model::LoadOptions::default(),
+    )
+    .unwrap();
+    let err = match comlrl::train::algorithms::registry::build(&s, &[Some(agent), None]) {
+        Ok(_) => panic!("maac built without agent 1"),
+        Err(e) => e.chain(),
+    };
+    assert!(
+        err.contains("agent 1: `trainer.algorithm: maac` keeps its one critic beside every agent")
+            && err.contains("without MPI"),
+        "{err}"
+    );
+}

@@ -80,7 +80,7 @@ impl Stats {
 struct Rows(Vec<Row>);
 
 impl Observer for Rows {
-    fn metrics(&mut self, row: &Row, _texts: &[(String, String)]) {
+    fn metrics(&mut self, row: &Row, _texts: &[(String, String)], _samples: &[serde_json::Value]) {
         // The step-0 row of `trainer.eval_at_start` holds an evaluation, not a step.
         if get(row, "step") > 0.0 {
             self.0.push(row.clone());

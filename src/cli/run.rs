@@ -141,13 +141,13 @@ impl Observer for Progress {
     fn message(&mut self, msg: &str) {
         self.print(msg);
     }
-    fn metrics(&mut self, row: &Row, texts: &[(String, String)]) {
+    fn metrics(&mut self, row: &Row, texts: &[(String, String)], samples: &[serde_json::Value]) {
         if self.bar.is_none() {
             let line = self.log_line(row);
             self.print(&line);
         }
         if let Some(t) = &mut self.tracking {
-            t.log(row, texts);
+            t.log(row, texts, samples);
         }
     }
 }

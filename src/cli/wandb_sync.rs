@@ -2,9 +2,9 @@
 //! its `metrics.jsonl` and the resolved scenario of its latest checkpoint — for runs that trained
 //! offline or while W&B was unreachable. Also home of the `--wandb-*` flags `run` shares.
 use anyhow::{anyhow, Context};
-use comlrl::metrics::read_jsonl;
+use comlrl::metrics::{read_jsonl, COMPLETIONS_FILE};
 use comlrl::track::wandb::{self, Connection, RunRef, RunSpec};
-use comlrl::track::{end_time, records_from_json, WandbSettings};
+use comlrl::track::{attach_samples, end_time, records_from_json, WandbSettings};
 use comlrl::train::run::checkpoint;
 use comlrl_scenario::{LoadOptions, WandbPlan};
 use std::path::{Path, PathBuf};
@@ -165,7 +165,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         None => dir.join("models").is_dir(),
     };
     let settings = a.wandb.settings(saved.wandb.as_ref(), &saved.name);
-    let records = records_from_json(&rows, saved.num_turns, end_time(&metrics));
+    let mut records = records_from_json(&rows, saved.num_turns, end_time(&metrics));
+    // The sampled completions (`logging.completions`) go up as tables with their rows.
+    let completions = dir.join(COMPLETIONS_FILE);
+    if completions.is_file() {
+        attach_samples(&mut records, read_jsonl(&completions)?);
+    }
     let id = RunRef::load(dir, &settings)
         .map(|r| r.id)
         .unwrap_or_else(wandb::new_run_id);

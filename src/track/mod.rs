@@ -9,6 +9,7 @@ pub(crate) mod names;
 pub mod tensorboard;
 pub mod wandb;
 mod wandb_auth;
+pub mod wandb_table;
 mod worker;
 
 use crate::error::{Error, Result};
@@ -40,6 +41,9 @@ pub struct Record {
     /// Texts logged with the row, `(tag, markdown)`: the sampled completions of
     /// `logging.completions` (TensorBoard shows them in its Text tab).
     pub texts: Vec<(String, String)>,
+    /// The sampled joint actions logged with the row, as their `completions.jsonl` lines
+    /// (`logging.completions`; W&B shows them as a table).
+    pub samples: Vec<serde_json::Value>,
 }
 
 /// A tracking back-end. Every method runs on the tracker's own thread; an error makes the
@@ -191,14 +195,16 @@ impl Tracking {
         }
     }
 
-    /// A row was appended to `metrics.jsonl`, with `texts` (`(tag, markdown)`, usually none):
-    /// queue it for every tracker (never blocks).
-    pub fn log(&mut self, row: &Row, texts: &[(String, String)]) {
+    /// A row was appended to `metrics.jsonl`, with `texts` (`(tag, markdown)`, usually none)
+    /// and the `completions.jsonl` lines written with it (`samples`, usually none): queue it
+    /// for every tracker (never blocks).
+    pub fn log(&mut self, row: &Row, texts: &[(String, String)], samples: &[serde_json::Value]) {
         if !self.started {
             self.begin();
         }
         let mut rec = self.record(row, now());
         rec.texts = texts.to_vec();
+        rec.samples = samples.to_vec();
         for w in &mut self.workers {
             w.send_row(rec.clone());
         }
@@ -216,6 +222,7 @@ impl Tracking {
             timestamp,
             values: names::with_aliases(row, self.num_turns),
             texts: vec![],
+            samples: vec![],
         };
         self.index += 1;
         rec
@@ -254,6 +261,7 @@ pub fn records_from_json(rows: &[serde_json::Value], num_turns: usize, end: f64)
             timestamp: 0.0,
             values: names::with_aliases(&row, num_turns),
             texts: vec![],
+            samples: vec![],
         });
     }
     let total = out.last().map(|r| r.runtime).unwrap_or(0.0);
@@ -261,6 +269,20 @@ pub fn records_from_json(rows: &[serde_json::Value], num_turns: usize, end: f64)
         r.timestamp = end - (total - r.runtime);
     }
     out
+}
+
+/// Hands each `completions.jsonl` line to the first record at or after the step that sampled
+/// it (the row its window was logged with), for `comlrl wandb-sync`. Lines without a `step`, or
+/// after the last record, are left out.
+pub fn attach_samples(records: &mut [Record], samples: Vec<serde_json::Value>) {
+    for s in samples {
+        let Some(at) = s.get("step").and_then(serde_json::Value::as_u64) else {
+            continue;
+        };
+        if let Some(r) = records.iter_mut().find(|r| r.step >= at) {
+            r.samples.push(s);
+        }
+    }
 }
 
 fn row_value(row: &[(String, f64)], key: &str) -> Option<f64> {

@@ -4,9 +4,11 @@
 //! `wandb-history.jsonl` rows (each with `_step`, `_runtime`, `_timestamp`; the row's line in
 //! `metrics.jsonl` is its offset, so sending a row twice keeps one) and `wandb-summary.json`,
 //! sends heartbeats, and finally `{"complete": true, "exitcode": N}` marks the run finished (0)
-//! or failed. The run's id is kept in `<output_dir>/wandb-run.json` for `--resume` and
-//! `comlrl wandb-sync`.
+//! or failed. The sampled completions of a row go up first as a table file (`createRunFiles`
+//! for an upload URL, then a PUT; see [`super::wandb_table`]) that the history row names. The
+//! run's id is kept in `<output_dir>/wandb-run.json` for `--resume` and `comlrl wandb-sync`.
 use super::wandb_auth as auth;
+use super::wandb_table::{completions_table, table_file};
 use super::{track_error, Record, Tracker, WandbSettings, Warn};
 use crate::error::{Error, Result};
 use rand::Rng;
@@ -39,6 +41,22 @@ $displayName: String, $config: JSONString, $tags: [String!], $program: String) {
 upsertBucket(input: {name: $name, modelName: $project, entityName: $entity, \
 displayName: $displayName, config: $config, tags: $tags, jobProgram: $program}) { \
 bucket { id name displayName project { name entity { name } } } } }";
+
+/// The SDK's mutation for upload URLs of run files (wandb 0.31.0, `wandb-core` and
+/// `wandb/apis/public/runs.py`).
+const CREATE_RUN_FILES: &str = "mutation CreateRunFiles($entity: String!, $project: String!, \
+$run: String!, $files: [String!]!) { createRunFiles(input: {entityName: $entity, \
+projectName: $project, runName: $run, files: $files}) { runID uploadHeaders \
+files { name uploadUrl } } }";
+
+/// The history key of the `logging.completions` table (the TensorBoard text tag too).
+pub const COMPLETIONS_KEY: &str = "completions";
+
+#[derive(Clone, Copy)]
+enum Verb {
+    Post,
+    Put,
+}
 
 /// The W&B server and the key to talk to it with.
 pub struct Connection {
@@ -84,13 +102,46 @@ impl Connection {
     /// a server that does not answer in time ([`SILENT_ATTEMPTS`] tries); returns the JSON
     /// answer.
     fn post(&self, path: &str, body: &Value) -> Result<Value> {
-        let key = self.api_key.as_deref().ok_or_else(|| {
+        let key = self.key()?;
+        let url = format!("{}{path}", self.base_url);
+        let auth = [("Authorization".to_string(), auth::basic_auth(key))];
+        let answer = self.send_bytes(
+            Verb::Post,
+            &url,
+            &auth,
+            "application/json",
+            body.to_string().as_bytes(),
+        )?;
+        serde_json::from_str(&answer).or_else(|_| {
+            if answer.trim().is_empty() {
+                Ok(Value::Null)
+            } else {
+                Err(track_error(format!(
+                    "W&B: {url} answered non-JSON: {}",
+                    clip(&answer)
+                )))
+            }
+        })
+    }
+
+    fn key(&self) -> Result<&str> {
+        self.api_key.as_deref().ok_or_else(|| {
             track_error(
                 "W&B: no API key (set WANDB_API_KEY, or run `wandb login` to write ~/.netrc)",
             )
-        })?;
-        let url = format!("{}{path}", self.base_url);
-        let text = body.to_string();
+        })
+    }
+
+    /// Sends `body` to `url` with `headers`, with the retries of [`Connection::post`];
+    /// returns the answer's text.
+    fn send_bytes(
+        &self,
+        verb: Verb,
+        url: &str,
+        headers: &[(String, String)],
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<String> {
         let mut last = String::new();
         let (mut tries, mut silent) = (0, 0);
         while tries < ATTEMPTS && silent < SILENT_ATTEMPTS {
@@ -98,19 +149,21 @@ impl Connection {
                 std::thread::sleep(Duration::from_secs(1 << (tries - 1)));
             }
             tries += 1;
-            let sent = self
-                .agent
-                .post(&url)
-                .header("Authorization", &auth::basic_auth(key))
-                .header("Content-Type", "application/json")
-                .send(&text);
+            let mut req = match verb {
+                Verb::Post => self.agent.post(url),
+                Verb::Put => self.agent.put(url),
+            };
+            for (k, v) in headers {
+                req = req.header(k.as_str(), v.as_str());
+            }
+            let sent = req.header("Content-Type", content_type).send(body);
             let mut resp = match sent {
                 Ok(r) => r,
                 Err(e) => {
                     if matches!(e, ureq::Error::Timeout(_)) {
                         silent += 1;
                     }
-                    last = unreachable(&url, &e);
+                    last = unreachable(url, &e);
                     continue;
                 }
             };
@@ -129,15 +182,7 @@ impl Connection {
                 }
             };
             match status {
-                200..=299 => {
-                    return serde_json::from_str(&answer).or_else(|_| {
-                        if answer.trim().is_empty() {
-                            Ok(Value::Null)
-                        } else {
-                            Err(track_error(format!("W&B: {url} answered non-JSON: {}", clip(&answer))))
-                        }
-                    })
-                }
+                200..=299 => return Ok(answer),
                 401 | 403 => {
                     return Err(track_error(format!(
                         "W&B rejected the API key (HTTP {status} from {url}); check WANDB_API_KEY or `wandb login`"
@@ -173,17 +218,7 @@ impl Connection {
             "tags": spec.settings.tags,
             "program": "comlrl",
         });
-        let answer = self.post("/graphql", &json!({"query": UPSERT, "variables": vars}))?;
-        if let Some(errs) = answer.get("errors").and_then(Value::as_array) {
-            let msgs: Vec<&str> = errs
-                .iter()
-                .filter_map(|e| e.get("message").and_then(Value::as_str))
-                .collect();
-            return Err(track_error(format!(
-                "W&B refused the run: {}",
-                msgs.join("; ")
-            )));
-        }
+        let answer = self.graphql(UPSERT, vars, "the run")?;
         let bucket = &answer["data"]["upsertBucket"]["bucket"];
         let entity = bucket["project"]["entity"]["name"]
             .as_str()
@@ -206,6 +241,65 @@ impl Connection {
             project,
             url,
         })
+    }
+
+    /// A GraphQL request; an answer with `errors` is W&B refusing `what`.
+    fn graphql(&self, query: &str, vars: Value, what: &str) -> Result<Value> {
+        let answer = self.post("/graphql", &json!({"query": query, "variables": vars}))?;
+        if let Some(errs) = answer.get("errors").and_then(Value::as_array) {
+            let msgs: Vec<&str> = errs
+                .iter()
+                .filter_map(|e| e.get("message").and_then(Value::as_str))
+                .collect();
+            return Err(track_error(format!(
+                "W&B refused {what}: {}",
+                msgs.join("; ")
+            )));
+        }
+        Ok(answer)
+    }
+
+    /// Uploads `bytes` as the run file `name` (a path under the run's files, such as
+    /// `media/table/...`), as the SDK does: `createRunFiles` answers an upload URL and headers,
+    /// then the file is PUT there.
+    pub fn upload_file(&self, run: &RunRef, name: &str, bytes: &[u8]) -> Result<()> {
+        let vars = json!({
+            "entity": run.entity, "project": run.project, "run": run.id, "files": [name],
+        });
+        let what = format!("the upload of {name}");
+        let answer = self.graphql(CREATE_RUN_FILES, vars, &what)?;
+        let created = &answer["data"]["createRunFiles"];
+        let url = created["files"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|f| f["name"].as_str() == Some(name))
+            .and_then(|f| f["uploadUrl"].as_str())
+            .ok_or_else(|| {
+                track_error(format!("W&B: createRunFiles gave no upload URL for {name}"))
+            })?;
+        let mut headers: Vec<(String, String)> = created["uploadHeaders"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h.as_str()?.split_once(':'))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
+        // A relative URL is the W&B server itself (local installs), which wants the key; a
+        // storage bucket's signed URL must not get it.
+        let url = if url.starts_with('/') {
+            headers.push(("Authorization".into(), auth::basic_auth(self.key()?)));
+            format!("{}{url}", self.base_url)
+        } else {
+            url.to_string()
+        };
+        let kind = if name.ends_with(".json") {
+            "application/json"
+        } else {
+            "application/octet-stream"
+        };
+        self.send_bytes(Verb::Put, &url, &headers, kind, bytes)
+            .map(|_| ())
     }
 
     /// One `file_stream` request for `run`.
@@ -284,12 +378,13 @@ pub fn config_json(scenario_yaml: &str) -> Value {
     Value::Object(map)
 }
 
-/// One `wandb-history.jsonl` line.
-pub fn history_line(r: &Record) -> String {
+/// One `wandb-history.jsonl` line, with `media` (values that name uploaded files).
+pub fn history_line(r: &Record, media: &Map<String, Value>) -> String {
     let mut m = Map::new();
     for (k, v) in &r.values {
         m.insert(k.clone(), json!(v));
     }
+    m.extend(media.clone());
     m.insert("_step".into(), json!(r.step));
     m.insert("_runtime".into(), json!(r.runtime));
     m.insert("_timestamp".into(), json!(r.timestamp));
@@ -300,6 +395,7 @@ pub fn history_line(r: &Record) -> String {
 /// summary (latest value of every metric) folded in so far.
 fn history_bodies(
     records: &[Record],
+    media: &[Map<String, Value>],
     summary: &mut Map<String, Value>,
     chunk: usize,
 ) -> Vec<Value> {
@@ -314,22 +410,60 @@ fn history_bodies(
             end += 1;
         }
         let part = &records[start..end];
-        for r in part {
+        let part_media = &media[start..end];
+        for (r, m) in part.iter().zip(part_media) {
             for (k, v) in &r.values {
                 summary.insert(k.clone(), json!(v));
             }
+            summary.extend(m.clone());
             summary.insert("_step".into(), json!(r.step));
             summary.insert("_runtime".into(), json!(r.runtime));
             summary.insert("_timestamp".into(), json!(r.timestamp));
         }
-        let lines: Vec<String> = part.iter().map(history_line).collect();
-        bodies.push(json!({"files": {
+        let lines: Vec<String> = part
+            .iter()
+            .zip(part_media)
+            .map(|(r, m)| history_line(r, m))
+            .collect();
+        let mut body = json!({"files": {
             HISTORY: {"offset": part[0].index, "content": lines},
             SUMMARY: {"offset": 0, "content": [Value::Object(summary.clone()).to_string()]},
-        }}));
+        }});
+        // The run files these rows name were uploaded: the SDK's file stream says so in
+        // `uploaded` (wandb-core's `uploaded,omitempty`), which marks them done on the server.
+        let uploaded: Vec<&Value> = part_media
+            .iter()
+            .flat_map(|m| m.values())
+            .filter_map(|v| v.get("path"))
+            .collect();
+        if !uploaded.is_empty() {
+            body["uploaded"] = json!(uploaded);
+        }
+        bodies.push(body);
         start = end;
     }
     bodies
+}
+
+/// Uploads each record's samples as a table file; returns, per record, the history values
+/// that name the files (empty for records without samples).
+fn upload_media(
+    conn: &Connection,
+    run: &RunRef,
+    records: &[Record],
+) -> Result<Vec<Map<String, Value>>> {
+    records
+        .iter()
+        .map(|r| {
+            let mut m = Map::new();
+            if !r.samples.is_empty() {
+                let file = table_file(COMPLETIONS_KEY, r.step, &completions_table(&r.samples));
+                conn.upload_file(run, &file.name, &file.bytes)?;
+                m.insert(COMPLETIONS_KEY.into(), file.value);
+            }
+            Ok(m)
+        })
+        .collect()
 }
 
 /// The live W&B tracker of `comlrl run --wandb`.
@@ -378,7 +512,8 @@ impl WandbTracker {
 
     fn send(&mut self, records: &[Record]) -> Result<()> {
         let run = self.run.clone().ok_or_else(|| track_error("W&B: no run"))?;
-        for body in history_bodies(records, &mut self.summary, SYNC_CHUNK) {
+        let media = upload_media(&self.conn, &run, records)?;
+        for body in history_bodies(records, &media, &mut self.summary, SYNC_CHUNK) {
             self.conn.file_stream(&run, &body)?;
         }
         Ok(())
@@ -449,8 +584,9 @@ pub fn sync(
     exit_code: i32,
 ) -> Result<RunRef> {
     let run = conn.upsert_run(spec)?;
+    let media = upload_media(conn, &run, records)?;
     let mut summary = Map::new();
-    for body in history_bodies(records, &mut summary, SYNC_CHUNK) {
+    for body in history_bodies(records, &media, &mut summary, SYNC_CHUNK) {
         conn.file_stream(&run, &body)?;
     }
     conn.file_stream(&run, &json!({"complete": true, "exitcode": exit_code}))?;
@@ -520,6 +656,7 @@ mod tests {
             timestamp: 1000.0 + step as f64,
             values: vec![("reward_mean".into(), v)],
             texts: vec![],
+            samples: vec![],
         }
     }
 
@@ -527,7 +664,7 @@ mod tests {
     fn history_is_split_where_offsets_jump_and_summary_keeps_the_latest() {
         let recs = [rec(0, 2, 1.0), rec(1, 4, 2.0), rec(3, 8, 4.0)];
         let mut summary = Map::new();
-        let bodies = history_bodies(&recs, &mut summary, 500);
+        let bodies = history_bodies(&recs, &vec![Map::new(); recs.len()], &mut summary, 500);
         assert_eq!(bodies.len(), 2);
         assert_eq!(bodies[0]["files"][HISTORY]["offset"], 0);
         assert_eq!(bodies[1]["files"][HISTORY]["offset"], 3);

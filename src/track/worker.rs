@@ -302,6 +302,7 @@ mod tests {
             timestamp: 0.0,
             values: vec![],
             texts: vec![],
+            samples: vec![],
         }
     }
 

@@ -4,7 +4,8 @@
 //! that the run is marked finished; with the server down, that training finishes with exactly one
 //! warning and `comlrl wandb-sync` uploads the same run afterwards; with a rejected key, that one
 //! warning says so; with a server that never answers, that a run and `wandb-sync` give up on it
-//! within seconds.
+//! within seconds. With `logging.completions`, that each row's samples arrive as a table file in
+//! the SDK's format (and, where the `wandb` package is installed, that it equals the SDK's own).
 use crate::common;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -19,12 +20,16 @@ const KEY: &str = "test-key-0123456789";
 
 #[derive(Debug, Clone)]
 struct Req {
+    method: String,
     path: String,
     auth: Option<String>,
+    headers: Vec<(String, String)>,
     body: Value,
+    raw: Vec<u8>,
 }
 
-/// A W&B stand-in: answers `upsertBucket` like the real server and records every request.
+/// A W&B stand-in: answers `upsertBucket` and `createRunFiles` like the real server, takes
+/// file uploads (PUT to the upload URL it handed out), and records every request.
 struct Mock {
     url: String,
     reqs: Arc<Mutex<Vec<Req>>>,
@@ -35,18 +40,23 @@ struct Mock {
 impl Mock {
     /// `status` is what every request gets (401 to reject the key).
     fn start(status: u16) -> Mock {
+        Mock::start_with(status, false)
+    }
+
+    /// Like [`Mock::start`]; with `refuse_uploads`, `createRunFiles` answers a GraphQL error.
+    fn start_with(status: u16, refuse_uploads: bool) -> Mock {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
         listener.set_nonblocking(true).unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let reqs = Arc::new(Mutex::new(vec![]));
         let stop = Arc::new(AtomicBool::new(false));
-        let (r, s) = (reqs.clone(), stop.clone());
+        let (r, s, base) = (reqs.clone(), stop.clone(), url.clone());
         let handle = std::thread::spawn(move || {
             // Bounded: the test stops it, and it gives up on its own after 15 minutes.
             let deadline = Instant::now() + Duration::from_secs(900);
             while !s.load(Ordering::SeqCst) && Instant::now() < deadline {
                 match listener.accept() {
-                    Ok((stream, _)) => serve(stream, status, &r),
+                    Ok((stream, _)) => serve(stream, status, &r, &base, refuse_uploads),
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         std::thread::sleep(Duration::from_millis(10))
                     }
@@ -72,7 +82,7 @@ impl Mock {
 }
 
 /// One request per connection (answered with `Connection: close`).
-fn serve(stream: TcpStream, status: u16, reqs: &Mutex<Vec<Req>>) {
+fn serve(stream: TcpStream, status: u16, reqs: &Mutex<Vec<Req>>, base: &str, refuse_uploads: bool) {
     stream.set_nonblocking(false).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -82,14 +92,16 @@ fn serve(stream: TcpStream, status: u16, reqs: &Mutex<Vec<Req>>) {
     if reader.read_line(&mut line).unwrap_or(0) == 0 {
         return;
     }
+    let method = line.split_whitespace().next().unwrap_or("").to_string();
     let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-    let (mut len, mut auth) = (0usize, None);
+    let (mut len, mut auth, mut headers) = (0usize, None, vec![]);
     loop {
         let mut h = String::new();
         if reader.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
             break;
         }
         if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
             match k.trim().to_ascii_lowercase().as_str() {
                 "content-length" => len = v.trim().parse().unwrap_or(0),
                 "authorization" => auth = Some(v.trim().to_string()),
@@ -97,11 +109,30 @@ fn serve(stream: TcpStream, status: u16, reqs: &Mutex<Vec<Req>>) {
             }
         }
     }
-    let mut body = vec![0u8; len];
-    reader.read_exact(&mut body).unwrap();
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut raw = vec![0u8; len];
+    reader.read_exact(&mut raw).unwrap();
+    let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+    let query = body["query"].as_str().unwrap_or("");
     let answer = if status != 200 {
         r#"{"errors":[{"message":"invalid api key"}]}"#.to_string()
+    } else if path == "/graphql" && query.contains("createRunFiles") && refuse_uploads {
+        r#"{"errors":[{"message":"storage quota exceeded"}]}"#.to_string()
+    } else if path == "/graphql" && query.contains("createRunFiles") {
+        // Upload URLs on this server (a stand-in for signed storage URLs) and a header the
+        // upload must carry.
+        let files: Vec<Value> = body["variables"]["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let name = f.as_str().unwrap();
+                serde_json::json!({"name": name, "uploadUrl": format!("{base}/upload/{name}")})
+            })
+            .collect();
+        serde_json::json!({"data": {"createRunFiles": {
+            "runID": "UnVuOjE=", "uploadHeaders": ["X-Upload-Test:yes"], "files": files
+        }}})
+        .to_string()
     } else if path == "/graphql" {
         let v = &body["variables"];
         let entity = v["entity"].as_str().unwrap_or("default-entity");
@@ -113,7 +144,14 @@ fn serve(stream: TcpStream, status: u16, reqs: &Mutex<Vec<Req>>) {
     } else {
         "{}".to_string()
     };
-    reqs.lock().unwrap().push(Req { path, auth, body });
+    reqs.lock().unwrap().push(Req {
+        method,
+        path,
+        auth,
+        headers,
+        body,
+        raw,
+    });
     let mut out = stream;
     let _ = write!(
         out,
@@ -525,4 +563,253 @@ fn a_silent_server_costs_seconds_not_minutes() {
     assert!(took < Duration::from_secs(20), "wandb-sync took {took:?}");
     eprintln!("wandb-sync against a silent server failed after {took:?}");
     drop(listener);
+}
+
+/// The completions tables in `reqs`: for each history row with a `completions` value, the
+/// value, the createRunFiles request that asked for its upload URL, and the uploaded bytes.
+fn tables(reqs: &[Req]) -> Vec<(u64, Value, Vec<u8>)> {
+    let mut out = vec![];
+    for r in reqs {
+        let Some(h) = r.body["files"].get("wandb-history.jsonl") else {
+            continue;
+        };
+        for line in h["content"].as_array().unwrap() {
+            let row: Value = serde_json::from_str(line.as_str().unwrap()).unwrap();
+            let Some(v) = row.get("completions") else {
+                continue;
+            };
+            let path = v["path"].as_str().unwrap();
+            // The upload URL was asked for this run file, and the file was PUT there before
+            // the row that names it was streamed.
+            let at = |want: &dyn Fn(&Req) -> bool| reqs.iter().position(want);
+            let asked = at(&|q: &Req| {
+                q.body["query"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("createRunFiles"))
+                    && q.body["variables"]["files"] == serde_json::json!([path])
+            })
+            .expect("createRunFiles for the table");
+            let put = at(&|q: &Req| q.method == "PUT" && q.path == format!("/upload/{path}"))
+                .expect("the table file uploaded");
+            let streamed = at(&|q: &Req| std::ptr::eq(q, r)).unwrap();
+            assert!(asked < put && put < streamed, "ask, upload, then stream");
+            let put = &reqs[put];
+            assert!(put
+                .headers
+                .contains(&("x-upload-test".to_string(), "yes".to_string())));
+            assert_eq!(put.auth, None, "no W&B key to a storage URL");
+            let uploaded = r.body["uploaded"]
+                .as_array()
+                .expect("uploaded files listed");
+            assert!(
+                uploaded.contains(&v["path"]),
+                "the stream says it was uploaded"
+            );
+            out.push((row["_step"].as_u64().unwrap(), v.clone(), put.raw.clone()));
+        }
+    }
+    out
+}
+
+/// Checks the tables against `completions.jsonl` and the metrics rows: one per row, holding
+/// that row's window's samples, in the SDK's table-file format.
+fn check_tables(reqs: &[Req], out: &Path) {
+    use sha2::{Digest, Sha256};
+    let samples: Vec<Value> = std::fs::read_to_string(out.join("completions.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let steps: Vec<u64> = metrics(out)
+        .iter()
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect();
+    let tables = tables(reqs);
+    assert_eq!(
+        tables.iter().map(|t| t.0).collect::<Vec<_>>(),
+        steps,
+        "a table with every row"
+    );
+    let mut prev = 0;
+    for (step, v, bytes) in &tables {
+        let sha = format!("{:x}", Sha256::digest(bytes));
+        assert_eq!(v["_type"], "table-file");
+        assert_eq!(v["sha256"], sha.as_str());
+        assert_eq!(v["size"].as_u64().unwrap() as usize, bytes.len());
+        assert_eq!(
+            v["path"],
+            format!("media/table/completions_{step}_{}.table.json", &sha[..20]).as_str()
+        );
+        let table: Value = serde_json::from_slice(bytes).expect("table JSON");
+        let window: Vec<&Value> = samples
+            .iter()
+            .filter(|s| (prev + 1..=*step).contains(&s["step"].as_u64().unwrap()))
+            .collect();
+        prev = *step;
+        assert!(!window.is_empty());
+        let terms: Vec<&String> = window[0]["terms"].as_object().unwrap().keys().collect();
+        let mut cols = vec!["step", "turn", "prompt", "agent_0", "agent_1", "reward"]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+        cols.extend(terms.iter().map(|t| format!("reward/{t}")));
+        for i in 0..2 {
+            cols.push(format!("agent_{i}/return"));
+            cols.push(format!("agent_{i}/advantage"));
+        }
+        assert_eq!(table["columns"], serde_json::json!(cols));
+        assert_eq!(v["ncols"].as_u64().unwrap() as usize, cols.len());
+        assert_eq!(v["nrows"].as_u64().unwrap() as usize, window.len());
+        let data = table["data"].as_array().unwrap();
+        assert_eq!(data.len(), window.len());
+        for (row, s) in data.iter().zip(&window) {
+            let mut want = vec![s["step"].clone(), s["turn"].clone(), s["prompt"].clone()];
+            want.extend(s["completions"].as_array().unwrap().iter().cloned());
+            want.push(s["reward"].clone());
+            want.extend(terms.iter().map(|t| s["terms"][t.as_str()].clone()));
+            for i in 0..2 {
+                want.push(s["returns"][i].clone());
+                want.push(s["advantages"][i].clone());
+            }
+            assert_eq!(row, &Value::Array(want));
+        }
+    }
+}
+
+#[test]
+fn sampled_completions_go_to_wandb_as_tables_live_and_by_wandb_sync() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mock = Mock::start(200);
+    let (ok, stderr) = train(
+        &out,
+        &["--wandb", "--set", "logging.completions=3"],
+        &mock.url,
+        tmp.path(),
+    );
+    let reqs = mock.finish();
+    assert!(ok, "{stderr}");
+    assert!(!stderr.contains("warning: W&B"), "{stderr}");
+    check_tables(&reqs, &out);
+    // The W&B key goes to the W&B server only (the upload went to a storage URL without it).
+    let expected_auth = format!("Basic {}", b64(format!("api:{KEY}").as_bytes()));
+    assert!(reqs
+        .iter()
+        .filter(|r| r.method == "POST")
+        .all(|r| r.auth.as_deref() == Some(&expected_auth)));
+
+    // `wandb-sync` of the finished run sends the tables from completions.jsonl.
+    let mock = Mock::start(200);
+    let (ok, stderr) = wandb_comlrl(
+        &["wandb-sync", out.to_str().unwrap()],
+        &mock.url,
+        tmp.path(),
+    );
+    let synced = mock.finish();
+    assert!(ok, "{stderr}");
+    check_tables(&synced, &out);
+    // (Not byte for byte the live files: serde_json reads some floats back from
+    // completions.jsonl one ulp off, so a hash may differ; the values are checked above.)
+    assert_eq!(tables(&synced).len(), tables(&reqs).len());
+}
+
+#[test]
+fn a_refused_table_upload_warns_once_and_training_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mock = Mock::start_with(200, true);
+    let (ok, stderr) = train(
+        &out,
+        &["--wandb", "--quiet", "--set", "logging.completions=2"],
+        &mock.url,
+        tmp.path(),
+    );
+    let reqs = mock.finish();
+    assert!(ok, "training must finish: {stderr}");
+    let warnings: Vec<&str> = w_and_b_lines(&stderr)
+        .into_iter()
+        .filter(|l| l.starts_with("warning"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one W&B warning: {stderr}");
+    assert!(
+        warnings[0].contains("storage quota exceeded") && warnings[0].contains("wandb-sync"),
+        "{}",
+        warnings[0]
+    );
+    assert!(!reqs.iter().any(|r| r.method == "PUT"));
+    let steps: Vec<u64> = metrics(&out)
+        .iter()
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [2, 4, 6, 8, 10], "metrics.jsonl is complete");
+}
+
+/// Where the `wandb` Python SDK is installed: the table file comlrl uploads is byte for byte the
+/// one the SDK writes for the same `wandb.Table`, and the history value has the same fields
+/// (less the artifact references comlrl does not make).
+#[test]
+fn the_table_file_is_the_wandb_sdks() {
+    let Some(py) = common::python_with(&["wandb"]) else {
+        return;
+    };
+    use comlrl::track::wandb_table::{completions_table, table_file};
+    let samples = vec![
+        serde_json::json!({"step": 7, "turn": 1, "prompt": "Say \"hi\"\nin two lines: é ✓",
+            "completions": ["hi\nthere", "日本語 😀"], "reward": 0.30000001192092896,
+            "terms": {"len_ratio": 1.0, "b": -2.5e-7}, "returns": [0.1, 12.0],
+            "advantages": [-1.1849894523620605, null]}),
+        serde_json::json!({"step": 8, "turn": 2, "prompt": "", "completions": ["", "x"],
+            "reward": 45.11667251586914, "terms": {"len_ratio": 0.0, "b": 3.0},
+            "returns": [0.0, 1e20], "advantages": [0.5, 0.25]}),
+    ];
+    let ours = table_file("completions", 8, &completions_table(&samples));
+    let tmp = tempfile::tempdir().unwrap();
+    let script = r#"
+import json, sys, wandb
+from wandb.sdk.data_types.utils import val_to_json
+t = json.loads(sys.stdin.read())
+run = wandb.init(project="p", mode="offline", dir=sys.argv[1])
+table = wandb.Table(columns=t["columns"], data=t["data"])
+v = val_to_json(run, "completions", table, namespace=8)
+data = open(run.dir + "/" + v["path"], "rb").read()
+run.finish()
+print(json.dumps({"value": v, "file": data.decode("utf-8")}))
+"#;
+    let mut child = std::process::Command::new(&py)
+        .args(["-c", script, tmp.path().to_str().unwrap()])
+        .env("WANDB_SILENT", "true")
+        .env("WANDB_MODE", "offline")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&completions_table(&samples).to_string().into_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sdk: Value = serde_json::from_slice(
+        out.stdout
+            .split(|&b| b == b'\n')
+            .rfind(|l| !l.is_empty())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        sdk["file"].as_str().unwrap(),
+        String::from_utf8(ours.bytes.clone()).unwrap(),
+        "the table file"
+    );
+    let mut v = sdk["value"].as_object().unwrap().clone();
+    v.remove("artifact_path");
+    v.remove("_latest_artifact_path");
+    assert_eq!(Value::Object(v), ours.value, "the history value");
 }

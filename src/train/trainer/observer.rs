@@ -15,9 +15,15 @@ pub trait Observer {
     /// A note or warning for the user.
     fn message(&mut self, _msg: &str) {}
     /// A metrics row was written to metrics.jsonl, with texts logged beside it (`(tag,
-    /// markdown)`: the sampled completions of `logging.completions`, else none); trackers
-    /// forward them.
-    fn metrics(&mut self, _row: &crate::metrics::Row, _texts: &[(String, String)]) {}
+    /// markdown)`: the sampled completions of `logging.completions`, else none) and the same
+    /// samples as their `completions.jsonl` lines; trackers forward them.
+    fn metrics(
+        &mut self,
+        _row: &crate::metrics::Row,
+        _texts: &[(String, String)],
+        _samples: &[serde_json::Value],
+    ) {
+    }
     /// The run ended: `ok` is false when it failed.
     fn finished(&mut self, _ok: bool) {}
 }

@@ -406,16 +406,16 @@ impl Loop<'_> {
                 sink.write(&row)?;
                 let names = &self.rewards.names;
                 let kept = &state.window.samples;
-                let mut texts = vec![];
+                let (mut texts, mut lines) = (vec![], vec![]);
                 if let Some(file) = samples {
-                    let lines: Vec<_> = kept.iter().map(|x| x.to_json(names)).collect();
+                    lines = kept.iter().map(|x| x.to_json(names)).collect();
                     file.write(&lines)?;
                     if !kept.is_empty() {
                         let md: Vec<String> = kept.iter().map(|x| x.to_markdown(names)).collect();
                         texts.push(("completions".to_string(), md.join("\n---\n\n")));
                     }
                 }
-                obs.metrics(&row, &texts);
+                obs.metrics(&row, &texts, &lines);
             }
             state.window = self.settings.new_window(self.rewards.names.len());
         }
@@ -451,7 +451,7 @@ impl Loop<'_> {
         if let Some(sink) = sink {
             sink.write(&row)?;
             state.metrics_rows = sink.rows;
-            obs.metrics(&row, &[]);
+            obs.metrics(&row, &[], &[]);
         }
         Ok(())
     }

@@ -119,3 +119,15 @@ pub fn resume_matches<S: AsRef<str>>(a: &Path, b: &Path, sets: &[S]) {
         );
     }
 }
+
+/// An observer that raises the trainer's interrupt flag (`.1`, from `Trainer::interrupt_flag`)
+/// when step `.0` finishes: an in-process run stopped there, as by Ctrl-C.
+pub struct StopAt(pub usize, pub std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl comlrl::train::Observer for StopAt {
+    fn step(&mut self, step: usize, _: f64, _: f64) {
+        if step == self.0 {
+            self.1.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}

@@ -10,11 +10,9 @@ use comlrl::model::grad::recompute::weighted_logprob_grads;
 use comlrl::model::io::peft::Adapter;
 use comlrl::model::{completion_logprobs, LoadOptions, Mode, ModelSource, Policy, ScoreLayout};
 use comlrl::train::optim::{AdamW, AdamWConfig};
-use comlrl::train::Observer;
+use common::tiny_run::StopAt;
 use common::tiny_run::*;
 use common::*;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 fn spec() -> LoraSpec {
     LoraSpec {
@@ -172,16 +170,6 @@ fn agents_on_one_base_sample_as_agents_alone_with_shared_copies() {
         p1.weights_changed().unwrap();
         p2.weights_changed().unwrap();
         assert_eq!(sample(&p2), want, "{sampling_dtype:?}: after a release");
-    }
-}
-
-struct StopAt(usize, Arc<AtomicBool>);
-
-impl Observer for StopAt {
-    fn step(&mut self, step: usize, _: f64, _: f64) {
-        if step == self.0 {
-            self.1.store(true, Ordering::SeqCst);
-        }
     }
 }
 

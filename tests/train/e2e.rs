@@ -1,12 +1,11 @@
 //! End-to-end training on the tiny scenario: learning, reproducibility, resume after an
 //! interruption or Ctrl-C, evaluation rows, the KL penalty, and multi-turn transitions.
 use crate::common;
-use comlrl::train::{Observer, Trainer};
+use comlrl::train::Trainer;
+use common::tiny_run::StopAt;
 use common::tiny_run::{finish, load_small, resume_matches, signal, small, steps, wait_rows};
 use common::*;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// Per-epoch mean rewards of the quick start (`scenarios/story_len_ratio_tiny.yaml` exactly as
 /// shipped, but for the seed and the output directory).
@@ -125,16 +124,6 @@ fn interrupted_and_resumed_run_matches_uninterrupted() {
     );
     // Odd step, mid rollout buffer: the buffered rollout is in the checkpoint.
     resume_matches(&a, &b, &extra);
-}
-
-struct StopAt(usize, Arc<AtomicBool>);
-
-impl Observer for StopAt {
-    fn step(&mut self, step: usize, _: f64, _: f64) {
-        if step == self.0 {
-            self.1.store(true, Ordering::SeqCst);
-        }
-    }
 }
 
 #[test]

@@ -4,13 +4,12 @@
 //! reading (V or Q) changes what the actors learn, and an interrupted run resumed from its
 //! checkpoint ends with the same metrics, agents and critics as an uninterrupted one.
 use crate::common;
-use comlrl::train::{Observer, Trainer};
+use comlrl::train::Trainer;
 use common::metrics;
 use common::metrics_without_timing;
 use common::tiny_run::load_small;
+use common::tiny_run::StopAt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// IAC with two generations, a buffer of 3 in mini-batches of 2 (two critic and actor steps a
 /// round; an epoch of 10 prompts ends mid-buffer), a checkpoint every 4 steps.
@@ -95,16 +94,6 @@ fn iac_trains_agents_and_critics_and_saves_both() {
             != read(&q, "models/agent_0/model.safetensors"),
         "the critic's type did not change what agent 0 learned"
     );
-}
-
-struct StopAt(usize, Arc<AtomicBool>);
-
-impl Observer for StopAt {
-    fn step(&mut self, step: usize, _: f64, _: f64) {
-        if step == self.0 {
-            self.1.store(true, Ordering::SeqCst);
-        }
-    }
 }
 
 #[test]

@@ -5,13 +5,12 @@
 //! interrupted run resumed from its checkpoint ends with the same metrics, agents and critic as
 //! an uninterrupted one.
 use crate::common;
-use comlrl::train::{Observer, Trainer};
+use comlrl::train::Trainer;
 use common::metrics;
 use common::metrics_without_timing;
 use common::tiny_run::load_small;
+use common::tiny_run::StopAt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// MAAC with two generations, a buffer of 3 in mini-batches of 2 (two critic and actor steps a
 /// round; an epoch of 10 prompts ends mid-buffer), a checkpoint every 4 steps.
@@ -98,16 +97,6 @@ fn maac_trains_agents_and_one_critic_and_saves_both() {
         fixed.map(|s| 2 * s),
         "N = 2 critic steps per mini-batch"
     );
-}
-
-struct StopAt(usize, Arc<AtomicBool>);
-
-impl Observer for StopAt {
-    fn step(&mut self, step: usize, _: f64, _: f64) {
-        if step == self.0 {
-            self.1.store(true, Ordering::SeqCst);
-        }
-    }
 }
 
 #[test]

@@ -4,11 +4,10 @@
 //! checkpoint holds the set, and a run interrupted in either epoch resumes to the same metrics
 //! and weights as an uninterrupted one (the set is restored, never sampled again).
 use crate::common;
-use comlrl::train::{Observer, Trainer};
+use comlrl::train::Trainer;
+use common::tiny_run::StopAt;
 use common::tiny_run::{load_small, metrics_without_timing, resume_matches, small};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 const MADPO: [&str; 4] = [
     "trainer.algorithm=madpo",
@@ -63,16 +62,6 @@ fn a_short_run_builds_its_set_then_trains_on_it() {
     let loss = |r: &serde_json::Value| r["agent_0/loss"].as_f64().unwrap();
     assert!(loss(&rows[1]) < loss(&rows[0]), "{rows:?}");
     assert!(out.join("models/agent_1/model.safetensors").is_file());
-}
-
-struct StopAt(usize, Arc<AtomicBool>);
-
-impl Observer for StopAt {
-    fn step(&mut self, step: usize, _: f64, _: f64) {
-        if step == self.0 {
-            self.1.store(true, Ordering::SeqCst);
-        }
-    }
 }
 
 #[test]

@@ -6,11 +6,10 @@
 //! model; and a run interrupted in either epoch resumes to the same metrics and weights as an
 //! uninterrupted one (never sampling the set or training the model again).
 use crate::common;
-use comlrl::train::{Observer, Trainer};
+use comlrl::train::Trainer;
+use common::tiny_run::StopAt;
 use common::tiny_run::{load_small, metrics_without_timing, resume_matches, small};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 const MARLHF: [&str; 6] = [
     "trainer.algorithm=marlhf",
@@ -100,16 +99,6 @@ fn a_run_learns_its_reward_model_then_trains_against_it() {
         );
     }
     assert!(out.join("models/agent_1/model.safetensors").is_file());
-}
-
-struct StopAt(usize, Arc<AtomicBool>);
-
-impl Observer for StopAt {
-    fn step(&mut self, step: usize, _: f64, _: f64) {
-        if step == self.0 {
-            self.1.store(true, Ordering::SeqCst);
-        }
-    }
 }
 
 #[test]

@@ -5,11 +5,10 @@ use crate::common;
 use candle_core::{Device, Tensor, Var};
 use comlrl::train::optim::moments::{Moments, StateDtype};
 use comlrl::train::optim::{AdamW, AdamWConfig};
-use comlrl::train::{Observer, Trainer};
+use comlrl::train::Trainer;
+use common::tiny_run::StopAt;
 use common::tiny_run::{load_small, resume_matches, small};
 use common::*;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// `steps` AdamW steps on sum((p - target)²) / 2 over `n` elements (gradient p − target, plus
 /// a fixed pseudo-random wobble so the moments see noisy gradients); returns the parameters
@@ -98,16 +97,6 @@ fn bf16_state_is_half_the_bytes() {
     );
     let m = opt.params[0].m.lock().unwrap();
     assert!(matches!(&*m, Moments::Bf16(v) if v.len() == 10));
-}
-
-struct StopAt(usize, Arc<AtomicBool>);
-
-impl Observer for StopAt {
-    fn step(&mut self, step: usize, _: f64, _: f64) {
-        if step == self.0 {
-            self.1.store(true, Ordering::SeqCst);
-        }
-    }
 }
 
 /// Runs the small scenario with `sets` into `out` and interrupts it after step 7.

@@ -129,3 +129,42 @@ fn an_interrupted_marlhf_run_resumes_to_the_same_end() {
         );
     }
 }
+
+#[test]
+fn marlhf_trains_online_with_an_actor_critic_against_its_reward_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    // CoMLRL's `rl_algorithm: iac | maac`: the critics train on the reward model's scores.
+    for (alg, critic_dir) in [("iac", "critic_1"), ("maac", "critic")] {
+        let out = tmp.path().join(alg);
+        let mut sets = MARLHF.to_vec();
+        let rl = format!("preference.rl_algorithm={alg}");
+        sets.extend(["logging.steps=10", rl.as_str()]);
+        let (ok, _, err) = small(&out, &sets).output().parts();
+        assert!(ok, "{alg}: {err}");
+        let rows = metrics_without_timing(&out);
+        assert_eq!(rows.len(), 2, "{alg}: {rows:?}");
+        let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        assert!(f(&rows[0], "agent_0/reward_model_accuracy").is_finite());
+        assert!(
+            rows[0].get("agent_0/value_loss").is_none(),
+            "{alg}: {}",
+            rows[0]
+        );
+        for a in 0..2 {
+            let v = f(&rows[1], &format!("agent_{a}/value_loss"));
+            assert!(v.is_finite() && v >= 0.0, "{alg}: {}", rows[1]);
+        }
+        // The online epoch's rewards are the reward model's, not the task's.
+        let task = 100.0 * f(&rows[1], "reward/len_ratio");
+        assert!((f(&rows[1], "reward_mean") - task).abs() > 1e-3, "{alg}");
+        for dir in [critic_dir, "reward_model", "agent_1"] {
+            assert!(
+                out.join("models")
+                    .join(dir)
+                    .join("model.safetensors")
+                    .is_file(),
+                "{alg}: {dir}"
+            );
+        }
+    }
+}

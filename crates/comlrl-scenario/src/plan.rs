@@ -237,9 +237,9 @@ pub enum RlAlgorithm {
     Marloo,
     /// MAReMax (`advantage_mode: max`).
     Maremax,
-    /// IAC (CoMLRL 1.4.3 allows it; not ported under MARLHF yet: an error).
+    /// IAC: a critic per agent (`trainer.critic`).
     Iac,
-    /// MAAC (as `Iac`).
+    /// MAAC: one central critic (`trainer.critic`).
     Maac,
 }
 

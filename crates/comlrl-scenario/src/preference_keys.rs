@@ -94,10 +94,11 @@ section! {
             why "the fix (CoMLRL 1.4.3 drops the last token)", only Only::Preference;
         /// MARLHF's online algorithm against the frozen reward model (CoMLRL `rl_algorithm`):
         /// `magrpo`, `mareinforce`, `marloo`, `maremax` (MAGRPO with that `advantage_mode`,
-        /// which `trainer.advantage_mode` then must not contradict). `iac` and `maac` are
-        /// CoMLRL's too and not ported under MARLHF yet: an error.
+        /// which `trainer.advantage_mode` then must not contradict), or the actor-critics `iac`
+        /// and `maac`, whose critic is `trainer.critic` (the trainer's other defaults stay
+        /// MARLHF's, as CoMLRL passes its own config's values to the actor-critic trainer).
         rl_algorithm: RlAlgorithm = RlAlgorithm::Magrpo,
-            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax`", why "CoMLRL",
+            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `iac` \\| `maac`", why "CoMLRL",
             only Only::Marlhf;
         /// The reward model's AdamW learning rate (CoMLRL `reward_learning_rate`; constant, no
         /// schedule, no clipping, and torch's AdamW defaults for the rest — betas 0.9 / 0.999,
@@ -267,15 +268,14 @@ pub(crate) fn resolve(
 /// trainer's (a different one written there is an error, as for `algorithm: marloo`).
 fn resolve_marlhf(d: &mut Diags, p: &KeyPath, plan: &PreferencePlan, trainer: &mut TrainerPlan) {
     let Some(mode) = plan.rl_algorithm.advantage_mode() else {
-        d.invalid(
-            &p.key("rl_algorithm"),
-            format!(
-                "`{}` under MARLHF is not ported yet (CoMLRL 1.4.3 has it)",
-                plan.rl_algorithm.name()
-            ),
-            "use `magrpo`, `mareinforce`, `marloo` or `maremax`; `trainer.algorithm: iac` trains \
-             an actor-critic on the task reward",
-        );
+        // An actor-critic backend: its critic is `trainer.critic` (resolved with the trainer).
+        if trainer.critic.is_none() {
+            d.invalid(
+                &p.key("rl_algorithm"),
+                format!("`{}` needs `trainer.critic`", plan.rl_algorithm.name()),
+                "remove `trainer.critic`'s errors above",
+            );
+        }
         return;
     };
     if trainer.advantage_mode != AdvantageMode::Mean && trainer.advantage_mode != mode {

@@ -71,16 +71,27 @@ pub(crate) fn resolve(
     let raw_agents = agents::parse(d, top.agents);
     let raw_trainer: RawTrainer = optional(d, "trainer", top.trainer).unwrap_or_default();
     let generations_set = raw_trainer.num_generations.is_some();
+    let raw_preference: RawPreference =
+        optional(d, "preference", top.preference).unwrap_or_default();
+    // MARLHF's online actor-critic, whose critic the trainer's `critic` section configures.
+    let critic_for = match (raw_trainer.algorithm, raw_preference.rl_algorithm) {
+        (Some(crate::plan::Algorithm::Marlhf), Some(crate::plan::RlAlgorithm::Iac)) => {
+            Some(crate::plan::Algorithm::Iac)
+        }
+        (Some(crate::plan::Algorithm::Marlhf), Some(crate::plan::RlAlgorithm::Maac)) => {
+            Some(crate::plan::Algorithm::Maac)
+        }
+        _ => None,
+    };
     let num_agents = raw_agents.as_ref().map_or(DEFAULT_COUNT, Vec::len);
     let cx = TrainerContext {
         base: &base,
         opts,
         has_eval: dataset.as_ref().is_some_and(|ds| ds.eval.is_some()),
         num_agents,
+        critic_for,
     };
     let mut trainer = trainer::resolve(d, raw_trainer, &cx);
-    let raw_preference: RawPreference =
-        optional(d, "preference", top.preference).unwrap_or_default();
     let preference =
         preference_keys::resolve(d, &raw_preference, &mut trainer, generations_set, &base);
     let agents = raw_agents.map(|list| {

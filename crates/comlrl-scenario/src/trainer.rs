@@ -17,6 +17,9 @@ pub(crate) struct TrainerContext<'a> {
     pub opts: &'a LoadOptions,
     pub has_eval: bool,
     pub num_agents: usize,
+    /// The actor-critic algorithm MARLHF trains with online (`preference.rl_algorithm: iac`
+    /// or `maac` under `algorithm: marlhf`), whose critic the `critic` section configures.
+    pub critic_for: Option<crate::plan::Algorithm>,
 }
 
 impl crate::keys::SectionContext for TrainerContext<'_> {
@@ -115,8 +118,7 @@ fn check_preset(d: &mut Diags, p: &KeyPath, raw: &RawTrainer, t: &TrainerPlan) {
 /// The clipped ratio of re-used samples (`ppo_epochs`, `importance_level`, the clip keys):
 /// MAGRPO's family only, a ratio whenever a buffer is passed over more than once, and clip
 /// keys that only matter with a ratio.
-fn check_ratio(d: &mut Diags, p: &KeyPath, t: &TrainerPlan) {
-    let alg = t.algorithm;
+fn check_ratio(d: &mut Diags, p: &KeyPath, t: &TrainerPlan, alg: crate::plan::Algorithm) {
     // Set away from their defaults (the resolved scenario writes every key, so a written key
     // at its default says nothing).
     let written = [
@@ -193,7 +195,10 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
     if let Some(b) = crate::trainer_keys::group_size(t.algorithm, num_generations) {
         d.invalid(&at("num_generations"), b.message, b.hint);
     }
-    if t.algorithm.has_critic() {
+    // The algorithm that trains the agents online: MARLHF's actor-critic backend where it has
+    // one.
+    let online = cx.critic_for.unwrap_or(t.algorithm);
+    if online.has_critic() {
         crate::critic_keys::check_trainer(d, &p, &raw, &t);
     }
     // Under `madpo` a mini-batch is train_batch_size preference pairs, not buffered prompts.
@@ -202,7 +207,7 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
         d.warn(&at("train_batch_size"), format!("{train_batch_size} is larger than rollout_buffer_size ({rollout_buffer_size}); a mini-batch never holds more than the buffer, so this acts as {rollout_buffer_size}"));
     }
     check_preset(d, &p, &raw, &t);
-    check_ratio(d, &p, &t);
+    check_ratio(d, &p, &t, online);
     let fixed_mode = t.algorithm.fixed_advantage_mode();
     if let Some(fixed) = fixed_mode {
         // CoMLRL's MARLOOConfig(advantage_mode="mean") would quietly be MAGRPO under MARLOO's

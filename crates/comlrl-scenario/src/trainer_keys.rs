@@ -363,7 +363,7 @@ section! {
         /// below. Warned about and ignored under an algorithm without a critic.
         critic: RawCritic => Option<CriticPlan>, kind "mapping", shown "all defaults (`iac`, `maac`)",
             why "",
-            via |d, p, raw| crate::critic_keys::resolve(d, &p.key("critic"), raw, algorithm, cx.base),
+            via |d, p, raw| crate::critic_keys::resolve(d, &p.key("critic"), raw, cx.critic_for.unwrap_or(algorithm), cx.base),
             emit crate::critic_keys::to_raw;
     }
 }

@@ -24,17 +24,13 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorith
         A::Iac => Box::new(Iac::new(s, agents)?),
         // MARLHF trains online with its `rl_algorithm` against the reward model it learns
         // first: the MAGRPO family (the scenario crate has resolved `trainer.advantage_mode` to
-        // the one named).
+        // the one named) or an actor-critic (its critic resolved as `trainer.critic`).
         A::Marlhf => {
             use comlrl_scenario::RlAlgorithm as R;
             let online: Box<dyn Algorithm> = match s.preference.rl_algorithm {
                 R::Magrpo | R::Mareinforce | R::Marloo | R::Maremax => Box::new(Magrpo::new(s)),
-                R::Iac | R::Maac => {
-                    return Err(crate::error::Error::Config(format!(
-                        "preference.rl_algorithm: {} under marlhf is not ported yet",
-                        s.preference.rl_algorithm.name()
-                    )))
-                }
+                R::Iac => Box::new(Iac::new(s, agents)?),
+                R::Maac => Box::new(Maac::new(s, agents)?),
             };
             Box::new(Marlhf::new(s, agents, online)?)
         }

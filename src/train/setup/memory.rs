@@ -274,7 +274,7 @@ pub fn estimate(
         }
         // A separate critic (`trainer.critic`) beside the agent: its own model's parts. MAAC's
         // one critic (agent 0's model by default) is counted beside agent 0.
-        let maac = s.trainer.algorithm == comlrl_scenario::Algorithm::Maac;
+        let maac = one_critic(s);
         let critic = s
             .trainer
             .critic
@@ -379,6 +379,17 @@ fn share_bases(s: &Scenario, agents: &mut [AgentMemory]) {
     }
 }
 
+/// Whether the run trains MAAC's one central critic (`algorithm: maac`, or MARLHF online with
+/// `rl_algorithm: maac`).
+fn one_critic(s: &Scenario) -> bool {
+    use comlrl_scenario::{Algorithm as A, RlAlgorithm as R};
+    match s.trainer.algorithm {
+        A::Maac => true,
+        A::Marlhf => s.preference.rl_algorithm == R::Maac,
+        _ => false,
+    }
+}
+
 /// The settings of this scenario that would lower the estimate.
 fn remedies(s: &Scenario, n: usize) -> Vec<String> {
     let t = &s.trainer;
@@ -401,7 +412,7 @@ fn remedies(s: &Scenario, n: usize) -> Vec<String> {
     if t.kl_coef != 0.0 {
         out.push("`trainer.kl_coef: 0` (no frozen reference copy)".into());
     }
-    if t.algorithm == comlrl_scenario::Algorithm::Maac {
+    if one_critic(s) {
         out.push("a smaller `trainer.critic.model` (maac's one critic)".into());
     } else if t.critic.as_ref().is_some_and(|c| c.separate) {
         out.push(

@@ -176,6 +176,23 @@ fn marlhf_defaults_are_comlrls_and_its_generations_stay_the_online_ones() {
         assert_eq!(again.trainer, s.trainer);
         assert!(again.warnings.is_empty(), "{:?}", again.warnings);
     }
+    // CoMLRL's actor-critic backends: their critic is `trainer.critic`, resolved as under
+    // `iac` / `maac` themselves, and nothing warns.
+    for alg in ["iac", "maac"] {
+        let s = f.ok(
+            &marlhf(&format!(
+                "  critic: {{learning_rate: 1.0e-4}}\npreference:\n  rl_algorithm: {alg}\n"
+            )),
+            &[],
+        );
+        assert!(s.warnings.is_empty(), "{alg}: {:?}", s.warnings);
+        let c = s.trainer.critic.as_ref().expect("a critic");
+        assert_eq!(c.learning_rate, 1.0e-4);
+        assert_eq!(s.trainer.num_generations, 8, "MARLHF's, not IAC's default");
+        let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("reload");
+        assert_eq!(again.trainer, s.trainer);
+        assert!(again.warnings.is_empty(), "{:?}", again.warnings);
+    }
     // With normalization on (the default) a baseline other than the mean changes nothing,
     // which the scenario says.
     let s = f.ok(&marlhf("preference:\n  rl_algorithm: marloo\n"), &[]);
@@ -192,14 +209,14 @@ fn what_marlhf_cannot_run_is_an_error() {
     let f = Fixture::new();
     let cases: [(&str, &str, &str); 7] = [
         (
-            "preference:\n  rl_algorithm: iac\n",
-            "preference.rl_algorithm",
-            "not ported yet",
+            "  ppo_epochs: 2\npreference:\n  rl_algorithm: iac\n",
+            "trainer.ppo_epochs",
+            "`iac`",
         ),
         (
-            "preference:\n  rl_algorithm: maac\n",
-            "preference.rl_algorithm",
-            "not ported yet",
+            "  critic: {separate: false}\npreference:\n  rl_algorithm: maac\n",
+            "trainer.critic.separate",
+            "maac",
         ),
         (
             "  advantage_mode: rloo\npreference:\n  rl_algorithm: mareinforce\n",

@@ -194,50 +194,26 @@ fn sequence_weights_of(
     shape: LossShape,
     counted: &Counted,
 ) -> Result<Vec<Vec<f32>>> {
+    let factors = aggregation_factors(samples, shape, counted)?;
     let b = samples.len().max(1) as f64;
-    // Every sequence of the mini-batch, counted or not (TRL's batch dimension).
-    let n = samples
-        .iter()
-        .map(|s| s.completions.len())
-        .sum::<usize>()
-        .max(1) as f64;
-    let tokens: usize = samples
-        .iter()
-        .enumerate()
-        .flat_map(|(i, s)| {
-            s.completions
-                .iter()
-                .enumerate()
-                .filter(move |&(j, _)| counted.get(i, j))
-                .map(|(_, c)| c.len())
-        })
-        .sum();
-    if shape.aggregation == LossAggregation::Constant && shape.max_new_tokens == 0 {
-        return Err(crate::Error::Internal(
-            "loss_aggregation `constant` needs the agent's max_new_tokens".into(),
-        ));
-    }
     Ok(samples
         .iter()
-        .enumerate()
-        .map(|(i, s)| {
+        .zip(factors)
+        .map(|(s, f)| {
             let k = s.completions.len() as f64;
-            (0..s.completions.len())
-                .map(|j| {
+            f.iter()
+                .enumerate()
+                .map(|(j, &w)| {
                     let a = s.advantages.get(j).copied().unwrap_or(0.0);
-                    if !counted.get(i, j) || a == 0.0 {
+                    // A factor is 0 only for a completion the loss leaves out.
+                    if w == 0.0 || a == 0.0 {
                         return 0.0;
                     }
-                    let len = s.completions[j].len() as f64;
-                    let w = match shape.aggregation {
-                        LossAggregation::SequenceSum => {
-                            return (-(a as f64) * (1.0 / b) / k) as f32
-                        }
-                        LossAggregation::SequenceMean => 1.0 / (n * len),
-                        LossAggregation::TokenMean => 1.0 / tokens.max(1) as f64,
-                        LossAggregation::Constant => 1.0 / (n * shape.max_new_tokens as f64),
-                    };
-                    (-(a as f64) * w) as f32
+                    match shape.aggregation {
+                        // In this order: the bits MAGRPO's parity fixtures were made with.
+                        LossAggregation::SequenceSum => (-(a as f64) * (1.0 / b) / k) as f32,
+                        _ => (-(a as f64) * w) as f32,
+                    }
                 })
                 .collect()
         })

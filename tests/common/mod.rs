@@ -104,3 +104,30 @@ pub fn copy_model(from: &std::path::Path, to: &std::path::Path) {
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_comlrl"))
 }
+
+/// A tensor's elements as f64, whatever its dtype, flattened.
+pub fn as_f64s(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(candle_core::DType::F64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+/// Asserts `a` equals the reference `b` within 1e-5 relative (absolute where |b| < 1): the
+/// parity tests' tolerance against the Python originals' own numbers.
+pub fn close(what: &str, a: f64, b: f64) {
+    assert!(
+        (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+        "{what}: {a} vs {b}"
+    );
+}
+
+/// [`close`] for each element, the lengths equal.
+pub fn close_all(what: &str, a: &[f64], b: &[f64]) {
+    assert_eq!(a.len(), b.len(), "{what}: length");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        close(&format!("{what}[{i}]"), *x, *y);
+    }
+}

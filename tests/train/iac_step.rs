@@ -5,7 +5,7 @@
 //! advantages, every mini-batch's log-probs, values, actor and critic losses, and the weights
 //! after the round (actor, critic backbone, head) must agree, for a V and a Q critic.
 use crate::common;
-use candle_core::{DType, Tensor, Var};
+use candle_core::{Tensor, Var};
 use comlrl::model::grad::recompute::PassPlan;
 use comlrl::model::grad::value::ValueAt;
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy, ValueHead};
@@ -25,15 +25,6 @@ fn load() -> Policy {
     .unwrap()
 }
 
-fn f64s(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
-}
-
 fn nums(v: &serde_json::Value) -> Vec<f64> {
     v.as_array()
         .unwrap()
@@ -43,20 +34,6 @@ fn nums(v: &serde_json::Value) -> Vec<f64> {
 }
 
 /// |a − b| ≤ 1e-5 · max(|b|, 1): relative agreement, absolute near 0.
-fn close(what: &str, a: f64, b: f64) {
-    assert!(
-        (a - b).abs() <= 1e-5 * b.abs().max(1.0),
-        "{what}: {a} vs {b}"
-    );
-}
-
-fn close_all(what: &str, a: &[f64], b: &[f64]) {
-    assert_eq!(a.len(), b.len(), "{what}: length");
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        close(&format!("{what}[{i}]"), *x, *y);
-    }
-}
-
 fn snapshot(vars: &[(String, Var)]) -> HashMap<String, Tensor> {
     vars.iter()
         .map(|(n, v)| (n.clone(), v.as_tensor().copy().unwrap()))
@@ -124,19 +101,19 @@ fn one_update_round_matches_comlrl() {
         close_all(
             &format!("{key} V_old"),
             &old64,
-            &f64s(&t[&format!("{key}.old_values")]),
+            &as_f64s(&t[&format!("{key}.old_values")]),
         );
         let (adv, norm) = advantages(&rewards, &old, true);
         let as64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
         close_all(
             &format!("{key} advantages"),
             &as64(&adv),
-            &f64s(&t[&format!("{key}.advantages")]),
+            &as_f64s(&t[&format!("{key}.advantages")]),
         );
         close_all(
             &format!("{key} normalized advantages"),
             &as64(&norm),
-            &f64s(&t[&format!("{key}.normalized_advantages")]),
+            &as_f64s(&t[&format!("{key}.normalized_advantages")]),
         );
 
         // The update: each mini-batch's losses from the weights before its step, then AdamW.
@@ -191,8 +168,8 @@ fn one_update_round_matches_comlrl() {
         for (name, var) in critic.head.vars() {
             close_all(
                 &format!("{key} head {name} after"),
-                &f64s(var.as_tensor()),
-                &f64s(&t[&format!("{key}.after.head.{name}")]),
+                &as_f64s(var.as_tensor()),
+                &as_f64s(&t[&format!("{key}.after.head.{name}")]),
             );
         }
         for (which, named, before) in [
@@ -205,8 +182,8 @@ fn one_update_round_matches_comlrl() {
                 if let Some(want) = t.get(&format!("{key}.after.{which}.{name}")) {
                     close_all(
                         &format!("{key} {which} {name} after"),
-                        &f64s(var.as_tensor()),
-                        &f64s(want),
+                        &as_f64s(var.as_tensor()),
+                        &as_f64s(want),
                     );
                 }
                 let Some(want) = deltas.get(name) else {
@@ -222,9 +199,9 @@ fn one_update_round_matches_comlrl() {
                     // which the softmax ignores): AdamW's normalised step follows the noise.
                     continue;
                 }
-                let d: f64 = f64s(var.as_tensor())
+                let d: f64 = as_f64s(var.as_tensor())
                     .iter()
-                    .zip(f64s(&before[name]))
+                    .zip(as_f64s(&before[name]))
                     .map(|(a, b)| (a - b) * (a - b))
                     .sum::<f64>()
                     .sqrt();
@@ -301,9 +278,9 @@ fn a_shared_head_update_round_matches_comlrl() {
         close_all(
             &format!("{key} values at rollout"),
             &as64(&view.values(&all).unwrap()),
-            &f64s(&t[&format!("{key}.true_values")]),
+            &as_f64s(&t[&format!("{key}.true_values")]),
         );
-        let old: Vec<f32> = f64s(&t[&format!("{key}.old_values")])
+        let old: Vec<f32> = as_f64s(&t[&format!("{key}.old_values")])
             .iter()
             .map(|&x| x as f32)
             .collect();
@@ -311,12 +288,12 @@ fn a_shared_head_update_round_matches_comlrl() {
         close_all(
             &format!("{key} advantages"),
             &as64(&adv),
-            &f64s(&t[&format!("{key}.advantages")]),
+            &as_f64s(&t[&format!("{key}.advantages")]),
         );
         close_all(
             &format!("{key} normalized advantages"),
             &as64(&norm),
-            &f64s(&t[&format!("{key}.normalized_advantages")]),
+            &as_f64s(&t[&format!("{key}.normalized_advantages")]),
         );
         let mut clipped = 0;
         for (s, step) in case["steps"].as_array().unwrap().iter().enumerate() {
@@ -384,8 +361,8 @@ fn a_shared_head_update_round_matches_comlrl() {
         for (name, var) in head.vars() {
             close_all(
                 &format!("{key} head {name} after"),
-                &f64s(var.as_tensor()),
-                &f64s(&t[&format!("{key}.after.head.{name}")]),
+                &as_f64s(var.as_tensor()),
+                &as_f64s(&t[&format!("{key}.after.head.{name}")]),
             );
         }
         let deltas = case["update_delta_norms"]["actor"].as_object().unwrap();
@@ -394,16 +371,16 @@ fn a_shared_head_update_round_matches_comlrl() {
             if let Some(want) = t.get(&format!("{key}.after.actor.{name}")) {
                 close_all(
                     &format!("{key} actor {name} after"),
-                    &f64s(var.as_tensor()),
-                    &f64s(want),
+                    &as_f64s(var.as_tensor()),
+                    &as_f64s(want),
                 );
             }
             if name.ends_with("k_proj.bias") {
                 continue;
             }
-            let d: f64 = f64s(var.as_tensor())
+            let d: f64 = as_f64s(var.as_tensor())
                 .iter()
-                .zip(f64s(&before[name]))
+                .zip(as_f64s(&before[name]))
                 .map(|(a, b)| (a - b) * (a - b))
                 .sum::<f64>()
                 .sqrt();

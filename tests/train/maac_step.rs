@@ -6,7 +6,7 @@
 //! step's log-probs, values, actor and critic losses, and the weights after the round (both
 //! actors, critic backbone, head) must agree, for a V and a Q critic.
 use crate::common;
-use candle_core::{DType, Tensor, Var};
+use candle_core::{Tensor, Var};
 use comlrl::model::grad::recompute::PassPlan;
 use comlrl::model::grad::value::ValueAt;
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy, ValueHead};
@@ -29,15 +29,6 @@ fn load() -> Policy {
     .unwrap()
 }
 
-fn f64s(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
-}
-
 fn nums(v: &serde_json::Value) -> Vec<f64> {
     v.as_array()
         .unwrap()
@@ -47,20 +38,6 @@ fn nums(v: &serde_json::Value) -> Vec<f64> {
 }
 
 /// |a − b| ≤ 1e-5 · max(|b|, 1): relative agreement, absolute near 0.
-fn close(what: &str, a: f64, b: f64) {
-    assert!(
-        (a - b).abs() <= 1e-5 * b.abs().max(1.0),
-        "{what}: {a} vs {b}"
-    );
-}
-
-fn close_all(what: &str, a: &[f64], b: &[f64]) {
-    assert_eq!(a.len(), b.len(), "{what}: length");
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        close(&format!("{what}[{i}]"), *x, *y);
-    }
-}
-
 fn snapshot(vars: &[(String, Var)]) -> HashMap<String, Tensor> {
     vars.iter()
         .map(|(n, v)| (n.clone(), v.as_tensor().copy().unwrap()))
@@ -174,7 +151,7 @@ fn one_update_round_matches_comlrl() {
         close_all(
             &format!("{key} V_old"),
             &as64(&old),
-            &f64s(&t[&format!("{key}.old_values")]),
+            &as_f64s(&t[&format!("{key}.old_values")]),
         );
         let targets: Vec<Vec<f32>> = (0..2)
             .map(|a| buf.iter().map(|s| s.agents[a].returns[0]).collect())
@@ -187,12 +164,12 @@ fn one_update_round_matches_comlrl() {
             close_all(
                 &format!("{key} agent {a} advantages"),
                 &as64(raw),
-                &f64s(&t[&format!("{key}.agent{a}.advantages")]),
+                &as_f64s(&t[&format!("{key}.agent{a}.advantages")]),
             );
             close_all(
                 &format!("{key} agent {a} normalized advantages"),
                 &as64(norm),
-                &f64s(&t[&format!("{key}.agent{a}.normalized_advantages")]),
+                &as_f64s(&t[&format!("{key}.agent{a}.normalized_advantages")]),
             );
         }
 
@@ -260,8 +237,8 @@ fn one_update_round_matches_comlrl() {
         for (name, var) in central.critic.head.vars() {
             close_all(
                 &format!("{key} head {name} after"),
-                &f64s(var.as_tensor()),
-                &f64s(&t[&format!("{key}.after.head.{name}")]),
+                &as_f64s(var.as_tensor()),
+                &as_f64s(&t[&format!("{key}.after.head.{name}")]),
             );
         }
         let models = [
@@ -276,8 +253,8 @@ fn one_update_round_matches_comlrl() {
                 if let Some(want) = t.get(&format!("{key}.after.{which}.{name}")) {
                     close_all(
                         &format!("{key} {which} {name} after"),
-                        &f64s(var.as_tensor()),
-                        &f64s(want),
+                        &as_f64s(var.as_tensor()),
+                        &as_f64s(want),
                     );
                 }
                 let Some(want) = deltas.get(name) else {
@@ -293,9 +270,9 @@ fn one_update_round_matches_comlrl() {
                     // which the softmax ignores): AdamW's normalised step follows the noise.
                     continue;
                 }
-                let d: f64 = f64s(var.as_tensor())
+                let d: f64 = as_f64s(var.as_tensor())
                     .iter()
-                    .zip(f64s(&before[name]))
+                    .zip(as_f64s(&before[name]))
                     .map(|(a, b)| (a - b) * (a - b))
                     .sum::<f64>()
                     .sqrt();

@@ -5,7 +5,7 @@
 //! loser log-probs, the detached deltas, each agent's loss and gradients, and the weights after
 //! one AdamW step, within 1e-5 relative; with the fix (the default) the last token counts.
 use crate::common;
-use candle_core::{DType, Tensor, Var};
+use candle_core::{Tensor, Var};
 use comlrl::model::grad::recompute::PassPlan;
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy};
 use comlrl::train::algorithms::madpo::loss::{
@@ -28,30 +28,7 @@ fn load() -> Policy {
     .unwrap()
 }
 
-fn f64s(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
-}
-
 /// |a − b| ≤ 1e-5 · max(|b|, 1): relative agreement, absolute near 0.
-fn close(what: &str, a: f64, b: f64) {
-    assert!(
-        (a - b).abs() <= 1e-5 * b.abs().max(1.0),
-        "{what}: {a} vs {b}"
-    );
-}
-
-fn close_all(what: &str, a: &[f64], b: &[f64]) {
-    assert_eq!(a.len(), b.len(), "{what}: length");
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        close(&format!("{what}[{i}]"), *x, *y);
-    }
-}
-
 struct Fixture {
     meta: serde_json::Value,
     t: HashMap<String, Tensor>,
@@ -244,7 +221,7 @@ fn check_step(recompute: bool) {
         let norms = want["grad_norms"].as_object().unwrap();
         let mut sq = 0.0;
         for ((name, _), g) in named.iter().zip(&lg.grads) {
-            let g = f64s(
+            let g = as_f64s(
                 g.as_ref()
                     .unwrap_or_else(|| panic!("agent {a}: no gradient for {name}")),
             );
@@ -254,7 +231,7 @@ fn check_step(recompute: bool) {
                 close_all(
                     &format!("agent {a} grad {name}"),
                     &g,
-                    &f64s(&f.t[&format!("agent{a}.grad.{name}")]),
+                    &as_f64s(&f.t[&format!("agent{a}.grad.{name}")]),
                 );
             }
             if !name.ends_with("k_proj.bias") {
@@ -284,16 +261,16 @@ fn check_step(recompute: bool) {
             if let Some(w) = f.t.get(&format!("agent{a}.after.{name}")) {
                 close_all(
                     &format!("agent {a} {name} after"),
-                    &f64s(var.as_tensor()),
-                    &f64s(w),
+                    &as_f64s(var.as_tensor()),
+                    &as_f64s(w),
                 );
             }
             if name.ends_with("k_proj.bias") {
                 continue;
             }
-            let d: f64 = f64s(var.as_tensor())
+            let d: f64 = as_f64s(var.as_tensor())
                 .iter()
-                .zip(f64s(&before[name]))
+                .zip(as_f64s(&before[name]))
                 .map(|(x, y)| (x - y) * (x - y))
                 .sum::<f64>()
                 .sqrt();

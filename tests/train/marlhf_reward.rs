@@ -5,36 +5,13 @@
 //! weights after one step of the reward model's AdamW (the one a MARLHF run builds) must agree
 //! (1e-5 relative).
 use crate::common;
-use candle_core::{DType, Tensor, Var};
+use candle_core::{Tensor, Var};
 use comlrl::model::grad::recompute::PassPlan;
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy, ValueHead};
 use comlrl::train::algorithms::marlhf::reward_model::{joint_text, JointRewardModel};
 use comlrl::train::algorithms::marlhf::set::reward_adamw;
 use common::*;
 use std::collections::HashMap;
-
-fn f64s(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
-}
-
-fn close(what: &str, a: f64, b: f64) {
-    assert!(
-        (a - b).abs() <= 1e-5 * b.abs().max(1.0),
-        "{what}: {a} vs {b}"
-    );
-}
-
-fn close_all(what: &str, a: &[f64], b: &[f64]) {
-    assert_eq!(a.len(), b.len(), "{what}: length");
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        close(&format!("{what}[{i}]"), *x, *y);
-    }
-}
 
 fn strs(v: &serde_json::Value) -> Vec<&str> {
     v.as_array()
@@ -116,14 +93,14 @@ fn bradley_terry_step_matches_comlrl() {
     let norms = meta["grad_norms"].as_object().unwrap();
     let mut sq = 0.0;
     for ((name, _), g) in named.iter().zip(&bt.grads) {
-        let g = f64s(
+        let g = as_f64s(
             g.as_ref()
                 .unwrap_or_else(|| panic!("no gradient for {name}")),
         );
         let n2: f64 = g.iter().map(|x| x * x).sum();
         sq += n2;
         if let Some(want) = t.get(&format!("grad.{name}")) {
-            close_all(&format!("grad {name}"), &g, &f64s(want));
+            close_all(&format!("grad {name}"), &g, &as_f64s(want));
         }
         if !name.ends_with("k_proj.bias") {
             let want = norms[name].as_f64().unwrap();
@@ -156,13 +133,13 @@ fn bradley_terry_step_matches_comlrl() {
         if let Some(want) = t.get(&format!("after.{name}")) {
             close_all(
                 &format!("{name} after"),
-                &f64s(var.as_tensor()),
-                &f64s(want),
+                &as_f64s(var.as_tensor()),
+                &as_f64s(want),
             );
         }
-        let d: f64 = f64s(var.as_tensor())
+        let d: f64 = as_f64s(var.as_tensor())
             .iter()
-            .zip(f64s(&before[name]))
+            .zip(as_f64s(&before[name]))
             .map(|(x, y)| (x - y) * (x - y))
             .sum::<f64>()
             .sqrt();

@@ -188,3 +188,44 @@ fn a_diverging_critic_is_an_error_naming_agent_and_step() {
         "{msg}"
     );
 }
+
+#[test]
+fn compat_pad_cut_leaves_the_eos_out_of_the_actor_loss() {
+    // The story model stops its answers with EOS, which is also its pad token: CoMLRL's cut at
+    // the first pad leaves it out of the actor's loss, comlrl's default counts it. The same
+    // seed samples the same first buffer, so the first round's losses differ by the EOS terms.
+    let tmp = tempfile::tempdir().unwrap();
+    let story = format!(
+        "agents.model={}",
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("models/tiny-story")
+            .display()
+    );
+    let mut losses = vec![];
+    for cut in ["false", "true"] {
+        let out = tmp.path().join(cut);
+        let flag = format!("trainer.critic.compat_pad_cut={cut}");
+        let extra = [
+            story.as_str(),
+            "agents.max_new_tokens=64",
+            "logging.steps=3",
+            flag.as_str(),
+        ];
+        let s: Vec<&str> = IAC.iter().copied().chain(extra).collect();
+        let done = Trainer::new(load_small(&out, &s))
+            .unwrap()
+            .run(false, &mut ())
+            .unwrap();
+        assert_eq!(done.steps_done, 20);
+        let rows = metrics(&out);
+        let first = rows[0]["agent_0/loss"].as_f64().unwrap();
+        assert!(first.is_finite(), "{cut}: {}", rows[0]);
+        losses.push((
+            first,
+            rows[0]["agent_0/completion_length_mean"].as_f64().unwrap(),
+        ));
+    }
+    // The same completions were sampled; only the loss's tokens differ.
+    assert_eq!(losses[0].1, losses[1].1, "{losses:?}");
+    assert_ne!(losses[0].0, losses[1].0, "{losses:?}");
+}

@@ -78,6 +78,13 @@ section! {
         /// `true` reproduces CoMLRL.
         compat_critic_steps: bool = false, kind "bool",
             why "the fix (CoMLRL 1.4.3 steps the critic once per agent)";
+        /// CoMLRL 1.4.3's IAC and MAAC cut each sampled response at its first pad token before
+        /// the actor's loss, so wherever the tokenizer's pad is its EOS (Qwen2.5's; CoMLRL makes
+        /// it so for a tokenizer without one) the EOS never enters it and the agents are never
+        /// trained on when to stop. `false` (the fix): every sampled token counts, as in
+        /// comlrl's MAGRPO. `true` reproduces CoMLRL.
+        compat_pad_cut: bool = false, kind "bool",
+            why "the fix (CoMLRL 1.4.3 leaves a pad-equal EOS out of the actor's loss)";
     }
     resolved {
         /// The critic's causal LM, written as an agent's `model` (`builtin:tiny`, a local

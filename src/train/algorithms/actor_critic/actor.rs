@@ -19,6 +19,16 @@ pub struct ActorSample<'a> {
     pub advantage: f32,
 }
 
+/// The tokens of `completion` the actor's loss reads: all of them (comlrl, as its MAGRPO), or
+/// with `pad_cut` (CoMLRL 1.4.3's `trainer.critic.compat_pad_cut`) those before its first
+/// `pad` token, which leaves out the EOS wherever a tokenizer's pad is its EOS.
+pub fn trained_tokens(completion: &[u32], pad_cut: Option<u32>) -> Vec<u32> {
+    let end = pad_cut
+        .and_then(|pad| completion.iter().position(|&t| t == pad))
+        .unwrap_or(completion.len());
+    completion[..end].to_vec()
+}
+
 /// Forward + backward of the actor's loss over `samples` (the gradients of `vars`, in order),
 /// each sample its own pass, as `plan` says.
 pub fn actor_grads(
@@ -34,7 +44,11 @@ pub fn actor_grads(
         .map(|s| Group {
             prompt: s.prompt,
             completions: s.response,
-            rows: (0..s.response.len()).collect(),
+            // An empty response (CoMLRL's pad cut of an answer that is only its EOS) adds no
+            // term, but still counts in the mean's 1/B.
+            rows: (0..s.response.len())
+                .filter(|&r| !s.response[r].is_empty())
+                .collect(),
         })
         .collect();
     let loss = Weights {
@@ -61,5 +75,21 @@ impl SequenceLoss for Weights<'_> {
         let a = self.samples[group].advantage as f64;
         let adv = Tensor::full(a as f32, rows.len(), lp.device())?.to_dtype(lp.dtype())?;
         Ok(((lp.sum(1)? * adv)?.sum_all()?.neg()? * self.scale)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trained_tokens;
+
+    #[test]
+    fn the_pad_cut_leaves_out_the_first_pad_and_what_follows() {
+        // comlrl trains every sampled token, the EOS included.
+        assert_eq!(trained_tokens(&[5, 6, 0], None), [5, 6, 0]);
+        // CoMLRL cuts at the first pad: with pad = EOS (0 here) the EOS goes.
+        assert_eq!(trained_tokens(&[5, 6, 0], Some(0)), [5, 6]);
+        assert_eq!(trained_tokens(&[0], Some(0)), Vec::<u32>::new());
+        // A response cut off by max_new_tokens has no pad: nothing goes.
+        assert_eq!(trained_tokens(&[5, 6, 7], Some(0)), [5, 6, 7]);
     }
 }

@@ -19,7 +19,7 @@ pub mod critics;
 
 use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
-use crate::train::algorithms::actor_critic::actor::{actor_grads, ActorSample};
+use crate::train::algorithms::actor_critic::actor::{actor_grads, trained_tokens, ActorSample};
 use crate::train::algorithms::actor_critic::advantage::advantages;
 use crate::train::algorithms::actor_critic::critic::{self, Clip, Row};
 use crate::train::algorithms::actor_critic::targets::single_turn;
@@ -43,6 +43,9 @@ pub struct Iac {
     value_loss_coef: f64,
     /// A shared head's value clipping range (`None`: no clipping).
     value_clip: Option<f64>,
+    /// Cut each response at its first pad token before the actor's loss (CoMLRL's
+    /// `compat_pad_cut`).
+    compat_pad_cut: bool,
     /// Buffered nodes per mini-batch.
     batch: usize,
     /// Nodes per update round.
@@ -69,6 +72,7 @@ impl Iac {
             normalize: t.advantage_normalization,
             value_loss_coef: c.value_loss_coef,
             value_clip: c.value_clip_range,
+            compat_pad_cut: c.compat_pad_cut,
             batch: t.train_batch_size.max(1),
             buffer: t.rollout_buffer_size.max(1),
             read_rows: match t.micro_batch_size {
@@ -149,16 +153,21 @@ impl Iac {
             .chunks(per_batch)
             .enumerate()
         {
-            let samples: Vec<ActorSample> = idx
+            let pad_cut = self.compat_pad_cut.then_some(actor.pad_id);
+            let responses: Vec<Vec<u32>> = idx
                 .iter()
                 .map(|&j| {
                     let (n, g) = at[j];
-                    let a = &buffer[n].agents[i];
-                    ActorSample {
-                        prompt: &a.prompt_ids,
-                        response: std::slice::from_ref(&a.completions[g]),
-                        advantage: norm[j],
-                    }
+                    trained_tokens(&buffer[n].agents[i].completions[g], pad_cut)
+                })
+                .collect();
+            let samples: Vec<ActorSample> = idx
+                .iter()
+                .zip(&responses)
+                .map(|(&j, response)| ActorSample {
+                    prompt: &buffer[at[j].0].agents[i].prompt_ids,
+                    response: std::slice::from_ref(response),
+                    advantage: norm[j],
                 })
                 .collect();
             let step = learner.opt_steps() + 1;

@@ -27,7 +27,7 @@ pub mod joint;
 use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
 use crate::model::Policy;
-use crate::train::algorithms::actor_critic::actor::{actor_grads, ActorSample};
+use crate::train::algorithms::actor_critic::actor::{actor_grads, trained_tokens, ActorSample};
 use crate::train::algorithms::actor_critic::advantage::advantages;
 use crate::train::algorithms::actor_critic::critic::{check_ids, Row};
 use crate::train::algorithms::actor_critic::targets::single_turn;
@@ -63,6 +63,9 @@ pub struct Maac {
     recompute: bool,
     plan: PassPlan,
     central: Central,
+    /// Cut each response at its first pad token before the actor's loss (CoMLRL's
+    /// `compat_pad_cut`).
+    compat_pad_cut: bool,
 }
 
 impl Maac {
@@ -92,6 +95,7 @@ impl Maac {
             normalize: t.advantage_normalization,
             value_loss_coef: c.value_loss_coef,
             compat: c.compat_critic_steps,
+            compat_pad_cut: c.compat_pad_cut,
             q: c.r#type == CriticType::Q,
             batch: t.train_batch_size.max(1),
             buffer: t.rollout_buffer_size.max(1),
@@ -224,20 +228,23 @@ impl Algorithm for Maac {
             lr: &lr,
         };
         let steps = critic_round(&mut self.central, &rows, &targets, &batches, &how)?;
-        let (recompute, plan) = (self.recompute, self.plan);
+        let (recompute, plan, compat_pad_cut) = (self.recompute, self.plan, self.compat_pad_cut);
         round.each_agent(|learner| {
             let i = learner.index();
             let (a, norm) = &adv[i];
             for (b, idx) in batches.iter().enumerate() {
+                let pad_cut = compat_pad_cut.then_some(learner.policy().pad_id);
+                let responses: Vec<Vec<u32>> = idx
+                    .iter()
+                    .map(|&j| trained_tokens(&buffer[j / k].agents[i].completions[j % k], pad_cut))
+                    .collect();
                 let samples: Vec<ActorSample> = idx
                     .iter()
-                    .map(|&j| {
-                        let r = &buffer[j / k].agents[i];
-                        ActorSample {
-                            prompt: &r.prompt_ids,
-                            response: std::slice::from_ref(&r.completions[j % k]),
-                            advantage: norm[j],
-                        }
+                    .zip(&responses)
+                    .map(|(&j, response)| ActorSample {
+                        prompt: &buffer[j / k].agents[i].prompt_ids,
+                        response: std::slice::from_ref(response),
+                        advantage: norm[j],
                     })
                     .collect();
                 let step = learner.opt_steps() + 1;

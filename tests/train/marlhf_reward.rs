@@ -89,6 +89,18 @@ fn bradley_terry_step_matches_comlrl() {
         &nums("loser_scores"),
     );
     close("loss", bt.loss, meta["loss"].as_f64().unwrap());
+    // The online phase scores joint actions with the inference forward (no graph): the same
+    // scores as the training pass.
+    {
+        use comlrl::model::grad::value::{value_columns, values, ValueAt};
+        use comlrl::model::{Mode, ScoreLayout};
+        let m = &rm.policy;
+        let empty: Vec<&[u32]> = vec![&[]; w.len()];
+        let layout = ScoreLayout::new(&m.model, &w, &empty, m.pad_id).unwrap();
+        let cols = value_columns(&layout, ValueAt::PromptEnd).unwrap();
+        let v = values(&m.model, &rm.head, &layout, &cols, Mode::Infer).unwrap();
+        close_all("inference scores", &as_f64s(&v), &nums("winner_scores"));
+    }
     assert_eq!(bt.accuracy, 1.0, "both winners score higher here");
     let norms = meta["grad_norms"].as_object().unwrap();
     let mut sq = 0.0;

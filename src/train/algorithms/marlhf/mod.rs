@@ -22,9 +22,9 @@ pub mod reward_model;
 pub mod set;
 
 use crate::error::{Error, Result};
-use crate::model::grad::recompute::{value_forward, PassPlan};
-use crate::model::grad::value::{value_columns, ValueAt};
-use crate::model::{LoadOptions, Policy, RolloutCopies, ScoreLayout, ValueHead};
+use crate::model::grad::recompute::PassPlan;
+use crate::model::grad::value::{value_columns, values, ValueAt};
+use crate::model::{LoadOptions, Mode, Policy, RolloutCopies, ScoreLayout, ValueHead};
 use crate::train::algorithms::algorithm::Algorithm;
 use crate::train::algorithms::round::{AgentUpdate, Round};
 use crate::train::rollout::{Node, NodeSample};
@@ -153,8 +153,9 @@ impl Marlhf {
             let m = &self.rm.policy;
             let layout = ScoreLayout::new(&m.model, &refs, &empty, m.pad_id)?;
             let cols = value_columns(&layout, ValueAt::PromptEnd)?;
-            let pass = value_forward(&m.model, &self.rm.head, &layout, &cols, self.plan, None)?;
-            let v: Vec<f32> = pass.values().to_dtype(DType::F32)?.to_vec1()?;
+            // Scoring needs no graph: the inference forward, as a critic reads V_old.
+            let v = values(&m.model, &self.rm.head, &layout, &cols, Mode::Infer)?;
+            let v: Vec<f32> = v.to_dtype(DType::F32)?.to_vec1()?;
             out.extend(v);
         }
         if let Some(bad) = out.iter().find(|v| !v.is_finite()) {

@@ -129,16 +129,6 @@ impl Marlhf {
         })
     }
 
-    /// The collected preference set.
-    pub fn set(&self) -> &TextSet {
-        &self.set
-    }
-
-    /// How the reward model trained (`None`: not yet).
-    pub fn training(&self) -> Option<&RewardTraining> {
-        self.trained.as_ref()
-    }
-
     /// The reward model's score of each joint text (no gradient).
     pub fn score(&self, texts: &[String]) -> Result<Vec<f32>> {
         let rows = texts

@@ -272,3 +272,62 @@ fn an_adapter_run_saves_peft_directories_and_resumes_exactly() {
     }
     assert_ne!(adapted, plain, "the trained adapter changes the outputs");
 }
+
+/// With a KL penalty, an adapted agent's reference is its own base (the same tensors: no second
+/// copy of the model) with a fresh copy of its initial adapter: it scores exactly as the
+/// untrained policy does, and training the policy's adapter leaves it unchanged.
+#[test]
+fn the_kl_reference_of_an_adapted_agent_is_its_base_with_the_initial_adapter() {
+    use comlrl::dist::Placement;
+    use comlrl::train::setup::Agents;
+    let dir = tempfile::tempdir().unwrap();
+    let model = format!("agents.model={}", fixtures().join("tiny-qwen2").display());
+    let s = load_small(
+        dir.path(),
+        &[
+            model.as_str(),
+            "agents.adapter.rank=4",
+            "agents.adapter.alpha=8",
+            "trainer.kl_coef=0.1",
+        ],
+    );
+    let agents = Agents::load(&s, &Placement::all_local(s.agents.len())).unwrap();
+    let refs = agents
+        .references
+        .as_ref()
+        .expect("kl_coef keeps references");
+    for (p, r) in agents.policies.iter().zip(refs) {
+        let (p, r) = (p.as_ref().unwrap(), r.as_ref().unwrap());
+        for (x, y) in projection_weights(&p.model)
+            .iter()
+            .zip(projection_weights(&r.model))
+        {
+            assert_eq!(data_ptr(x), data_ptr(&y), "the reference copied the base");
+        }
+        assert!(
+            logprobs(p) == logprobs(r),
+            "the reference is not the initial policy"
+        );
+        // Train the policy's adapter: the reference stays where it was.
+        let before = logprobs(r);
+        let vars = p.vars();
+        let vs: Vec<Var> = vars.iter().map(|(_, v)| v.clone()).collect();
+        let mut opt = AdamW::new(
+            vars.clone(),
+            AdamWConfig {
+                lr: 1e-2,
+                ..AdamWConfig::default()
+            },
+        );
+        let ids: Vec<u32> = vec![5, 17, 230, 41, 999, 3, 77];
+        let lay = ScoreLayout::new(&p.model, &[&ids[..2]], &[&ids[2..]], p.pad_id).unwrap();
+        for _ in 0..3 {
+            let mut acc: Vec<Option<Tensor>> = vec![None; vs.len()];
+            weighted_logprob_grads(&p.model, &lay, &[-1.0], &vs, &mut acc).unwrap();
+            opt.step_grads(&acc, 1e-2, None).unwrap();
+            p.weights_changed().unwrap();
+        }
+        assert!(logprobs(p) != before, "the adapter trained");
+        assert!(logprobs(r) == before, "the reference moved with the policy");
+    }
+}

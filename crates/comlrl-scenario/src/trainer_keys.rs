@@ -238,8 +238,9 @@ section! {
         /// run's optimizer steps.
         lr_scheduler: LrScheduler = LrScheduler::Constant,
             kind "`constant` \\| `linear` \\| `cosine`", why "CoMLRL's plain AdamW";
-        /// Coefficient of a KL penalty to a frozen copy of the initial model; `0` is off and
-        /// keeps no reference model in memory.
+        /// Coefficient of a KL penalty to a frozen copy of the initial model (for an agent with
+        /// an `adapter`, its own frozen base with the initial adapter: no second copy of the
+        /// model); `0` is off and keeps no reference model in memory.
         kl_coef: f64 = 0.0, kind "number ≥ 0", why "CoMLRL MAGRPO has none",
             check non_negative("use 0 to disable the reference-KL penalty, or a small value such as 0.04");
         /// AdamW β1.

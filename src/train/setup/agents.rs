@@ -2,7 +2,7 @@
 //! settings and prompt formatting, plus the frozen reference copies the KL penalty compares
 //! against; loaded after the memory they will take is checked.
 use super::memory::{self, Lookup};
-use super::models::{load_placed, sampling};
+use super::models::{load_placed, load_references, sampling};
 use crate::dist::Placement;
 use crate::error::Result;
 use crate::model::{Policy, SamplingParams};
@@ -15,8 +15,8 @@ use comlrl_scenario::{Dtype, ImportanceLevel, LogprobTemperature, Scenario};
 pub struct Agents {
     /// Each agent's policy.
     pub policies: Vec<Option<Policy>>,
-    /// Frozen copies of the initial policies of the agents sampled here, kept only when
-    /// `kl_coef` ≠ 0.
+    /// The initial policies of the agents sampled here, frozen, kept only when `kl_coef` ≠ 0
+    /// (an adapted agent's shares its base: [`load_references`]).
     pub references: Option<Vec<Option<Policy>>>,
     /// Each agent's AdamW.
     pub optims: Vec<Option<AdamW>>,
@@ -58,7 +58,7 @@ impl Agents {
             }
         }
         let references = match s.trainer.kl_coef != 0.0 {
-            true => Some(load_placed(s, |i| placement.is_local(i), false)?),
+            true => Some(load_references(s, &policies, |i| placement.is_local(i))?),
             false => None,
         };
         let optims = policies

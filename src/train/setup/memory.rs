@@ -563,7 +563,15 @@ fn agent_memory(
     let resident = vec![
         ("weights", w),
         ("AdamW state", moments),
-        ("KL reference", if reference { w } else { 0 }),
+        // An adapted agent's reference is its own frozen base with a copy of the initial adapter.
+        (
+            "KL reference",
+            match (reference, &a.adapter) {
+                (false, _) => 0,
+                (true, Some(_)) => mul(trainable, 4),
+                (true, None) => w,
+            },
+        ),
         ("transposed sampling copies", if transposed { w } else { 0 }),
         (
             "tokenizer",
@@ -876,6 +884,13 @@ mod tests {
                 && report.contains("base shared with agent 0"),
             "{report}"
         );
+        // The KL reference of an adapted agent is its base with the initial adapter: the
+        // adapter's bytes, not another copy of the model.
+        let kl = peak(dir.path(), &format!("{agents}trainer: {{kl_coef: 0.1}}\n"));
+        for a in &kl.agents {
+            assert_eq!(part(&a.resident, "KL reference"), 4 * a.trainable);
+            assert!(a.trainable > 0 && 4 * a.trainable < w / 10);
+        }
         let full = peak(dir.path(), &agents.replace(", adapter: {rank: 4}", ""));
         assert!(full.agents.iter().all(|a| a.shares_base_of.is_none()));
         // Another base (another sampling dtype loads its own): no sharing.

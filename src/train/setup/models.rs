@@ -93,6 +93,41 @@ pub fn load_placed(
     Ok(policies)
 }
 
+/// The frozen reference policies of the KL penalty (`trainer.kl_coef`) for the agents `here`
+/// selects: each agent's initial policy. An adapted agent's is its own base, which training
+/// never changes (the same tensors, no second copy of the model), with a fresh copy of its
+/// initial adapter (built as [`agent_adapter`] built the trained one: the same `init`
+/// directory, or the same seed); a fully fine-tuned agent's is a second load of its model.
+pub fn load_references(
+    s: &Scenario,
+    policies: &[Option<Policy>],
+    here: impl Fn(usize) -> bool + Sync,
+) -> Result<Vec<Option<Policy>>> {
+    let on_base: Vec<Option<Policy>> = s
+        .agents
+        .iter()
+        .map(|a| {
+            let held = policies.get(a.index).and_then(|p| p.as_ref());
+            match (here(a.index), held) {
+                (true, Some(p)) if a.adapter.is_some() => {
+                    let adapter = agent_adapter(s, a, p)?
+                        .ok_or_else(|| Error::Internal("an adapted agent has no adapter".into()))?;
+                    p.share_base(adapter)
+                        .map(Some)
+                        .map_err(|e| Error::from(e).for_agent(a.index, Some(a.model.spec.clone())))
+                }
+                _ => Ok(None),
+            }
+        })
+        .collect::<Result<_>>()?;
+    let loaded = load_placed(s, |i| here(i) && on_base[i].is_none(), false)?;
+    Ok(on_base
+        .into_iter()
+        .zip(loaded)
+        .map(|(shared, loaded)| shared.or(loaded))
+        .collect())
+}
+
 /// Loads agent `a`'s policy; with its bf16 sampling copies when `sampling` and the agent's
 /// `sampling_dtype` is bf16.
 fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {

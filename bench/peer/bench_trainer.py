@@ -7,7 +7,10 @@ overrides, on a local model (wandb off):
 
   magrpo, mareinforce, marloo, maremax   comlrl.trainers.reinforce (MAGRPOConfig and friends)
   iac, maac                              comlrl.trainers.actor_critic (IACConfig, MAACConfig)
-  madpo                                  comlrl.trainers.preference (MADPOConfig)
+  madpo, marlhf                          comlrl.trainers.preference (MADPOConfig, MARLHFConfig)
+
+MARLHF's reward model (and, with rl_algorithm iac or maac, its critics) is the same local model unless
+`--set reward_model_name=...` says otherwise, on the CPU (`reward_model_device` defaults to cuda:0).
 
 Usage:
   python bench_trainer.py TRAINER MODEL_DIR [--set field=value ...] [--threads 2] [--seed 0]
@@ -46,6 +49,7 @@ FAMILIES = {
     "iac": ("comlrl.trainers.actor_critic", "IACConfig", "IACTrainer"),
     "maac": ("comlrl.trainers.actor_critic", "MAACConfig", "MAACTrainer"),
     "madpo": ("comlrl.trainers.preference", "MADPOConfig", "MADPOTrainer"),
+    "marlhf": ("comlrl.trainers.preference", "MARLHFConfig", "MARLHFTrainer"),
 }
 
 
@@ -95,6 +99,12 @@ def main():
     # transition): one turn unless asked otherwise.
     if "num_turns" in known:
         overrides.setdefault("num_turns", 1)
+    if a.trainer == "marlhf":
+        # Agents passed as objects: CoMLRL needs the reward model's (and critics') source named.
+        overrides.setdefault("reward_model_name", a.model_dir)
+        overrides.setdefault("reward_model_device", "cpu")
+        if overrides.get("rl_algorithm") in ("iac", "maac"):
+            overrides.setdefault("critic_model_name", a.model_dir)
     unknown = [f for f in overrides if known and f not in known]
     if unknown:
         sys.exit(f"{config_name} has no field(s) {unknown}")

@@ -15,6 +15,13 @@
 //! step (through `Learner::step`) and one critic step (its own AdamW at
 //! `critic.learning_rate`, the run's schedule and clipping). On every replica of an agent the
 //! critic computes its whole mini-batch, so the copies stay identical without an exchange.
+//!
+//! Multi-turn (`num_turns` > 1, one completion per agent and turn; `tests/train/ac_turns_step.rs`):
+//! a turn's target is r_t + γ · V_old of the episode's next turn, formed in the round from the
+//! V_old it reads (the round drains whole episodes, so they are the rollout's values), and the
+//! turns train one after the other, each with its own advantages and mini-batches, as CoMLRL's
+//! `_process_buffer`. Each agent's targets need only its own critic, so MPI placement is as for
+//! a single turn.
 pub mod critics;
 
 use crate::error::{Error, Result};

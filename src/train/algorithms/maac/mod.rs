@@ -9,7 +9,8 @@
 //!   model) and its update round: one step per mini-batch on every agent's targets, or
 //!   CoMLRL's one step per agent (`compat_critic_steps`).
 //!
-//! The algorithm ([`Maac`]): targets as IAC's (the reward less the KL penalty, single turn);
+//! The algorithm ([`Maac`]): targets as IAC's (the reward less the KL penalty; multi-turn
+//! r_t + γ · V_old of the next turn's joint text, each turn trained as a group of its own);
 //! V_old of every buffered joint action is read when the round starts (the critic has not
 //! changed since the rollouts, so it is what CoMLRL reads at rollout time), each agent's
 //! advantages target − V_old z-scored over its own buffer; per mini-batch of

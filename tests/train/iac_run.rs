@@ -286,4 +286,12 @@ fn iac_trains_two_turn_episodes_and_logs_each_turn() {
             }
         }
     }
+    // Interrupted at step 5 (one episode buffered: rounds take two, at steps 2, 4, 6, …) and
+    // resumed from the checkpoint of step 4, it ends as the uninterrupted run.
+    let b = tmp.path().join("b");
+    let mut t = Trainer::new(load_small(&b, &sets)).unwrap();
+    let flag = t.interrupt_flag();
+    let sb = t.run(false, &mut StopAt(5, flag)).unwrap();
+    assert!(sb.interrupted && sb.steps_done == 5);
+    common::tiny_run::resume_matches(&out, &b, &sets);
 }

@@ -422,3 +422,55 @@ fn iac_critics_live_with_their_agents() {
         assert!(ck.join(f).is_file(), "{f} missing in {}", ck.display());
     }
 }
+
+/// Multi-turn IAC on ranks: each agent's TD(0) targets read only its own critic's values (the
+/// next turn's V_old), so two ranks, one agent and its critic each, give the one-process run's
+/// metrics (the per-turn ones too), agents and critics bit for bit.
+#[test]
+fn iac_two_turns_on_two_ranks_match_one_process() {
+    if let Err(why) = mpirun_ok() {
+        comlrl_testutil::skip(&why);
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("revise.rhai");
+    std::fs::write(
+        &script,
+        "fn transition(ctx) {\n    let out = [];\n    for i in 0..ctx.agent_count {\n        out.push(`Improve: ${ctx.response_history[i][-1]}`);\n    }\n    out\n}\n",
+    )
+    .unwrap();
+    let transition = format!("trainer.external_transition={{rhai: {}}}", script.display());
+    let sets = [
+        "trainer.algorithm=iac",
+        "trainer.num_train_epochs=1",
+        "trainer.num_generations=1",
+        "trainer.num_turns=2",
+        "trainer.discount=0.9",
+        "trainer.early_termination_threshold=null",
+        "trainer.rollout_buffer_size=3",
+        "trainer.critic.learning_rate=1e-3",
+        "agents.max_new_tokens=8",
+        transition.as_str(),
+    ];
+    let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+    let (code, err) = run_np(None, &one, &sets, &[]);
+    assert_eq!(code, Some(0), "one process: {err}");
+    let (code, err) = run_np(Some(2), &two, &sets, &[]);
+    assert_eq!(code, Some(0), "two ranks: {err}");
+    let rows = metrics_without_timing(&one);
+    // A round every second step (two episodes of two turns fill the buffer of 3).
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r["agent_1/turn_2/value_loss"].is_number())
+            .count(),
+        rows.len() / 2,
+        "{rows:?}"
+    );
+    assert_eq!(metrics_without_timing(&two), rows, "metrics rows differ");
+    same_models(&one, &two, "two ranks");
+    for i in 0..2 {
+        let f = format!("models/critic_{i}/value_head.safetensors");
+        let (x, y) = (std::fs::read(one.join(&f)), std::fs::read(two.join(&f)));
+        assert!(x.unwrap() == y.unwrap(), "two ranks: {f} differs");
+    }
+}

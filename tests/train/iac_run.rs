@@ -229,3 +229,69 @@ fn compat_pad_cut_leaves_the_eos_out_of_the_actor_loss() {
     assert_eq!(losses[0].1, losses[1].1, "{losses:?}");
     assert_ne!(losses[0].0, losses[1].0, "{losses:?}");
 }
+
+/// Two-turn episodes (γ 0.9, a Rhai transition, no early termination): the run trains with
+/// TD(0) targets, and logs each turn's critic loss and advantage over that turn's steps.
+#[test]
+fn iac_trains_two_turn_episodes_and_logs_each_turn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("revise.rhai");
+    std::fs::write(
+        &script,
+        "fn transition(ctx) {\n    let out = [];\n    for i in 0..ctx.agent_count {\n        out.push(`Improve: ${ctx.response_history[i][-1]}`);\n    }\n    out\n}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("run");
+    let mut sets: Vec<String> = sets(&[
+        "trainer.num_generations=1",
+        "trainer.num_turns=2",
+        "trainer.discount=0.9",
+        "trainer.early_termination_threshold=null",
+        "agents.max_new_tokens=8",
+    ])
+    .into_iter()
+    .filter(|s| *s != "trainer.num_generations=2")
+    .map(String::from)
+    .collect();
+    sets.push(format!(
+        "trainer.external_transition={{rhai: {}}}",
+        script.display()
+    ));
+    let done = Trainer::new(load_small(&out, &sets))
+        .unwrap()
+        .run(false, &mut ())
+        .unwrap();
+    assert_eq!(done.steps_done, 20);
+    let rows = metrics(&out);
+    assert!(!rows.is_empty());
+    for r in &rows {
+        assert!(r["turn_2/reward_mean"].is_number(), "{r}");
+        for i in 0..2 {
+            for t in 1..=2 {
+                for m in ["value_loss", "advantage_mean"] {
+                    let x = r[format!("agent_{i}/turn_{t}/{m}")].as_f64();
+                    assert!(
+                        x.is_some_and(f64::is_finite),
+                        "agent_{i}/turn_{t}/{m} in {r}"
+                    );
+                }
+                // Each turn is a group of its own: as many steps as the other turn (every
+                // episode runs both turns).
+                let steps = r[format!("agent_{i}/turn_{t}/steps")].as_f64().unwrap();
+                assert_eq!(
+                    steps,
+                    r[format!("agent_{i}/turn_1/steps")].as_f64().unwrap()
+                );
+                assert!(steps >= 1.0, "{r}");
+            }
+        }
+    }
+    // Interrupted at step 5 (one episode buffered: rounds take two, at steps 2, 4, 6, …) and
+    // resumed from the checkpoint of step 4, it ends as the uninterrupted run.
+    let b = tmp.path().join("b");
+    let mut t = Trainer::new(load_small(&b, &sets)).unwrap();
+    let flag = t.interrupt_flag();
+    let sb = t.run(false, &mut StopAt(5, flag)).unwrap();
+    assert!(sb.interrupted && sb.steps_done == 5);
+    common::tiny_run::resume_matches(&out, &b, &sets);
+}

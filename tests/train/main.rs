@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod ac_turns_step;
 mod adapters;
 mod algorithm_aliases;
 mod code_exec_run;

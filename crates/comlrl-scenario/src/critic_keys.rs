@@ -200,8 +200,8 @@ impl Algorithm {
     }
 }
 
-/// The trainer settings an actor-critic algorithm refuses or ignores: more than one turn (not
-/// implemented yet), `joint_mode: cross` (CoMLRL's IAC pairs the g-th completions), and the
+/// The trainer settings an actor-critic algorithm refuses or ignores: more than one completion
+/// per agent with more than one turn (CoMLRL's multi-turn IAC and MAAC raise), `joint_mode: cross` (CoMLRL's IAC pairs the g-th completions), and the
 /// MAGRPO loss and baseline settings set away from their defaults (warned: no effect).
 pub(crate) fn check_trainer(
     d: &mut Diags,
@@ -211,11 +211,11 @@ pub(crate) fn check_trainer(
 ) {
     use crate::plan::{AdvantageMode, AdvantageScale, AdvantageStd, JointMode, LossAggregation};
     let alg = t.algorithm.name();
-    if t.num_turns > 1 {
+    if t.num_turns > 1 && t.num_generations != 1 {
         d.invalid(
-            &p.key("num_turns"),
-            format!("`{alg}` trains single-turn episodes for now (CoMLRL's multi-turn TD(0) targets are not implemented yet)"),
-            "set `num_turns: 1`, or train multi-turn episodes with `algorithm: magrpo`",
+            &p.key("num_generations"),
+            format!("`{alg}` with num_turns: {} trains one completion per agent and turn (CoMLRL's multi-turn actor-critic refuses more), and num_generations is {}", t.num_turns, t.num_generations),
+            "remove `num_generations` (1 with an actor-critic), or set `num_turns: 1`",
         );
     }
     if t.joint_mode == JointMode::Cross {

@@ -194,12 +194,14 @@ section! {
         train_batch_size: usize = rollout_buffer_size, kind "integer ≥ 1",
             shown "`rollout_buffer_size`", why "CoMLRL",
             check at_least(1, "set it to 1 or more, or remove it to use rollout_buffer_size");
-        /// Turns per episode; more than 1 needs an `external_transition`.
+        /// Turns per episode; more than 1 needs an `external_transition` (and, with `iac` or
+        /// `maac`, one completion per agent and turn: their TD(0) targets).
         num_turns: usize = 1, kind "integer ≥ 1",
             why "**CoMLRL defaults to 2**, which requires an `external_transition`; 1 is the single-turn MAGRPO of the paper's examples",
             check at_least(1, "set `num_turns: 1` for single-turn training");
-        /// γ for returns across turns (a joint action's return is its reward + γ × the mean
-        /// return of its child's joint actions). 1 is CoMLRL 1.4.3's: its `MAGRPOConfig` and
+        /// γ for returns across turns (MAGRPO: a joint action's return is its reward + γ × the
+        /// mean return of its child's joint actions; `iac`, `maac`: the TD(0) target
+        /// r_t + γ · V_old of the next turn). 1 is CoMLRL 1.4.3's: its `MAGRPOConfig` and
         /// `IACConfig` default to 1.0, and its MAGRPO trains on the undiscounted sum whatever
         /// the field says. Multi-turn only.
         discount: f64 = 1.0, kind "number in [0, 1]",

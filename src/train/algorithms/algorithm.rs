@@ -41,6 +41,15 @@ pub trait Algorithm: CheckpointPart + Send + Sync {
         buffer: &[NodeSample],
     ) -> Result<Vec<(usize, AgentUpdate)>>;
 
+    /// Whether an update round takes the whole buffer once it holds `rollout_buffer_size`
+    /// nodes (CoMLRL's actor-critic buffers, which fill by whole episodes), rather than exactly
+    /// `rollout_buffer_size` nodes: a multi-turn actor-critic's TD target reads the next turn's
+    /// V_old, so an episode's nodes must train in one round, under the critic that rolled
+    /// them out.
+    fn whole_episodes(&self) -> bool {
+        false
+    }
+
     /// Whether the algorithm learns offline from a set it builds once (MADPO's preference
     /// set). The loop then samples and scores the training prompts in the first epoch only,
     /// hands each prompt's samples to [`Algorithm::collect`] instead of buffering them, and at

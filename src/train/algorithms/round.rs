@@ -137,6 +137,21 @@ impl<'a> Learner<'a> {
     pub fn record(&mut self, name: &str, value: f64) {
         *self.report.extra.entry(name.to_string()).or_default() += value;
     }
+
+    /// One optimizer step's metrics of a multi-turn episode's turn `turn` (0-based), logged as
+    /// `agent_<i>/turn_<turn + 1>/<name>`, their mean over that turn's steps (the window
+    /// divides by the `turn_<turn + 1>/steps` this counts), as CoMLRL tags its per-turn
+    /// metrics `turn_<t>/`.
+    pub fn record_turn(&mut self, turn: usize, metrics: &[(&str, f64)]) {
+        let prefix = format!("turn_{}/", turn + 1);
+        for (name, value) in metrics {
+            self.record(&format!("{prefix}{name}"), *value);
+        }
+        self.record(
+            &format!("{prefix}{}", crate::train::report::window::TURN_STEPS),
+            1.0,
+        );
+    }
 }
 
 /// The agents an update round trains on this rank.

@@ -176,7 +176,10 @@ impl Window {
             // Means over the agent's steps; a round that steps no agent (MARLHF's reward
             // model) records each value once, in a window of its own.
             for (name, sum) in &a.extra {
-                row.push((format!("agent_{i}/{name}"), sum / u));
+                row.push((
+                    format!("agent_{i}/{name}"),
+                    extra_mean(&a.extra, name, *sum, u),
+                ));
             }
             row.push((format!("agent_{i}/completion_length_mean"), a.len_sum / c));
             row.push((format!("agent_{i}/return_mean"), a.returns_sum / c));
@@ -237,6 +240,26 @@ pub fn eval_columns(
 
 /// Population standard deviation from a sum of squares and the mean of `n` values (TRL's
 /// `nanstd` is the sample one; over a window of many values the two differ by √(n/(n−1))).
+/// The name (after `turn_<t>/`) of the count of a multi-turn episode's turn's optimizer steps,
+/// which that turn's metrics (`turn_<t>/<name>`) are averaged over.
+pub const TURN_STEPS: &str = "steps";
+
+/// The logged value of the algorithm's metric `name` (of sum `sum`) among `extra`: its mean per
+/// optimizer step (`steps` of them), a turn's metric its mean over that turn's steps, the count
+/// of a turn's steps itself as it is.
+fn extra_mean(extra: &BTreeMap<String, f64>, name: &str, sum: f64, steps: f64) -> f64 {
+    let Some((turn, metric)) = name.split_once('/').filter(|(t, _)| t.starts_with("turn_")) else {
+        return sum / steps;
+    };
+    if metric == TURN_STEPS {
+        return sum;
+    }
+    match extra.get(&format!("{turn}/{TURN_STEPS}")) {
+        Some(&n) if n > 0.0 => sum / n,
+        _ => sum / steps,
+    }
+}
+
 fn spread(sum_sq: f64, mean: f64, n: f64) -> f64 {
     (sum_sq / n - mean * mean).max(0.0).sqrt()
 }
@@ -244,6 +267,17 @@ fn spread(sum_sq: f64, mean: f64, n: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_turns_metrics_are_averaged_over_that_turns_steps() {
+        let mut e = BTreeMap::new();
+        e.insert("turn_2/value_loss".to_string(), 3.0);
+        e.insert("turn_2/steps".to_string(), 2.0);
+        // Four steps in all, two of them turn 2's.
+        assert_eq!(extra_mean(&e, "turn_2/value_loss", 3.0, 4.0), 1.5);
+        assert_eq!(extra_mean(&e, "turn_2/steps", 2.0, 4.0), 2.0);
+        assert_eq!(extra_mean(&e, "value_loss", 8.0, 4.0), 2.0);
+    }
 
     #[test]
     fn an_algorithms_own_sums_are_logged_per_optimizer_step() {

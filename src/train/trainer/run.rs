@@ -314,7 +314,11 @@ impl Loop<'_> {
         while state.buffer.len() >= buffer_size {
             // Never reached with presampled prompts left (the group ends at the update).
             pending.clear();
-            let batch: Vec<NodeSample> = state.buffer.drain(..buffer_size).collect();
+            let take = match self.algorithm.whole_episodes() {
+                true => state.buffer.len(),
+                false => buffer_size,
+            };
+            let batch: Vec<NodeSample> = state.buffer.drain(..take).collect();
             self.round(state, batch)?;
         }
         // CoMLRL flushes what is left at the end of every epoch.

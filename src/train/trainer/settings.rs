@@ -61,7 +61,12 @@ impl Settings {
         });
         let rows = self.scenario.dataset.train.rows.len();
         let size = t.rollout_buffer_size.max(1);
-        let per_epoch = rows.saturating_mul(nodes_per_prompt).div_ceil(size);
+        // A multi-turn actor-critic's round takes whole episodes (`Algorithm::whole_episodes`):
+        // ⌈size / turns⌉ of them, without early termination.
+        let per_epoch = match t.algorithm.has_critic() && t.num_turns > 1 {
+            true => rows.div_ceil(size.div_ceil(nodes_per_prompt.max(1))),
+            false => rows.saturating_mul(nodes_per_prompt).div_ceil(size),
+        };
         t.num_train_epochs.saturating_mul(per_epoch)
     }
 

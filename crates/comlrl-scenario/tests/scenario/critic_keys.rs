@@ -1,6 +1,6 @@
 //! `trainer.algorithm: iac` and its `trainer.critic` section: CoMLRL `IACConfig`'s defaults,
 //! one generation accepted, the critic written back and reloaded, and the errors (a critic key
-//! of the wrong type, an unknown one, what IAC does not train yet).
+//! of the wrong type, an unknown one, what IAC does not train).
 use crate::common;
 
 use comlrl_scenario::ErrorKind::*;
@@ -112,11 +112,13 @@ fn what_iac_does_not_train_is_refused() {
     let f = Fixture::new();
     let s = f.ok(&format!("{IAC}  critic:\n    separate: false\n"), &[]);
     assert!(!s.trainer.critic.unwrap().separate);
-    let (_, d) = f.one(
-        &format!("{IAC}  num_turns: 2\n  external_transition: {{rhai: r.rhai}}\n"),
-        &[],
-    );
-    assert_eq!(d.key, "trainer.num_turns");
+    // Multi-turn trains one completion per agent and turn (TD(0) targets), as CoMLRL's.
+    let two = format!("{IAC}  num_turns: 2\n  external_transition: {{rhai: r.rhai}}\n");
+    let s = f.ok(&two, &["trainer.discount=0.9"]);
+    assert_eq!((s.trainer.num_turns, s.trainer.discount), (2, 0.9));
+    let (msg, d) = f.one(&format!("{two}  num_generations: 2\n"), &[]);
+    assert_eq!(d.key, "trainer.num_generations", "{msg}");
+    assert!(msg.contains("one completion per agent and turn"), "{msg}");
     let (_, d) = f.one(
         &format!("{IAC}  num_generations: 2\n  joint_mode: cross\n"),
         &[],

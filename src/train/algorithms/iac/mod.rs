@@ -15,6 +15,13 @@
 //! step (through `Learner::step`) and one critic step (its own AdamW at
 //! `critic.learning_rate`, the run's schedule and clipping). On every replica of an agent the
 //! critic computes its whole mini-batch, so the copies stay identical without an exchange.
+//!
+//! Multi-turn (`num_turns` > 1, one completion per agent and turn; `tests/train/ac_turns_step.rs`):
+//! a turn's target is r_t + γ · V_old of the episode's next turn, formed in the round from the
+//! V_old it reads (the round drains whole episodes, so they are the rollout's values), and the
+//! turns train one after the other, each with its own advantages and mini-batches, as CoMLRL's
+//! `_process_buffer`. Each agent's targets need only its own critic, so MPI placement is as for
+//! a single turn.
 pub mod critics;
 
 use crate::error::{Error, Result};
@@ -22,7 +29,9 @@ use crate::model::grad::recompute::PassPlan;
 use crate::train::algorithms::actor_critic::actor::{actor_grads, trained_tokens, ActorSample};
 use crate::train::algorithms::actor_critic::advantage::advantages;
 use crate::train::algorithms::actor_critic::critic::{self, Clip, Row};
-use crate::train::algorithms::actor_critic::targets::single_turn;
+use crate::train::algorithms::actor_critic::targets::{
+    episode, single_turn, steps_per_round, td_targets, turn_groups,
+};
 use crate::train::algorithms::algorithm::Algorithm;
 use crate::train::algorithms::round::{AgentUpdate, Learner, Round};
 use crate::train::optim::schedule::lr_at;
@@ -35,6 +44,10 @@ use critics::Critics;
 pub struct Iac {
     /// Completions per agent per node.
     k: usize,
+    /// Turns per episode (more than 1: TD(0) targets, one completion per agent and turn).
+    turns: usize,
+    /// γ of the TD(0) targets.
+    discount: f64,
     /// The KL penalty's coefficient (0: off).
     kl_coef: f64,
     /// Z-score the advantages over the buffer.
@@ -68,6 +81,8 @@ impl Iac {
         })?;
         Ok(Iac {
             k: t.num_generations,
+            turns: t.num_turns.max(1),
+            discount: t.discount,
             kl_coef: t.kl_coef,
             normalize: t.advantage_normalization,
             value_loss_coef: c.value_loss_coef,
@@ -135,7 +150,24 @@ impl Iac {
                 }
             )));
         }
-        let (adv, norm) = advantages(&targets, &old, self.normalize);
+        // Multi-turn: TD(0) targets from the next turn's V_old (read now, with the critic of
+        // the rollouts: a round drains whole episodes).
+        let turns: Vec<usize> = at.iter().map(|&(n, _)| buffer[n].turn).collect();
+        if self.turns > 1 {
+            targets = td_targets(&turns, &targets, &old, self.discount);
+        }
+        // Each turn a buffer of its own: its advantages, its mini-batches (one turn in all
+        // when single-turn).
+        let groups = turn_groups(&turns);
+        let (mut adv, mut norm) = (vec![0f32; at.len()], vec![0f32; at.len()]);
+        for (_, idx) in &groups {
+            let t: Vec<f32> = idx.iter().map(|&j| targets[j]).collect();
+            let o: Vec<f32> = idx.iter().map(|&j| old[j]).collect();
+            let (a, z) = advantages(&t, &o, self.normalize);
+            for (k, &j) in idx.iter().enumerate() {
+                (adv[j], norm[j]) = (a[k], z[k]);
+            }
+        }
         // The value pass's variables: the critic's own (backbone and head), or the agent's
         // backbone (the actor's order) followed by the head.
         let head_vars: Vec<candle_core::Var> = critic::head_vars(&slot.head)
@@ -148,11 +180,11 @@ impl Iac {
         };
         let per_batch = self.batch * self.k.max(1);
         let rule = learner.rule();
-        for (b, idx) in (0..at.len())
-            .collect::<Vec<_>>()
-            .chunks(per_batch)
-            .enumerate()
-        {
+        let batches: Vec<(usize, Vec<usize>)> = groups
+            .iter()
+            .flat_map(|(turn, idx)| idx.chunks(per_batch).map(|c| (*turn, c.to_vec())))
+            .collect();
+        for (b, (turn, idx)) in batches.iter().enumerate() {
             let pad_cut = self.compat_pad_cut.then_some(actor.pad_id);
             let responses: Vec<Vec<u32>> = idx
                 .iter()
@@ -252,6 +284,10 @@ impl Iac {
                 mean(&mut idx.iter().map(|&j| adv[j] as f64), idx.len()),
             );
             learner.record("critic_grad_norm", norm_c);
+            if self.turns > 1 {
+                let a = mean(&mut idx.iter().map(|&j| adv[j] as f64), idx.len());
+                learner.record_turn(*turn, &[("value_loss", cg.loss), ("advantage_mean", a)]);
+            }
         }
         Ok(())
     }
@@ -263,11 +299,18 @@ impl Algorithm for Iac {
     }
 
     fn targets(&self, root: Node) -> Result<Vec<NodeSample>> {
-        Ok(vec![single_turn(root, self.k, self.kl_coef, "iac")?])
+        match self.turns {
+            1 => Ok(vec![single_turn(root, self.k, self.kl_coef, "iac")?]),
+            _ => episode(root, self.kl_coef, "iac"),
+        }
     }
 
     fn steps_per_round(&self) -> usize {
-        self.buffer.div_ceil(self.batch)
+        steps_per_round(self.buffer, self.batch, self.turns)
+    }
+
+    fn whole_episodes(&self) -> bool {
+        self.turns > 1
     }
 
     fn update(

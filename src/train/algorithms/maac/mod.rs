@@ -9,7 +9,8 @@
 //!   model) and its update round: one step per mini-batch on every agent's targets, or
 //!   CoMLRL's one step per agent (`compat_critic_steps`).
 //!
-//! The algorithm ([`Maac`]): targets as IAC's (the reward less the KL penalty, single turn);
+//! The algorithm ([`Maac`]): targets as IAC's (the reward less the KL penalty; multi-turn
+//! r_t + γ · V_old of the next turn's joint text, each turn trained as a group of its own);
 //! V_old of every buffered joint action is read when the round starts (the critic has not
 //! changed since the rollouts, so it is what CoMLRL reads at rollout time), each agent's
 //! advantages target − V_old z-scored over its own buffer; per mini-batch of
@@ -30,7 +31,9 @@ use crate::model::Policy;
 use crate::train::algorithms::actor_critic::actor::{actor_grads, trained_tokens, ActorSample};
 use crate::train::algorithms::actor_critic::advantage::advantages;
 use crate::train::algorithms::actor_critic::critic::{check_ids, Row};
-use crate::train::algorithms::actor_critic::targets::single_turn;
+use crate::train::algorithms::actor_critic::targets::{
+    episode, single_turn, steps_per_round, td_targets, turn_groups,
+};
 use crate::train::algorithms::algorithm::Algorithm;
 use crate::train::algorithms::round::{AgentUpdate, Round};
 use crate::train::optim::schedule::lr_at;
@@ -43,6 +46,10 @@ use comlrl_scenario::{CriticType, Scenario};
 pub struct Maac {
     /// Completions per agent per node.
     k: usize,
+    /// Turns per episode (more than 1: TD(0) targets, one completion per agent and turn).
+    turns: usize,
+    /// γ of the TD(0) targets.
+    discount: f64,
     /// The KL penalty's coefficient (0: off).
     kl_coef: f64,
     /// Z-score the advantages over each agent's buffer.
@@ -91,6 +98,8 @@ impl Maac {
         }
         Ok(Maac {
             k: t.num_generations,
+            turns: t.num_turns.max(1),
+            discount: t.discount,
             kl_coef: t.kl_coef,
             normalize: t.advantage_normalization,
             value_loss_coef: c.value_loss_coef,
@@ -137,11 +146,18 @@ impl Algorithm for Maac {
     }
 
     fn targets(&self, root: Node) -> Result<Vec<NodeSample>> {
-        Ok(vec![single_turn(root, self.k, self.kl_coef, "maac")?])
+        match self.turns {
+            1 => Ok(vec![single_turn(root, self.k, self.kl_coef, "maac")?]),
+            _ => episode(root, self.kl_coef, "maac"),
+        }
     }
 
     fn steps_per_round(&self) -> usize {
-        self.buffer.div_ceil(self.batch)
+        steps_per_round(self.buffer, self.batch, self.turns)
+    }
+
+    fn whole_episodes(&self) -> bool {
+        self.turns > 1
     }
 
     fn update(
@@ -201,15 +217,36 @@ impl Algorithm for Maac {
                 t.extend_from_slice(r);
             }
         }
+        // Multi-turn (k = 1): TD(0) targets from V_old of the next turn's joint text (read now,
+        // with the critic of the rollouts: a round drains whole episodes).
+        let turns: Vec<usize> = (0..rows.len()).map(|j| buffer[j / k].turn).collect();
+        if self.turns > 1 {
+            for t in targets.iter_mut() {
+                *t = td_targets(&turns, t, &old, self.discount);
+            }
+        }
+        // Each turn a buffer of its own (CoMLRL's `_process_buffer`): each agent's advantages
+        // z-scored over the turn's rows, the turn's mini-batches after the previous turn's.
+        let groups = turn_groups(&turns);
         let adv: Vec<(Vec<f32>, Vec<f32>)> = targets
             .iter()
-            .map(|t| advantages(t, &old, self.normalize))
+            .map(|t| {
+                let (mut a, mut z) = (vec![0f32; t.len()], vec![0f32; t.len()]);
+                for (_, idx) in &groups {
+                    let tg: Vec<f32> = idx.iter().map(|&j| t[j]).collect();
+                    let o: Vec<f32> = idx.iter().map(|&j| old[j]).collect();
+                    let (ga, gz) = advantages(&tg, &o, self.normalize);
+                    for (m, &j) in idx.iter().enumerate() {
+                        (a[j], z[j]) = (ga[m], gz[m]);
+                    }
+                }
+                (a, z)
+            })
             .collect();
-        let batches: Vec<Vec<usize>> = (0..rows.len())
-            .collect::<Vec<_>>()
-            .chunks(self.batch * k)
-            .map(<[usize]>::to_vec)
-            .collect();
+        let (batch_turns, batches): (Vec<usize>, Vec<Vec<usize>>) = groups
+            .iter()
+            .flat_map(|(turn, idx)| idx.chunks(self.batch * k).map(|c| (*turn, c.to_vec())))
+            .unzip();
         let base_lr = self.central.opt.cfg.lr;
         let lr = |b: usize| {
             lr_at(
@@ -229,6 +266,7 @@ impl Algorithm for Maac {
         };
         let steps = critic_round(&mut self.central, &rows, &targets, &batches, &how)?;
         let (recompute, plan, compat_pad_cut) = (self.recompute, self.plan, self.compat_pad_cut);
+        let multi_turn = self.turns > 1;
         round.each_agent(|learner| {
             let i = learner.index();
             let (a, norm) = &adv[i];
@@ -274,6 +312,19 @@ impl Algorithm for Maac {
                     idx.iter().map(|&j| a[j] as f64).sum::<f64>() / idx.len().max(1) as f64,
                 );
                 learner.record("critic_grad_norm", gnorm);
+                if multi_turn {
+                    learner.record_turn(
+                        batch_turns[b],
+                        &[
+                            ("value_loss", loss),
+                            (
+                                "advantage_mean",
+                                idx.iter().map(|&j| a[j] as f64).sum::<f64>()
+                                    / idx.len().max(1) as f64,
+                            ),
+                        ],
+                    );
+                }
             }
             Ok(())
         })

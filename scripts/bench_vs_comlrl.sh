@@ -111,7 +111,10 @@ for r in range(1, rounds + 1):
     steps = [x["step_seconds"] for x in m]
     epochs = {}
     for x in m:
-        epochs.setdefault(int(x["epoch"]), []).append(x["reward_mean"])
+        # Epochs that sample nothing (MADPO's training passes over its preference set) log no
+        # reward (null): leave them out.
+        if x.get("reward_mean") is not None:
+            epochs.setdefault(int(x["epoch"]), []).append(x["reward_mean"])
     rows["ours"].append({"wall_s": wall, "peak_rss_bytes": rss, "step_s_mean": sum(steps) / len(steps),
                          "reward_by_epoch": [round(sum(v) / len(v), 2) for _, v in sorted(epochs.items())]})
 

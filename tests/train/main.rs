@@ -18,6 +18,7 @@ mod logged_completions;
 mod loss;
 mod maac_run;
 mod maac_step;
+mod madpo_iter;
 mod madpo_run;
 mod madpo_step;
 mod marlhf_reward;

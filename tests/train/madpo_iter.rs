@@ -261,18 +261,32 @@ fn the_model_comparator_samples_a_fixed_model() {
 
 #[test]
 fn an_interrupted_round_resumes_without_sampling_again() {
+    resumes(&ITER);
+}
+
+#[test]
+fn an_interrupted_round_resumes_with_its_history_comparator() {
+    let mut sets = ITER.to_vec();
+    sets.extend([
+        "preference.comparator_policy=history",
+        "preference.replay_mode=all_history",
+    ]);
+    resumes(&sets);
+}
+
+/// Runs `sets` whole, and stopped at step 7 (the first round half collected) and 13 (the first
+/// round trained, the second under way) then resumed: the same metrics, weights and set.
+fn resumes(sets: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let a = tmp.path().join("a");
-    let full = Trainer::new(load_small(&a, &ITER))
+    let full = Trainer::new(load_small(&a, sets))
         .unwrap()
         .run(false, &mut ())
         .unwrap();
     assert_eq!(full.steps_done, 20);
-    // Step 7: the first round half collected; step 13: the first round trained, the second
-    // under way.
     for stop in [7, 13] {
         let b = tmp.path().join(format!("b{stop}"));
-        let mut t = Trainer::new(load_small(&b, &ITER)).unwrap();
+        let mut t = Trainer::new(load_small(&b, sets)).unwrap();
         let flag = t.interrupt_flag();
         let part = t.run(false, &mut StopAt(stop, flag)).unwrap();
         assert!(part.interrupted && part.steps_done == stop);
@@ -281,7 +295,7 @@ fn an_interrupted_round_resumes_without_sampling_again() {
             + state["set"]["tied_prompts"].as_u64().unwrap() as usize;
         assert_eq!(entries, stop, "stopped at {stop}");
         assert_eq!(state["iteration"], stop as u64 / 10);
-        resume_matches(&a, &b, &ITER);
+        resume_matches(&a, &b, sets);
         assert_eq!(
             saved_state(&a)["set"],
             saved_state(&b)["set"],

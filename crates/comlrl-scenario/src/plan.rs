@@ -288,7 +288,7 @@ pub enum ComparatorPolicy {
     Model,
     /// The policy as it was `comparator_history_k` rounds ago (the initial one before that).
     History,
-    /// An OpenAI-compatible endpoint (not ported yet: an error).
+    /// An OpenAI-compatible chat-completions endpoint (`preference.comparator_api_*`).
     Api,
 }
 

@@ -172,10 +172,11 @@ section! {
         /// copy taken at the round's start: the same weights while the round samples, so the
         /// same as `current` here, which keeps no second copy), `model` (`comparator_model`,
         /// frozen), `history` (the policy as saved `comparator_history_k` rounds ago, the
-        /// initial one before that; saved under `<output_dir>/policy_checkpoints`). `api` is not
-        /// ported yet (an error).
+        /// initial one before that; saved under `<output_dir>/policy_checkpoints`), `api` (an
+        /// OpenAI-compatible chat-completions endpoint, `comparator_api_*`; its texts are
+        /// tokenized with the agents' tokenizers, no EOS, as CoMLRL re-encodes them).
         comparator_policy: ComparatorPolicy = ComparatorPolicy::Current,
-            kind "`current` \\| `current_copy` \\| `model` \\| `history`", why "CoMLRL",
+            kind "`current` \\| `current_copy` \\| `model` \\| `history` \\| `api`", why "CoMLRL",
             only Only::Iter;
         /// Candidates the comparator samples per prompt (CoMLRL `comparator_num_candidates`);
         /// `null`: `num_candidates`. Pairs compare index i of both, so only the first
@@ -186,6 +187,40 @@ section! {
         /// `null`: 1 under `history`, an error with another comparator.
         comparator_history_k: Option<usize> = None, kind "integer ≥ 1 or `null`", shown "`null`",
             why "CoMLRL", check if_set(at_least(1, "use `comparator_history_k: 1` (the last round)")),
+            only Only::Iter;
+        /// The `api` comparator's chat-completions URL (CoMLRL `comparator_api_url`, spoken in
+        /// its `comparator_api_format: openai`); required there.
+        comparator_api_url: Option<String> = None, kind "string or `null`", shown "`null`",
+            why "CoMLRL", only Only::Iter;
+        /// The request's `model` field (CoMLRL `comparator_api_model`); `null` leaves it out.
+        comparator_api_model: Option<String> = None, kind "string or `null`", shown "`null`",
+            why "CoMLRL", only Only::Iter;
+        /// Candidates asked for per request, `n` (CoMLRL `comparator_api_max_n_per_request`);
+        /// `null`: all of a prompt's in one.
+        comparator_api_max_n_per_request: Option<usize> = None, kind "integer ≥ 1 or `null`",
+            shown "`null`", why "CoMLRL",
+            check if_set(at_least(1, "use `comparator_api_max_n_per_request: null` for one request")),
+            only Only::Iter;
+        /// Seconds one request may take, connection to last byte (CoMLRL
+        /// `comparator_api_timeout`).
+        comparator_api_timeout: f64 = 120.0, kind "number > 0", why "CoMLRL",
+            check positive("use e.g. `comparator_api_timeout: 120`"), only Only::Iter;
+        /// Further tries of a request that timed out, failed to connect or got HTTP 429 / 5xx
+        /// (other statuses are errors at once).
+        comparator_api_retries: usize = 0, kind "integer in 0..=10", why "CoMLRL retries none",
+            check api_retries, only Only::Iter;
+        /// The environment variable holding the endpoint's key (CoMLRL
+        /// `comparator_api_key_env`); `null`: no key is sent. The key itself is never written in
+        /// a scenario (CoMLRL's `comparator_api_key` is not ported): it stays out of the resolved
+        /// scenario, checkpoints, logs and errors.
+        comparator_api_key_env: Option<String> = None, kind "string or `null`", shown "`null`",
+            why "CoMLRL", only Only::Iter;
+        /// The header the key is sent in (CoMLRL `comparator_api_key_header`).
+        comparator_api_key_header: String = "Authorization".to_string(), kind "string",
+            why "CoMLRL", only Only::Iter;
+        /// What precedes the key in that header, then a space (CoMLRL
+        /// `comparator_api_key_prefix`); empty: the key alone.
+        comparator_api_key_prefix: String = "Bearer".to_string(), kind "string", why "CoMLRL",
             only Only::Iter;
     }
     resolved {
@@ -231,6 +266,13 @@ fn unit_interval(_key: &str, x: &f64) -> Option<Bad> {
     (!(0.0..=1.0).contains(x)).then(|| Bad {
         message: format!("preference.replay_lambda must be in [0, 1] (got {x})"),
         hint: "use e.g. `replay_lambda: 0.5` (1 weighs every round alike)".into(),
+    })
+}
+
+fn api_retries(_key: &str, n: &usize) -> Option<Bad> {
+    (*n > 10).then(|| Bad {
+        message: format!("preference.comparator_api_retries must be in 0..=10 (got {n})"),
+        hint: "use e.g. `comparator_api_retries: 2`".into(),
     })
 }
 
@@ -457,11 +499,11 @@ fn resolve_iter(d: &mut Diags, p: &KeyPath, plan: &mut PreferencePlan) {
         }
     }
     let policy = plan.comparator_policy;
-    if policy == ComparatorPolicy::Api {
+    if policy == ComparatorPolicy::Api && plan.comparator_api_url.is_none() {
         d.invalid(
             &p.key("comparator_policy"),
-            "the `api` comparator is not ported yet",
-            "use `current`, `current_copy`, `model` or `history`",
+            "`api` needs the endpoint's URL",
+            "set `preference.comparator_api_url` (an OpenAI-compatible chat-completions URL)",
         );
     }
     if policy == ComparatorPolicy::History {

@@ -25,8 +25,24 @@ pub struct Comparison<'a> {
     pub current: usize,
     /// The comparator's candidates per prompt.
     pub comparator: usize,
-    /// The comparator's policies, one per agent (`None`: the agents sample them).
-    pub policies: Option<&'a [Option<Policy>]>,
+    /// Where the comparator's candidates come from.
+    pub source: ComparatorSource<'a>,
+}
+
+/// Who writes a comparator's candidates.
+pub enum ComparatorSource<'a> {
+    /// The agents themselves, in the same batch as their own.
+    Agents,
+    /// These policies, one per agent.
+    Policies(&'a [Option<Policy>]),
+    /// A text endpoint; its answers are tokenized with the agents' tokenizers.
+    Texts(&'a dyn TextComparator),
+}
+
+/// A comparator that answers with texts (an HTTP endpoint).
+pub trait TextComparator: Sync {
+    /// `n` answers to agent `agent`'s `prompt` (its template, no chat template).
+    fn complete(&self, agent: usize, prompt: &str, n: usize) -> Result<Vec<String>>;
 }
 
 /// A training algorithm (selected by `trainer.algorithm`, see `registry`).

@@ -10,10 +10,10 @@ use super::settings::Settings;
 use super::start::start;
 use crate::error::{Error, Result};
 use crate::metrics::{CompletionsSink, MetricsSink};
-use crate::train::algorithms::{Algorithm, Round, StepRule};
+use crate::train::algorithms::{Algorithm, ComparatorSource, Round, StepRule};
 use crate::train::report::timing::{since, Phases};
 use crate::train::rollout::generate::{sample_group, Presampled};
-use crate::train::rollout::{rollout, NodeSample, RolloutSpec, RowInput};
+use crate::train::rollout::{rollout, AgentRollout, NodeSample, RolloutSpec, RowInput};
 use crate::train::run::checkpoint::{self, Held};
 use crate::train::run::{Stop, TrainState};
 use crate::train::setup::{Agents, Rewards};
@@ -238,7 +238,7 @@ impl Loop<'_> {
         if collecting {
             if let Some(c) = self.algorithm.comparison() {
                 (current_k, comparator_k) = (c.current, c.comparator);
-                own_comparator = c.policies.is_some();
+                own_comparator = !matches!(c.source, ComparatorSource::Agents);
             }
         }
         let buffer_size = s.trainer.rollout_buffer_size.max(1);
@@ -301,7 +301,7 @@ impl Loop<'_> {
                 let mut nodes = nodes;
                 // What the window records: the agents' own candidates.
                 let recorded = nodes.clone();
-                self.compare(&input, &prompts, state, &mut phases, &mut nodes)
+                self.compare(&input, &prompts, &formatted, state, &mut phases, &mut nodes)
                     .map_err(|e| e.at_step(step + 1, where_.clone()))?;
                 let stops = self.stops();
                 let cross = s.trainer.joint_mode == comlrl_scenario::JointMode::Cross;
@@ -366,12 +366,15 @@ impl Loop<'_> {
         Ok(())
     }
 
-    /// The comparator's candidates of a prompt (sampled with its own policies and scored), after
-    /// the agents' in the first-turn node of `nodes`.
+    /// The comparator's candidates of a prompt (sampled with its own policies, or an
+    /// endpoint's texts tokenized with the agents' tokenizers; then scored), after the agents'
+    /// in the first-turn node of `nodes`. `formatted`: each agent's prompt without the chat
+    /// template (what an endpoint is sent).
     fn compare(
         &self,
         input: &RowInput,
         prompts: &[String],
+        formatted: &[String],
         state: &mut TrainState,
         phases: &mut Phases,
         nodes: &mut [NodeSample],
@@ -379,16 +382,41 @@ impl Loop<'_> {
         let Some(c) = self.algorithm.comparison() else {
             return Ok(());
         };
-        let Some(policies) = c.policies else {
-            return Ok(());
-        };
         let mut spec = self.spec();
-        spec.policies = policies;
         spec.k = c.comparator;
         // The comparator's candidates are only ranked: no KL to the agents' references.
         spec.references = None;
         spec.sampling_logprobs = None;
-        let root = rollout(&spec, input, prompts, &mut state.rng, phases, None)?;
+        let pre = match c.source {
+            ComparatorSource::Agents => return Ok(()),
+            ComparatorSource::Policies(policies) => {
+                spec.policies = policies;
+                None
+            }
+            ComparatorSource::Texts(api) => {
+                let Some(mine) = nodes.iter().find(|n| n.turn == 0) else {
+                    return Ok(());
+                };
+                let t = Instant::now();
+                let mut agents = Vec::with_capacity(mine.agents.len());
+                for (i, a) in mine.agents.iter().enumerate() {
+                    let texts = api.complete(i, &formatted[i], c.comparator)?;
+                    let policy = self.agents.policies[i]
+                        .as_ref()
+                        .ok_or_else(|| Error::Internal(format!("agent {i} is not held here")))?;
+                    // As CoMLRL encodes the comparator's text: no special tokens, no EOS.
+                    let ids = texts
+                        .iter()
+                        .map(|x| policy.tokenizer.encode(x))
+                        .collect::<crate::model::Result<Vec<_>>>()
+                        .map_err(Error::from)?;
+                    agents.push(AgentRollout::sampled(a.prompt_ids.clone(), ids, texts));
+                }
+                phases.sampling += since(t);
+                Some(Presampled::given(&state.rng, agents))
+            }
+        };
+        let root = rollout(&spec, input, prompts, &mut state.rng, phases, pre)?;
         let theirs = self.algorithm.targets(root)?;
         let (Some(mine), Some(theirs)) = (
             nodes.iter_mut().find(|n| n.turn == 0),

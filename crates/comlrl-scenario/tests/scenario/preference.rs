@@ -312,6 +312,8 @@ fn what_madpo_iter_cannot_run_is_an_error() {
         ("comparator_history_k: 2", "comparator_history_k"),
         ("comparator_policy: model", "comparator_policy"),
         ("comparator_policy: api", "comparator_policy"),
+        ("comparator_api_retries: 11", "comparator_api_retries"),
+        ("comparator_api_timeout: 0", "comparator_api_timeout"),
         ("comparator_model: builtin:tiny", "comparator_model"),
         ("num_iterations: 0", "num_iterations"),
         ("comparator_num_candidates: 0", "comparator_num_candidates"),

@@ -11,22 +11,26 @@
 //! (CoMLRL's copy is taken when the round starts and the round samples before it trains, so the
 //! two see the same weights; no second copy is kept here); `model` a frozen model; `history` the
 //! policy saved `comparator_history_k` rounds back (`<output_dir>/policy_checkpoints`, CoMLRL's
-//! layout: `initial`, `iteration_0000`, …).
+//! layout: `initial`, `iteration_0000`, …); `api` an OpenAI-compatible endpoint (`api`).
 //!
 //! A pair's two sides are token ids as sampled (CoMLRL decodes the comparator's and re-encodes
-//! the text with the agent's tokenizer; a comparator must therefore share the agents'
-//! tokenizer, which the vocabulary size checks).
+//! the text with the agent's tokenizer; a local comparator must therefore share the agents'
+//! tokenizer, which the vocabulary size checks). An endpoint's texts are encoded as CoMLRL
+//! does: the agent's tokenizer, no special tokens, so no EOS.
 //!
 //! The checkpoint holds the preference history (every round's pairs and the entries they use),
 //! the shards, the round index and the generators, so a resumed run goes on collecting the
 //! round where it stopped and never samples a finished prompt again; the `history`
 //! comparator's policies are read back from their saved folders.
+use super::api::{ApiComparator, ApiSettings, Sampling};
 use super::replay::{self, Replay};
 use super::set::PreferenceSet;
 use super::Madpo;
 use crate::error::{Error, Result};
 use crate::model::{LoadOptions, Policy};
-use crate::train::algorithms::algorithm::{Algorithm, Comparison};
+use crate::train::algorithms::algorithm::{
+    Algorithm, ComparatorSource, Comparison, TextComparator,
+};
 use crate::train::algorithms::round::{AgentUpdate, Round};
 use crate::train::rollout::pairs::PairSelection;
 use crate::train::rollout::{Node, NodeSample};
@@ -63,6 +67,23 @@ struct History {
     opts: LoadOptions,
 }
 
+/// The `api` comparator with each agent's sampling settings.
+struct Api {
+    client: ApiComparator,
+    sampling: Vec<Sampling>,
+}
+
+impl TextComparator for Api {
+    fn complete(&self, agent: usize, prompt: &str, n: usize) -> Result<Vec<String>> {
+        let sampling = self
+            .sampling
+            .get(agent)
+            .copied()
+            .ok_or_else(|| Error::Internal(format!("no agent {agent}")))?;
+        self.client.complete(prompt, n, sampling)
+    }
+}
+
 /// Iterative MADPO with its history of rounds.
 pub struct MadpoIter {
     madpo: Madpo,
@@ -74,6 +95,7 @@ pub struct MadpoIter {
     /// The `model` or `history` comparator's policies.
     policies: Vec<Option<Policy>>,
     history: Option<History>,
+    api: Option<Api>,
     selection: PairSelection,
     limit: Option<usize>,
     replay: Replay,
@@ -121,6 +143,7 @@ impl MadpoIter {
             ),
             policies: Vec::new(),
             history: None,
+            api: None,
             selection: p.pair_selection,
             limit: p.pairs_per_sample,
             replay: Replay {
@@ -181,9 +204,32 @@ impl MadpoIter {
                 it.load_history()?;
             }
             ComparatorPolicy::Api => {
-                return Err(Error::Config(
-                    "preference.comparator_policy api is not ported yet".into(),
-                ))
+                let url = p.comparator_api_url.clone().ok_or_else(|| {
+                    Error::Config(
+                        "preference.comparator_policy api needs comparator_api_url".into(),
+                    )
+                })?;
+                it.api = Some(Api {
+                    client: ApiComparator::new(ApiSettings {
+                        url,
+                        model: p.comparator_api_model.clone(),
+                        max_n: p.comparator_api_max_n_per_request,
+                        timeout: p.comparator_api_timeout,
+                        retries: p.comparator_api_retries,
+                        key_env: p.comparator_api_key_env.clone(),
+                        key_header: p.comparator_api_key_header.clone(),
+                        key_prefix: p.comparator_api_key_prefix.clone(),
+                    }),
+                    sampling: s
+                        .agents
+                        .iter()
+                        .map(|a| Sampling {
+                            max_new_tokens: a.sampling.max_new_tokens,
+                            temperature: a.sampling.temperature,
+                            top_p: a.sampling.top_p,
+                        })
+                        .collect(),
+                });
             }
         }
         Ok(it)
@@ -272,7 +318,11 @@ impl Algorithm for MadpoIter {
         Some(Comparison {
             current: self.current,
             comparator: self.comparator,
-            policies: (!self.self_comparator).then_some(self.policies.as_slice()),
+            source: match (&self.api, self.self_comparator) {
+                (Some(api), _) => ComparatorSource::Texts(api),
+                (None, true) => ComparatorSource::Agents,
+                (None, false) => ComparatorSource::Policies(&self.policies),
+            },
         })
     }
 

@@ -303,3 +303,31 @@ fn resumes(sets: &[&str]) {
         );
     }
 }
+
+#[test]
+fn the_shipped_scenario_runs_its_rounds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let scenario = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios/story_len_ratio_madpo_iter.yaml");
+    // Its history comparator and λ-decay replay as shipped, fewer candidates and tokens.
+    let (ok, _, err) = common::cli::comlrl(&["run", &scenario.display().to_string(), "--quiet"])
+        .sets(&[
+            format!("output_dir={}", out.display()),
+            "preference.num_iterations=2".into(),
+            "preference.num_candidates=4".into(),
+            "agents.max_new_tokens=24".into(),
+        ])
+        .output()
+        .parts();
+    assert!(ok, "{err}");
+    let rows = metrics_without_timing(&out);
+    let rounds: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r["agent_0/iter_round"].as_f64())
+        .collect();
+    assert_eq!(rounds, [1.0, 2.0], "{rows:?}");
+    assert!(out
+        .join("policy_checkpoints/iteration_0001/agent_0")
+        .is_dir());
+}

@@ -29,6 +29,9 @@ fn f32s(v: &Value) -> Vec<f32> {
         .collect()
 }
 
+/// A pair's side as the fixture names it: (`current` or `comparator`, candidate index).
+type Side<'a> = (&'a str, usize);
+
 #[test]
 fn comparison_pairs_match_comlrl() {
     let fx = fixture();
@@ -43,7 +46,7 @@ fn comparison_pairs_match_comlrl() {
             other => panic!("{other}"),
         };
         let limit = case["limit"].as_u64().map(|n| n as usize);
-        let got: Vec<((&str, usize), (&str, usize))> = select_compared_pairs(
+        let got: Vec<(Side, Side)> = select_compared_pairs(
             &f32s(&case["current"]),
             &f32s(&case["comparator"]),
             selection,

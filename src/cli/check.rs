@@ -100,7 +100,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         a.scenario.scenario.display(),
         s.agents.len(),
         s.dataset.train.rows.len(),
-        s.trainer.run_epochs(),
+        s.run_epochs(),
         s.trainer.num_generations,
         stack.component_names().join(", ")
     );

@@ -102,7 +102,7 @@ fn saved_run(yaml: &str, origin: &Path, output_dir: &Path) -> SavedRun {
             name,
             wandb: s.logging.wandb.clone(),
             num_turns: s.trainer.num_turns,
-            total_steps: Some(s.trainer.run_epochs() * s.dataset.train.rows.len()),
+            total_steps: Some(s.run_epochs() * s.dataset.train.rows.len()),
         },
         Err(_) => {
             // Read what is needed straight from the YAML.

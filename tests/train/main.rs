@@ -19,6 +19,8 @@ mod logged_completions;
 mod loss;
 mod maac_run;
 mod maac_step;
+mod madpo_iter;
+mod madpo_iter_api;
 mod madpo_run;
 mod madpo_step;
 mod marlhf_reward;

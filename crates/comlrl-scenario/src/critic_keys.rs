@@ -193,6 +193,10 @@ impl Algorithm {
 
     /// `trainer.num_train_epochs`' default (`IACConfig`: 40, `MAGRPOConfig`: 20).
     pub fn default_num_train_epochs(self) -> usize {
+        if self.iterative() {
+            // `MADPOIterConfig`: one pass over each round's set.
+            return 1;
+        }
         match self.has_critic() {
             true => 40,
             false => 20,

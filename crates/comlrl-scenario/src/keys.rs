@@ -148,6 +148,8 @@ plain_settings!(
     crate::plan::LrScheduler,
     crate::plan::PairSelection,
     crate::plan::RlAlgorithm,
+    crate::plan::ReplayMode,
+    crate::plan::ComparatorPolicy,
     crate::plan::CollaborationMode,
     crate::plan::Dtype
 );

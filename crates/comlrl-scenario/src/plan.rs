@@ -47,6 +47,24 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// Epochs in which the run only samples and hands the algorithm its candidates: MARLHF's
+    /// first, or every round of an iterative algorithm (one pass over the prompts each).
+    pub fn collect_epochs(&self) -> usize {
+        match self.trainer.algorithm.iterative() {
+            true => self.preference.num_iterations,
+            false => self.trainer.algorithm.collect_epochs(),
+        }
+    }
+
+    /// Passes over the training prompts: an iterative algorithm's rounds, else the trainer's
+    /// (`TrainerPlan::run_epochs`).
+    pub fn run_epochs(&self) -> usize {
+        match self.trainer.algorithm.iterative() {
+            true => self.preference.num_iterations,
+            false => self.trainer.run_epochs(),
+        }
+    }
+
     /// Where the trained agents are saved: `<output_dir>/models` (one `agent_<i>` folder each).
     pub fn models_dir(&self) -> PathBuf {
         self.output_dir.join("models")
@@ -158,6 +176,11 @@ pub enum Algorithm {
     /// Multi-agent actor-critic: one centralized critic reading every agent's prompt (CoMLRL's
     /// `MAACTrainer`; its keys are `trainer.critic`'s too).
     Maac,
+    /// Iterative MADPO (CoMLRL's `MADPOIterTrainer`): `preference.num_iterations` rounds, each
+    /// sampling the current policy's candidates against a comparator's, then DPO on the round's
+    /// (replayed) preference set.
+    #[serde(rename = "madpo_iter")]
+    MadpoIter,
 }
 
 impl Algorithm {
@@ -172,6 +195,7 @@ impl Algorithm {
             Algorithm::Iac => "iac",
             Algorithm::Marlhf => "marlhf",
             Algorithm::Maac => "maac",
+            Algorithm::MadpoIter => "madpo_iter",
         }
     }
 
@@ -182,6 +206,7 @@ impl Algorithm {
         match self {
             Algorithm::Magrpo
             | Algorithm::Madpo
+            | Algorithm::MadpoIter
             | Algorithm::Iac
             | Algorithm::Maac
             | Algorithm::Marlhf => None,
@@ -203,7 +228,15 @@ impl Algorithm {
     /// Whether the `preference` section applies (MADPO's pairs, MARLHF's pairs and reward
     /// model).
     pub fn learns_from_preferences(self) -> bool {
-        matches!(self, Algorithm::Madpo | Algorithm::Marlhf)
+        matches!(
+            self,
+            Algorithm::Madpo | Algorithm::Marlhf | Algorithm::MadpoIter
+        )
+    }
+
+    /// Whether the algorithm runs in rounds against a comparator (`madpo_iter`).
+    pub fn iterative(self) -> bool {
+        self == Algorithm::MadpoIter
     }
 
     /// `trainer.advantage_mode`'s default under this algorithm.
@@ -222,6 +255,41 @@ pub enum PairSelection {
     All,
     /// `pairs_per_sample` pairs drawn uniformly.
     Random,
+    /// Iterative trainers only: the pairs whose comparator candidate has the highest reward
+    /// first (ties: the larger gap), as CoMLRL's `comparator_reward`.
+    ComparatorReward,
+}
+
+/// Which of the earlier rounds' preference sets a round of `madpo_iter` trains on
+/// (`preference.replay_mode`, CoMLRL's `preference_replay_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayMode {
+    /// The round's own set.
+    Current,
+    /// A sample of the last `replay_k` rounds' sets.
+    NearestK,
+    /// A sample of every round's set.
+    AllHistory,
+    /// A sample of every round's set, newer rounds weighted by a geometric `replay_lambda`.
+    LambdaDecay,
+}
+
+/// Whose candidates a round of `madpo_iter` compares the current policy's with
+/// (`preference.comparator_policy`, CoMLRL's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComparatorPolicy {
+    /// The current policy itself, with its own draws.
+    Current,
+    /// A frozen copy of the current policy taken at the round's start.
+    CurrentCopy,
+    /// A fixed model (`preference.comparator_model`).
+    Model,
+    /// The policy as it was `comparator_history_k` rounds ago (the initial one before that).
+    History,
+    /// An OpenAI-compatible chat-completions endpoint (`preference.comparator_api_*`).
+    Api,
 }
 
 /// The online algorithm MARLHF trains with against its reward model

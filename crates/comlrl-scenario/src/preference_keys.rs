@@ -11,8 +11,8 @@ use crate::keys::{
     at_least, if_set, learning_rate, positive, section, Bad, Relevance, SectionContext,
 };
 use crate::plan::{
-    AdvantageMode, AdvantageScale, Algorithm, CollaborationMode, JointMode, ModelRef, ModelSource,
-    PairSelection, RewardAggregation, RlAlgorithm, TrainerPlan,
+    AdvantageMode, AdvantageScale, Algorithm, CollaborationMode, ComparatorPolicy, JointMode,
+    ModelRef, ModelSource, PairSelection, ReplayMode, RewardAggregation, RlAlgorithm, TrainerPlan,
 };
 use crate::positions::KeyPath;
 use std::path::Path;
@@ -24,6 +24,9 @@ pub const MAX_CANDIDATES: usize = 1024;
 
 /// The most reward-model epochs over the preference set.
 pub const MAX_REWARD_EPOCHS: usize = 10_000;
+
+/// The most rounds of an iterative trainer (each keeps its preference set for replay).
+pub const MAX_ITERATIONS: usize = 10_000;
 
 /// What the `preference` resolver needs from the rest of the scenario.
 pub(crate) struct PreferenceContext<'a> {
@@ -46,28 +49,42 @@ section! {
         active: bool = cx.algorithm.learns_from_preferences();
         /// The run learns a reward model (`trainer.algorithm: marlhf`).
         marlhf: bool = cx.algorithm == Algorithm::Marlhf;
+        /// The run trains in rounds against a comparator (`trainer.algorithm: madpo_iter`).
+        iter: bool = cx.algorithm.iterative();
     }
     keys {
         /// K: answers each agent samples per training prompt, once, before training (CoMLRL
         /// `preference_num_candidates`); joint candidate i is every agent's i-th answer, scored
         /// by one joint reward. Under `madpo` it is also `trainer.num_generations` (written
         /// there by the loader; another value there is an error).
-        num_candidates: usize = 80, kind "integer in 2..=1024", why "CoMLRL",
+        num_candidates: usize = if iter { 20 } else { 80 }, kind "integer in 2..=1024",
+            shown "`80`; `20` with `madpo_iter`", why "CoMLRL (`MADPOIterConfig`: 20)",
             check candidates, only Only::Preference;
         /// Which of a prompt's candidate pairs with a positive reward gap become preference
         /// pairs: `reward_gap` keeps the `pairs_per_sample` largest gaps (equal gaps in
         /// (winner, loser) order, as CoMLRL's stable sort), `random` `pairs_per_sample` drawn
         /// uniformly from the run's seeded generator (CoMLRL draws from Python's, so the pairs
-        /// differ from its), `all` every one.
-        pair_selection: PairSelection = PairSelection::RewardGap,
-            kind "`reward_gap` \\| `random` \\| `all`", why "CoMLRL", only Only::Preference;
+        /// differ from its), `all` every one. Under `madpo_iter` a pair is the current policy's
+        /// candidate i against the comparator's candidate i (one pair per index at most), and
+        /// `comparator_reward` (its default, and only there) keeps the `pairs_per_sample` whose
+        /// comparator candidate scored highest, ties by the larger gap, as CoMLRL.
+        pair_selection: PairSelection = if iter {
+                PairSelection::ComparatorReward
+            } else {
+                PairSelection::RewardGap
+            },
+            kind "`reward_gap` \\| `random` \\| `all` \\| `comparator_reward`",
+            shown "`reward_gap`; `comparator_reward` with `madpo_iter`", why "CoMLRL",
+            only Only::Preference;
         /// At most this many pairs per prompt (`null`: every pair); must be `null` under
         /// `pair_selection: all` (CoMLRL `preference_pairs_per_sample`).
         pairs_per_sample: Option<usize> = match pair_selection {
                 PairSelection::All => None,
+                _ if iter => Some(4),
                 _ => Some(16),
             },
-            kind "integer ≥ 1 or `null`", shown "`16`; `null` under `pair_selection: all`",
+            kind "integer ≥ 1 or `null`",
+            shown "`16`; `4` with `madpo_iter`; `null` under `pair_selection: all`",
             why "CoMLRL (which makes `all` write `null` itself)",
             check if_set(at_least(1, "use `pairs_per_sample: null` for every pair")),
             only Only::Preference;
@@ -120,6 +137,91 @@ section! {
             only Only::Marlhf;
         /// Train the reward head alone, the backbone frozen (CoMLRL `reward_freeze_backbone`).
         reward_freeze_backbone: bool = false, kind "bool", why "CoMLRL", only Only::Marlhf;
+        /// Rounds of `madpo_iter`: each one pass over the training prompts that samples the
+        /// current policy's and the comparator's candidates and pairs them, then
+        /// `trainer.num_train_epochs` DPO passes over the round's replayed pairs (CoMLRL
+        /// `num_iterations`).
+        num_iterations: usize = 6, kind "integer in 1..=10000", why "CoMLRL",
+            check iterations, only Only::Iter;
+        /// Which rounds' preference sets a round trains on (CoMLRL `preference_replay_mode`):
+        /// `current` its own; `nearest_k` the last `replay_k` rounds' (its own included);
+        /// `all_history` every round's; `lambda_decay` every round's, the set of age a (0: this
+        /// round's) drawn with weight (1−λ)·λ^a, normalised (λ = 1: equal weights). Except for
+        /// `current`, `replay_sample_size` pairs are drawn: each from a set chosen by weight
+        /// (equal but for `lambda_decay`; rounds with no pair left out), then without
+        /// replacement within the set, then shuffled.
+        replay_mode: ReplayMode = ReplayMode::Current,
+            kind "`current` \\| `nearest_k` \\| `all_history` \\| `lambda_decay`", why "CoMLRL",
+            only Only::Iter;
+        /// The rounds `nearest_k` replays (CoMLRL `preference_replay_k`); required there, `null`
+        /// (or 1) under `current`, an error elsewhere.
+        replay_k: Option<usize> = None, kind "integer ≥ 1 or `null`", shown "`null`",
+            why "CoMLRL", check if_set(at_least(1, "use e.g. `replay_k: 2`")), only Only::Iter;
+        /// λ of `lambda_decay`, in [0, 1] (CoMLRL `preference_replay_lambda`); required there,
+        /// an error elsewhere.
+        replay_lambda: Option<f64> = None, kind "number in [0, 1] or `null`", shown "`null`",
+            why "CoMLRL", check if_set(unit_interval), only Only::Iter;
+        /// Pairs a replaying round trains on (CoMLRL `preference_replay_sample_size`); `null`:
+        /// as many as the round generated (else the latest round that had any). An error under
+        /// `current`.
+        replay_sample_size: Option<usize> = None, kind "integer ≥ 1 or `null`", shown "`null`",
+            why "CoMLRL", check if_set(at_least(1, "use `replay_sample_size: null` for the round's count")),
+            only Only::Iter;
+        /// Whose candidates the current policy's are compared with (CoMLRL
+        /// `comparator_policy`): `current` (the policy itself, other draws), `current_copy` (a
+        /// copy taken at the round's start: the same weights while the round samples, so the
+        /// same as `current` here, which keeps no second copy), `model` (`comparator_model`,
+        /// frozen), `history` (the policy as saved `comparator_history_k` rounds ago, the
+        /// initial one before that; saved under `<output_dir>/policy_checkpoints`), `api` (an
+        /// OpenAI-compatible chat-completions endpoint, `comparator_api_*`; its texts are
+        /// tokenized with the agents' tokenizers, no EOS, as CoMLRL re-encodes them).
+        comparator_policy: ComparatorPolicy = ComparatorPolicy::Current,
+            kind "`current` \\| `current_copy` \\| `model` \\| `history` \\| `api`", why "CoMLRL",
+            only Only::Iter;
+        /// Candidates the comparator samples per prompt (CoMLRL `comparator_num_candidates`);
+        /// `null`: `num_candidates`. Pairs compare index i of both, so only the first
+        /// min(K, this) of each pair up.
+        comparator_num_candidates: Option<usize> = None, kind "integer in 1..=1024 or `null`",
+            shown "`null`", why "CoMLRL", check if_set(comparator_candidates), only Only::Iter;
+        /// How many rounds back the `history` comparator is (CoMLRL `comparator_history_k`);
+        /// `null`: 1 under `history`, an error with another comparator.
+        comparator_history_k: Option<usize> = None, kind "integer ≥ 1 or `null`", shown "`null`",
+            why "CoMLRL", check if_set(at_least(1, "use `comparator_history_k: 1` (the last round)")),
+            only Only::Iter;
+        /// The `api` comparator's chat-completions URL (CoMLRL `comparator_api_url`, spoken in
+        /// its `comparator_api_format: openai`); required there.
+        comparator_api_url: Option<String> = None, kind "string or `null`", shown "`null`",
+            why "CoMLRL", only Only::Iter;
+        /// The request's `model` field (CoMLRL `comparator_api_model`); `null` leaves it out.
+        comparator_api_model: Option<String> = None, kind "string or `null`", shown "`null`",
+            why "CoMLRL", only Only::Iter;
+        /// Candidates asked for per request, `n` (CoMLRL `comparator_api_max_n_per_request`);
+        /// `null`: all of a prompt's in one.
+        comparator_api_max_n_per_request: Option<usize> = None, kind "integer ≥ 1 or `null`",
+            shown "`null`", why "CoMLRL",
+            check if_set(at_least(1, "use `comparator_api_max_n_per_request: null` for one request")),
+            only Only::Iter;
+        /// Seconds one request may take, connection to last byte (CoMLRL
+        /// `comparator_api_timeout`).
+        comparator_api_timeout: f64 = 120.0, kind "number > 0", why "CoMLRL",
+            check positive("use e.g. `comparator_api_timeout: 120`"), only Only::Iter;
+        /// Further tries of a request that timed out, failed to connect or got HTTP 429 / 5xx
+        /// (other statuses are errors at once).
+        comparator_api_retries: usize = 0, kind "integer in 0..=10", why "CoMLRL retries none",
+            check api_retries, only Only::Iter;
+        /// The environment variable holding the endpoint's key (CoMLRL
+        /// `comparator_api_key_env`); `null`: no key is sent. The key itself is never written in
+        /// a scenario (CoMLRL's `comparator_api_key` is not ported): it stays out of the resolved
+        /// scenario, checkpoints, logs and errors.
+        comparator_api_key_env: Option<String> = None, kind "string or `null`", shown "`null`",
+            why "CoMLRL", only Only::Iter;
+        /// The header the key is sent in (CoMLRL `comparator_api_key_header`).
+        comparator_api_key_header: String = "Authorization".to_string(), kind "string",
+            why "CoMLRL", only Only::Iter;
+        /// What precedes the key in that header, then a space (CoMLRL
+        /// `comparator_api_key_prefix`); empty: the key alone.
+        comparator_api_key_prefix: String = "Bearer".to_string(), kind "string", why "CoMLRL",
+            only Only::Iter;
     }
     resolved {
         /// The reward model's backbone, written as an agent's `model` (CoMLRL
@@ -127,6 +229,12 @@ section! {
         /// hidden state at the joint text's last token a fresh Linear(H → 1) head reads.
         reward_model: String => Option<ModelRef>, kind "string", shown "agent 0's model",
             why "CoMLRL", via |d, p, raw| raw.map(|spec| model_ref(d, &p.key("reward_model"), spec, cx.base)),
+            emit model_setting;
+        /// The `model` comparator, written as an agent's `model` (CoMLRL
+        /// `comparator_model_name`): every agent's comparator, frozen, sampling with the
+        /// agents' settings. Required under `comparator_policy: model`, an error elsewhere.
+        comparator_model: String => Option<ModelRef>, kind "string", shown "none",
+            why "CoMLRL", via |d, p, raw| raw.map(|spec| model_ref(d, &p.key("comparator_model"), spec, cx.base)),
             emit model_setting;
     }
 }
@@ -147,6 +255,36 @@ fn reward_epochs(_key: &str, n: &usize) -> Option<Bad> {
     })
 }
 
+fn iterations(_key: &str, n: &usize) -> Option<Bad> {
+    (!(1..=MAX_ITERATIONS).contains(n)).then(|| Bad {
+        message: format!("preference.num_iterations must be in 1..={MAX_ITERATIONS} (got {n})"),
+        hint: "CoMLRL runs 6 rounds".into(),
+    })
+}
+
+fn unit_interval(_key: &str, x: &f64) -> Option<Bad> {
+    (!(0.0..=1.0).contains(x)).then(|| Bad {
+        message: format!("preference.replay_lambda must be in [0, 1] (got {x})"),
+        hint: "use e.g. `replay_lambda: 0.5` (1 weighs every round alike)".into(),
+    })
+}
+
+fn api_retries(_key: &str, n: &usize) -> Option<Bad> {
+    (*n > 10).then(|| Bad {
+        message: format!("preference.comparator_api_retries must be in 0..=10 (got {n})"),
+        hint: "use e.g. `comparator_api_retries: 2`".into(),
+    })
+}
+
+fn comparator_candidates(_key: &str, k: &usize) -> Option<Bad> {
+    (!(1..=MAX_CANDIDATES).contains(k)).then(|| Bad {
+        message: format!(
+            "preference.comparator_num_candidates must be in 1..={MAX_CANDIDATES} (got {k})"
+        ),
+        hint: "use `comparator_num_candidates: null` for num_candidates".into(),
+    })
+}
+
 /// When a preference key has an effect.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Only {
@@ -154,6 +292,8 @@ pub(crate) enum Only {
     Preference,
     /// `trainer.algorithm: marlhf`.
     Marlhf,
+    /// `trainer.algorithm: madpo_iter`.
+    Iter,
 }
 
 impl Relevance for Only {
@@ -163,15 +303,17 @@ impl Relevance for Only {
         match self {
             Only::Preference => p.active,
             Only::Marlhf => p.marlhf,
+            Only::Iter => p.iter,
         }
     }
 
     fn moot_warning(&self) -> Option<&'static str> {
         match self {
-            Only::Preference => {
-                Some("has no effect unless `trainer.algorithm` is `madpo` or `marlhf`")
-            }
+            Only::Preference => Some(
+                "has no effect unless `trainer.algorithm` is `madpo`, `marlhf` or `madpo_iter`",
+            ),
             Only::Marlhf => Some("has no effect unless `trainer.algorithm` is `marlhf`"),
+            Only::Iter => Some("has no effect unless `trainer.algorithm` is `madpo_iter`"),
         }
     }
 }
@@ -207,13 +349,32 @@ pub(crate) fn resolve(
             "has no effect unless `trainer.algorithm` is `marlhf`",
         );
     }
+    if !plan.iter && raw.comparator_model.is_some() {
+        d.warn(
+            &p.key("comparator_model"),
+            "has no effect unless `trainer.algorithm` is `madpo_iter`",
+        );
+    }
     if !plan.active {
         return plan;
     }
-    let name = match plan.marlhf {
-        true => "MARLHF",
-        false => "MADPO",
+    let name = match (plan.marlhf, plan.iter) {
+        (true, _) => "MARLHF",
+        (_, true) => "MADPOIter",
+        _ => "MADPO",
     };
+    let mut plan = plan;
+    if plan.iter {
+        resolve_iter(d, &p, &mut plan);
+    } else if plan.pair_selection == PairSelection::ComparatorReward {
+        d.invalid(
+            &p.key("pair_selection"),
+            format!(
+                "{name} has no comparator: `comparator_reward` ranks a comparator's candidates"
+            ),
+            "use `pair_selection: reward_gap`, or `trainer.algorithm: madpo_iter`",
+        );
+    }
     let t = KeyPath::root().key("trainer");
     if plan.pair_selection == PairSelection::All && plan.pairs_per_sample.is_some() {
         d.invalid(
@@ -262,6 +423,114 @@ pub(crate) fn resolve(
     }
     trainer.num_generations = plan.num_candidates;
     plan
+}
+
+/// MADPOIter's checks, as CoMLRL's `_validate_iterative_config`: each replay mode's own keys
+/// and none of the others', each comparator's own keys; `comparator_history_k` becomes 1
+/// under `history` when unset.
+fn resolve_iter(d: &mut Diags, p: &KeyPath, plan: &mut PreferencePlan) {
+    let mode = plan.replay_mode;
+    let only = |d: &mut Diags, key: &str, set: bool, valid: &str| {
+        if set {
+            d.invalid(
+                &p.key(key),
+                format!(
+                    "it has no effect with `replay_mode: {}`",
+                    crate::keys::shown(&mode).trim_matches('`')
+                ),
+                format!("remove `{key}` (it is only valid with {valid})"),
+            );
+        }
+    };
+    match mode {
+        ReplayMode::Current => {
+            only(
+                d,
+                "replay_k",
+                plan.replay_k.is_some_and(|k| k != 1),
+                "`nearest_k`",
+            );
+            only(
+                d,
+                "replay_lambda",
+                plan.replay_lambda.is_some(),
+                "`lambda_decay`",
+            );
+            only(
+                d,
+                "replay_sample_size",
+                plan.replay_sample_size.is_some(),
+                "`nearest_k`, `all_history` or `lambda_decay`",
+            );
+        }
+        ReplayMode::NearestK => {
+            if plan.replay_k.is_none() {
+                d.invalid(
+                    &p.key("replay_k"),
+                    "`replay_mode: nearest_k` needs the number of rounds to replay",
+                    "set e.g. `replay_k: 2`",
+                );
+            }
+            only(
+                d,
+                "replay_lambda",
+                plan.replay_lambda.is_some(),
+                "`lambda_decay`",
+            );
+        }
+        ReplayMode::AllHistory => {
+            only(d, "replay_k", plan.replay_k.is_some(), "`nearest_k`");
+            only(
+                d,
+                "replay_lambda",
+                plan.replay_lambda.is_some(),
+                "`lambda_decay`",
+            );
+        }
+        ReplayMode::LambdaDecay => {
+            only(d, "replay_k", plan.replay_k.is_some(), "`nearest_k`");
+            if plan.replay_lambda.is_none() {
+                d.invalid(
+                    &p.key("replay_lambda"),
+                    "`replay_mode: lambda_decay` needs the decay λ",
+                    "set e.g. `replay_lambda: 0.5`",
+                );
+            }
+        }
+    }
+    let policy = plan.comparator_policy;
+    if policy == ComparatorPolicy::Api && plan.comparator_api_url.is_none() {
+        d.invalid(
+            &p.key("comparator_policy"),
+            "`api` needs the endpoint's URL",
+            "set `preference.comparator_api_url` (an OpenAI-compatible chat-completions URL)",
+        );
+    }
+    if policy == ComparatorPolicy::History {
+        plan.comparator_history_k.get_or_insert(1);
+    } else if plan.comparator_history_k.is_some() {
+        d.invalid(
+            &p.key("comparator_history_k"),
+            "it is only valid with `comparator_policy: history`",
+            "remove `comparator_history_k`",
+        );
+    }
+    match (
+        policy == ComparatorPolicy::Model,
+        plan.comparator_model.is_some(),
+    ) {
+        (true, false) => d.invalid(
+            &p.key("comparator_policy"),
+            "`model` needs the comparator's model",
+            "set `preference.comparator_model` (a path or hub id, as an agent's `model`)",
+        ),
+        (false, true) => d.invalid(
+            &p.key("comparator_model"),
+            "it is only valid with `comparator_policy: model`",
+            "remove `comparator_model`, or set `comparator_policy: model`",
+        ),
+        _ => {}
+    }
 }
 
 /// MARLHF's checks: a MAGRPO-family online algorithm, whose advantage mode becomes the

@@ -134,7 +134,12 @@ fn check_ratio(d: &mut Diags, p: &KeyPath, t: &TrainerPlan, alg: crate::plan::Al
         ),
         ("clip_delta", t.clip_delta.is_some()),
     ];
-    if alg.has_critic() || alg == crate::plan::Algorithm::Madpo {
+    if alg.has_critic()
+        || matches!(
+            alg,
+            crate::plan::Algorithm::Madpo | crate::plan::Algorithm::MadpoIter
+        )
+    {
         for (key, set) in written {
             if set {
                 d.invalid(
@@ -202,7 +207,10 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
         crate::critic_keys::check_trainer(d, &p, &raw, &t);
     }
     // Under `madpo` a mini-batch is train_batch_size preference pairs, not buffered prompts.
-    let pairs = t.algorithm == crate::plan::Algorithm::Madpo;
+    let pairs = matches!(
+        t.algorithm,
+        crate::plan::Algorithm::Madpo | crate::plan::Algorithm::MadpoIter
+    );
     if train_batch_size > rollout_buffer_size && rollout_buffer_size >= 1 && !pairs {
         d.warn(&at("train_batch_size"), format!("{train_batch_size} is larger than rollout_buffer_size ({rollout_buffer_size}); a mini-batch never holds more than the buffer, so this acts as {rollout_buffer_size}"));
     }

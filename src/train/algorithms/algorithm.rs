@@ -15,8 +15,35 @@
 //! [`Learner::record`]: super::round::Learner::record
 use super::round::{AgentUpdate, Round};
 use crate::error::Result;
+use crate::model::Policy;
 use crate::train::rollout::{Node, NodeSample};
 use crate::train::run::checkpoint::CheckpointPart;
+
+/// What [`Algorithm::comparison`] asks the loop to sample.
+pub struct Comparison<'a> {
+    /// The agents' candidates per prompt.
+    pub current: usize,
+    /// The comparator's candidates per prompt.
+    pub comparator: usize,
+    /// Where the comparator's candidates come from.
+    pub source: ComparatorSource<'a>,
+}
+
+/// Who writes a comparator's candidates.
+pub enum ComparatorSource<'a> {
+    /// The agents themselves, in the same batch as their own.
+    Agents,
+    /// These policies, one per agent.
+    Policies(&'a [Option<Policy>]),
+    /// A text endpoint; its answers are tokenized with the agents' tokenizers.
+    Texts(&'a dyn TextComparator),
+}
+
+/// A comparator that answers with texts (an HTTP endpoint).
+pub trait TextComparator: Sync {
+    /// `n` answers to agent `agent`'s `prompt` (its template, no chat template).
+    fn complete(&self, agent: usize, prompt: &str, n: usize) -> Result<Vec<String>>;
+}
 
 /// A training algorithm (selected by `trainer.algorithm`, see `registry`).
 pub trait Algorithm: CheckpointPart + Send + Sync {
@@ -72,6 +99,15 @@ pub trait Algorithm: CheckpointPart + Send + Sync {
             "{} is not an offline algorithm",
             self.name()
         )))
+    }
+
+    /// A comparing algorithm's comparator in its collecting epochs (iterative MADPO): the loop
+    /// samples `current` candidates of the agents and `comparator` more, from `policies` (or,
+    /// when `None`, from the agents themselves in the same batch), scores each joint candidate
+    /// and hands [`Algorithm::collect`] one node whose first `current` candidates are the
+    /// agents' and the rest the comparator's. `None` (the default): no comparator.
+    fn comparison(&self) -> Option<Comparison<'_>> {
+        None
     }
 
     /// Replaces the task rewards of a training prompt's scored rollout tree before

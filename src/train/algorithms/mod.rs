@@ -19,5 +19,5 @@ pub mod marlhf;
 pub mod registry;
 pub mod round;
 
-pub use algorithm::Algorithm;
+pub use algorithm::{Algorithm, ComparatorSource, Comparison, TextComparator};
 pub use round::{AgentUpdate, Learner, Round, StepRule};

@@ -4,6 +4,7 @@
 use super::algorithm::Algorithm;
 use super::iac::Iac;
 use super::maac::Maac;
+use super::madpo::iter::MadpoIter;
 use super::madpo::Madpo;
 use super::magrpo::Magrpo;
 use super::marlhf::Marlhf;
@@ -35,5 +36,6 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorith
             Box::new(Marlhf::new(s, agents, online)?)
         }
         A::Maac => Box::new(Maac::new(s, agents)?),
+        A::MadpoIter => Box::new(MadpoIter::new(s, agents)?),
     })
 }

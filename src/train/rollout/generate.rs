@@ -114,6 +114,16 @@ pub struct Presampled {
     pub(super) agents: Vec<AgentRollout>,
 }
 
+impl Presampled {
+    /// Completions that come from elsewhere (an endpoint's texts, tokenized), to be scored by
+    /// the rollout that draws its `agents` seeds from `rng` next.
+    pub fn given(rng: &ChaCha8Rng, agents: Vec<AgentRollout>) -> Self {
+        let mut r = rng.clone();
+        let seeds = (0..agents.len()).map(|_| r.next_u64()).collect();
+        Presampled { seeds, agents }
+    }
+}
+
 /// Samples the first turn of several consecutive prompts (`prompts[row][agent]`) in one batch
 /// per agent — every decode step reads the weights once for all their rows. Valid while the
 /// policies do not change between those prompts (CoMLRL's per-prompt loop samples all of a

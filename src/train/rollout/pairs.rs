@@ -57,6 +57,66 @@ pub fn select_pairs(
         // Stable: equal gaps keep their listed order.
         PairSelection::RewardGap => pairs.sort_by(|a, b| b.gap.total_cmp(&a.gap)),
         PairSelection::Random => pairs.shuffle(rng),
+        // Only iterative rounds have a comparator (the scenario refuses it elsewhere); over one
+        // policy's candidates it ranks as `reward_gap`.
+        PairSelection::ComparatorReward => pairs.sort_by(|a, b| b.gap.total_cmp(&a.gap)),
+    }
+    if let Some(n) = limit {
+        pairs.truncate(n);
+    }
+    pairs
+}
+
+/// One pair of an iterative round (CoMLRL 1.4.3 `MADPOIterTrainer._select_policy_comparison_pairs`):
+/// the current policy's candidate `index` against the comparator's candidate `index`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ComparedPair {
+    /// The candidate index both sides share.
+    pub index: usize,
+    /// The current policy's candidate won (else the comparator's).
+    pub current_wins: bool,
+    /// |reward(current) − reward(comparator)|, > 0.
+    pub gap: f64,
+    /// The comparator candidate's reward.
+    pub comparator_reward: f64,
+}
+
+/// The pairs of one prompt of an iterative round: for each index i < min(K, K'), the current
+/// policy's candidate i against the comparator's candidate i when their rewards differ; then
+/// `selection`: `comparator_reward` the highest comparator rewards first (equal ones by the
+/// larger gap), `reward_gap` the largest gaps first, `all` by index, `random` shuffled from
+/// `rng`; equal keys keep index order (Python's stable sort, also with `reverse=True`); at most
+/// `limit` but under `all`. Rewards are compared in f64 from the f32 rewards.
+pub fn select_compared_pairs(
+    current: &[f32],
+    comparator: &[f32],
+    selection: PairSelection,
+    limit: Option<usize>,
+    rng: &mut impl Rng,
+) -> Vec<ComparedPair> {
+    let mut pairs: Vec<ComparedPair> = current
+        .iter()
+        .zip(comparator)
+        .enumerate()
+        .filter_map(|(index, (&c, &p))| {
+            let gap = c as f64 - p as f64;
+            (gap != 0.0).then_some(ComparedPair {
+                index,
+                current_wins: gap > 0.0,
+                gap: gap.abs(),
+                comparator_reward: p as f64,
+            })
+        })
+        .collect();
+    match selection {
+        PairSelection::All => return pairs,
+        PairSelection::Random => pairs.shuffle(rng),
+        PairSelection::RewardGap => pairs.sort_by(|a, b| b.gap.total_cmp(&a.gap)),
+        PairSelection::ComparatorReward => pairs.sort_by(|a, b| {
+            b.comparator_reward
+                .total_cmp(&a.comparator_reward)
+                .then(b.gap.total_cmp(&a.gap))
+        }),
     }
     if let Some(n) = limit {
         pairs.truncate(n);

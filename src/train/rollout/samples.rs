@@ -54,3 +54,29 @@ pub struct NodeSample {
     /// Raw value of every reward term, per joint action (`[joint][term]`).
     pub components: Vec<Vec<f32>>,
 }
+
+impl NodeSample {
+    /// Appends `other`'s aligned joint candidates (same agents, one completion of each per
+    /// joint candidate) after this node's: a comparator's candidates after the agents'. The
+    /// prompts stay this node's.
+    pub fn append_aligned(&mut self, other: NodeSample) -> crate::error::Result<()> {
+        if other.agents.len() != self.agents.len() {
+            return Err(crate::error::Error::Internal(format!(
+                "appending candidates of {} agents to a node of {}",
+                other.agents.len(),
+                self.agents.len()
+            )));
+        }
+        for (a, b) in self.agents.iter_mut().zip(other.agents) {
+            a.completions.extend(b.completions);
+            a.texts.extend(b.texts);
+            a.returns.extend(b.returns);
+            a.advantages.extend(b.advantages);
+            a.kl.extend(b.kl);
+            a.sampling_logprobs.extend(b.sampling_logprobs);
+        }
+        self.rewards.extend(other.rewards);
+        self.components.extend(other.components);
+        Ok(())
+    }
+}

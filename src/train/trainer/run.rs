@@ -10,10 +10,10 @@ use super::settings::Settings;
 use super::start::start;
 use crate::error::{Error, Result};
 use crate::metrics::{CompletionsSink, MetricsSink};
-use crate::train::algorithms::{Algorithm, Round, StepRule};
+use crate::train::algorithms::{Algorithm, ComparatorSource, Round, StepRule};
 use crate::train::report::timing::{since, Phases};
 use crate::train::rollout::generate::{sample_group, Presampled};
-use crate::train::rollout::{rollout, NodeSample, RolloutSpec, RowInput};
+use crate::train::rollout::{rollout, AgentRollout, NodeSample, RolloutSpec, RowInput};
 use crate::train::run::checkpoint::{self, Held};
 use crate::train::run::{Stop, TrainState};
 use crate::train::setup::{Agents, Rewards};
@@ -232,7 +232,15 @@ impl Loop<'_> {
         }
         // A collecting epoch (MARLHF's first) samples `preference.num_candidates` answers per
         // agent and hands them to the algorithm; it ends in a round on an empty buffer.
-        let collecting = epoch < s.trainer.algorithm.collect_epochs();
+        let collecting = epoch < s.collect_epochs();
+        // A comparing algorithm's comparator (iterative MADPO) in a collecting epoch.
+        let (mut current_k, mut comparator_k, mut own_comparator) = (0, 0, false);
+        if collecting {
+            if let Some(c) = self.algorithm.comparison() {
+                (current_k, comparator_k) = (c.current, c.comparator);
+                own_comparator = !matches!(c.source, ComparatorSource::Agents);
+            }
+        }
         let buffer_size = s.trainer.rollout_buffer_size.max(1);
         let row = &s.dataset.train.rows[r];
         let prompts = self.agents.prompts.render(row)?;
@@ -247,6 +255,10 @@ impl Loop<'_> {
         let mut spec = self.spec();
         if collecting {
             spec.k = s.preference.num_candidates;
+            // A comparator that is the agents themselves samples in the same batch.
+            if comparator_k > 0 && !own_comparator {
+                spec.k = current_k + comparator_k;
+            }
         }
         // The prompts up to the next update see the same policies: sample them in one batch.
         let group = buffer_size
@@ -254,7 +266,13 @@ impl Loop<'_> {
             .min(rows - r)
             .min(limit - step);
         let t = &s.trainer;
-        if pending.is_empty() && t.batch_buffer_sampling && t.num_turns == 1 && group > 1 {
+        // A comparator sampling between the prompts draws from the run's generator too: no group.
+        if pending.is_empty()
+            && t.batch_buffer_sampling
+            && t.num_turns == 1
+            && group > 1
+            && !own_comparator
+        {
             let rendered = (r..r + group)
                 .map(|i| self.agents.prompts.render(&s.dataset.train.rows[i]))
                 .collect::<Result<Vec<_>>>()?;
@@ -279,6 +297,28 @@ impl Loop<'_> {
             },
         );
         let nodes = match rolled {
+            Ok(nodes) if own_comparator => {
+                let mut nodes = nodes;
+                // What the window records: the agents' own candidates.
+                let recorded = nodes.clone();
+                self.compare(&input, &prompts, &formatted, state, &mut phases, &mut nodes)
+                    .map_err(|e| e.at_step(step + 1, where_.clone()))?;
+                let stops = self.stops();
+                let cross = s.trainer.joint_mode == comlrl_scenario::JointMode::Cross;
+                for node in &recorded {
+                    state.keep_samples(node, step + 1, &row.prompt, s.logging.completions, cross);
+                    state.record(node, epoch, &stops);
+                }
+                state.window.phases.add(&phases);
+                self.algorithm
+                    .collect(&formatted, &nodes)
+                    .map_err(|e| e.at_step(step + 1, where_.clone()))?;
+                if r + 1 == rows {
+                    pending.clear();
+                    self.round(state, Vec::new())?;
+                }
+                return Ok(());
+            }
             Ok(nodes) => nodes,
             // A term with `on_error: skip_step` failed: this prompt trains nothing.
             Err(Error::Reward(e @ comlrl_reward::RewardError::SkipStep { .. })) => {
@@ -330,6 +370,67 @@ impl Loop<'_> {
         Ok(())
     }
 
+    /// The comparator's candidates of a prompt (sampled with its own policies, or an
+    /// endpoint's texts tokenized with the agents' tokenizers; then scored), after the agents'
+    /// in the first-turn node of `nodes`. `formatted`: each agent's prompt without the chat
+    /// template (what an endpoint is sent).
+    fn compare(
+        &self,
+        input: &RowInput,
+        prompts: &[String],
+        formatted: &[String],
+        state: &mut TrainState,
+        phases: &mut Phases,
+        nodes: &mut [NodeSample],
+    ) -> Result<()> {
+        let Some(c) = self.algorithm.comparison() else {
+            return Ok(());
+        };
+        let mut spec = self.spec();
+        spec.k = c.comparator;
+        // The comparator's candidates are only ranked: no KL to the agents' references.
+        spec.references = None;
+        spec.sampling_logprobs = None;
+        let pre = match c.source {
+            ComparatorSource::Agents => return Ok(()),
+            ComparatorSource::Policies(policies) => {
+                spec.policies = policies;
+                None
+            }
+            ComparatorSource::Texts(api) => {
+                let Some(mine) = nodes.iter().find(|n| n.turn == 0) else {
+                    return Ok(());
+                };
+                let t = Instant::now();
+                let mut agents = Vec::with_capacity(mine.agents.len());
+                for (i, a) in mine.agents.iter().enumerate() {
+                    let texts = api.complete(i, &formatted[i], c.comparator)?;
+                    let policy = self.agents.policies[i]
+                        .as_ref()
+                        .ok_or_else(|| Error::Internal(format!("agent {i} is not held here")))?;
+                    // As CoMLRL encodes the comparator's text: no special tokens, no EOS.
+                    let ids = texts
+                        .iter()
+                        .map(|x| policy.tokenizer.encode(x))
+                        .collect::<crate::model::Result<Vec<_>>>()
+                        .map_err(Error::from)?;
+                    agents.push(AgentRollout::sampled(a.prompt_ids.clone(), ids, texts));
+                }
+                phases.sampling += since(t);
+                Some(Presampled::given(&state.rng, agents))
+            }
+        };
+        let root = rollout(&spec, input, prompts, &mut state.rng, phases, pre)?;
+        let theirs = self.algorithm.targets(root)?;
+        let (Some(mine), Some(theirs)) = (
+            nodes.iter_mut().find(|n| n.turn == 0),
+            theirs.into_iter().find(|n| n.turn == 0),
+        ) else {
+            return Ok(());
+        };
+        mine.append_aligned(theirs)
+    }
+
     /// One update round: the memory housekeeping around the algorithm's update of the agents
     /// this rank trains, then their statistics into the window and the state.
     fn round(&mut self, state: &mut TrainState, buffer: Vec<NodeSample>) -> Result<()> {
@@ -338,7 +439,9 @@ impl Loop<'_> {
         let agents = &mut *self.agents;
         let freed = housekeeping::before_update(&agents.policies)?;
         // An offline algorithm runs one round per epoch.
-        let rounds = if self.algorithm.offline() {
+        let rounds = if t.algorithm.iterative() {
+            self.settings.scenario.preference.num_iterations
+        } else if self.algorithm.offline() {
             t.num_train_epochs
         } else {
             self.settings.rounds()
@@ -400,8 +503,7 @@ impl Loop<'_> {
         let rows = s.dataset.train.rows.len();
         // A collecting epoch's end (MARLHF's reward model has trained) closes its window, so
         // the reward model's metrics never mix with the online updates'.
-        let collected = state.step.is_multiple_of(rows)
-            && state.step / rows <= s.trainer.algorithm.collect_epochs();
+        let collected = state.step.is_multiple_of(rows) && state.step / rows <= s.collect_epochs();
         if state.step.is_multiple_of(s.logging.steps.max(1)) || state.step == total || collected {
             self.strategy.merge_window(&mut state.window)?;
             let epoch = (state.step - 1) / s.dataset.train.rows.len() + 1;

@@ -39,7 +39,7 @@ impl Settings {
 
     /// Training steps of the whole run (one per training prompt and epoch).
     pub fn total_steps(&self) -> usize {
-        self.scenario.trainer.run_epochs() * self.scenario.dataset.train.rows.len()
+        self.scenario.run_epochs() * self.scenario.dataset.train.rows.len()
     }
 
     /// The step the run stops at: the last one, or earlier for a benchmark.
@@ -110,7 +110,7 @@ impl Settings {
             terms,
             turns: t.num_turns,
             total_steps: self.total_steps(),
-            epochs: t.run_epochs(),
+            epochs: self.scenario.run_epochs(),
             vocab,
             ranks,
         }

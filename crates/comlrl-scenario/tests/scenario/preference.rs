@@ -2,13 +2,15 @@
 //! `num_candidates` as the rollout's `num_generations`, and the errors for what MADPO cannot
 //! run (cross joint actions, several turns, a contradicting `num_generations`, a pair limit
 //! under `all`, an unbounded candidate count, centralized agents); the keys warn under another
-//! algorithm; the resolved YAML reads back to the same plan.
+//! algorithm; the resolved YAML reads back to the same plan. `madpo_iter`: `MADPOIterConfig`'s
+//! defaults, its rounds as the run's epochs, and CoMLRL's checks of the replay and comparator
+//! keys.
 use crate::common;
 
 use comlrl_scenario::ErrorKind::*;
 use comlrl_scenario::{
-    load_str, AdvantageMode, Algorithm, CollaborationMode, PairSelection, RlAlgorithm,
-    MAX_CANDIDATES,
+    load_str, AdvantageMode, Algorithm, CollaborationMode, ComparatorPolicy, PairSelection,
+    ReplayMode, RlAlgorithm, MAX_CANDIDATES,
 };
 use common::{Fixture, BASE};
 
@@ -122,7 +124,8 @@ fn preference_keys_warn_under_another_algorithm() {
     assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
     assert!(
         s.warnings[0].contains("preference.dpo_beta")
-            && s.warnings[0].contains("unless `trainer.algorithm` is `madpo` or `marlhf`"),
+            && s.warnings[0]
+                .contains("unless `trainer.algorithm` is `madpo`, `marlhf` or `madpo_iter`"),
         "{}",
         s.warnings[0]
     );
@@ -258,4 +261,76 @@ fn what_marlhf_cannot_run_is_an_error() {
         "{:?}",
         s.warnings
     );
+}
+
+/// BASE without its `num_generations`, under madpo_iter.
+fn madpo_iter(extra: &str) -> String {
+    madpo(extra).replace("algorithm: madpo\n", "algorithm: madpo_iter\n")
+}
+
+#[test]
+fn madpo_iter_defaults_are_comlrls_and_rounds_are_epochs() {
+    let f = Fixture::new();
+    let s = f.ok(&madpo_iter(""), &[]);
+    assert_eq!(s.trainer.algorithm, Algorithm::MadpoIter);
+    let p = &s.preference;
+    assert!(p.active && p.iter && !p.marlhf);
+    assert_eq!(p.num_candidates, 20);
+    assert_eq!(p.pairs_per_sample, Some(4));
+    assert_eq!(p.pair_selection, PairSelection::ComparatorReward);
+    assert_eq!(p.num_iterations, 6);
+    assert_eq!(p.replay_mode, ReplayMode::Current);
+    assert_eq!(p.comparator_policy, ComparatorPolicy::Current);
+    assert_eq!(p.comparator_num_candidates, None);
+    assert_eq!(p.comparator_history_k, None);
+    assert_eq!(s.trainer.num_train_epochs, 1, "one pass per round");
+    assert_eq!(s.trainer.num_generations, 20);
+    assert_eq!(s.run_epochs(), 6);
+    assert_eq!(s.collect_epochs(), 6);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    // `history` takes the last round by default; the resolved YAML reads back the same.
+    let s = f.ok(
+        &madpo_iter("preference:\n  comparator_policy: history\n  replay_mode: lambda_decay\n  replay_lambda: 0.5\n  num_iterations: 3\n"),
+        &[],
+    );
+    assert_eq!(s.preference.comparator_history_k, Some(1));
+    assert_eq!(s.run_epochs(), 3);
+    let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("reload");
+    assert_eq!(again.preference, s.preference);
+    assert!(again.warnings.is_empty(), "{:?}", again.warnings);
+}
+
+#[test]
+fn what_madpo_iter_cannot_run_is_an_error() {
+    let f = Fixture::new();
+    for (bad, key) in [
+        ("replay_mode: nearest_k", "replay_k"),
+        ("replay_mode: lambda_decay", "replay_lambda"),
+        ("replay_k: 2", "replay_k"),
+        ("replay_sample_size: 5", "replay_sample_size"),
+        ("replay_lambda: 0.5", "replay_lambda"),
+        ("comparator_history_k: 2", "comparator_history_k"),
+        ("comparator_policy: model", "comparator_policy"),
+        ("comparator_policy: api", "comparator_policy"),
+        ("comparator_api_retries: 11", "comparator_api_retries"),
+        ("comparator_api_timeout: 0", "comparator_api_timeout"),
+        ("comparator_model: builtin:tiny", "comparator_model"),
+        ("num_iterations: 0", "num_iterations"),
+        ("comparator_num_candidates: 0", "comparator_num_candidates"),
+    ] {
+        let (msg, _) = f.errs(&madpo_iter(&format!("preference:\n  {bad}\n")), &[]);
+        assert!(msg.contains(&format!("preference.{key}")), "{bad}: {msg}");
+    }
+    let (bad, key) = (
+        "replay_mode: lambda_decay\n  replay_lambda: 1.5",
+        "replay_lambda",
+    );
+    let (msg, _) = f.errs(&madpo_iter(&format!("preference:\n  {bad}\n")), &[]);
+    assert!(msg.contains(key), "{msg}");
+    // `comparator_reward` needs a comparator.
+    let (msg, _) = f.errs(
+        &madpo("preference:\n  pair_selection: comparator_reward\n"),
+        &[],
+    );
+    assert!(msg.contains("pair_selection"), "{msg}");
 }

@@ -10,13 +10,16 @@
 //! It is the loop's one offline algorithm (`Algorithm::offline`): no sampling after the first
 //! epoch. The set and the generator that shuffles it are its checkpoint file
 //! (`madpo_preference.json`), so a resumed run never samples the set again.
+pub mod api;
+pub mod iter;
 pub mod loss;
+pub mod replay;
 pub mod set;
 
 use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
 use crate::train::algorithms::algorithm::Algorithm;
-use crate::train::algorithms::round::{AgentUpdate, Round};
+use crate::train::algorithms::round::{AgentUpdate, Learner, Round};
 use crate::train::rollout::pairs::PairSelection;
 use crate::train::rollout::{Node, NodeSample};
 use crate::train::run::checkpoint::CheckpointPart;
@@ -144,11 +147,25 @@ impl Algorithm for Madpo {
                 self.agents
             )));
         }
-        if self.set.pairs.is_empty() {
-            return Ok(round.finish());
+        let pairs = self.set.pairs.clone();
+        self.train_pass(learners, &pairs)?;
+        Ok(round.finish())
+    }
+}
+
+impl Madpo {
+    /// One pass over `pairs` (of the set): shuffled as CoMLRL shuffles the whole list every
+    /// epoch, then `train_batch_size` at a time, one AdamW step per agent and mini-batch.
+    /// `learners` are every agent's, in order.
+    pub(crate) fn train_pass(
+        &mut self,
+        learners: &mut [Learner<'_>],
+        pairs: &[Pair],
+    ) -> Result<()> {
+        if pairs.is_empty() {
+            return Ok(());
         }
-        // CoMLRL shuffles the whole set every epoch, then takes it train_batch_size at a time.
-        let mut order: Vec<usize> = (0..self.set.pairs.len()).collect();
+        let mut order: Vec<usize> = (0..pairs.len()).collect();
         order.shuffle(&mut self.rng);
         let gaps = |b: &[Pair]| {
             b.iter()
@@ -156,9 +173,9 @@ impl Algorithm for Madpo {
                 .sum::<f64>()
                 / b.len().max(1) as f64
         };
-        let total = self.set.pairs.len() as f64;
+        let total = pairs.len() as f64;
         for chunk in order.chunks(self.batch) {
-            let batch: Vec<Pair> = chunk.iter().map(|&i| self.set.pairs[i]).collect();
+            let batch: Vec<Pair> = chunk.iter().map(|&i| pairs[i]).collect();
             // Every agent's Δ of the mini-batch before any agent steps.
             let mut rows = vec![vec![0f32; self.agents]; batch.len()];
             for l in learners.iter() {
@@ -200,7 +217,7 @@ impl Algorithm for Madpo {
                 l.record("env_steps", (self.env_steps_per_pair * batch.len()) as f64);
             }
         }
-        Ok(round.finish())
+        Ok(())
     }
 }
 
@@ -237,22 +254,29 @@ impl CheckpointPart for Madpo {
                 .map_err(|e| Error::io(&path, e))?;
         let saved: Saved = serde_json::from_str(&text)
             .map_err(|e| Error::checkpoint_by(&path, "not a MADPO preference set", e))?;
-        let bad = saved.set.pairs.iter().find(|p| {
-            saved.set.entries.get(p.entry).is_none_or(|e| {
-                e.agents.len() != self.agents
-                    || e.agents
-                        .iter()
-                        .any(|a| a.candidates.len() <= p.winner.max(p.loser) || a.prompt.is_empty())
-            })
-        });
-        if let Some(p) = bad {
-            return Err(Error::checkpoint(
-                &path,
-                format!("its preference set is inconsistent: a pair names candidates it does not hold ({p:?})"),
-            ));
-        }
+        check_set(&saved.set, self.agents, &path)?;
         self.set = saved.set;
         self.rng = saved.rng;
         Ok(())
+    }
+}
+
+/// A preference set read from the checkpoint `path`: every pair names candidates its entry
+/// holds, for each of the `agents`.
+pub(crate) fn check_set(set: &PreferenceSet, agents: usize, path: &Path) -> Result<()> {
+    let bad = set.pairs.iter().find(|p| {
+        set.entries.get(p.entry).is_none_or(|e| {
+            e.agents.len() != agents
+                || e.agents
+                    .iter()
+                    .any(|a| a.candidates.len() <= p.winner.max(p.loser) || a.prompt.is_empty())
+        })
+    });
+    match bad {
+        Some(p) => Err(Error::checkpoint(
+            path,
+            format!("its preference set is inconsistent: a pair names candidates it does not hold ({p:?})"),
+        )),
+        None => Ok(()),
     }
 }

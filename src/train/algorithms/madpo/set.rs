@@ -4,7 +4,7 @@
 //! selected pair uses are kept (K = 80 answers of every agent for every prompt would be most of
 //! the memory otherwise).
 use crate::error::{Error, Result};
-use crate::train::rollout::pairs::{select_pairs, PairSelection};
+use crate::train::rollout::pairs::{select_compared_pairs, select_pairs, PairSelection};
 use crate::train::rollout::NodeSample;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -64,6 +64,49 @@ impl PreferenceSet {
         limit: Option<usize>,
         rng: &mut impl Rng,
     ) -> Result<()> {
+        Self::check(node)?;
+        let chosen: Vec<(usize, usize)> = select_pairs(&node.rewards, selection, limit, rng)
+            .iter()
+            .map(|p| (p.winner, p.loser))
+            .collect();
+        self.push(node, &chosen);
+        Ok(())
+    }
+
+    /// Adds the pairs of one prompt of an iterative round: `node`'s first `current`
+    /// candidates are the current policy's, the rest the comparator's (aligned, as in
+    /// [`PreferenceSet::add`]); candidate i of each side pair up (`select_compared_pairs`).
+    /// Returns the pairs added.
+    pub fn add_compared(
+        &mut self,
+        node: &NodeSample,
+        current: usize,
+        selection: PairSelection,
+        limit: Option<usize>,
+        rng: &mut impl Rng,
+    ) -> Result<usize> {
+        Self::check(node)?;
+        if current > node.rewards.len() {
+            return Err(Error::Internal(format!(
+                "{current} current candidates of {} in all",
+                node.rewards.len()
+            )));
+        }
+        let (mine, theirs) = node.rewards.split_at(current);
+        let chosen: Vec<(usize, usize)> =
+            select_compared_pairs(mine, theirs, selection, limit, rng)
+                .iter()
+                .map(|p| match p.current_wins {
+                    true => (p.index, current + p.index),
+                    false => (current + p.index, p.index),
+                })
+                .collect();
+        self.push(node, &chosen);
+        Ok(chosen.len())
+    }
+
+    /// The aligned candidates and finite rewards a set needs.
+    fn check(node: &NodeSample) -> Result<()> {
         let k = node.rewards.len();
         if let Some(a) = node.agents.iter().find(|a| a.completions.len() != k) {
             return Err(Error::Internal(format!(
@@ -77,10 +120,16 @@ impl PreferenceSet {
                 "a joint reward is {r}: MADPO cannot rank candidates by it"
             )));
         }
-        let chosen = select_pairs(&node.rewards, selection, limit, rng);
+        Ok(())
+    }
+
+    /// Adds `node` as a prompt with the `chosen` (winner, loser) pairs of its candidates (a
+    /// tied prompt when there are none).
+    fn push(&mut self, node: &NodeSample, chosen: &[(usize, usize)]) {
+        let k = node.rewards.len();
         if chosen.is_empty() {
             self.tied_prompts += 1;
-            return Ok(());
+            return;
         }
         // The candidates the pairs use, renumbered in first-use order.
         let mut used: Vec<usize> = Vec::new();
@@ -94,12 +143,12 @@ impl PreferenceSet {
         let entry = self.entries.len();
         let pairs: Vec<Pair> = chosen
             .iter()
-            .map(|p| Pair {
+            .map(|&(w, l)| Pair {
                 entry,
-                winner: slot(p.winner),
-                loser: slot(p.loser),
-                winner_reward: node.rewards[p.winner],
-                loser_reward: node.rewards[p.loser],
+                winner: slot(w),
+                loser: slot(l),
+                winner_reward: node.rewards[w],
+                loser_reward: node.rewards[l],
             })
             .collect();
         let agents = node
@@ -116,6 +165,5 @@ impl PreferenceSet {
             reward_mean,
         });
         self.pairs.extend(pairs);
-        Ok(())
     }
 }

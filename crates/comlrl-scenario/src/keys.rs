@@ -149,7 +149,8 @@ plain_settings!(
     crate::plan::PairSelection,
     crate::plan::RlAlgorithm,
     crate::plan::CollaborationMode,
-    crate::plan::Dtype
+    crate::plan::Dtype,
+    crate::plan::BaseDtype
 );
 
 impl<T: for<'a> Deserialize<'a>> Setting for Option<T> {

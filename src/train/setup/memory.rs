@@ -75,22 +75,14 @@ impl AgentMemory {
             .saturating_add(self.sampling_bytes().max(self.update_bytes()))
     }
 
-    /// Everything but the index: agents that are equal in this share a report line.
-    fn key(
-        &self,
-    ) -> (
-        String,
-        u64,
-        Option<usize>,
-        &'static str,
-        Vec<(&'static str, u64)>,
-    ) {
+    /// Everything but the index: agents that are equal in this share a report line (the
+    /// model with its base's dtype, then the rest).
+    fn key(&self) -> (String, u64, Option<usize>, Vec<(&'static str, u64)>) {
         let parts = [&self.resident[..], &self.sampling, &self.update].concat();
         (
-            self.model.clone(),
+            format!("{} {}", self.model, self.base_dtype),
             self.trainable,
             self.shares_base_of,
-            self.base_dtype,
             parts,
         )
     }

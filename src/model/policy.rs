@@ -109,12 +109,12 @@ pub struct LoadOptions {
     /// arena, and copies built on a loader thread, freed for an update round, could not serve
     /// the round's gradients (the process would hold them twice until the next trim).
     pub copies_now: bool,
-    /// The dtype the projections' weights are held in (`agents.base_dtype`): f32 (as
-    /// `dtype`), or bf16 for a base an adapter freezes ([`Policy::with_adapter`]; full
+    /// The dtype the projections' weights are held in (`agents.base_dtype`): `None` as
+    /// `dtype`, or bf16 for a base an adapter freezes ([`Policy::with_adapter`]; full
     /// fine-tuning needs f32 weights, which the scenario enforces). Converted tensor by tensor
     /// as they load; the products widen them block by block (`kernels::bf16_weight`), and
     /// sampling reads them with no copy of its own.
-    pub base_dtype: DType,
+    pub base_dtype: Option<DType>,
 }
 
 impl Default for LoadOptions {
@@ -126,7 +126,7 @@ impl Default for LoadOptions {
             rollout_copies: RolloutCopies::Auto,
             sampling_dtype: DType::F32,
             copies_now: true,
-            base_dtype: DType::F32,
+            base_dtype: None,
         }
     }
 }

@@ -22,7 +22,7 @@ const MODELS: [&str; 3] = ["tiny-qwen2", "tiny-llama", "tiny-qwen3"];
 /// `round`, an f32 base whose projections are rounded to bf16 values in place.
 fn adapted(name: &str, base: DType, round: bool) -> Policy {
     let opts = LoadOptions {
-        base_dtype: base,
+        base_dtype: Some(base),
         ..LoadOptions::default()
     };
     let p = Policy::load(&ModelSource::Local(fixtures().join(name)), &opts).unwrap();

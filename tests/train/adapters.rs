@@ -290,7 +290,7 @@ fn bf16_ptr(t: &Tensor) -> usize {
 #[test]
 fn ten_adamw_steps_on_a_bf16_base_leave_it_bit_for_bit() {
     let opts = LoadOptions {
-        base_dtype: DType::BF16,
+        base_dtype: Some(DType::BF16),
         ..LoadOptions::default()
     };
     let base = Policy::load(&ModelSource::Local(fixtures().join("tiny-qwen2")), &opts).unwrap();

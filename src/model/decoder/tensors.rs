@@ -72,22 +72,23 @@ pub fn is_projection_weight(name: &str) -> bool {
     name.starts_with("model.layers.") && name.ends_with("_proj.weight")
 }
 
-/// The dtype tensor `name` is held in: `base` for a projection's weight, else `dtype`.
-pub fn held_dtype(name: &str, dtype: DType, base: DType) -> DType {
-    match is_projection_weight(name) {
-        true => base,
-        false => dtype,
+/// The dtype tensor `name` is held in: `base` (where set) for a projection's weight, else
+/// `dtype`.
+pub fn held_dtype(name: &str, dtype: DType, base: Option<DType>) -> DType {
+    match (is_projection_weight(name), base) {
+        (true, Some(b)) => b,
+        _ => dtype,
     }
 }
 
 /// Seeded random weights with transformers' initialisation (N(0, 0.02²), zero biases, unit
-/// norms), in `dtype`, with the projections' weights in `base` (each converted as it is drawn, so no f32 copy of
+/// norms), in `dtype`, with the projections' weights in `base` where set (each converted as it is drawn, so no f32 copy of
 /// the whole base exists at any time).
 pub fn random_tensors(
     cfg: &ModelConfig,
     seed: u64,
     dtype: DType,
-    base: DType,
+    base: Option<DType>,
     dev: &Device,
 ) -> Result<HashMap<String, Tensor>> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);

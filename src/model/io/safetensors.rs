@@ -49,7 +49,7 @@ pub fn load_tensors(
     cfg: &ModelConfig,
     files: &[PathBuf],
     dtype: DType,
-    base_dtype: DType,
+    base_dtype: Option<DType>,
     dev: &Device,
 ) -> Result<HashMap<String, Tensor>> {
     let mut shards = Vec::with_capacity(files.len());

@@ -556,7 +556,7 @@ fn agent_memory(
     };
     // A bf16 base (`agents.base_dtype`) holds the projections in 2 bytes a parameter; sampling
     // and the update make no copies of them (only of the f32 LM head).
-    let bf16_base = super::models::base_dtype(a) == candle_core::DType::BF16;
+    let bf16_base = super::models::base_dtype(a) == Some(candle_core::DType::BF16);
     let (w, copied) = match bf16_base {
         true => (
             w.saturating_sub(info.projection_parameters().saturating_mul(2)),

@@ -138,12 +138,12 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
     }
 }
 
-/// The dtype agent `a`'s projections' weights are held in: `base_dtype` under an adapter (the
-/// scenario refuses it without one), else f32.
-pub(crate) fn base_dtype(a: &AgentPlan) -> candle_core::DType {
+/// The dtype agent `a`'s projections' weights are held in: bf16 under an adapter with
+/// `base_dtype: bf16` (the scenario refuses it without one), else `None`: the model's dtype.
+pub(crate) fn base_dtype(a: &AgentPlan) -> Option<candle_core::DType> {
     match (a.adapter.is_some(), a.base_dtype) {
-        (true, BaseDtype::Bf16) => candle_core::DType::BF16,
-        _ => candle_core::DType::F32,
+        (true, BaseDtype::Bf16) => Some(candle_core::DType::BF16),
+        _ => None,
     }
 }
 

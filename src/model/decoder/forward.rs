@@ -50,9 +50,10 @@ impl WeightProducts for Mode {
     }
 
     fn x_wt(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-        // A frozen base held in bf16 (`agents.base_dtype`): no gradient reaches W, so every
-        // mode reads it through the widening products (d x of `Train` is dy·W of the same
-        // bf16 values through candle's autograd of the widened block products).
+        // A frozen base held in bf16 (`agents.base_dtype`): no gradient reaches W. `Train` is
+        // the autograd path (where the hand-written backward does not apply): W widened whole,
+        // which its graph keeps until the backward; scoring and sampling widen it block by
+        // block, or row by row for a decode step (`bf16_weight`).
         if bf16_weight::is_bf16_weight(w) && x.dtype() == DType::F32 {
             return match self {
                 Mode::Train => x.matmul(&w.to_dtype(DType::F32)?.t()?),

@@ -109,6 +109,12 @@ pub struct LoadOptions {
     /// arena, and copies built on a loader thread, freed for an update round, could not serve
     /// the round's gradients (the process would hold them twice until the next trim).
     pub copies_now: bool,
+    /// The dtype the projections' weights are held in (`agents.base_dtype`): `None` as
+    /// `dtype`, or bf16 for a base an adapter freezes ([`Policy::with_adapter`]; full
+    /// fine-tuning needs f32 weights, which the scenario enforces). Converted tensor by tensor
+    /// as they load; the products widen them block by block (`kernels::bf16_weight`), and
+    /// sampling reads them with no copy of its own.
+    pub base_dtype: Option<DType>,
 }
 
 impl Default for LoadOptions {
@@ -120,6 +126,7 @@ impl Default for LoadOptions {
             rollout_copies: RolloutCopies::Auto,
             sampling_dtype: DType::F32,
             copies_now: true,
+            base_dtype: None,
         }
     }
 }
@@ -176,7 +183,13 @@ impl Policy {
                     model: source.describe(),
                     msg: "unknown preset".into(),
                 })?;
-                let tensors = tensors::random_tensors(&cfg, opts.seed, opts.dtype, &opts.device)?;
+                let tensors = tensors::random_tensors(
+                    &cfg,
+                    opts.seed,
+                    opts.dtype,
+                    opts.base_dtype,
+                    &opts.device,
+                )?;
                 let tokenizer = Tokenizer::byte_level()?;
                 Self::assemble(
                     source.clone(),
@@ -212,7 +225,8 @@ impl Policy {
         }
         let tokenizer = Tokenizer::from_file(&tok_path)?;
         let files = safetensors::checkpoint_files(dir)?;
-        let tensors = safetensors::load_tensors(&cfg, &files, opts.dtype, &opts.device)?;
+        let tensors =
+            safetensors::load_tensors(&cfg, &files, opts.dtype, opts.base_dtype, &opts.device)?;
         let (eos_ids, pad_id) = special_ids(dir, &cfg, &tokenizer)?;
         let mut policy = Self::assemble(
             source,
@@ -303,6 +317,13 @@ impl Policy {
                 let t = tensors
                     .remove(name)
                     .ok_or_else(|| Error::Internal(format!("tensor {name} not prepared")))?;
+                // A loader that read it in the model's dtype (GGUF): the base's dtype now,
+                // one tensor at a time.
+                let held = tensors::held_dtype(name, opts.dtype, opts.base_dtype);
+                let t = match t.dtype() == held {
+                    true => t,
+                    false => t.to_dtype(held)?,
+                };
                 data.insert(name.clone(), Var::from_tensor(&t)?);
             }
         }

@@ -15,6 +15,7 @@ mod gradients;
 mod io;
 mod kernels_bf16_gemm;
 mod lora;
+mod lora_bf16_base;
 mod reference;
 mod sample_batch;
 mod sampling_bf16;

@@ -4,7 +4,7 @@
 //! loads, checked against the base there), so setting them as well is an error.
 use crate::collect::Diags;
 use crate::paths;
-use crate::plan::AdapterPlan;
+use crate::plan::{AdapterPlan, BaseDtype};
 use crate::positions::KeyPath;
 use crate::raw::RawAdapter;
 use std::path::Path;
@@ -34,7 +34,19 @@ pub(crate) fn resolve(
     p: &KeyPath,
     raw: Option<&RawAdapter>,
     base: &Path,
+    base_dtype: BaseDtype,
 ) -> Option<AdapterPlan> {
+    if raw.is_none() && base_dtype != BaseDtype::F32 {
+        // Only a frozen base can be held in another dtype: AdamW updates f32 weights.
+        d.invalid(
+            &p.key("base_dtype"),
+            format!(
+                "base_dtype {} needs an `adapter`: full fine-tuning trains f32 weights",
+                crate::keys::shown(&base_dtype)
+            ),
+            "add e.g. `adapter: {rank: 16, alpha: 32}`, or remove `base_dtype` (f32)",
+        );
+    }
     let raw = raw?;
     let p = p.key("adapter");
     if let Some(r) = raw.rank {

@@ -16,7 +16,9 @@ use crate::chat_spec;
 use crate::keys::{
     at_least, if_set, learning_rate as lr_check, non_negative, section, Bad, SectionContext,
 };
-use crate::plan::{AdapterPlan, ChatTemplateSpec, DatasetPlan, Dtype, ModelRef, ModelSource};
+use crate::plan::{
+    AdapterPlan, BaseDtype, ChatTemplateSpec, DatasetPlan, Dtype, ModelRef, ModelSource,
+};
 use crate::raw::RawAdapter;
 use crate::template::Template;
 use std::path::Path;
@@ -86,6 +88,15 @@ section! {
         /// place. See docs/performance.md.
         sampling_copies: bool = true, kind "bool",
             why "faster f32 decoding, in memory the update round needs anyway";
+        /// How the frozen base of an agent with an `adapter` holds its projections' weights in
+        /// memory: `f32`, or `bf16` (half the bytes, stored once and shared by the agents on
+        /// that base; the products read the bf16 values widened to f32 block by block, and
+        /// sampling decodes from them with no copy of its own). Embeddings, the LM head, norms
+        /// and biases stay f32; the adapters, their gradients and AdamW state are f32 either
+        /// way. Needs `adapter` (full fine-tuning updates f32 weights); `q8_0` is not
+        /// implemented yet. See [adapters.md](adapters.md).
+        base_dtype: BaseDtype = BaseDtype::F32, kind "`f32` \\| `bf16`",
+            why "the base exactly as it loads", check base_precision;
         /// This agent's AdamW learning rate, e.g. a smaller one for a larger model.
         learning_rate: f64 = cx.default_lr, kind "number > 0",
             shown "`trainer.agent_learning_rate`", why "", check lr_check;
@@ -159,7 +170,7 @@ section! {
         /// and saves (as a PEFT adapter directory) only its adapter.
         adapter: RawAdapter => Option<AdapterPlan>, kind "mapping", shown "none",
             why "full fine-tuning, as CoMLRL trains its agents",
-            via |d, p, raw| crate::adapter::resolve(d, p, raw, cx.base),
+            via |d, p, raw| crate::adapter::resolve(d, p, raw, cx.base, base_dtype.to_owned()),
             emit crate::adapter::emit;
     }
 }
@@ -179,6 +190,14 @@ fn sampling_precision(_key: &str, d: &Dtype) -> Option<Bad> {
         hint:
             "use `sampling_dtype: f32` (the weights themselves) or `bf16` (bf16 copies, f32 sums)"
                 .into(),
+    })
+}
+
+/// `base_dtype`: f32 or bf16; Q8_0 blocks are not implemented yet.
+fn base_precision(_key: &str, d: &BaseDtype) -> Option<Bad> {
+    (*d == BaseDtype::Q8_0).then(|| Bad {
+        message: "base_dtype q8_0 is not implemented yet".into(),
+        hint: "use `base_dtype: bf16` (half the bytes of f32) or `f32`".into(),
     })
 }
 

@@ -151,7 +151,8 @@ plain_settings!(
     crate::plan::ReplayMode,
     crate::plan::ComparatorPolicy,
     crate::plan::CollaborationMode,
-    crate::plan::Dtype
+    crate::plan::Dtype,
+    crate::plan::BaseDtype
 );
 
 impl<T: for<'a> Deserialize<'a>> Setting for Option<T> {

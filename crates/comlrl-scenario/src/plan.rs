@@ -94,6 +94,20 @@ pub enum Dtype {
     F16,
 }
 
+/// How an adapter agent's frozen base holds its projections' weights in memory
+/// (`agents.base_dtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BaseDtype {
+    /// 32-bit float, as the weights are trained.
+    F32,
+    /// bfloat16: half the bytes; the products widen them to f32 block by block.
+    Bf16,
+    /// GGUF's Q8_0 blocks (32 int8 values and an f16 scale): not implemented yet, refused.
+    #[serde(rename = "q8_0")]
+    Q8_0,
+}
+
 /// Where an agent's weights come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelSource {

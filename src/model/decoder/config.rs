@@ -322,6 +322,11 @@ impl ModelConfig {
                 c.max_position_embeddings = 32768;
                 c
             }
+            "qwen2.5-3b" => {
+                let mut c = Self::with_shape(151936, 2048, 11008, 36, 16, 2, true);
+                c.max_position_embeddings = 32768;
+                c
+            }
             "llama-small" => {
                 let mut c =
                     Self::with_shape(3000, 512, 2048, 8, 8, 2, true).with_arch(Architecture::Llama);
@@ -366,6 +371,7 @@ impl ModelConfig {
         "mid",
         "qwen2.5-0.5b",
         "qwen2.5-1.5b",
+        "qwen2.5-3b",
         "llama-small",
         "qwen3-small",
         "smollm2-135m",

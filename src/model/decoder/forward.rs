@@ -4,7 +4,7 @@
 //! positions). The decoder defines them and `Mode` is the plain strategy, on the weights as
 //! the checkpoint stores them; sampling implements both with its weight copies and its KV
 //! cache (`model::sample`), so the layers know nothing of either.
-use crate::model::kernels::f32_decode;
+use crate::model::kernels::{bf16_weight, f32_decode};
 use candle_core::{DType, Result, Tensor};
 
 /// Which kernels a forward pass may use.
@@ -50,6 +50,16 @@ impl WeightProducts for Mode {
     }
 
     fn x_wt(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        // A frozen base held in bf16 (`agents.base_dtype`): no gradient reaches W. `Train` is
+        // the autograd path (where the hand-written backward does not apply): W widened whole,
+        // which its graph keeps until the backward; scoring and sampling widen it block by
+        // block, or row by row for a decode step (`bf16_weight`).
+        if bf16_weight::is_bf16_weight(w) && x.dtype() == DType::F32 {
+            return match self {
+                Mode::Train => x.matmul(&w.to_dtype(DType::F32)?.t()?),
+                Mode::Infer | Mode::Sample => bf16_weight::x_wt(x, w),
+            };
+        }
         match self {
             Mode::Train => x.matmul(&w.t()?),
             Mode::Sample => match f32_decode::x_wt(x, w)? {

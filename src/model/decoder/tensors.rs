@@ -65,11 +65,30 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Result<Vec<(String, Vec<usize>, In
     Ok(out)
 }
 
-/// Seeded random weights with transformers' initialisation (N(0, 0.02²), zero biases, unit norms).
+/// Whether `name` is a decoder projection's weight: the frozen base's tensors that
+/// `agents.base_dtype` holds in another dtype (norms, biases, embeddings and the LM head stay
+/// in the model's dtype).
+pub fn is_projection_weight(name: &str) -> bool {
+    name.starts_with("model.layers.") && name.ends_with("_proj.weight")
+}
+
+/// The dtype tensor `name` is held in: `base` (where set) for a projection's weight, else
+/// `dtype`.
+pub fn held_dtype(name: &str, dtype: DType, base: Option<DType>) -> DType {
+    match (is_projection_weight(name), base) {
+        (true, Some(b)) => b,
+        _ => dtype,
+    }
+}
+
+/// Seeded random weights with transformers' initialisation (N(0, 0.02²), zero biases, unit
+/// norms), in `dtype`, with the projections' weights in `base` where set (each converted as it is drawn, so no f32 copy of
+/// the whole base exists at any time).
 pub fn random_tensors(
     cfg: &ModelConfig,
     seed: u64,
     dtype: DType,
+    base: Option<DType>,
     dev: &Device,
 ) -> Result<HashMap<String, Tensor>> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -81,7 +100,8 @@ pub fn random_tensors(
             Init::Ones => vec![1.0; n],
             Init::Normal(std) => (0..n).map(|_| (normal(&mut rng) * std) as f32).collect(),
         };
-        out.insert(name, Tensor::from_vec(data, shape, dev)?.to_dtype(dtype)?);
+        let held = held_dtype(&name, dtype, base);
+        out.insert(name, Tensor::from_vec(data, shape, dev)?.to_dtype(held)?);
     }
     Ok(out)
 }

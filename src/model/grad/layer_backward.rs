@@ -22,11 +22,12 @@ use crate::model::decoder::attention::AttnInputs;
 use crate::model::decoder::layer::DecoderLayer;
 use crate::model::decoder::norm::RmsNorm;
 use crate::model::decoder::trace::{self, Op};
-use crate::model::kernels::fusable;
 use crate::model::kernels::swiglu::{swiglu, swiglu_backward};
+use crate::model::kernels::{bf16_weight, fusable};
 use candle_core::{Result, Tensor};
 
-/// Whether `layer` can take the hand-written path for input `x` (f32 weights and input, CPU).
+/// Whether `layer` can take the hand-written path for input `x` (f32 weights and input, CPU;
+/// a projection's W may also be a frozen base held in bf16, which its products widen).
 pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
     let a = &layer.self_attn;
     let norms = [
@@ -37,7 +38,9 @@ pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
     ];
     let mut ws = vec![x];
     for l in layer.linears() {
-        ws.push(&l.weight);
+        if !bf16_weight::is_bf16_weight(&l.weight) {
+            ws.push(&l.weight);
+        }
         ws.extend(l.bias.as_ref());
         if let Some(lo) = &l.lora {
             ws.extend([&lo.a, &lo.b]);

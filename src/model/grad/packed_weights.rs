@@ -8,6 +8,7 @@
 //! Wᵀ in f32), so they are kept only within `trainer.packed_weights_mb`; the products are the
 //! same bit for bit with and without them.
 use crate::model::decoder::causal_lm::CausalLm;
+use crate::model::kernels::bf16_weight;
 use crate::model::kernels::compute_dtype::{matmul, ComputeDtype, Prepared};
 use candle_core::{Result, Tensor, TensorId};
 use std::collections::HashMap;
@@ -90,13 +91,16 @@ impl std::ops::Deref for Head<'_> {
     }
 }
 
-/// The matrices a pass multiplies by: each layer's projections, then the LM head.
+/// The matrices a pass multiplies by: each layer's projections, then the LM head; a frozen
+/// base held in bf16 (`agents.base_dtype: bf16`) is left out: its prepared copies would take
+/// twice its own bytes (an f32 Wᵀ, or two bf16 panels), the memory that base is for.
 fn matrices(model: &CausalLm) -> impl Iterator<Item = &Tensor> {
     model
         .layers
         .iter()
         .flat_map(|l| l.linears().map(|l| &l.weight))
         .chain(std::iter::once(model.lm_head()))
+        .filter(|w| !bf16_weight::is_bf16_weight(w))
 }
 
 /// How a pass's weight products run: in `dt`, with the mini-batch's packed weights where
@@ -128,6 +132,7 @@ impl<'a> Products<'a> {
     pub fn x_wt(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         match self.packed.and_then(|p| p.get(w)) {
             Some(p) => p.x_wt(x),
+            None if self.widens(w) => bf16_weight::x_wt(x, w),
             None => matmul(x, &w.detach().t()?, self.dt),
         }
     }
@@ -136,8 +141,15 @@ impl<'a> Products<'a> {
     pub fn dy_w(&self, dy: &Tensor, w: &Tensor) -> Result<Tensor> {
         match self.packed.and_then(|p| p.get(w)) {
             Some(p) => p.dy_w(dy),
+            None if self.widens(w) => bf16_weight::dy_w(dy, w),
             None => matmul(dy, &w.detach(), self.dt),
         }
+    }
+
+    /// Whether `w` is a frozen bf16 base weight multiplied in f32 (widened block by block);
+    /// in bf16 the bf16 GEMM reads it as it is.
+    fn widens(&self, w: &Tensor) -> bool {
+        self.dt == ComputeDtype::F32 && bf16_weight::is_bf16_weight(w)
     }
 }
 

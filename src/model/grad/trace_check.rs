@@ -20,7 +20,7 @@ use std::collections::HashMap;
 /// A model of `cfg` with seeded random weights, and its variables in checkpoint order.
 fn model(cfg: &ModelConfig) -> Result<(CausalLm, Vec<(String, Var)>)> {
     let err = |e: crate::model::error::Error| candle_core::Error::Msg(e.to_string());
-    let mut tensors = random_tensors(cfg, 3, DType::F32, &Device::Cpu).map_err(err)?;
+    let mut tensors = random_tensors(cfg, 3, DType::F32, None, &Device::Cpu).map_err(err)?;
     let varmap = VarMap::new();
     let mut vars = vec![];
     for (name, _, _) in expected_tensors(cfg).map_err(err)? {

@@ -76,6 +76,29 @@ impl ModelInfo {
         self.parameters().saturating_mul(4)
     }
 
+    /// Parameters of the layers' seven projections' weights (biases not included): what
+    /// `agents.base_dtype` holds in another dtype.
+    pub fn projection_parameters(&self) -> u64 {
+        let c = &self.config;
+        let (h, i) = (c.hidden_size as u64, c.intermediate_size as u64);
+        let q = c.num_attention_heads as u64 * c.head_dim() as u64;
+        let kv = c.kv_heads() as u64 * c.head_dim() as u64;
+        let per_layer = h
+            .saturating_mul(q)
+            .saturating_mul(2)
+            .saturating_add(h.saturating_mul(kv).saturating_mul(2))
+            .saturating_add(h.saturating_mul(i).saturating_mul(3));
+        (c.num_hidden_layers as u64).saturating_mul(per_layer)
+    }
+
+    /// Bytes of the LM head's weight in f32 (vocabulary × hidden, tied or not).
+    pub fn head_bytes(&self) -> u64 {
+        let c = &self.config;
+        (c.vocab_size as u64)
+            .saturating_mul(c.hidden_size as u64)
+            .saturating_mul(4)
+    }
+
     /// Bytes of the MLP's weights (gate, up and down of every layer) in f32: what the f32
     /// sampling panels copy.
     pub fn mlp_bytes(&self) -> u64 {

@@ -49,6 +49,7 @@ pub fn load_tensors(
     cfg: &ModelConfig,
     files: &[PathBuf],
     dtype: DType,
+    base_dtype: Option<DType>,
     dev: &Device,
 ) -> Result<HashMap<String, Tensor>> {
     let mut shards = Vec::with_capacity(files.len());
@@ -140,7 +141,8 @@ pub fn load_tensors(
     }
     let mut out = HashMap::with_capacity(wanted.len());
     for (name, i) in wanted {
-        let t = shards[i].read_var(&name, dtype, dev)?;
+        let held = crate::model::decoder::tensors::held_dtype(&name, dtype, base_dtype);
+        let t = shards[i].read_var(&name, held, dev)?;
         out.insert(name, t);
     }
     Ok(out)

@@ -38,6 +38,9 @@ pub struct AgentMemory {
     /// The agent whose base this one shares (adapters on one base): its weights are counted
     /// there, not here.
     pub shares_base_of: Option<usize>,
+    /// The dtype its frozen base holds the projections in (`agents.base_dtype`): "f32" or
+    /// "bf16".
+    pub base_dtype: &'static str,
     /// Held for the whole run: (what, bytes).
     pub resident: Vec<(&'static str, u64)>,
     /// Added while it samples.
@@ -72,11 +75,12 @@ impl AgentMemory {
             .saturating_add(self.sampling_bytes().max(self.update_bytes()))
     }
 
-    /// Everything but the index: agents that are equal in this share a report line.
+    /// Everything but the index: agents that are equal in this share a report line (the
+    /// model with its base's dtype, then the rest).
     fn key(&self) -> (String, u64, Option<usize>, Vec<(&'static str, u64)>) {
         let parts = [&self.resident[..], &self.sampling, &self.update].concat();
         (
-            self.model.clone(),
+            format!("{} {}", self.model, self.base_dtype),
             self.trainable,
             self.shares_base_of,
             parts,
@@ -171,6 +175,10 @@ impl MemoryEstimate {
             let shared = match a.shares_base_of {
                 Some(j) => format!(", base shared with agent {j}"),
                 None => String::new(),
+            };
+            let shared = match a.base_dtype {
+                "f32" => shared,
+                d => format!("{shared}, {d} base"),
             };
             out += &format!(
                 "  agent{} {} ({}, {:.1}M parameters{trainable}{shared}): {} per agent at its peak\n    held: {}\n    while sampling: {}\n    while updating: {}\n",
@@ -546,15 +554,26 @@ fn agent_memory(
         true => RolloutCopies::Auto,
         false => RolloutCopies::Never,
     };
+    // A bf16 base (`agents.base_dtype`) holds the projections in 2 bytes a parameter; sampling
+    // and the update make no copies of them (only of the f32 LM head).
+    let bf16_base = super::models::base_dtype(a) == Some(candle_core::DType::BF16);
+    let (w, copied) = match bf16_base {
+        true => (
+            w.saturating_sub(info.projection_parameters().saturating_mul(2)),
+            info.head_bytes(),
+        ),
+        false => (w, w),
+    };
     let transposed = f32_sampling && copies.wanted(usize::try_from(w).unwrap_or(usize::MAX));
     let panels = f32_sampling
         && !transposed
+        && !bf16_base
         && copies.large(&candle_core::Device::Cpu) == crate::model::SamplingWeights::MlpPanels;
     // With an adapter only its parameters have gradients and AdamW state (f32).
     let trainable = trainable.min(info.parameters());
     let tw = match a.adapter {
         Some(_) => mul(trainable, 4),
-        None => w,
+        None => info.weight_bytes(),
     };
     let moments = match t.optimizer_state_dtype {
         Dtype::Bf16 => tw,
@@ -572,7 +591,10 @@ fn agent_memory(
                 (true, None) => w,
             },
         ),
-        ("transposed sampling copies", if transposed { w } else { 0 }),
+        (
+            "transposed sampling copies",
+            if transposed { copied } else { 0 },
+        ),
         (
             "tokenizer",
             mul(info.tokenizer_bytes, if reference { 2 } else { 1 }),
@@ -581,7 +603,7 @@ fn agent_memory(
 
     // Every held policy builds its sampling copies; only a sampling one decodes.
     let mut sampling = vec![
-        ("bf16 copies", if f32_sampling { 0 } else { w / 2 }),
+        ("bf16 copies", if f32_sampling { 0 } else { copied / 2 }),
         ("MLP panels", if panels { info.mlp_bytes() } else { 0 }),
     ];
     if samples {
@@ -648,8 +670,8 @@ fn agent_memory(
         }
         false => mul(mul(positions, v), 12),
     };
-    let packed = match w <= mul(t.packed_weights_mb as u64, 1 << 20) {
-        true => w,
+    let packed = match copied <= mul(t.packed_weights_mb as u64, 1 << 20) {
+        true => copied,
         false => 0,
     };
     let update = vec![
@@ -664,6 +686,10 @@ fn agent_memory(
         parameters: info.parameters(),
         trainable,
         shares_base_of: None,
+        base_dtype: match bf16_base {
+            true => "bf16",
+            false => "f32",
+        },
         resident,
         sampling,
         update,
@@ -898,6 +924,35 @@ mod tests {
         let e = peak(dir.path(), two);
         assert!(e.agents.iter().all(|a| a.shares_base_of.is_none()));
         assert_eq!(part(&e.agents[1].resident, "weights"), w);
+    }
+
+    /// A bf16 base (`agents.base_dtype`) holds the projections in 2 bytes a parameter, once for
+    /// the agents on it, and makes no sampling or packed copies of them (only of the f32 LM
+    /// head); `check`'s line says so. Another base dtype is another base.
+    #[test]
+    fn a_bf16_base_halves_the_projections_and_copies_only_the_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = "agents: {count: 2, model: builtin:small, max_new_tokens: 16, adapter: {rank: 4}, base_dtype: bf16}\n";
+        let e = peak(dir.path(), agents);
+        let f32e = peak(dir.path(), &agents.replace(", base_dtype: bf16", ""));
+        let info = ModelInfo::builtin("small").unwrap();
+        let (w, proj) = (info.weight_bytes(), info.projection_parameters());
+        assert!(proj > 0 && 4 * proj < w);
+        let a0 = &e.agents[0];
+        assert_eq!(part(&a0.resident, "weights"), w - 2 * proj);
+        assert_eq!(part(&f32e.agents[0].resident, "weights"), w);
+        assert_eq!(part(&a0.sampling, "MLP panels"), 0);
+        let copies = part(&a0.resident, "transposed sampling copies");
+        assert!(copies == 0 || copies == info.head_bytes(), "{copies}");
+        assert!(part(&a0.update, "packed weights") <= info.head_bytes());
+        assert_eq!(e.agents[1].shares_base_of, Some(0));
+        assert_eq!(part(&e.agents[1].resident, "weights"), 0);
+        assert!(e.peak < f32e.peak, "{} vs {}", e.peak, f32e.peak);
+        assert!(e.report().contains("bf16 base"), "{}", e.report());
+        assert!(!f32e.report().contains("bf16 base"));
+        let mixed = "agents:\n  - {model: builtin:small, adapter: {rank: 4}}\n  - {model: builtin:small, adapter: {rank: 4}, base_dtype: bf16}\n";
+        let e = peak(dir.path(), mixed);
+        assert!(e.agents.iter().all(|a| a.shares_base_of.is_none()));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::model::decoder::lora::LoraSpec;
 use crate::model::io::peft::Adapter;
 use crate::model::{LoadOptions, ModelSource, Policy, RolloutCopies, SamplingParams};
-use comlrl_scenario::{AgentPlan, Dtype, Scenario};
+use comlrl_scenario::{AgentPlan, BaseDtype, Dtype, Scenario};
 use std::path::Path;
 
 /// The model source of an agent, in the model loader's terms.
@@ -141,6 +141,12 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
             )))
         }
     }
+    if a.base_dtype == BaseDtype::Q8_0 {
+        return Err(Error::Config(format!(
+            "agent {}: base_dtype q8_0 is not implemented yet; use `base_dtype: bf16` or `f32`",
+            a.index
+        )));
+    }
     let src = model_source(a, &s.base_dir)?;
     let sampling_dtype = match a.sampling_dtype {
         Dtype::Bf16 if sampling => candle_core::DType::BF16,
@@ -154,6 +160,7 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
             false => RolloutCopies::Never,
         },
         copies_now: false,
+        base_dtype: base_dtype(a),
         ..LoadOptions::default()
     };
     let p = Policy::load(&src, &opts)
@@ -166,10 +173,21 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
     }
 }
 
-/// Whether agents `a` and `b` load the same base: the same model, dtype and sampling settings.
+/// The dtype agent `a`'s projections' weights are held in: bf16 under an adapter with
+/// `base_dtype: bf16` (the scenario refuses it without one), else `None`: the model's dtype.
+pub(crate) fn base_dtype(a: &AgentPlan) -> Option<candle_core::DType> {
+    match (a.adapter.is_some(), a.base_dtype) {
+        (true, BaseDtype::Bf16) => Some(candle_core::DType::BF16),
+        _ => None,
+    }
+}
+
+/// Whether agents `a` and `b` load the same base: the same model, dtype, base dtype and
+/// sampling settings.
 pub(crate) fn same_base(a: &AgentPlan, b: &AgentPlan) -> bool {
     a.model.source == b.model.source
         && a.dtype == b.dtype
+        && a.base_dtype == b.base_dtype
         && a.sampling_dtype == b.sampling_dtype
         && a.sampling_copies == b.sampling_copies
 }

@@ -249,3 +249,26 @@ fn adapter_defaults_and_checks() {
     assert_eq!(d.key, "agents.adapter", "{msg}");
     assert!(msg.contains("come from the `init` directory"), "{msg}");
 }
+
+/// `agents.base_dtype`: f32 by default; bf16 with an adapter; refused, naming the key, without
+/// one (full fine-tuning trains f32 weights) and as q8_0 (not implemented).
+#[test]
+fn base_dtype_needs_an_adapter() {
+    use comlrl_scenario::BaseDtype;
+    let f = fixture();
+    assert_eq!(f.ok(BASE, &[]).agents[0].base_dtype, BaseDtype::F32);
+    let with = |extra: &str| {
+        BASE.replace(
+            "model: builtin:tiny",
+            &format!("model: builtin:tiny\n{extra}"),
+        )
+    };
+    let s = f.ok(&with("  adapter: {}\n  base_dtype: bf16"), &[]);
+    assert_eq!(s.agents[0].base_dtype, BaseDtype::Bf16);
+    let (msg, d) = f.one(&with("  base_dtype: bf16"), &[]);
+    assert_eq!(d.key, "agents.base_dtype", "{msg}");
+    assert!(msg.contains("needs an `adapter`"), "{msg}");
+    let (msg, d) = f.one(&with("  adapter: {}\n  base_dtype: q8_0"), &[]);
+    assert_eq!(d.key, "agents.base_dtype", "{msg}");
+    assert!(msg.contains("not implemented"), "{msg}");
+}

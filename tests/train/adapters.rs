@@ -329,6 +329,9 @@ fn the_kl_reference_of_an_adapted_agent_is_its_base_with_the_initial_adapter() {
         }
         assert!(logprobs(p) != before, "the adapter trained");
         assert!(logprobs(r) == before, "the reference moved with the policy");
+    }
+}
+
 /// Where a bf16 CPU tensor's elements start in memory.
 fn bf16_ptr(t: &Tensor) -> usize {
     let (st, l) = t.storage_and_layout();

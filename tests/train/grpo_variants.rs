@@ -580,3 +580,275 @@ fn ppo_epochs_run_end_to_end_and_log_the_ratio() {
         "the second pass compares with the policy before the first step"
     );
 }
+
+/// Every gradient of `grads` against a case's TRL gradients (norms per tensor, a few tensors in
+/// full, the global norm).
+fn check_grads(
+    what: &str,
+    named: &[(String, candle_core::Var)],
+    grads: &[Option<candle_core::Tensor>],
+    case: &Value,
+) {
+    let mut sq = 0f64;
+    for ((n, _), g) in named.iter().zip(grads) {
+        let g: Vec<f64> = match g {
+            Some(g) => f32s(g).into_iter().map(|x| x as f64).collect(),
+            None => panic!("{what}: {n} got no gradient"),
+        };
+        let norm = g.iter().map(|x| x * x).sum::<f64>();
+        sq += norm;
+        let want = case["grad_norms"][n].as_f64().unwrap();
+        assert!(
+            close(norm.sqrt(), want, 0.0),
+            "{what}: |grad {n}| {} vs {want}",
+            norm.sqrt()
+        );
+        if let Some(w) = case["grads"].get(n) {
+            let w = f64s(w);
+            let top = w.iter().fold(0f64, |m, x| m.max(x.abs()));
+            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                assert!(close(*a, *b, top), "{what}: grad {n}[{i}]: {a} vs {b}");
+            }
+        }
+    }
+    let want = case["grad_global_norm"].as_f64().unwrap();
+    assert!(
+        close(sq.sqrt(), want, 0.0),
+        "{what}: gradient norm {} vs {want}",
+        sq.sqrt()
+    );
+}
+
+/// `trainer.top_entropy_quantile` against TRL 1.16's `compute_loss` with its
+/// `top_entropy_quantile` (`tests/fixtures/grpo_variants/trl_entropy.json`): comlrl's per-token
+/// entropies against TRL's, the loss (Σ weight · kept tokens, TRL's value at ratio 1), the
+/// gradients on both loss paths and the logged mean entropy against TRL's `entropy` metric.
+#[test]
+fn entropy_mask_matches_trl() {
+    use comlrl::train::algorithms::magrpo::entropy_mask::{high_entropy_mask, token_entropies};
+    use comlrl::train::algorithms::magrpo::loss::{loss_and_grads_terms, Counted, TokenTerms};
+    let f = json(&fixtures().join("grpo_variants/trl_entropy.json"));
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let named = policy.vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
+    let cases: Vec<&Value> = f["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["comlrl"].get("top_entropy_quantile").is_some())
+        .collect();
+    assert!(cases.len() >= 3, "two aggregations and truncation masking");
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (norm, shape, plan) = settings(case, max_new);
+        let q = case["comlrl"]["top_entropy_quantile"].as_f64().unwrap();
+        let owned = samples(&f, norm);
+        let refs: Vec<&AgentRollout> = owned.iter().collect();
+        let k = owned[0].completions.len();
+
+        // Every counted token's entropy against TRL's (f32 both).
+        let counted = Counted::new(&refs, shape, &policy);
+        let ent = token_entropies(&policy, &refs, &counted, 0, plan.logit_scale).unwrap();
+        let want_ent = case["entropies"].as_array().unwrap();
+        let mut compared = 0;
+        for (g, s) in ent.iter().enumerate() {
+            for (j, e) in s.iter().enumerate() {
+                let want = f64s(&want_ent[g * k + j]);
+                if !counted.get(g, j) {
+                    assert!(
+                        e.is_empty(),
+                        "{name}: an uncounted completion has entropies"
+                    );
+                    continue;
+                }
+                assert_eq!(e.len(), want.len());
+                for (t, (a, b)) in e.iter().zip(&want).enumerate() {
+                    assert!(
+                        close(*a as f64, *b, 1.0),
+                        "{name}: entropy of completion {g}/{j} token {t}: {a} vs TRL's {b}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared > 20);
+
+        // TRL's loss value at ratio 1: Σ_i w_i · (kept tokens of i).
+        let mask = high_entropy_mask(&ent, q);
+        let kept: usize = mask.0.iter().flatten().flatten().filter(|&&m| m).count();
+        assert!(
+            kept > 0 && kept < compared,
+            "{name}: the mask keeps some tokens"
+        );
+        let weights = sequence_weights(&refs, shape, &policy.eos_ids, policy.pad_id).unwrap();
+        let mut terms = vec![];
+        for (g, w) in weights.iter().enumerate() {
+            for (j, &w) in w.iter().enumerate() {
+                let n = mask.0[g][j].iter().filter(|&&m| m).count();
+                terms.push(w as f64 * n as f64);
+            }
+        }
+        let size = terms.iter().map(|t| t.abs()).sum::<f64>();
+        let want_loss = case["loss"].as_f64().unwrap();
+        let surrogate: f64 = terms.iter().sum();
+        assert!(
+            close(surrogate, want_loss, size),
+            "{name}: Σ weight · kept tokens {surrogate} vs TRL's loss {want_loss}"
+        );
+
+        let terms = TokenTerms {
+            top_entropy_quantile: q,
+        };
+        for (recompute, chunk) in [(false, 0), (true, 3)] {
+            let what = format!("{name} (recompute {recompute}, micro-batch {chunk})");
+            let lg = loss_and_grads_terms(
+                &policy,
+                &vars,
+                &refs,
+                chunk,
+                recompute,
+                Share::ALL,
+                plan,
+                shape,
+                terms,
+            )
+            .unwrap();
+            check_grads(&what, &named, &lg.grads, case);
+            if recompute {
+                // Every counted completion is computed here (no advantage is 0).
+                let want = case["entropy_metric"].as_f64().unwrap();
+                let got = lg
+                    .entropy_mean()
+                    .expect("the recomputed passes log the entropy");
+                assert!(
+                    close(got, want, 1.0),
+                    "{what}: entropy {got} vs TRL's {want}"
+                );
+            }
+        }
+    }
+}
+
+/// The mask on the clipped path, on-policy (ratio 1): at token level it gives the masked plain
+/// loss's gradients; at sequence level each kept token's copy of the sequence's surrogate
+/// reaches every token through the mean ratio, so completion i weighs as the plain loss with
+/// its advantage times (kept tokens / tokens).
+#[test]
+fn entropy_mask_on_the_clipped_path_is_the_plain_masked_loss() {
+    use comlrl::train::algorithms::magrpo::clip::{clipped_loss_and_grads_terms, Clip, Old};
+    use comlrl::train::algorithms::magrpo::loss::{loss_and_grads_terms, TokenTerms};
+    use comlrl_scenario::ImportanceLevel;
+    let f = fixture();
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+    let owned = samples(&f, Normalization::comlrl(true));
+    let refs: Vec<&AgentRollout> = owned.iter().collect();
+    let old: Vec<Vec<Old>> = owned
+        .iter()
+        .map(|s| vec![Old::OnPolicy; s.completions.len()])
+        .collect();
+    let terms = TokenTerms {
+        top_entropy_quantile: 0.4,
+    };
+    let plan = PassPlan::rerun_all(ComputeDtype::F32);
+    for (aggregation, level) in [
+        (LossAggregation::TokenMean, ImportanceLevel::Token),
+        (LossAggregation::SequenceMean, ImportanceLevel::Sequence),
+    ] {
+        let shape = LossShape {
+            aggregation,
+            max_new_tokens: 12,
+            mask_truncated: false,
+        };
+        let clip = Clip {
+            level,
+            low: 0.2,
+            high: 0.28,
+            delta: None,
+        };
+        let plain = match level {
+            ImportanceLevel::Token => loss_and_grads_terms(
+                &policy,
+                &vars,
+                &refs,
+                3,
+                true,
+                Share::ALL,
+                plan,
+                shape,
+                terms,
+            )
+            .unwrap(),
+            _ => {
+                use comlrl::train::algorithms::magrpo::entropy_mask::{
+                    high_entropy_mask, token_entropies,
+                };
+                use comlrl::train::algorithms::magrpo::loss::Counted;
+                let counted = Counted::new(&refs, shape, &policy);
+                let ent = token_entropies(&policy, &refs, &counted, 0, 1.0).unwrap();
+                let mask = high_entropy_mask(&ent, terms.top_entropy_quantile);
+                let mut scaled = owned.clone();
+                for (g, s) in scaled.iter_mut().enumerate() {
+                    for (j, a) in s.advantages.iter_mut().enumerate() {
+                        let kept = mask.0[g][j].iter().filter(|&&m| m).count();
+                        *a *= kept as f32 / s.completions[j].len() as f32;
+                    }
+                }
+                let refs: Vec<&AgentRollout> = scaled.iter().collect();
+                loss_and_grads_shaped(&policy, &vars, &refs, 3, true, Share::ALL, plan, shape)
+                    .unwrap()
+            }
+        };
+        let unmasked =
+            loss_and_grads_shaped(&policy, &vars, &refs, 3, true, Share::ALL, plan, shape).unwrap();
+        let out = clipped_loss_and_grads_terms(
+            &policy,
+            &vars,
+            &refs,
+            &old,
+            3,
+            true,
+            Share::ALL,
+            plan,
+            shape,
+            clip,
+            0,
+            terms,
+        )
+        .unwrap();
+        let mut differs = false;
+        for ((a, b), c) in plain
+            .grads
+            .iter()
+            .zip(&out.grads.grads)
+            .zip(&unmasked.grads)
+        {
+            let (a, b, c) = (
+                f32s(a.as_ref().unwrap()),
+                f32s(b.as_ref().unwrap()),
+                f32s(c.as_ref().unwrap()),
+            );
+            let top = a.iter().fold(0f32, |m, x| m.max(x.abs())) as f64;
+            for (x, y) in a.iter().zip(&b) {
+                assert!(
+                    close(*x as f64, *y as f64, top),
+                    "{aggregation:?}/{level:?}: {x} vs {y}"
+                );
+            }
+            differs |= a
+                .iter()
+                .zip(&c)
+                .any(|(x, z)| (x - z).abs() as f64 > 1e-4 * top);
+        }
+        assert!(differs, "the mask changes the gradients");
+    }
+}

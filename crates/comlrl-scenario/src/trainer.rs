@@ -208,6 +208,14 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
     }
     check_preset(d, &p, &raw, &t);
     check_ratio(d, &p, &t, online);
+    // The actor-critics warn (critic_keys); MADPO's loss is over preference pairs.
+    if online == crate::plan::Algorithm::Madpo && t.top_entropy_quantile < 1.0 {
+        d.invalid(
+            &at("top_entropy_quantile"),
+            "the high-entropy token mask weighs MAGRPO's (and its family's) policy-gradient loss; `madpo` has none",
+            "remove `top_entropy_quantile`, or use `algorithm: magrpo`",
+        );
+    }
     let fixed_mode = t.algorithm.fixed_advantage_mode();
     if let Some(fixed) = fixed_mode {
         // CoMLRL's MARLOOConfig(advantage_mode="mean") would quietly be MAGRPO under MARLOO's

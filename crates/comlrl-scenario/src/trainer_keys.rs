@@ -148,6 +148,16 @@ section! {
         /// 0.
         logprob_temperature: LogprobTemperature = LogprobTemperature::One,
             kind "`1` \\| `sampling`", why "CoMLRL scores at temperature 1";
+        /// Train only on the highest-entropy tokens (TRL's `top_entropy_quantile`, ρ of "Beyond
+        /// the 80/20 Rule", arXiv 2506.01939): a token's loss is kept when the entropy of its
+        /// next-token distribution is at least the (1 − ρ) quantile of the entropies of the
+        /// mini-batch's counted completion tokens (torch's linear interpolation), else it weighs
+        /// 0; the aggregation's normaliser is unchanged (TRL). `1` keeps every token; the paper
+        /// uses 0.2. Costs one more forward over the mini-batch (its entropies are needed before
+        /// the first backward). MAGRPO family only.
+        top_entropy_quantile: f64 = 1.0, kind "number in [0, 1]",
+            why "TRL: off (every token trains)",
+            check unit(true, "use e.g. `top_entropy_quantile: 0.2` (the paper's), or 1 for every token");
         /// Passes over each rollout buffer (PPO's epochs; TRL's `num_iterations`): every pass
         /// takes one optimizer step per mini-batch of `train_batch_size`. More than 1 re-uses
         /// the samples off-policy and needs a probability ratio (`importance_level`). MAGRPO

@@ -14,7 +14,8 @@
 //! are kept as π_old for later passes, so a later pass compares log-probs of the same
 //! precision. A completion first computed after a step compares with its sampling-time
 //! log-probs (`AgentRollout::sampling_logprobs`).
-use super::loss::{aggregation_factors, rows_to_score, Counted, LossShape};
+use super::entropy_mask::{mini_batch_mask, EntropyMask};
+use super::loss::{aggregation_factors, rows_to_score, Counted, LossShape, TokenTerms};
 use crate::error::Result;
 use crate::model::grad::recompute::PassPlan;
 use crate::model::grad::token_weights::TokenWeights;
@@ -133,6 +134,40 @@ pub fn clipped_loss_and_grads(
     clip: Clip,
     agent: usize,
 ) -> Result<Clipped> {
+    clipped_loss_and_grads_terms(
+        policy,
+        vars,
+        samples,
+        old,
+        chunk,
+        recompute,
+        share,
+        plan,
+        shape,
+        clip,
+        agent,
+        TokenTerms::NONE,
+    )
+}
+
+/// [`clipped_loss_and_grads`] with the per-token `terms`: under the high-entropy mask a
+/// token's surrogate counts only where the mask keeps it (TRL multiplies its per-token loss);
+/// the ratio's statistics still count every token.
+#[allow(clippy::too_many_arguments)]
+pub fn clipped_loss_and_grads_terms(
+    policy: &Policy,
+    vars: &[Var],
+    samples: &[&AgentRollout],
+    old: &[Vec<Old<'_>>],
+    chunk: usize,
+    recompute: bool,
+    share: Share,
+    plan: PassPlan,
+    shape: LossShape,
+    clip: Clip,
+    agent: usize,
+    terms: TokenTerms,
+) -> Result<Clipped> {
     let counted = Counted::new(samples, shape, policy);
     let agg = aggregation_factors(samples, shape, &counted)?;
     let scored = rows_to_score(samples, &counted);
@@ -189,10 +224,23 @@ pub fn clipped_loss_and_grads(
             rows,
         })
         .collect();
+    let mask = if terms.masks_entropy() {
+        Some(mini_batch_mask(
+            policy,
+            samples,
+            &counted,
+            terms.top_entropy_quantile,
+            chunk,
+            plan.logit_scale,
+        )?)
+    } else {
+        None
+    };
     let loss = ClippedLoss {
         samples,
         old,
         agg,
+        mask,
         clip,
         stats: Mutex::new(ClipStats {
             denominator,
@@ -224,6 +272,8 @@ struct ClippedLoss<'a> {
     old: &'a [Vec<Old<'a>>],
     /// Each completion's per-token weight under `loss_aggregation` (0: not counted).
     agg: Vec<Vec<f64>>,
+    /// The high-entropy mask (`top_entropy_quantile`), when on.
+    mask: Option<EntropyMask>,
     clip: Clip,
     stats: Mutex<ClipStats>,
     captured: Mutex<Vec<Vec<Option<Vec<f32>>>>>,
@@ -303,16 +353,31 @@ impl TokenWeights for PassWeights<'_> {
                     let ratio = mean.exp();
                     unit(ratio);
                     let (v, d) = surrogate(clip, ratio, a);
-                    value += agg * n as f64 * v;
-                    // d mean / d log π_t = 1/|o|, times the |o| tokens the loss sums.
-                    let g = (agg * d * ratio) as f32;
-                    w[at..at + n].fill(g);
+                    match &l.mask {
+                        None => {
+                            value += agg * n as f64 * v;
+                            // d mean / d log π_t = 1/|o|, times the |o| tokens the loss sums.
+                            let g = (agg * d * ratio) as f32;
+                            w[at..at + n].fill(g);
+                        }
+                        Some(m) => {
+                            // The kept tokens' copies of the sequence's surrogate, each
+                            // reaching every token through the mean.
+                            let kept = (0..n).filter(|&t| m.keeps(self.group, j, t)).count();
+                            value += agg * kept as f64 * v;
+                            let g = (agg * d * ratio * kept as f64 / n.max(1) as f64) as f32;
+                            w[at..at + n].fill(g);
+                        }
+                    }
                 }
                 _ => {
                     for t in 0..n {
                         let ratio = log_ratio(t).exp();
                         unit(ratio);
                         let (v, d) = surrogate(clip, ratio, a);
+                        if l.mask.as_ref().is_some_and(|m| !m.keeps(self.group, j, t)) {
+                            continue;
+                        }
                         value += agg * v;
                         w[at + t] = (agg * d * ratio) as f32;
                     }

@@ -10,6 +10,7 @@
 //! other sequence still scores one, so the optimizer steps with zero gradients for the same
 //! parameters as always (as torch's AdamW does after `backward()` of a zero loss).
 //! The passes themselves (chunks, recompute, replicas' shares) are `train::update::passes`.
+use super::entropy_mask::{mini_batch_mask, Masked};
 use crate::error::Result;
 use crate::model::grad::recompute::PassPlan;
 use crate::model::{ComputeDtype, Policy};
@@ -96,6 +97,26 @@ pub fn loss_and_grads_in(
     )
 }
 
+/// What multiplies or adds to each token's loss beside its sequence's weight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenTerms {
+    /// `trainer.top_entropy_quantile`: below 1, only the highest-entropy tokens keep their
+    /// loss (`entropy_mask`).
+    pub top_entropy_quantile: f64,
+}
+
+impl TokenTerms {
+    /// None: every token weighs its sequence's weight.
+    pub const NONE: TokenTerms = TokenTerms {
+        top_entropy_quantile: 1.0,
+    };
+
+    /// Whether the high-entropy mask is on.
+    pub fn masks_entropy(&self) -> bool {
+        self.top_entropy_quantile < 1.0
+    }
+}
+
 /// [`loss_and_grads_in`] with each sequence weighed as `shape` says ([`sequence_weights`]).
 #[allow(clippy::too_many_arguments)]
 pub fn loss_and_grads_shaped(
@@ -107,6 +128,32 @@ pub fn loss_and_grads_shaped(
     share: Share,
     plan: PassPlan,
     shape: LossShape,
+) -> Result<LossGrads> {
+    loss_and_grads_terms(
+        policy,
+        vars,
+        samples,
+        chunk,
+        recompute,
+        share,
+        plan,
+        shape,
+        TokenTerms::NONE,
+    )
+}
+
+/// [`loss_and_grads_shaped`] with the per-token `terms` (the high-entropy mask).
+#[allow(clippy::too_many_arguments)]
+pub fn loss_and_grads_terms(
+    policy: &Policy,
+    vars: &[Var],
+    samples: &[&AgentRollout],
+    chunk: usize,
+    recompute: bool,
+    share: Share,
+    plan: PassPlan,
+    shape: LossShape,
+    terms: TokenTerms,
 ) -> Result<LossGrads> {
     let counted = Counted::new(samples, shape, policy);
     let scored = rows_to_score(samples, &counted);
@@ -124,7 +171,23 @@ pub fn loss_and_grads_shaped(
             rows,
         })
         .collect();
-    let mut out = if shape.is_magrpo() {
+    let mut out = if terms.masks_entropy() {
+        let mask = mini_batch_mask(
+            policy,
+            samples,
+            &counted,
+            terms.top_entropy_quantile,
+            chunk,
+            plan.logit_scale,
+        )?;
+        let weights = Masked {
+            coefs: sequence_weights_of(samples, shape, &counted)?,
+            mask: &mask,
+        };
+        sequence_grads(
+            policy, vars, &groups, &weights, chunk, recompute, share, plan,
+        )?
+    } else if shape.is_magrpo() {
         let weights = Advantages {
             samples,
             scale: 1.0 / samples.len().max(1) as f64,
@@ -158,10 +221,11 @@ pub fn sequence_weights(
 
 /// Which completions of each sample the loss counts: those with tokens and, with
 /// `mask_truncated`, that stopped by themselves (TRL: the last id is an EOS or the pad id).
-pub(super) struct Counted(Vec<Vec<bool>>);
+pub struct Counted(Vec<Vec<bool>>);
 
 impl Counted {
-    pub(super) fn new(samples: &[&AgentRollout], shape: LossShape, policy: &Policy) -> Self {
+    /// The completions `shape` counts, with the agent's EOS and pad ids.
+    pub fn new(samples: &[&AgentRollout], shape: LossShape, policy: &Policy) -> Self {
         Self::with_ids(samples, shape, &policy.eos_ids, policy.pad_id)
     }
 
@@ -184,7 +248,8 @@ impl Counted {
         )
     }
 
-    pub(super) fn get(&self, sample: usize, j: usize) -> bool {
+    /// Whether completion `j` of sample `sample` counts.
+    pub fn get(&self, sample: usize, j: usize) -> bool {
         self.0[sample][j]
     }
 }

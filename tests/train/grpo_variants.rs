@@ -703,6 +703,7 @@ fn entropy_mask_matches_trl() {
 
         let terms = TokenTerms {
             top_entropy_quantile: q,
+            ..TokenTerms::NONE
         };
         for (recompute, chunk) in [(false, 0), (true, 3)] {
             let what = format!("{name} (recompute {recompute}, micro-batch {chunk})");
@@ -758,6 +759,7 @@ fn entropy_mask_on_the_clipped_path_is_the_plain_masked_loss() {
         .collect();
     let terms = TokenTerms {
         top_entropy_quantile: 0.4,
+        ..TokenTerms::NONE
     };
     let plan = PassPlan::rerun_all(ComputeDtype::F32);
     for (aggregation, level) in [
@@ -851,4 +853,189 @@ fn entropy_mask_on_the_clipped_path_is_the_plain_masked_loss() {
         }
         assert!(differs, "the mask changes the gradients");
     }
+}
+
+/// `trainer.kl_in_loss` against TRL 1.16's `compute_loss` with `beta` 0.04 and the fixture's
+/// reference log-probs (`use_bias_correction_kl: false`): the gradients on both loss paths and
+/// TRL's `kl` metric; on-policy the clipped path adds the same term.
+#[test]
+fn kl_in_loss_matches_trl() {
+    use comlrl::train::algorithms::magrpo::clip::{clipped_loss_and_grads_terms, Clip, Old};
+    use comlrl::train::algorithms::magrpo::loss::{loss_and_grads_terms, TokenTerms};
+    use comlrl_scenario::ImportanceLevel;
+    let f = json(&fixtures().join("grpo_variants/trl_entropy.json"));
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let named = policy.vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
+    let cases: Vec<&Value> = f["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["comlrl"].get("kl_in_loss").is_some()
+                && c["comlrl"].get("kl_bias_correction").is_none()
+        })
+        .collect();
+    assert!(cases.len() >= 2, "two aggregations");
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (norm, shape, plan) = settings(case, max_new);
+        let beta = case["comlrl"]["kl_in_loss"].as_f64().unwrap();
+        let mut owned = samples(&f, norm);
+        let k = owned[0].completions.len();
+        let refs_rows = case["ref_logprobs"].as_array().unwrap();
+        for (g, s) in owned.iter_mut().enumerate() {
+            s.ref_logprobs = (0..k)
+                .map(|j| {
+                    f64s(&refs_rows[g * k + j])
+                        .into_iter()
+                        .map(|x| x as f32)
+                        .collect()
+                })
+                .collect();
+        }
+        let refs: Vec<&AgentRollout> = owned.iter().collect();
+        let terms = TokenTerms {
+            kl_in_loss: beta,
+            ..TokenTerms::NONE
+        };
+        let want_kl = case["kl_metric"].as_f64().unwrap();
+        for (recompute, chunk) in [(false, 0), (true, 3)] {
+            let what = format!("{name} (recompute {recompute}, micro-batch {chunk})");
+            let lg = loss_and_grads_terms(
+                &policy,
+                &vars,
+                &refs,
+                chunk,
+                recompute,
+                Share::ALL,
+                plan,
+                shape,
+                terms,
+            )
+            .unwrap();
+            check_grads(&what, &named, &lg.grads, case);
+            let kl = lg.token_kl.expect("the KL term's mean");
+            assert!(
+                close(kl, want_kl, 0.0),
+                "{what}: kl {kl} vs TRL's {want_kl}"
+            );
+        }
+        // On-policy, the clipped path's token-level surrogate plus the same KL term.
+        let old: Vec<Vec<Old>> = owned
+            .iter()
+            .map(|s| vec![Old::OnPolicy; s.completions.len()])
+            .collect();
+        let clip = Clip {
+            level: ImportanceLevel::Token,
+            low: 0.2,
+            high: 0.2,
+            delta: None,
+        };
+        let out = clipped_loss_and_grads_terms(
+            &policy,
+            &vars,
+            &refs,
+            &old,
+            3,
+            true,
+            Share::ALL,
+            plan,
+            shape,
+            clip,
+            0,
+            terms,
+        )
+        .unwrap();
+        check_grads(
+            &format!("{name} (clipped, on-policy)"),
+            &named,
+            &out.grads.grads,
+            case,
+        );
+    }
+    // A completion without reference log-probs is an error, not a silent 0.
+    let owned = samples(&f, Normalization::comlrl(true));
+    let refs: Vec<&AgentRollout> = owned.iter().collect();
+    let shape = LossShape {
+        aggregation: LossAggregation::TokenMean,
+        max_new_tokens: max_new,
+        mask_truncated: false,
+    };
+    let terms = TokenTerms {
+        kl_in_loss: 0.04,
+        ..TokenTerms::NONE
+    };
+    let plan = PassPlan::rerun_all(ComputeDtype::F32);
+    let err = match loss_and_grads_terms(
+        &policy,
+        &vars,
+        &refs,
+        3,
+        true,
+        Share::ALL,
+        plan,
+        shape,
+        terms,
+    ) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("no reference log-probs"),
+    };
+    assert!(err.contains("reference log-probs"), "{err}");
+}
+
+/// The entropy, the high-entropy mask and the KL in the loss through the whole loop on the small
+/// scenario: every logged row carries each agent's mean entropy (a positive number of nats),
+/// and with `kl_in_loss` the rollout keeps the reference log-probs the update's KL term reads
+/// (its mean k3 logged, ≥ 0); the mask changes what is learned.
+#[test]
+fn entropy_and_kl_in_loss_run_end_to_end() {
+    use comlrl::train::Trainer;
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = [
+        "trainer.num_train_epochs=1",
+        "trainer.agent_learning_rate=1e-3",
+        "logging.steps=2",
+    ];
+    let runs: [(&str, &[&str]); 3] = [
+        ("plain", &[]),
+        ("mask", &["trainer.top_entropy_quantile=0.3"]),
+        ("kl", &["trainer.kl_in_loss=0.04"]),
+    ];
+    let mut rows = vec![];
+    for (name, extra) in runs {
+        let dir = tmp.path().join(name);
+        let sets = [&plain[..], extra].concat();
+        Trainer::new(common::tiny_run::load_small(&dir, &sets))
+            .unwrap()
+            .run(false, &mut ())
+            .unwrap();
+        rows.push(metrics(&dir));
+    }
+    for (r, (name, _)) in rows.iter().zip(runs) {
+        assert!(!r.is_empty(), "{name}: no rows");
+        for row in r {
+            for i in 0..2 {
+                let h = row[format!("agent_{i}/entropy")].as_f64().unwrap();
+                assert!(h > 0.0 && h.is_finite(), "{name}: {row}");
+                let kl = row.get(format!("agent_{i}/kl_in_loss"));
+                if name == "kl" {
+                    assert!(kl.unwrap().as_f64().unwrap() >= 0.0, "{row}");
+                } else {
+                    assert!(kl.is_none(), "{name}: {row}");
+                }
+            }
+        }
+    }
+    let loss = |r: &Vec<Value>| r.last().unwrap()["agent_0/loss"].as_f64().unwrap();
+    assert_ne!(
+        loss(&rows[0]),
+        loss(&rows[1]),
+        "the mask changes the update"
+    );
 }

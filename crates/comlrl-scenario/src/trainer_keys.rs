@@ -252,6 +252,15 @@ section! {
         /// keeps no reference model in memory.
         kl_coef: f64 = 0.0, kind "number ≥ 0", why "CoMLRL MAGRPO has none",
             check non_negative("use 0 to disable the reference-KL penalty, or a small value such as 0.04");
+        /// The reference KL as a term of the loss instead (TRL's `beta`): each counted token
+        /// adds β · k3 = β · [exp(ℓ_ref − ℓ) − (ℓ_ref − ℓ) − 1] to its loss before the
+        /// aggregation, ℓ_ref its log-prob under the frozen initial model (kept with the rollout)
+        /// and ℓ the current one, so its gradient reaches every counted token, those of
+        /// completions whose advantage is 0 too. TRL's `use_bias_correction_kl: false`. One of
+        /// `kl_coef` and `kl_in_loss`: both would charge the same KL twice. MAGRPO family only;
+        /// not with `logprob_temperature: sampling` (the reference log-probs are at temperature 1).
+        kl_in_loss: f64 = 0.0, kind "number ≥ 0", why "TRL's `beta` default; CoMLRL has none",
+            check non_negative("use 0 for no KL term in the loss, or a small value such as 0.04 (TRL's former default)");
         /// AdamW β1.
         adam_beta1: f64 = 0.9, kind "number in [0, 1)", why "torch default, which CoMLRL uses",
             check unit(false, "torch defaults: adam_beta1 0.9, adam_beta2 0.999");

@@ -32,6 +32,8 @@ pub struct LossGrads {
     pub entropy_sum: f64,
     /// See `entropy_sum`.
     pub entropy_tokens: f64,
+    /// With `kl_in_loss`: the mean k3 over the tokens the KL term computed (TRL's `kl`).
+    pub token_kl: Option<f64>,
 }
 
 impl LossGrads {

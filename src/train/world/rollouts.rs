@@ -213,6 +213,10 @@ pub fn share_kl(world: &dyn World, agents: &mut [AgentRollout], local: &[usize])
     e.usize(local.len());
     for &i in local {
         e.usize(i).f32s(&agents[i].kl);
+        e.usize(agents[i].ref_logprobs.len());
+        for r in &agents[i].ref_logprobs {
+            e.f32s(r);
+        }
     }
     for (rank, packet) in world.all_gather(&e.0).iter().enumerate() {
         let what = format!("reference KL from rank {rank}");
@@ -220,10 +224,14 @@ pub fn share_kl(world: &dyn World, agents: &mut [AgentRollout], local: &[usize])
         for _ in 0..d.usize()? {
             let i = d.usize()?;
             let kl = d.f32s()?;
+            let refs = (0..d.usize()?)
+                .map(|_| d.f32s())
+                .collect::<Result<Vec<_>>>()?;
             let slot = agents
                 .get_mut(i)
                 .ok_or_else(|| Error::Distributed(format!("{what}: no agent {i}")))?;
             slot.kl = kl;
+            slot.ref_logprobs = refs;
         }
         d.end()?;
     }

@@ -340,3 +340,32 @@ fn top_entropy_quantile_reads_checks_and_names_where_it_does_nothing() {
         s.warnings
     );
 }
+
+/// `kl_in_loss` (TRL's `beta`): 0 by default, ≥ 0, one of it and `kl_coef`, at temperature 1
+/// only, refused with MADPO.
+#[test]
+fn kl_in_loss_reads_and_refuses_what_it_cannot_do() {
+    let f = Fixture::new();
+    assert_eq!(f.ok(BASE, &[]).trainer.kl_in_loss, 0.0);
+    let s = f.ok(BASE, &["trainer.kl_in_loss=0.04"]);
+    assert_eq!(s.trainer.kl_in_loss, 0.04);
+    let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("the resolved YAML reloads");
+    assert_eq!(again.trainer.kl_in_loss, 0.04);
+    let (msg, _) = f.errs(BASE, &["trainer.kl_in_loss=-1"]);
+    assert!(msg.contains("kl_in_loss"), "{msg}");
+    let (msg, _) = f.errs(BASE, &["trainer.kl_in_loss=0.04", "trainer.kl_coef=0.1"]);
+    assert!(msg.contains("charged twice"), "{msg}");
+    let (msg, _) = f.errs(
+        BASE,
+        &[
+            "trainer.kl_in_loss=0.04",
+            "trainer.logprob_temperature=sampling",
+        ],
+    );
+    assert!(msg.contains("temperature 1"), "{msg}");
+    let (msg, _) = f.errs(
+        BASE,
+        &["trainer.algorithm=madpo", "trainer.kl_in_loss=0.04"],
+    );
+    assert!(msg.contains("`madpo` has none"), "{msg}");
+}

@@ -16,6 +16,7 @@
 //! log-probs (`AgentRollout::sampling_logprobs`).
 use super::entropy_mask::{mini_batch_mask, EntropyMask};
 use super::loss::{aggregation_factors, rows_to_score, Counted, LossShape, TokenTerms};
+use super::token_terms::{check_refs, kl_term};
 use crate::error::Result;
 use crate::model::grad::recompute::PassPlan;
 use crate::model::grad::token_weights::TokenWeights;
@@ -170,7 +171,10 @@ pub fn clipped_loss_and_grads_terms(
 ) -> Result<Clipped> {
     let counted = Counted::new(samples, shape, policy);
     let agg = aggregation_factors(samples, shape, &counted)?;
-    let scored = rows_to_score(samples, &counted);
+    let scored = rows_to_score(samples, &counted, terms.kl_in_loss != 0.0);
+    if terms.kl_in_loss != 0.0 {
+        check_refs(samples, &scored)?;
+    }
     let skipped = samples
         .iter()
         .zip(&scored)
@@ -241,6 +245,8 @@ pub fn clipped_loss_and_grads_terms(
         old,
         agg,
         mask,
+        beta: terms.kl_in_loss,
+        kl: Default::default(),
         clip,
         stats: Mutex::new(ClipStats {
             denominator,
@@ -255,6 +261,8 @@ pub fn clipped_loss_and_grads_terms(
     };
     let mut grads = sequence_grads(policy, vars, &groups, &loss, chunk, recompute, share, plan)?;
     grads.skipped = skipped;
+    let (sum, n) = *loss.kl.lock().unwrap_or_else(|e| e.into_inner());
+    grads.token_kl = (n > 0.0).then_some(sum / n);
     let stats = *loss.stats.lock().unwrap_or_else(|e| e.into_inner());
     let captured = loss
         .captured
@@ -274,6 +282,9 @@ struct ClippedLoss<'a> {
     agg: Vec<Vec<f64>>,
     /// The high-entropy mask (`top_entropy_quantile`), when on.
     mask: Option<EntropyMask>,
+    /// β of `kl_in_loss` (0: no KL term), and Σ k3 over the computed tokens with their count.
+    beta: f64,
+    kl: Mutex<(f64, f64)>,
     clip: Clip,
     stats: Mutex<ClipStats>,
     captured: Mutex<Vec<Vec<Option<Vec<f32>>>>>,
@@ -317,6 +328,7 @@ impl TokenWeights for PassWeights<'_> {
         let clip = &l.clip;
         let mut w = vec![0f32; lp.len()];
         let mut value = 0f64;
+        let (mut kl_sum, mut kl_n) = (0f64, 0f64);
         let mut stats = ClipStats::default();
         let mut captured = Vec::new();
         for (r, &j) in self.rows.iter().enumerate() {
@@ -383,6 +395,17 @@ impl TokenWeights for PassWeights<'_> {
                     }
                 }
             }
+            // TRL adds β · k3 to each token's loss after the surrogate (and its mask).
+            if l.beta != 0.0 && agg != 0.0 {
+                let refs = &s.ref_logprobs[j];
+                for t in 0..n {
+                    let (g, k3) = kl_term(refs[t], cur[t]);
+                    w[at + t] += (agg * l.beta * g) as f32;
+                    value += agg * l.beta * k3;
+                    kl_sum += k3;
+                    kl_n += 1.0;
+                }
+            }
         }
         {
             let mut total = l.stats.lock().unwrap_or_else(|e| e.into_inner());
@@ -391,6 +414,11 @@ impl TokenWeights for PassWeights<'_> {
             total.ratio_sum += stats.ratio_sum;
             total.units += stats.units;
             total.ratio_max = total.ratio_max.max(stats.ratio_max);
+        }
+        {
+            let mut kl = l.kl.lock().unwrap_or_else(|e| e.into_inner());
+            kl.0 += kl_sum;
+            kl.1 += kl_n;
         }
         let mut keep = l.captured.lock().unwrap_or_else(|e| e.into_inner());
         for (j, v) in captured {

@@ -9,11 +9,8 @@
 use super::loss::Counted;
 use crate::error::Result;
 use crate::model::grad::logprob::completion_logprobs_entropies;
-use crate::model::grad::token_weights::TokenWeights;
 use crate::model::{Mode, Policy, ScoreLayout};
 use crate::train::rollout::AgentRollout;
-use crate::train::update::passes::SequenceLoss;
-use candle_core::Tensor;
 
 /// Which tokens keep their loss: `[sample][completion][token]` (empty for a completion the
 /// loss does not count).
@@ -105,59 +102,6 @@ pub(super) fn mini_batch_mask(
 ) -> Result<EntropyMask> {
     let ent = token_entropies(policy, samples, counted, chunk, logit_scale)?;
     Ok(high_entropy_mask(&ent, keep))
-}
-
-/// Each sequence's weight on its tokens' log-probs, times the mask: a loss whose weights are
-/// per token but do not depend on the log-probs.
-pub(super) struct Masked<'a> {
-    /// `[sample][completion]`: d loss / d Σ_t log π without the mask.
-    pub coefs: Vec<Vec<f32>>,
-    pub mask: &'a EntropyMask,
-}
-
-impl SequenceLoss for Masked<'_> {
-    fn coefs(&self, group: usize, rows: &[usize]) -> Vec<f32> {
-        rows.iter().map(|&j| self.coefs[group][j]).collect()
-    }
-
-    fn loss(&self, group: usize, rows: &[usize], lp: &Tensor) -> Result<Tensor> {
-        let w = Tensor::from_vec(self.coefs(group, rows), rows.len(), lp.device())?
-            .to_dtype(lp.dtype())?;
-        Ok((lp.sum(1)? * w)?.sum_all()?)
-    }
-
-    fn tokens(&self, group: usize, rows: &[usize]) -> Option<Box<dyn TokenWeights + '_>> {
-        Some(Box::new(MaskedPass {
-            loss: self,
-            group,
-            rows: rows.to_vec(),
-        }))
-    }
-}
-
-struct MaskedPass<'a> {
-    loss: &'a Masked<'a>,
-    group: usize,
-    rows: Vec<usize>,
-}
-
-impl TokenWeights for MaskedPass<'_> {
-    fn weights(&self, lp: &[f32], mask: &[f32], width: usize) -> (Vec<f32>, f64) {
-        let mut w = vec![0f32; lp.len()];
-        let mut value = 0f64;
-        for (r, &j) in self.rows.iter().enumerate() {
-            let coef = self.loss.coefs[self.group][j];
-            let at = r * width;
-            let n = (0..width).take_while(|&t| mask[at + t] != 0.0).count();
-            for t in 0..n {
-                if self.loss.mask.keeps(self.group, j, t) {
-                    w[at + t] = coef;
-                    value += coef as f64 * lp[at + t] as f64;
-                }
-            }
-        }
-        (w, value)
-    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@
 //! other sequence still scores one, so the optimizer steps with zero gradients for the same
 //! parameters as always (as torch's AdamW does after `backward()` of a zero loss).
 //! The passes themselves (chunks, recompute, replicas' shares) are `train::update::passes`.
-use super::entropy_mask::{mini_batch_mask, Masked};
+use super::entropy_mask::mini_batch_mask;
+use super::token_terms::{check_refs, PerToken};
 use crate::error::Result;
 use crate::model::grad::recompute::PassPlan;
 use crate::model::{ComputeDtype, Policy};
@@ -103,17 +104,25 @@ pub struct TokenTerms {
     /// `trainer.top_entropy_quantile`: below 1, only the highest-entropy tokens keep their
     /// loss (`entropy_mask`).
     pub top_entropy_quantile: f64,
+    /// `trainer.kl_in_loss` β: each counted token adds β · k3 to its loss (`token_terms`).
+    pub kl_in_loss: f64,
 }
 
 impl TokenTerms {
     /// None: every token weighs its sequence's weight.
     pub const NONE: TokenTerms = TokenTerms {
         top_entropy_quantile: 1.0,
+        kl_in_loss: 0.0,
     };
 
     /// Whether the high-entropy mask is on.
     pub fn masks_entropy(&self) -> bool {
         self.top_entropy_quantile < 1.0
+    }
+
+    /// Whether any per-token term is on.
+    pub fn any(&self) -> bool {
+        self.masks_entropy() || self.kl_in_loss != 0.0
     }
 }
 
@@ -156,7 +165,11 @@ pub fn loss_and_grads_terms(
     terms: TokenTerms,
 ) -> Result<LossGrads> {
     let counted = Counted::new(samples, shape, policy);
-    let scored = rows_to_score(samples, &counted);
+    // The KL term weighs every counted token, whatever its advantage.
+    let scored = rows_to_score(samples, &counted, terms.kl_in_loss != 0.0);
+    if terms.kl_in_loss != 0.0 {
+        check_refs(samples, &scored)?;
+    }
     let skipped = samples
         .iter()
         .zip(&scored)
@@ -171,22 +184,32 @@ pub fn loss_and_grads_terms(
             rows,
         })
         .collect();
-    let mut out = if terms.masks_entropy() {
-        let mask = mini_batch_mask(
-            policy,
-            samples,
-            &counted,
-            terms.top_entropy_quantile,
-            chunk,
-            plan.logit_scale,
-        )?;
-        let weights = Masked {
-            coefs: sequence_weights_of(samples, shape, &counted)?,
-            mask: &mask,
+    let mut out = if terms.any() {
+        let mask = match terms.masks_entropy() {
+            true => Some(mini_batch_mask(
+                policy,
+                samples,
+                &counted,
+                terms.top_entropy_quantile,
+                chunk,
+                plan.logit_scale,
+            )?),
+            false => None,
         };
-        sequence_grads(
+        let weights = PerToken {
+            samples,
+            coefs: sequence_weights_of(samples, shape, &counted)?,
+            agg: aggregation_factors(samples, shape, &counted)?,
+            mask: mask.as_ref(),
+            beta: terms.kl_in_loss,
+            kl: Default::default(),
+        };
+        let mut out = sequence_grads(
             policy, vars, &groups, &weights, chunk, recompute, share, plan,
-        )?
+        )?;
+        let (sum, n) = *weights.kl.lock().unwrap_or_else(|e| e.into_inner());
+        out.token_kl = (n > 0.0).then_some(sum / n);
+        out
     } else if shape.is_magrpo() {
         let weights = Advantages {
             samples,
@@ -381,10 +404,15 @@ impl SequenceLoss for Weights {
 }
 
 /// The sequences of each sample that the loss computes: those it counts (with tokens, and not
-/// masked as truncated) with a nonzero advantage. When that leaves the whole mini-batch empty
+/// masked as truncated) with a nonzero advantage (any advantage with `keep_zero`: a per-token
+/// KL term). When that leaves the whole mini-batch empty
 /// but some completion has tokens, the shortest such completion of the first sample with one is
 /// kept (its weight 0), so the gradients come out as zeros rather than missing.
-pub(super) fn rows_to_score(samples: &[&AgentRollout], counted: &Counted) -> Vec<Vec<usize>> {
+pub(super) fn rows_to_score(
+    samples: &[&AgentRollout],
+    counted: &Counted,
+    keep_zero: bool,
+) -> Vec<Vec<usize>> {
     let with_tokens = |s: &AgentRollout| -> Vec<usize> {
         (0..s.completions.len())
             .filter(|&j| !s.completions[j].is_empty())
@@ -397,7 +425,7 @@ pub(super) fn rows_to_score(samples: &[&AgentRollout], counted: &Counted) -> Vec
             with_tokens(s)
                 .into_iter()
                 .filter(|&j| counted.get(i, j))
-                .filter(|&j| s.advantages.get(j).is_none_or(|&a| a != 0.0))
+                .filter(|&j| keep_zero || s.advantages.get(j).is_none_or(|&a| a != 0.0))
                 .collect()
         })
         .collect();

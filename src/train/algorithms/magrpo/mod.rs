@@ -16,6 +16,7 @@ pub mod clip;
 pub mod entropy_mask;
 pub mod loss;
 pub mod returns;
+mod token_terms;
 
 use crate::error::Result;
 use crate::model::grad::recompute::PassPlan;
@@ -120,6 +121,7 @@ impl Magrpo {
             }),
             terms: TokenTerms {
                 top_entropy_quantile: t.top_entropy_quantile,
+                kl_in_loss: t.kl_in_loss,
             },
         }
     }
@@ -246,6 +248,9 @@ impl Algorithm for Magrpo {
                 if let Some(h) = lg.entropy_mean() {
                     learner.record("entropy", h);
                 }
+                if let Some(kl) = lg.token_kl {
+                    learner.record("kl_in_loss", kl);
+                }
                 learner.step(lg)?;
             }
             Ok(())
@@ -315,6 +320,9 @@ fn clipped_round(
             }
             if let Some(h) = out.grads.entropy_mean() {
                 learner.record("entropy", h);
+            }
+            if let Some(kl) = out.grads.token_kl {
+                learner.record("kl_in_loss", kl);
             }
             learner.step(out.grads)?;
             stepped = true;

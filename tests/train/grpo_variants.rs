@@ -653,7 +653,14 @@ fn entropy_mask_matches_trl() {
 
         // Every counted token's entropy against TRL's (f32 both).
         let counted = Counted::new(&refs, shape, &policy);
-        let ent = token_entropies(&policy, &refs, &counted, 0, plan.logit_scale).unwrap();
+        let ent = token_entropies(
+            &policy,
+            &refs,
+            |i, j| counted.get(i, j),
+            0,
+            plan.logit_scale,
+        )
+        .unwrap();
         let want_ent = case["entropies"].as_array().unwrap();
         let mut compared = 0;
         for (g, s) in ent.iter().enumerate() {
@@ -796,7 +803,8 @@ fn entropy_mask_on_the_clipped_path_is_the_plain_masked_loss() {
                 };
                 use comlrl::train::algorithms::magrpo::loss::Counted;
                 let counted = Counted::new(&refs, shape, &policy);
-                let ent = token_entropies(&policy, &refs, &counted, 0, 1.0).unwrap();
+                let ent =
+                    token_entropies(&policy, &refs, |i, j| counted.get(i, j), 0, 1.0).unwrap();
                 let mask = high_entropy_mask(&ent, terms.top_entropy_quantile);
                 let mut scaled = owned.clone();
                 for (g, s) in scaled.iter_mut().enumerate() {

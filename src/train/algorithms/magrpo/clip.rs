@@ -232,7 +232,7 @@ pub fn clipped_loss_and_grads_terms(
         Some(mini_batch_mask(
             policy,
             samples,
-            &counted,
+            |i, j| counted.get(i, j),
             terms.top_entropy_quantile,
             chunk,
             plan.logit_scale,

@@ -6,7 +6,6 @@
 //! whatever its advantage). The mask multiplies each token's loss before the aggregation,
 //! whose normaliser stays the counted tokens (TRL). The threshold spans the whole mini-batch,
 //! so the entropies are scored in a forward of their own before the first backward.
-use super::loss::Counted;
 use crate::error::Result;
 use crate::model::grad::logprob::completion_logprobs_entropies;
 use crate::model::{Mode, Policy, ScoreLayout};
@@ -24,13 +23,14 @@ impl EntropyMask {
     }
 }
 
-/// The entropy of every token of every counted completion of `samples`
-/// (`[sample][completion][token]`, empty where not counted), scored `chunk` completions at a
-/// time (0: a sample's at once) with the logits times `logit_scale`.
+/// The entropy of every token of every completion of `samples` that `counted(sample,
+/// completion)` says the loss counts (`[sample][completion][token]`, empty where not counted),
+/// scored `chunk` completions at a time (0: a sample's at once) with the logits times
+/// `logit_scale`.
 pub fn token_entropies(
     policy: &Policy,
     samples: &[&AgentRollout],
-    counted: &Counted,
+    counted: impl Fn(usize, usize) -> bool,
     chunk: usize,
     logit_scale: f64,
 ) -> Result<Vec<Vec<Vec<f32>>>> {
@@ -38,7 +38,7 @@ pub fn token_entropies(
     for (i, s) in samples.iter().enumerate() {
         let mut per = vec![Vec::new(); s.completions.len()];
         let rows: Vec<usize> = (0..s.completions.len())
-            .filter(|&j| counted.get(i, j))
+            .filter(|&j| counted(i, j))
             .collect();
         let per_pass = if chunk == 0 { rows.len().max(1) } else { chunk };
         for part in rows.chunks(per_pass) {
@@ -95,7 +95,7 @@ pub fn high_entropy_mask(entropies: &[Vec<Vec<f32>>], keep: f64) -> EntropyMask 
 pub(super) fn mini_batch_mask(
     policy: &Policy,
     samples: &[&AgentRollout],
-    counted: &Counted,
+    counted: impl Fn(usize, usize) -> bool,
     keep: f64,
     chunk: usize,
     logit_scale: f64,

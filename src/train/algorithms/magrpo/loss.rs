@@ -189,7 +189,7 @@ pub fn loss_and_grads_terms(
             true => Some(mini_batch_mask(
                 policy,
                 samples,
-                &counted,
+                |i, j| counted.get(i, j),
                 terms.top_entropy_quantile,
                 chunk,
                 plan.logit_scale,

@@ -246,6 +246,19 @@ mod tests {
     /// The sampling-time log-probs of a clipped ratio travel with the completions, and a
     /// rollout without them arrives without them.
     #[test]
+    fn reference_logprobs_travel_with_the_kl() {
+        // Encoded and decoded back into the slot (one process): what another rank receives.
+        let mut a = AgentRollout::sampled(vec![1], vec![vec![2, 3], vec![4]], vec![]);
+        a.kl = vec![0.25, 0.5];
+        a.ref_logprobs = vec![vec![-0.5, -1.25], vec![-2.0]];
+        let sent = a.clone();
+        let mut agents = vec![a];
+        share_kl(&Single, &mut agents, &[0]).unwrap();
+        assert_eq!(agents[0].kl, sent.kl);
+        assert_eq!(agents[0].ref_logprobs, sent.ref_logprobs);
+    }
+
+    #[test]
     fn sampling_logprobs_travel_with_the_completions() {
         let mut with = AgentRollout::sampled(
             vec![1],

@@ -13,7 +13,7 @@
 //! | `completion_length_mean` | `completions/mean_length` (TRL) | always |
 //! | `clipped_ratio` | `completions/clipped_ratio` (TRL) | always |
 //! | `lr` | `learning_rate` (TRL) | always |
-//! | `agent_0/loss`, `agent_0/grad_norm`, `agent_0/kl` | `loss`, `grad_norm`, `kl` (TRL) | one-agent runs (TRL trains one model) |
+//! | `agent_0/loss`, `agent_0/grad_norm`, `agent_0/kl`, `agent_0/entropy` | `loss`, `grad_norm`, `kl`, `entropy` (TRL) | one-agent runs (TRL trains one model) |
 //!
 //! `turn_<t>/reward_mean` for later turns is already CoMLRL's name in `metrics.jsonl`, and
 //! `reward_std` and `frac_reward_zero_std` are TRL's. Everything else is comlrl's own and keeps
@@ -41,6 +41,7 @@ pub const ONE_AGENT_ALIASES: &[(&str, &str)] = &[
     ("agent_0/loss", "loss"),
     ("agent_0/grad_norm", "grad_norm"),
     ("agent_0/kl", "kl"),
+    ("agent_0/entropy", "entropy"),
 ];
 
 /// TRL's name of a reward term's metric: `reward/<term>` → `rewards/<term>/mean`,

@@ -42,6 +42,7 @@ pub fn rollout(prompt: Vec<u32>, completions: Vec<Vec<u32>>, advantages: Vec<f32
         returns: vec![0.0; k],
         kl: vec![0.0; k],
         sampling_logprobs: vec![],
+        ref_logprobs: vec![],
         completions,
         advantages,
     }

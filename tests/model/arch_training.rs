@@ -124,6 +124,7 @@ fn loss_paths_match(name: &str, tol: &Tol) {
             returns: vec![0.0],
             kl: vec![0.0],
             sampling_logprobs: vec![],
+            ref_logprobs: vec![],
             advantages: vec![adv[k]],
         })
         .collect();

@@ -133,6 +133,7 @@ fn agrees_with_transformers(name: &str) {
             returns: vec![0.0],
             kl: vec![0.0],
             sampling_logprobs: vec![],
+            ref_logprobs: vec![],
             advantages: vec![adv[k]],
         })
         .collect();

@@ -580,3 +580,470 @@ fn ppo_epochs_run_end_to_end_and_log_the_ratio() {
         "the second pass compares with the policy before the first step"
     );
 }
+
+/// Every gradient of `grads` against a case's TRL gradients (norms per tensor, a few tensors in
+/// full, the global norm).
+fn check_grads(
+    what: &str,
+    named: &[(String, candle_core::Var)],
+    grads: &[Option<candle_core::Tensor>],
+    case: &Value,
+) {
+    let mut sq = 0f64;
+    for ((n, _), g) in named.iter().zip(grads) {
+        let g: Vec<f64> = match g {
+            Some(g) => f32s(g).into_iter().map(|x| x as f64).collect(),
+            None => panic!("{what}: {n} got no gradient"),
+        };
+        let norm = g.iter().map(|x| x * x).sum::<f64>();
+        sq += norm;
+        let want = case["grad_norms"][n].as_f64().unwrap();
+        assert!(
+            close(norm.sqrt(), want, 0.0),
+            "{what}: |grad {n}| {} vs {want}",
+            norm.sqrt()
+        );
+        if let Some(w) = case["grads"].get(n) {
+            let w = f64s(w);
+            let top = w.iter().fold(0f64, |m, x| m.max(x.abs()));
+            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                assert!(close(*a, *b, top), "{what}: grad {n}[{i}]: {a} vs {b}");
+            }
+        }
+    }
+    let want = case["grad_global_norm"].as_f64().unwrap();
+    assert!(
+        close(sq.sqrt(), want, 0.0),
+        "{what}: gradient norm {} vs {want}",
+        sq.sqrt()
+    );
+}
+
+/// `trainer.top_entropy_quantile` against TRL 1.16's `compute_loss` with its
+/// `top_entropy_quantile` (`tests/fixtures/grpo_variants/trl_entropy.json`): comlrl's per-token
+/// entropies against TRL's, the loss (Σ weight · kept tokens, TRL's value at ratio 1), the
+/// gradients on both loss paths and the logged mean entropy against TRL's `entropy` metric.
+#[test]
+fn entropy_mask_matches_trl() {
+    use comlrl::train::algorithms::magrpo::entropy_mask::{high_entropy_mask, token_entropies};
+    use comlrl::train::algorithms::magrpo::loss::{loss_and_grads_terms, Counted, TokenTerms};
+    let f = json(&fixtures().join("grpo_variants/trl_entropy.json"));
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let named = policy.vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
+    let cases: Vec<&Value> = f["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["comlrl"].get("top_entropy_quantile").is_some())
+        .collect();
+    assert!(cases.len() >= 3, "two aggregations and truncation masking");
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (norm, shape, plan) = settings(case, max_new);
+        let q = case["comlrl"]["top_entropy_quantile"].as_f64().unwrap();
+        let owned = samples(&f, norm);
+        let refs: Vec<&AgentRollout> = owned.iter().collect();
+        let k = owned[0].completions.len();
+
+        // Every counted token's entropy against TRL's (f32 both).
+        let counted = Counted::new(&refs, shape, &policy);
+        let ent = token_entropies(
+            &policy,
+            &refs,
+            |i, j| counted.get(i, j),
+            0,
+            plan.logit_scale,
+        )
+        .unwrap();
+        let want_ent = case["entropies"].as_array().unwrap();
+        let mut compared = 0;
+        for (g, s) in ent.iter().enumerate() {
+            for (j, e) in s.iter().enumerate() {
+                let want = f64s(&want_ent[g * k + j]);
+                if !counted.get(g, j) {
+                    assert!(
+                        e.is_empty(),
+                        "{name}: an uncounted completion has entropies"
+                    );
+                    continue;
+                }
+                assert_eq!(e.len(), want.len());
+                for (t, (a, b)) in e.iter().zip(&want).enumerate() {
+                    assert!(
+                        close(*a as f64, *b, 1.0),
+                        "{name}: entropy of completion {g}/{j} token {t}: {a} vs TRL's {b}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared > 20);
+
+        // TRL's loss value at ratio 1: Σ_i w_i · (kept tokens of i).
+        let mask = high_entropy_mask(&ent, q);
+        let kept: usize = mask.0.iter().flatten().flatten().filter(|&&m| m).count();
+        assert!(
+            kept > 0 && kept < compared,
+            "{name}: the mask keeps some tokens"
+        );
+        let weights = sequence_weights(&refs, shape, &policy.eos_ids, policy.pad_id).unwrap();
+        let mut terms = vec![];
+        for (g, w) in weights.iter().enumerate() {
+            for (j, &w) in w.iter().enumerate() {
+                let n = mask.0[g][j].iter().filter(|&&m| m).count();
+                terms.push(w as f64 * n as f64);
+            }
+        }
+        let size = terms.iter().map(|t| t.abs()).sum::<f64>();
+        let want_loss = case["loss"].as_f64().unwrap();
+        let surrogate: f64 = terms.iter().sum();
+        assert!(
+            close(surrogate, want_loss, size),
+            "{name}: Σ weight · kept tokens {surrogate} vs TRL's loss {want_loss}"
+        );
+
+        let terms = TokenTerms {
+            top_entropy_quantile: q,
+            ..TokenTerms::NONE
+        };
+        for (recompute, chunk) in [(false, 0), (true, 3)] {
+            let what = format!("{name} (recompute {recompute}, micro-batch {chunk})");
+            let lg = loss_and_grads_terms(
+                &policy,
+                &vars,
+                &refs,
+                chunk,
+                recompute,
+                Share::ALL,
+                plan,
+                shape,
+                terms,
+            )
+            .unwrap();
+            check_grads(&what, &named, &lg.grads, case);
+            if recompute {
+                // Every counted completion is computed here (no advantage is 0).
+                let want = case["entropy_metric"].as_f64().unwrap();
+                let got = lg
+                    .entropy_mean()
+                    .expect("the recomputed passes log the entropy");
+                assert!(
+                    close(got, want, 1.0),
+                    "{what}: entropy {got} vs TRL's {want}"
+                );
+            }
+        }
+    }
+}
+
+/// The mask on the clipped path, on-policy (ratio 1): at token level it gives the masked plain
+/// loss's gradients; at sequence level each kept token's copy of the sequence's surrogate
+/// reaches every token through the mean ratio, so completion i weighs as the plain loss with
+/// its advantage times (kept tokens / tokens).
+#[test]
+fn entropy_mask_on_the_clipped_path_is_the_plain_masked_loss() {
+    use comlrl::train::algorithms::magrpo::clip::{clipped_loss_and_grads_terms, Clip, Old};
+    use comlrl::train::algorithms::magrpo::loss::{loss_and_grads_terms, TokenTerms};
+    use comlrl_scenario::ImportanceLevel;
+    let f = fixture();
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let vars: Vec<candle_core::Var> = policy.vars().into_iter().map(|(_, v)| v).collect();
+    let owned = samples(&f, Normalization::comlrl(true));
+    let refs: Vec<&AgentRollout> = owned.iter().collect();
+    let old: Vec<Vec<Old>> = owned
+        .iter()
+        .map(|s| vec![Old::OnPolicy; s.completions.len()])
+        .collect();
+    let terms = TokenTerms {
+        top_entropy_quantile: 0.4,
+        ..TokenTerms::NONE
+    };
+    let plan = PassPlan::rerun_all(ComputeDtype::F32);
+    for (aggregation, level) in [
+        (LossAggregation::TokenMean, ImportanceLevel::Token),
+        (LossAggregation::SequenceMean, ImportanceLevel::Sequence),
+    ] {
+        let shape = LossShape {
+            aggregation,
+            max_new_tokens: 12,
+            mask_truncated: false,
+        };
+        let clip = Clip {
+            level,
+            low: 0.2,
+            high: 0.28,
+            delta: None,
+        };
+        let plain = match level {
+            ImportanceLevel::Token => loss_and_grads_terms(
+                &policy,
+                &vars,
+                &refs,
+                3,
+                true,
+                Share::ALL,
+                plan,
+                shape,
+                terms,
+            )
+            .unwrap(),
+            _ => {
+                use comlrl::train::algorithms::magrpo::entropy_mask::{
+                    high_entropy_mask, token_entropies,
+                };
+                use comlrl::train::algorithms::magrpo::loss::Counted;
+                let counted = Counted::new(&refs, shape, &policy);
+                let ent =
+                    token_entropies(&policy, &refs, |i, j| counted.get(i, j), 0, 1.0).unwrap();
+                let mask = high_entropy_mask(&ent, terms.top_entropy_quantile);
+                let mut scaled = owned.clone();
+                for (g, s) in scaled.iter_mut().enumerate() {
+                    for (j, a) in s.advantages.iter_mut().enumerate() {
+                        let kept = mask.0[g][j].iter().filter(|&&m| m).count();
+                        *a *= kept as f32 / s.completions[j].len() as f32;
+                    }
+                }
+                let refs: Vec<&AgentRollout> = scaled.iter().collect();
+                loss_and_grads_shaped(&policy, &vars, &refs, 3, true, Share::ALL, plan, shape)
+                    .unwrap()
+            }
+        };
+        let unmasked =
+            loss_and_grads_shaped(&policy, &vars, &refs, 3, true, Share::ALL, plan, shape).unwrap();
+        let out = clipped_loss_and_grads_terms(
+            &policy,
+            &vars,
+            &refs,
+            &old,
+            3,
+            true,
+            Share::ALL,
+            plan,
+            shape,
+            clip,
+            0,
+            terms,
+        )
+        .unwrap();
+        let mut differs = false;
+        for ((a, b), c) in plain
+            .grads
+            .iter()
+            .zip(&out.grads.grads)
+            .zip(&unmasked.grads)
+        {
+            let (a, b, c) = (
+                f32s(a.as_ref().unwrap()),
+                f32s(b.as_ref().unwrap()),
+                f32s(c.as_ref().unwrap()),
+            );
+            let top = a.iter().fold(0f32, |m, x| m.max(x.abs())) as f64;
+            for (x, y) in a.iter().zip(&b) {
+                assert!(
+                    close(*x as f64, *y as f64, top),
+                    "{aggregation:?}/{level:?}: {x} vs {y}"
+                );
+            }
+            differs |= a
+                .iter()
+                .zip(&c)
+                .any(|(x, z)| (x - z).abs() as f64 > 1e-4 * top);
+        }
+        assert!(differs, "the mask changes the gradients");
+    }
+}
+
+/// `trainer.kl_in_loss` against TRL 1.16's `compute_loss` with `beta` 0.04 and the fixture's
+/// reference log-probs (`use_bias_correction_kl: false`): the gradients on both loss paths and
+/// TRL's `kl` metric; on-policy the clipped path adds the same term.
+#[test]
+fn kl_in_loss_matches_trl() {
+    use comlrl::train::algorithms::magrpo::clip::{clipped_loss_and_grads_terms, Clip, Old};
+    use comlrl::train::algorithms::magrpo::loss::{loss_and_grads_terms, TokenTerms};
+    use comlrl_scenario::ImportanceLevel;
+    let f = json(&fixtures().join("grpo_variants/trl_entropy.json"));
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let named = policy.vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
+    let cases: Vec<&Value> = f["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["comlrl"].get("kl_in_loss").is_some()
+                && c["comlrl"].get("kl_bias_correction").is_none()
+        })
+        .collect();
+    assert!(cases.len() >= 2, "two aggregations");
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (norm, shape, plan) = settings(case, max_new);
+        let beta = case["comlrl"]["kl_in_loss"].as_f64().unwrap();
+        let mut owned = samples(&f, norm);
+        let k = owned[0].completions.len();
+        let refs_rows = case["ref_logprobs"].as_array().unwrap();
+        for (g, s) in owned.iter_mut().enumerate() {
+            s.ref_logprobs = (0..k)
+                .map(|j| {
+                    f64s(&refs_rows[g * k + j])
+                        .into_iter()
+                        .map(|x| x as f32)
+                        .collect()
+                })
+                .collect();
+        }
+        let refs: Vec<&AgentRollout> = owned.iter().collect();
+        let terms = TokenTerms {
+            kl_in_loss: beta,
+            ..TokenTerms::NONE
+        };
+        let want_kl = case["kl_metric"].as_f64().unwrap();
+        for (recompute, chunk) in [(false, 0), (true, 3)] {
+            let what = format!("{name} (recompute {recompute}, micro-batch {chunk})");
+            let lg = loss_and_grads_terms(
+                &policy,
+                &vars,
+                &refs,
+                chunk,
+                recompute,
+                Share::ALL,
+                plan,
+                shape,
+                terms,
+            )
+            .unwrap();
+            check_grads(&what, &named, &lg.grads, case);
+            let kl = lg.token_kl.expect("the KL term's mean");
+            assert!(
+                close(kl, want_kl, 0.0),
+                "{what}: kl {kl} vs TRL's {want_kl}"
+            );
+        }
+        // On-policy, the clipped path's token-level surrogate plus the same KL term.
+        let old: Vec<Vec<Old>> = owned
+            .iter()
+            .map(|s| vec![Old::OnPolicy; s.completions.len()])
+            .collect();
+        let clip = Clip {
+            level: ImportanceLevel::Token,
+            low: 0.2,
+            high: 0.2,
+            delta: None,
+        };
+        let out = clipped_loss_and_grads_terms(
+            &policy,
+            &vars,
+            &refs,
+            &old,
+            3,
+            true,
+            Share::ALL,
+            plan,
+            shape,
+            clip,
+            0,
+            terms,
+        )
+        .unwrap();
+        check_grads(
+            &format!("{name} (clipped, on-policy)"),
+            &named,
+            &out.grads.grads,
+            case,
+        );
+    }
+    // A completion without reference log-probs is an error, not a silent 0.
+    let owned = samples(&f, Normalization::comlrl(true));
+    let refs: Vec<&AgentRollout> = owned.iter().collect();
+    let shape = LossShape {
+        aggregation: LossAggregation::TokenMean,
+        max_new_tokens: max_new,
+        mask_truncated: false,
+    };
+    let terms = TokenTerms {
+        kl_in_loss: 0.04,
+        ..TokenTerms::NONE
+    };
+    let plan = PassPlan::rerun_all(ComputeDtype::F32);
+    let err = match loss_and_grads_terms(
+        &policy,
+        &vars,
+        &refs,
+        3,
+        true,
+        Share::ALL,
+        plan,
+        shape,
+        terms,
+    ) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("no reference log-probs"),
+    };
+    assert!(err.contains("reference log-probs"), "{err}");
+}
+
+/// The entropy, the high-entropy mask and the KL in the loss through the whole loop on the small
+/// scenario: every logged row carries each agent's mean entropy (a positive number of nats),
+/// and with `kl_in_loss` the rollout keeps the reference log-probs the update's KL term reads
+/// (its mean k3 logged, ≥ 0); the mask changes what is learned.
+#[test]
+fn entropy_and_kl_in_loss_run_end_to_end() {
+    use comlrl::train::Trainer;
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = [
+        "trainer.num_train_epochs=1",
+        "trainer.agent_learning_rate=1e-3",
+        "logging.steps=2",
+    ];
+    let runs: [(&str, &[&str]); 3] = [
+        ("plain", &[]),
+        ("mask", &["trainer.top_entropy_quantile=0.3"]),
+        ("kl", &["trainer.kl_in_loss=0.04"]),
+    ];
+    let mut rows = vec![];
+    for (name, extra) in runs {
+        let dir = tmp.path().join(name);
+        let sets = [&plain[..], extra].concat();
+        Trainer::new(common::tiny_run::load_small(&dir, &sets))
+            .unwrap()
+            .run(false, &mut ())
+            .unwrap();
+        rows.push(metrics(&dir));
+    }
+    for (r, (name, _)) in rows.iter().zip(runs) {
+        assert!(!r.is_empty(), "{name}: no rows");
+        for row in r {
+            for i in 0..2 {
+                let h = row[format!("agent_{i}/entropy")].as_f64().unwrap();
+                assert!(h > 0.0 && h.is_finite(), "{name}: {row}");
+                let kl = row.get(format!("agent_{i}/kl_in_loss"));
+                if name == "kl" {
+                    assert!(kl.unwrap().as_f64().unwrap() >= 0.0, "{row}");
+                } else {
+                    assert!(kl.is_none(), "{name}: {row}");
+                }
+            }
+        }
+    }
+    let loss = |r: &Vec<Value>| r.last().unwrap()["agent_0/loss"].as_f64().unwrap();
+    assert_ne!(
+        loss(&rows[0]),
+        loss(&rows[1]),
+        "the mask changes the update"
+    );
+}

@@ -246,6 +246,8 @@ pub(crate) fn check_trainer(
                 && t.logprob_temperature != crate::plan::LogprobTemperature::One,
         ),
         ("mask_truncated_completions", t.mask_truncated_completions),
+        ("top_entropy_quantile", t.top_entropy_quantile < 1.0),
+        ("kl_in_loss", t.kl_in_loss != 0.0),
     ];
     for (key, set) in moot {
         if set {

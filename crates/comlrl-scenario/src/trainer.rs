@@ -216,6 +216,37 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
     }
     check_preset(d, &p, &raw, &t);
     check_ratio(d, &p, &t, online);
+    if t.kl_in_loss != 0.0 {
+        if t.kl_coef != 0.0 {
+            d.invalid(
+                &at("kl_in_loss"),
+                "with `kl_coef` also set the reference KL would be charged twice (in the return and in the loss)",
+                "keep one: `kl_coef` (CoMLRL's reward shaping) or `kl_in_loss` (TRL's `beta`)",
+            );
+        }
+        if t.logprob_temperature != crate::plan::LogprobTemperature::One {
+            d.invalid(
+                &at("kl_in_loss"),
+                "the reference log-probs are taken at temperature 1, the loss's at the sampling temperature",
+                "set `logprob_temperature: 1`, or use `kl_coef` instead",
+            );
+        }
+        if online == crate::plan::Algorithm::Madpo {
+            d.invalid(
+                &at("kl_in_loss"),
+                "the KL term is added to MAGRPO's (and its family's) policy-gradient loss; `madpo` has none",
+                "remove `kl_in_loss`, or use `algorithm: magrpo`",
+            );
+        }
+    }
+    // The actor-critics warn (critic_keys); MADPO's loss is over preference pairs.
+    if online == crate::plan::Algorithm::Madpo && t.top_entropy_quantile < 1.0 {
+        d.invalid(
+            &at("top_entropy_quantile"),
+            "the high-entropy token mask weighs MAGRPO's (and its family's) policy-gradient loss; `madpo` has none",
+            "remove `top_entropy_quantile`, or use `algorithm: magrpo`",
+        );
+    }
     let fixed_mode = t.algorithm.fixed_advantage_mode();
     if let Some(fixed) = fixed_mode {
         // CoMLRL's MARLOOConfig(advantage_mode="mean") would quietly be MAGRPO under MARLOO's

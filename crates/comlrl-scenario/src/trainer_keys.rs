@@ -151,6 +151,16 @@ section! {
         /// 0.
         logprob_temperature: LogprobTemperature = LogprobTemperature::One,
             kind "`1` \\| `sampling`", why "CoMLRL scores at temperature 1";
+        /// Train only on the highest-entropy tokens (TRL's `top_entropy_quantile`, ρ of "Beyond
+        /// the 80/20 Rule", arXiv 2506.01939): a token's loss is kept when the entropy of its
+        /// next-token distribution is at least the (1 − ρ) quantile of the entropies of the
+        /// mini-batch's counted completion tokens (torch's linear interpolation), else it weighs
+        /// 0; the aggregation's normaliser is unchanged (TRL). `1` keeps every token; the paper
+        /// uses 0.2. Costs one more forward over the mini-batch (its entropies are needed before
+        /// the first backward). MAGRPO family only.
+        top_entropy_quantile: f64 = 1.0, kind "number in [0, 1]",
+            why "TRL: off (every token trains)",
+            check unit(true, "use e.g. `top_entropy_quantile: 0.2` (the paper's), or 1 for every token");
         /// Passes over each rollout buffer (PPO's epochs; TRL's `num_iterations`): every pass
         /// takes one optimizer step per mini-batch of `train_batch_size`. More than 1 re-uses
         /// the samples off-policy and needs a probability ratio (`importance_level`). MAGRPO
@@ -248,6 +258,15 @@ section! {
         /// model); `0` is off and keeps no reference model in memory.
         kl_coef: f64 = 0.0, kind "number ≥ 0", why "CoMLRL MAGRPO has none",
             check non_negative("use 0 to disable the reference-KL penalty, or a small value such as 0.04");
+        /// The reference KL as a term of the loss instead (TRL's `beta`): each counted token
+        /// adds β · k3 = β · [exp(ℓ_ref − ℓ) − (ℓ_ref − ℓ) − 1] to its loss before the
+        /// aggregation, ℓ_ref its log-prob under the frozen initial model (kept with the rollout)
+        /// and ℓ the current one, so its gradient reaches every counted token, those of
+        /// completions whose advantage is 0 too. TRL's `use_bias_correction_kl: false`. One of
+        /// `kl_coef` and `kl_in_loss`: both would charge the same KL twice. MAGRPO family only;
+        /// not with `logprob_temperature: sampling` (the reference log-probs are at temperature 1).
+        kl_in_loss: f64 = 0.0, kind "number ≥ 0", why "TRL's `beta` default; CoMLRL has none",
+            check non_negative("use 0 for no KL term in the loss, or a small value such as 0.04 (TRL's former default)");
         /// AdamW β1.
         adam_beta1: f64 = 0.9, kind "number in [0, 1)", why "torch default, which CoMLRL uses",
             check unit(false, "torch defaults: adam_beta1 0.9, adam_beta2 0.999");

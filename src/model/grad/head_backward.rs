@@ -6,7 +6,9 @@
 //! product, three vocabulary × hidden buffers, per pass).
 use crate::model::decoder::forward::reduce_dtype;
 use crate::model::kernels::compute_dtype::{add_matmul_tn, matmul, ComputeDtype, Prepared};
-use crate::model::kernels::token_logprob::{logprob_grad_in_place, token_logprob_rows};
+use crate::model::kernels::token_logprob::{
+    logprob_entropy_grad_in_place, logprob_entropy_rows, token_logprob_rows,
+};
 use candle_core::{Result, Tensor, Var};
 
 /// Logit elements per chunk (f32: 64 MiB): about a hundred positions at a 150k vocabulary, a
@@ -25,6 +27,8 @@ pub struct HeadGrad {
     pub loss: f64,
     /// d loss / d h, shaped like `h`.
     pub dh: Tensor,
+    /// The entropy of each row's distribution (N), from the same logits.
+    pub entropy: Vec<f32>,
 }
 
 /// `h`: (N, hidden) final hidden states (no graph needed), `head`: the (vocab, hidden) head
@@ -43,30 +47,33 @@ pub fn head_backward(
     chunked(h, head, targets, weights, w_acc, chunk_elems(dt), dt)
 }
 
-/// log π(target) of every row of `h` under the prepared `head`, in row chunks as
-/// [`head_backward`] takes them (the same products, so the same values), without a gradient:
-/// what per-token weights that depend on the log-probs are computed from.
+/// log π(target) and the entropy of every row of `h` under the prepared `head`, in row chunks
+/// as [`head_backward`] takes them (the same products, so the same log-probs), without a
+/// gradient: what per-token weights that depend on the log-probs (or on the entropy) are
+/// computed from.
 pub fn head_logprobs(
     h: &Tensor,
     head: &Prepared,
     targets: &Tensor,
     dt: ComputeDtype,
-) -> Result<Vec<f32>> {
+) -> Result<(Vec<f32>, Vec<f32>)> {
     let (n, _) = h.dims2()?;
     let (v, _) = head.weight().dims2()?;
     let h = h.detach().contiguous()?;
     let rows = (chunk_elems(dt) / v.max(1)).max(1);
     let mut out = Vec::with_capacity(n);
+    let mut ent = Vec::with_capacity(n);
     let mut start = 0;
     while start < n {
         let len = rows.min(n - start);
         let logits = head.x_wt(&h.narrow(0, start, len)?)?;
         let logits = logits.to_dtype(reduce_dtype(logits.dtype()))?;
-        let lp = token_logprob_rows(&logits, &targets.narrow(0, start, len)?)?;
-        out.extend(lp.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?);
+        let (lp, e) = logprob_entropy_rows(&logits, &targets.narrow(0, start, len)?)?;
+        out.extend(lp);
+        ent.extend(e);
         start += len;
     }
-    Ok(out)
+    Ok((out, ent))
 }
 
 fn chunk_elems(dt: ComputeDtype) -> usize {
@@ -102,6 +109,7 @@ fn chunked(
     let rows = (chunk_elems / v.max(1)).max(1);
     let mut loss = 0f64;
     let mut dh = Vec::with_capacity(n.div_ceil(rows));
+    let mut entropy = Vec::with_capacity(n);
     let mut start = 0;
     while start < n {
         let len = rows.min(n - start);
@@ -112,11 +120,14 @@ fn chunked(
             weights.narrow(0, start, len)?,
         );
         let (weighted, g) = if in_place(&logits, &wt) {
-            // f32 on the CPU: the gradient overwrites the logits (no second chunk-sized buffer).
-            let lp = logprob_grad_in_place(&logits, &t, &wt.to_vec1::<f32>()?)?;
+            // f32 on the CPU: the gradient overwrites the logits (no second chunk-sized buffer),
+            // the entropy computed from the softmax the gradient is made of.
+            let (lp, e) = logprob_entropy_grad_in_place(&logits, &t, &wt.to_vec1::<f32>()?)?;
+            entropy.extend(e);
             ((lp * wt)?.sum_all()?, logits)
         } else {
             let logits = Var::from_tensor(&logits.to_dtype(reduce_dtype(logits.dtype()))?)?;
+            entropy.extend(logprob_entropy_rows(logits.as_tensor(), &t)?.1);
             let lp = token_logprob_rows(logits.as_tensor(), &t)?;
             let weighted = (lp * wt)?.sum_all()?;
             let g = weighted
@@ -140,6 +151,7 @@ fn chunked(
     Ok(HeadGrad {
         loss,
         dh: Tensor::cat(&dh, 0)?,
+        entropy,
     })
 }
 

@@ -137,3 +137,29 @@ pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     )?;
     rows.reshape((b, s))
 }
+
+/// (b × C) log π(y_t | …) and the entropy of each position's next-token distribution, row-major
+/// (values at padding mean nothing), without a gradient: the layers as `products` computes them
+/// (`Mode::Infer` to score), the logits multiplied by `logit_scale` (1 / T) first, one pass of
+/// the head whose softmax gives both.
+pub fn completion_logprobs_entropies(
+    model: &CausalLm,
+    layout: &ScoreLayout,
+    products: impl WeightProducts + Copy,
+    logit_scale: f64,
+) -> Result<(Vec<f32>, Vec<f32>)> {
+    let hidden = model.hidden(&layout.ids, &layout.pos, &layout.mask, None, products)?;
+    let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;
+    let logits = model.logits_mode(&h, products)?;
+    let logits = if logit_scale == 1.0 {
+        logits
+    } else {
+        logits.affine(logit_scale, 0.0)?
+    };
+    let logits = logits.to_dtype(crate::model::decoder::forward::reduce_dtype(logits.dtype()))?;
+    let (b, s, v) = logits.dims3()?;
+    crate::model::kernels::token_logprob::logprob_entropy_rows(
+        &logits.reshape((b * s, v))?,
+        &layout.targets.flatten_all()?,
+    )
+}

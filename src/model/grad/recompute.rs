@@ -50,6 +50,11 @@ pub struct PassStats {
     pub kept_layers: usize,
     /// See `kept_layers`.
     pub kept_bytes: usize,
+    /// Σ of the entropy of the next-token distribution over the pass's completion tokens
+    /// (pads left out), and their count: the mean entropy TRL logs.
+    pub entropy_sum: f64,
+    /// See `entropy_sum`.
+    pub entropy_tokens: f64,
 }
 
 /// How a recomputed pass runs.
@@ -473,6 +478,11 @@ pub fn forward_and_head_with<'a>(
     let reduce = crate::model::decoder::forward::reduce_dtype(model.dtype());
     let rows = h.reshape((b * c, hd))?;
     let targets = layout.targets.flatten_all()?;
+    let mask_vals = layout
+        .target_mask
+        .flatten_all()?
+        .to_dtype(candle_core::DType::F32)?
+        .to_vec1::<f32>()?;
     let (weights, token_loss) = match tokens {
         None => {
             let c_row = Tensor::from_vec(coef.to_vec(), (b, 1), model.device())?;
@@ -484,13 +494,8 @@ pub fn forward_and_head_with<'a>(
             (weights, None)
         }
         Some(tw) => {
-            let lp = head_logprobs(&rows, head, &targets, dt)?;
-            let mask = layout
-                .target_mask
-                .flatten_all()?
-                .to_dtype(candle_core::DType::F32)?
-                .to_vec1::<f32>()?;
-            let (w, loss) = tw.weights(&lp, &mask, c);
+            let (lp, entropy) = head_logprobs(&rows, head, &targets, dt)?;
+            let (w, loss) = tw.weights_with_entropy(&lp, &entropy, &mask_vals, c);
             if w.len() != b * c {
                 candle_core::bail!("{} token weights for {} positions", w.len(), b * c);
             }
@@ -512,6 +517,13 @@ pub fn forward_and_head_with<'a>(
     )?;
     if let Some(loss) = token_loss {
         hg.loss = loss;
+    }
+    let (mut entropy_sum, mut entropy_tokens) = (0f64, 0f64);
+    for (&e, &m) in hg.entropy.iter().zip(&mask_vals) {
+        if m != 0.0 {
+            entropy_sum += e as f64;
+            entropy_tokens += 1.0;
+        }
     }
     trace::backward(|| Op::Head(model.lm_head.id()));
     let forward_s = start.elapsed().as_secs_f64();
@@ -540,6 +552,8 @@ pub fn forward_and_head_with<'a>(
             backward_s: start.elapsed().as_secs_f64(),
             kept_layers,
             kept_bytes,
+            entropy_sum,
+            entropy_tokens,
         },
     })
 }
@@ -670,6 +684,7 @@ impl ValuePass<'_> {
                 backward_s: start.elapsed().as_secs_f64(),
                 kept_layers,
                 kept_bytes,
+                ..Default::default()
             },
         };
         pending.backward(model, vars, acc)

@@ -13,4 +13,16 @@ pub trait TokenWeights {
     /// `mask`: 1 at completion tokens, 0 at padding (where `lp` means nothing). Returns the
     /// weight of each (0 at padding) and the value of the loss these rows add.
     fn weights(&self, lp: &[f32], mask: &[f32], width: usize) -> (Vec<f32>, f64);
+
+    /// [`TokenWeights::weights`] for a loss that also reads each token's entropy `entropy`
+    /// (laid out as `lp`; the high-entropy mask); the default ignores it.
+    fn weights_with_entropy(
+        &self,
+        lp: &[f32],
+        _entropy: &[f32],
+        mask: &[f32],
+        width: usize,
+    ) -> (Vec<f32>, f64) {
+        self.weights(lp, mask, width)
+    }
 }

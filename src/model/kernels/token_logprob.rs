@@ -3,6 +3,9 @@
 //! writes d logits = g · (onehot(target) − softmax) straight into one (N, V) buffer, taking
 //! logsumexp back from the output (lse = logit[target] − out). The op-by-op version keeps
 //! several vocabulary-sized intermediates per row, which dominate memory at a 152k vocabulary.
+//! The in-place gradient also yields each row's entropy H = Σ_j p_j·(lse − x_j) from the
+//! softmax it already computes (one more multiply-add per element, no second pass over the
+//! logits): TRL's `entropy` metric and what its high-entropy mask selects on.
 use super::cpu_slices::slice;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use num_traits::Float;
@@ -176,12 +179,66 @@ impl CustomOp3 for Backward {
     }
 }
 
-/// The op of [`logprob_grad_in_place`]: each row's log-prob into `lp`, the row overwritten
-/// by its gradient.
+/// Lanes of the entropy's split sum (as `vector_exp`'s reductions).
+const LANES: usize = 16;
+
+/// [`softmax_grad_in_place`] that also returns the row's entropy Σ_j p_j·(lse − x_j), with
+/// p_j = e^(x_j − lse) the very value the gradient is built from: the gradient is the same,
+/// bit for bit.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn softmax_grad_entropy_in_place(row: &mut [f32], lse: f32, g: f32) -> f32 {
+    use crate::model::kernels::vector_exp::exp;
+    let mut acc = [0f32; LANES];
+    let mut c = row.chunks_exact_mut(LANES);
+    for x in &mut c {
+        for i in 0..LANES {
+            let p = exp(x[i] - lse);
+            acc[i] += p * (lse - x[i]);
+            x[i] = -g * p;
+        }
+    }
+    let mut tail = 0f32;
+    for x in c.into_remainder() {
+        let p = exp(*x - lse);
+        tail += p * (lse - *x);
+        *x = -g * p;
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// The entropy Σ_j p_j·(lse − x_j) of one f32 row whose logsumexp is `lse`.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn entropy_f32(row: &[f32], lse: f32) -> f32 {
+    use crate::model::kernels::vector_exp::exp;
+    let mut acc = [0f32; LANES];
+    let mut c = row.chunks_exact(LANES);
+    for x in &mut c {
+        for i in 0..LANES {
+            acc[i] += exp(x[i] - lse) * (lse - x[i]);
+        }
+    }
+    let tail: f32 = c
+        .remainder()
+        .iter()
+        .map(|&x| exp(x - lse) * (lse - x))
+        .sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+/// The entropy of an f64 row whose logsumexp is `lse`.
+fn entropy_generic<T: Float>(row: &[T], lse: T) -> T {
+    row.iter()
+        .fold(T::zero(), |a, &x| a + (x - lse).exp() * (lse - x))
+}
+
+/// The op of [`logprob_grad_in_place`]: each row's log-prob into `lp` (and, when asked, its
+/// entropy into `entropy`), the row overwritten by its gradient.
 struct GradInPlace {
     targets: Vec<usize>,
     weights: Vec<f32>,
+    with_entropy: bool,
     lp: std::sync::Mutex<Vec<f32>>,
+    entropy: std::sync::Mutex<Vec<f32>>,
 }
 
 impl candle_core::InplaceOp1 for GradInPlace {
@@ -196,24 +253,39 @@ impl candle_core::InplaceOp1 for GradInPlace {
             candle_core::bail!("token-logprob: target {bad} outside the vocabulary of {v}")
         }
         let mut lp = vec![0f32; n];
+        let mut ent = vec![0f32; n];
+        let with = self.with_entropy;
         lp.par_chunks_mut(ROWS)
             .zip(x.par_chunks_mut(ROWS * v))
             .zip(self.targets.par_chunks(ROWS))
             .zip(self.weights.par_chunks(ROWS))
-            .for_each(|(((lp, x), t), w)| {
-                for (((lp, row), &t), &g) in lp.iter_mut().zip(x.chunks_mut(v)).zip(t).zip(w) {
+            .zip(ent.par_chunks_mut(ROWS))
+            .for_each(|((((lp, x), t), w), e)| {
+                for (r, (((lp, row), &t), &g)) in
+                    lp.iter_mut().zip(x.chunks_mut(v)).zip(t).zip(w).enumerate()
+                {
                     // The same values, in the same order, as the forward and backward ops.
                     *lp = row[t] - lse_f32(row);
+                    let lse = row[t] - *lp;
                     if g == 0.0 {
+                        if with {
+                            e[r] = entropy_f32(row, lse);
+                        }
                         row.fill(0.0);
                         continue;
                     }
-                    let lse = row[t] - *lp;
-                    softmax_grad_in_place(row, lse, g);
+                    if with {
+                        e[r] = softmax_grad_entropy_in_place(row, lse, g);
+                    } else {
+                        softmax_grad_in_place(row, lse, g);
+                    }
                     row[t] += g;
                 }
             });
         *self.lp.lock().unwrap_or_else(|e| e.into_inner()) = lp;
+        if with {
+            *self.entropy.lock().unwrap_or_else(|e| e.into_inner()) = ent;
+        }
         Ok(())
     }
 }
@@ -230,8 +302,29 @@ fn softmax_grad_in_place(row: &mut [f32], lse: f32, g: f32) {
 /// For f32 logits (N, V) on the CPU: returns log softmax(logits)[target] per row (N) and
 /// overwrites `logits` with d (Σ_r weights_r · logprob_r) / d logits, the values
 /// [`token_logprob_rows`]'s backward gives, without its (N, V) gradient buffer. `logits` must
-/// not be shared with any other tensor.
+/// not be shared with any other tensor. (The update takes [`logprob_entropy_grad_in_place`];
+/// this is its entropy-free reference in the tests.)
+#[cfg(test)]
 pub fn logprob_grad_in_place(logits: &Tensor, targets: &Tensor, weights: &[f32]) -> Result<Tensor> {
+    Ok(grad_in_place(logits, targets, weights, false)?.0)
+}
+
+/// [`logprob_grad_in_place`] that also returns each row's entropy (N), computed in the same
+/// pass over the row as its gradient; the log-probs and the gradient are the same bits.
+pub fn logprob_entropy_grad_in_place(
+    logits: &Tensor,
+    targets: &Tensor,
+    weights: &[f32],
+) -> Result<(Tensor, Vec<f32>)> {
+    grad_in_place(logits, targets, weights, true)
+}
+
+fn grad_in_place(
+    logits: &Tensor,
+    targets: &Tensor,
+    weights: &[f32],
+    with_entropy: bool,
+) -> Result<(Tensor, Vec<f32>)> {
     let targets: Vec<usize> = targets
         .to_dtype(candle_core::DType::U32)?
         .to_vec1::<u32>()?
@@ -249,11 +342,61 @@ pub fn logprob_grad_in_place(logits: &Tensor, targets: &Tensor, weights: &[f32])
     let op = GradInPlace {
         targets,
         weights: weights.to_vec(),
+        with_entropy,
         lp: std::sync::Mutex::new(Vec::new()),
+        entropy: std::sync::Mutex::new(Vec::new()),
     };
     logits.inplace_op1(&op)?;
     let lp = std::mem::take(&mut *op.lp.lock().unwrap_or_else(|e| e.into_inner()));
-    Tensor::from_vec(lp, n, logits.device())
+    let ent = std::mem::take(&mut *op.entropy.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok((Tensor::from_vec(lp, n, logits.device())?, ent))
+}
+
+/// Each row's log softmax at its target and its entropy, without a gradient: logits (N, V)
+/// f32 or f64 on the CPU, targets (N) → ((N) log-probs, (N) entropies as f32). The log-probs
+/// are [`token_logprob_rows`]'s bits.
+pub fn logprob_entropy_rows(logits: &Tensor, targets: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
+    let logits = logits.contiguous()?;
+    let (n, v) = logits.dims2()?;
+    let t: Vec<usize> = targets
+        .to_dtype(candle_core::DType::U32)?
+        .to_vec1::<u32>()?
+        .into_iter()
+        .map(|t| t as usize)
+        .collect();
+    if t.len() != n {
+        candle_core::bail!("token-logprob: {} targets for {n} rows", t.len())
+    }
+    if let Some(&bad) = t.iter().find(|&&t| t >= v) {
+        candle_core::bail!("token-logprob: target {bad} outside the vocabulary of {v}")
+    }
+    let mut lp = vec![0f32; n];
+    let mut ent = vec![0f32; n];
+    match logits.dtype() {
+        candle_core::DType::F32 => {
+            let x = logits.flatten_all()?.to_vec1::<f32>()?;
+            lp.par_chunks_mut(ROWS)
+                .zip(ent.par_chunks_mut(ROWS))
+                .zip(x.par_chunks(ROWS * v))
+                .zip(t.par_chunks(ROWS))
+                .for_each(|(((lp, e), x), t)| {
+                    for (((lp, e), row), &t) in lp.iter_mut().zip(e).zip(x.chunks(v)).zip(t) {
+                        *lp = row[t] - lse_f32(row);
+                        *e = entropy_f32(row, row[t] - *lp);
+                    }
+                });
+        }
+        candle_core::DType::F64 => {
+            let x = logits.flatten_all()?.to_vec1::<f64>()?;
+            for (((lp, e), row), &t) in lp.iter_mut().zip(&mut ent).zip(x.chunks(v)).zip(&t) {
+                let lse = lse_generic(row);
+                *lp = (row[t] - lse) as f32;
+                *e = entropy_generic(row, lse) as f32;
+            }
+        }
+        _ => candle_core::bail!("token-logprob: logits must be f32 or f64"),
+    }
+    Ok((lp, ent))
 }
 
 /// log softmax(logits)[target] for every row: logits (N, V) f32/f64, targets (N) u32 → (N).
@@ -347,6 +490,41 @@ mod tests {
         let bad = Tensor::new(&[0u32, 75, 3, 3, 17, 60, 5], &dev)?;
         let err = logprob_grad_in_place(&logits, &bad, &w).unwrap_err();
         assert!(err.to_string().contains("target 75 outside"), "{err}");
+        Ok(())
+    }
+
+    /// The entropy the in-place gradient yields (and the no-gradient scoring's) is
+    /// −Σ p·log p computed op by op in f64, and asking for it leaves the log-probs and the
+    /// gradient the same bits; a zero-weight row still gets its entropy.
+    #[test]
+    fn entropy_matches_f64_and_leaves_the_gradient_unchanged() -> Result<()> {
+        let dev = Device::Cpu;
+        let x64 = Tensor::randn(0f64, 3.0, (7, 75), &dev)?;
+        let x = x64.to_dtype(candle_core::DType::F32)?;
+        let t = Tensor::new(&[0u32, 74, 3, 3, 17, 60, 5], &dev)?;
+        let w = [0.5f32, -2.0, 0.0, 1.5, 3.0, -1.0, 0.25];
+        let logp = candle_nn::ops::log_softmax(&x64, D::Minus1)?;
+        let want: Vec<f64> = (logp.exp()? * &logp)?
+            .sum(D::Minus1)?
+            .neg()?
+            .to_vec1::<f64>()?;
+        let plain = x.copy()?;
+        let lp = logprob_grad_in_place(&plain, &t, &w)?;
+        let fused = x.copy()?;
+        let (lp2, ent) = logprob_entropy_grad_in_place(&fused, &t, &w)?;
+        assert_eq!(lp.to_vec1::<f32>()?, lp2.to_vec1::<f32>()?);
+        assert_eq!(plain.to_vec2::<f32>()?, fused.to_vec2::<f32>()?);
+        let (lp3, ent3) = logprob_entropy_rows(&x, &t)?;
+        assert_eq!(lp3, lp.to_vec1::<f32>()?);
+        let (_, ent64) = logprob_entropy_rows(&x64, &t)?;
+        for (r, &h) in want.iter().enumerate() {
+            for got in [ent[r], ent3[r], ent64[r]] {
+                assert!(
+                    (got as f64 - h).abs() <= 1e-5 * h.abs().max(1.0),
+                    "row {r}: {got} vs {h}"
+                );
+            }
+        }
         Ok(())
     }
 

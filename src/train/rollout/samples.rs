@@ -24,6 +24,10 @@ pub struct AgentRollout {
     /// scale), kept when the loss weighs re-used samples by a ratio; empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sampling_logprobs: Vec<Vec<f32>>,
+    /// Per completion, each token's log-prob under the frozen reference (temperature 1), kept
+    /// when the reference KL is on (`kl_coef`, `kl_in_loss`); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ref_logprobs: Vec<Vec<f32>>,
 }
 
 impl AgentRollout {
@@ -37,6 +41,7 @@ impl AgentRollout {
             advantages: vec![],
             kl: vec![],
             sampling_logprobs: vec![],
+            ref_logprobs: vec![],
         }
     }
 }

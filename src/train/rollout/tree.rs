@@ -259,11 +259,13 @@ fn reference_kl(
     let local = spec.local();
     for &i in &local {
         let t = std::time::Instant::now();
-        node.agents[i].kl = kl_k3(
+        let (kl, refs) = kl_k3(
             held(spec.policies, i)?,
             held(references, i)?,
             &node.agents[i],
         )?;
+        node.agents[i].kl = kl;
+        node.agents[i].ref_logprobs = refs;
         phases.kl += since(t);
     }
     spec.exchange

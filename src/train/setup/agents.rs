@@ -57,7 +57,7 @@ impl Agents {
                 check_agent_prompt_lengths(s, a, p)?;
             }
         }
-        let references = match s.trainer.kl_coef != 0.0 {
+        let references = match s.trainer.kl_coef != 0.0 || s.trainer.kl_in_loss != 0.0 {
             true => Some(load_references(s, &policies, |i| placement.is_local(i))?),
             false => None,
         };

@@ -417,8 +417,8 @@ fn remedies(s: &Scenario, n: usize) -> Vec<String> {
     if s.agents.iter().any(|a| a.sampling_copies) {
         out.push("`agents.sampling_copies: false`".into());
     }
-    if t.kl_coef != 0.0 {
-        out.push("`trainer.kl_coef: 0` (no frozen reference copy)".into());
+    if t.kl_coef != 0.0 || t.kl_in_loss != 0.0 {
+        out.push("`trainer.kl_coef: 0` / `kl_in_loss: 0` (no frozen reference copy)".into());
     }
     if one_critic(s) {
         out.push("a smaller `trainer.critic.model` (maac's one critic)".into());
@@ -547,7 +547,7 @@ fn agent_memory(
     let (layers, heads) = (c.num_hidden_layers as u64, c.num_attention_heads as u64);
     let q = heads * c.head_dim() as u64;
     let kv = c.kv_heads() as u64 * c.head_dim() as u64;
-    let reference = samples && t.kl_coef != 0.0;
+    let reference = samples && (t.kl_coef != 0.0 || t.kl_in_loss != 0.0);
 
     let f32_sampling = a.sampling_dtype != Dtype::Bf16;
     let copies = match a.sampling_copies {

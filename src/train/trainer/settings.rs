@@ -94,7 +94,7 @@ impl Settings {
             self.scenario.agents.len(),
             terms,
             self.eval_enabled(),
-            self.scenario.trainer.kl_coef != 0.0,
+            self.scenario.trainer.kl_coef != 0.0 || self.scenario.trainer.kl_in_loss != 0.0,
         )
     }
 

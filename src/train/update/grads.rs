@@ -27,6 +27,20 @@ pub struct LossGrads {
     /// Sequences of the mini-batch the loss left out because they add nothing to it (all
     /// replicas count the whole mini-batch's).
     pub skipped: usize,
+    /// Σ of the next-token entropy over the completion tokens of the passes computed here
+    /// (the recomputed passes; the autograd path leaves it 0), and their count.
+    pub entropy_sum: f64,
+    /// See `entropy_sum`.
+    pub entropy_tokens: f64,
+    /// With `kl_in_loss`: the mean k3 over the tokens the KL term computed (TRL's `kl`).
+    pub token_kl: Option<f64>,
+}
+
+impl LossGrads {
+    /// The mean entropy of the tokens this process computed, when it computed any.
+    pub fn entropy_mean(&self) -> Option<f64> {
+        (self.entropy_tokens > 0.0).then(|| self.entropy_sum / self.entropy_tokens)
+    }
 }
 
 /// Which of a mini-batch's passes this process computes: replica `index` of `of`.

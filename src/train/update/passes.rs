@@ -136,6 +136,8 @@ pub fn sequence_grads(
             out.passes.push((m.number, st.loss));
             out.forward_s += st.forward_s;
             out.backward_s += st.backward_s;
+            out.entropy_sum += st.entropy_sum;
+            out.entropy_tokens += st.entropy_tokens;
         }
     } else {
         for m in &mine {

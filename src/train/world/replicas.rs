@@ -266,6 +266,7 @@ mod tests {
             kept_bytes_max: 0,
             passes: vec![(0, 0.5), (2, 0.125)],
             skipped: 0,
+            ..Default::default()
         };
         // The other replica computed pass 1.
         let mut other = Enc::default();

@@ -213,6 +213,10 @@ pub fn share_kl(world: &dyn World, agents: &mut [AgentRollout], local: &[usize])
     e.usize(local.len());
     for &i in local {
         e.usize(i).f32s(&agents[i].kl);
+        e.usize(agents[i].ref_logprobs.len());
+        for r in &agents[i].ref_logprobs {
+            e.f32s(r);
+        }
     }
     for (rank, packet) in world.all_gather(&e.0).iter().enumerate() {
         let what = format!("reference KL from rank {rank}");
@@ -220,10 +224,14 @@ pub fn share_kl(world: &dyn World, agents: &mut [AgentRollout], local: &[usize])
         for _ in 0..d.usize()? {
             let i = d.usize()?;
             let kl = d.f32s()?;
+            let refs = (0..d.usize()?)
+                .map(|_| d.f32s())
+                .collect::<Result<Vec<_>>>()?;
             let slot = agents
                 .get_mut(i)
                 .ok_or_else(|| Error::Distributed(format!("{what}: no agent {i}")))?;
             slot.kl = kl;
+            slot.ref_logprobs = refs;
         }
         d.end()?;
     }
@@ -237,6 +245,19 @@ mod tests {
 
     /// The sampling-time log-probs of a clipped ratio travel with the completions, and a
     /// rollout without them arrives without them.
+    #[test]
+    fn reference_logprobs_travel_with_the_kl() {
+        // Encoded and decoded back into the slot (one process): what another rank receives.
+        let mut a = AgentRollout::sampled(vec![1], vec![vec![2, 3], vec![4]], vec![]);
+        a.kl = vec![0.25, 0.5];
+        a.ref_logprobs = vec![vec![-0.5, -1.25], vec![-2.0]];
+        let sent = a.clone();
+        let mut agents = vec![a];
+        share_kl(&Single, &mut agents, &[0]).unwrap();
+        assert_eq!(agents[0].kl, sent.kl);
+        assert_eq!(agents[0].ref_logprobs, sent.ref_logprobs);
+    }
+
     #[test]
     fn sampling_logprobs_travel_with_the_completions() {
         let mut with = AgentRollout::sampled(

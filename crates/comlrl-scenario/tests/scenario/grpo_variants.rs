@@ -302,3 +302,70 @@ fn ratio_keys_default_to_no_ratio_and_check_their_company() {
         assert!(!msg.contains("importance_level"), "{alg}: {msg}");
     }
 }
+
+/// `top_entropy_quantile`: 1 (every token) by default, a number in [0, 1], refused with MADPO
+/// (no policy-gradient loss to mask) and warned about with an actor-critic.
+#[test]
+fn top_entropy_quantile_reads_checks_and_names_where_it_does_nothing() {
+    let f = Fixture::new();
+    assert_eq!(f.ok(BASE, &[]).trainer.top_entropy_quantile, 1.0);
+    let s = f.ok(BASE, &["trainer.top_entropy_quantile=0.2"]);
+    assert_eq!(s.trainer.top_entropy_quantile, 0.2);
+    let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("the resolved YAML reloads");
+    assert_eq!(again.trainer.top_entropy_quantile, 0.2);
+    for bad in ["1.5", "-0.1"] {
+        let (msg, _) = f.errs(BASE, &[&format!("trainer.top_entropy_quantile={bad}")]);
+        assert!(
+            msg.contains("top_entropy_quantile must be in [0, 1]"),
+            "{bad}: {msg}"
+        );
+    }
+    let (msg, _) = f.errs(
+        BASE,
+        &[
+            "trainer.algorithm=madpo",
+            "trainer.top_entropy_quantile=0.5",
+        ],
+    );
+    assert!(msg.contains("`madpo` has none"), "{msg}");
+    let s = f.ok(
+        BASE,
+        &["trainer.algorithm=iac", "trainer.top_entropy_quantile=0.5"],
+    );
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("top_entropy_quantile") && w.contains("no effect")),
+        "{:?}",
+        s.warnings
+    );
+}
+
+/// `kl_in_loss` (TRL's `beta`): 0 by default, ≥ 0, one of it and `kl_coef`, at temperature 1
+/// only, refused with MADPO.
+#[test]
+fn kl_in_loss_reads_and_refuses_what_it_cannot_do() {
+    let f = Fixture::new();
+    assert_eq!(f.ok(BASE, &[]).trainer.kl_in_loss, 0.0);
+    let s = f.ok(BASE, &["trainer.kl_in_loss=0.04"]);
+    assert_eq!(s.trainer.kl_in_loss, 0.04);
+    let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("the resolved YAML reloads");
+    assert_eq!(again.trainer.kl_in_loss, 0.04);
+    let (msg, _) = f.errs(BASE, &["trainer.kl_in_loss=-1"]);
+    assert!(msg.contains("kl_in_loss"), "{msg}");
+    let (msg, _) = f.errs(BASE, &["trainer.kl_in_loss=0.04", "trainer.kl_coef=0.1"]);
+    assert!(msg.contains("charged twice"), "{msg}");
+    let (msg, _) = f.errs(
+        BASE,
+        &[
+            "trainer.kl_in_loss=0.04",
+            "trainer.logprob_temperature=sampling",
+        ],
+    );
+    assert!(msg.contains("temperature 1"), "{msg}");
+    let (msg, _) = f.errs(
+        BASE,
+        &["trainer.algorithm=madpo", "trainer.kl_in_loss=0.04"],
+    );
+    assert!(msg.contains("`madpo` has none"), "{msg}");
+}

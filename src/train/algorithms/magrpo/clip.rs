@@ -14,7 +14,9 @@
 //! are kept as π_old for later passes, so a later pass compares log-probs of the same
 //! precision. A completion first computed after a step compares with its sampling-time
 //! log-probs (`AgentRollout::sampling_logprobs`).
-use super::loss::{aggregation_factors, rows_to_score, Counted, LossShape};
+use super::entropy_mask::{mini_batch_mask, EntropyMask};
+use super::loss::{aggregation_factors, rows_to_score, Counted, LossShape, TokenTerms};
+use super::token_terms::{check_refs, kl_term};
 use crate::error::Result;
 use crate::model::grad::recompute::PassPlan;
 use crate::model::grad::token_weights::TokenWeights;
@@ -133,9 +135,46 @@ pub fn clipped_loss_and_grads(
     clip: Clip,
     agent: usize,
 ) -> Result<Clipped> {
+    clipped_loss_and_grads_terms(
+        policy,
+        vars,
+        samples,
+        old,
+        chunk,
+        recompute,
+        share,
+        plan,
+        shape,
+        clip,
+        agent,
+        TokenTerms::NONE,
+    )
+}
+
+/// [`clipped_loss_and_grads`] with the per-token `terms`: under the high-entropy mask a
+/// token's surrogate counts only where the mask keeps it (TRL multiplies its per-token loss);
+/// the ratio's statistics still count every token.
+#[allow(clippy::too_many_arguments)]
+pub fn clipped_loss_and_grads_terms(
+    policy: &Policy,
+    vars: &[Var],
+    samples: &[&AgentRollout],
+    old: &[Vec<Old<'_>>],
+    chunk: usize,
+    recompute: bool,
+    share: Share,
+    plan: PassPlan,
+    shape: LossShape,
+    clip: Clip,
+    agent: usize,
+    terms: TokenTerms,
+) -> Result<Clipped> {
     let counted = Counted::new(samples, shape, policy);
     let agg = aggregation_factors(samples, shape, &counted)?;
-    let scored = rows_to_score(samples, &counted);
+    let scored = rows_to_score(samples, &counted, terms.kl_in_loss != 0.0);
+    if terms.kl_in_loss != 0.0 {
+        check_refs(samples, &scored)?;
+    }
     let skipped = samples
         .iter()
         .zip(&scored)
@@ -189,10 +228,25 @@ pub fn clipped_loss_and_grads(
             rows,
         })
         .collect();
+    let mask = if terms.masks_entropy() {
+        Some(mini_batch_mask(
+            policy,
+            samples,
+            |i, j| counted.get(i, j),
+            terms.top_entropy_quantile,
+            chunk,
+            plan.logit_scale,
+        )?)
+    } else {
+        None
+    };
     let loss = ClippedLoss {
         samples,
         old,
         agg,
+        mask,
+        beta: terms.kl_in_loss,
+        kl: Default::default(),
         clip,
         stats: Mutex::new(ClipStats {
             denominator,
@@ -207,6 +261,8 @@ pub fn clipped_loss_and_grads(
     };
     let mut grads = sequence_grads(policy, vars, &groups, &loss, chunk, recompute, share, plan)?;
     grads.skipped = skipped;
+    let (sum, n) = *loss.kl.lock().unwrap_or_else(|e| e.into_inner());
+    grads.token_kl = (n > 0.0).then_some(sum / n);
     let stats = *loss.stats.lock().unwrap_or_else(|e| e.into_inner());
     let captured = loss
         .captured
@@ -224,6 +280,11 @@ struct ClippedLoss<'a> {
     old: &'a [Vec<Old<'a>>],
     /// Each completion's per-token weight under `loss_aggregation` (0: not counted).
     agg: Vec<Vec<f64>>,
+    /// The high-entropy mask (`top_entropy_quantile`), when on.
+    mask: Option<EntropyMask>,
+    /// β of `kl_in_loss` (0: no KL term), and Σ k3 over the computed tokens with their count.
+    beta: f64,
+    kl: Mutex<(f64, f64)>,
     clip: Clip,
     stats: Mutex<ClipStats>,
     captured: Mutex<Vec<Vec<Option<Vec<f32>>>>>,
@@ -267,6 +328,7 @@ impl TokenWeights for PassWeights<'_> {
         let clip = &l.clip;
         let mut w = vec![0f32; lp.len()];
         let mut value = 0f64;
+        let (mut kl_sum, mut kl_n) = (0f64, 0f64);
         let mut stats = ClipStats::default();
         let mut captured = Vec::new();
         for (r, &j) in self.rows.iter().enumerate() {
@@ -303,19 +365,45 @@ impl TokenWeights for PassWeights<'_> {
                     let ratio = mean.exp();
                     unit(ratio);
                     let (v, d) = surrogate(clip, ratio, a);
-                    value += agg * n as f64 * v;
-                    // d mean / d log π_t = 1/|o|, times the |o| tokens the loss sums.
-                    let g = (agg * d * ratio) as f32;
-                    w[at..at + n].fill(g);
+                    match &l.mask {
+                        None => {
+                            value += agg * n as f64 * v;
+                            // d mean / d log π_t = 1/|o|, times the |o| tokens the loss sums.
+                            let g = (agg * d * ratio) as f32;
+                            w[at..at + n].fill(g);
+                        }
+                        Some(m) => {
+                            // The kept tokens' copies of the sequence's surrogate, each
+                            // reaching every token through the mean.
+                            let kept = (0..n).filter(|&t| m.keeps(self.group, j, t)).count();
+                            value += agg * kept as f64 * v;
+                            let g = (agg * d * ratio * kept as f64 / n.max(1) as f64) as f32;
+                            w[at..at + n].fill(g);
+                        }
+                    }
                 }
                 _ => {
                     for t in 0..n {
                         let ratio = log_ratio(t).exp();
                         unit(ratio);
                         let (v, d) = surrogate(clip, ratio, a);
+                        if l.mask.as_ref().is_some_and(|m| !m.keeps(self.group, j, t)) {
+                            continue;
+                        }
                         value += agg * v;
                         w[at + t] = (agg * d * ratio) as f32;
                     }
+                }
+            }
+            // TRL adds β · k3 to each token's loss after the surrogate (and its mask).
+            if l.beta != 0.0 && agg != 0.0 {
+                let refs = &s.ref_logprobs[j];
+                for t in 0..n {
+                    let (g, k3) = kl_term(refs[t], cur[t]);
+                    w[at + t] += (agg * l.beta * g) as f32;
+                    value += agg * l.beta * k3;
+                    kl_sum += k3;
+                    kl_n += 1.0;
                 }
             }
         }
@@ -326,6 +414,11 @@ impl TokenWeights for PassWeights<'_> {
             total.ratio_sum += stats.ratio_sum;
             total.units += stats.units;
             total.ratio_max = total.ratio_max.max(stats.ratio_max);
+        }
+        {
+            let mut kl = l.kl.lock().unwrap_or_else(|e| e.into_inner());
+            kl.0 += kl_sum;
+            kl.1 += kl_n;
         }
         let mut keep = l.captured.lock().unwrap_or_else(|e| e.into_inner());
         for (j, v) in captured {

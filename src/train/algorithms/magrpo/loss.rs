@@ -10,6 +10,8 @@
 //! other sequence still scores one, so the optimizer steps with zero gradients for the same
 //! parameters as always (as torch's AdamW does after `backward()` of a zero loss).
 //! The passes themselves (chunks, recompute, replicas' shares) are `train::update::passes`.
+use super::entropy_mask::mini_batch_mask;
+use super::token_terms::{check_refs, PerToken};
 use crate::error::Result;
 use crate::model::grad::recompute::PassPlan;
 use crate::model::{ComputeDtype, Policy};
@@ -96,6 +98,34 @@ pub fn loss_and_grads_in(
     )
 }
 
+/// What multiplies or adds to each token's loss beside its sequence's weight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenTerms {
+    /// `trainer.top_entropy_quantile`: below 1, only the highest-entropy tokens keep their
+    /// loss (`entropy_mask`).
+    pub top_entropy_quantile: f64,
+    /// `trainer.kl_in_loss` β: each counted token adds β · k3 to its loss (`token_terms`).
+    pub kl_in_loss: f64,
+}
+
+impl TokenTerms {
+    /// None: every token weighs its sequence's weight.
+    pub const NONE: TokenTerms = TokenTerms {
+        top_entropy_quantile: 1.0,
+        kl_in_loss: 0.0,
+    };
+
+    /// Whether the high-entropy mask is on.
+    pub fn masks_entropy(&self) -> bool {
+        self.top_entropy_quantile < 1.0
+    }
+
+    /// Whether any per-token term is on.
+    pub fn any(&self) -> bool {
+        self.masks_entropy() || self.kl_in_loss != 0.0
+    }
+}
+
 /// [`loss_and_grads_in`] with each sequence weighed as `shape` says ([`sequence_weights`]).
 #[allow(clippy::too_many_arguments)]
 pub fn loss_and_grads_shaped(
@@ -108,8 +138,38 @@ pub fn loss_and_grads_shaped(
     plan: PassPlan,
     shape: LossShape,
 ) -> Result<LossGrads> {
+    loss_and_grads_terms(
+        policy,
+        vars,
+        samples,
+        chunk,
+        recompute,
+        share,
+        plan,
+        shape,
+        TokenTerms::NONE,
+    )
+}
+
+/// [`loss_and_grads_shaped`] with the per-token `terms` (the high-entropy mask).
+#[allow(clippy::too_many_arguments)]
+pub fn loss_and_grads_terms(
+    policy: &Policy,
+    vars: &[Var],
+    samples: &[&AgentRollout],
+    chunk: usize,
+    recompute: bool,
+    share: Share,
+    plan: PassPlan,
+    shape: LossShape,
+    terms: TokenTerms,
+) -> Result<LossGrads> {
     let counted = Counted::new(samples, shape, policy);
-    let scored = rows_to_score(samples, &counted);
+    // The KL term weighs every counted token, whatever its advantage.
+    let scored = rows_to_score(samples, &counted, terms.kl_in_loss != 0.0);
+    if terms.kl_in_loss != 0.0 {
+        check_refs(samples, &scored)?;
+    }
     let skipped = samples
         .iter()
         .zip(&scored)
@@ -124,7 +184,33 @@ pub fn loss_and_grads_shaped(
             rows,
         })
         .collect();
-    let mut out = if shape.is_magrpo() {
+    let mut out = if terms.any() {
+        let mask = match terms.masks_entropy() {
+            true => Some(mini_batch_mask(
+                policy,
+                samples,
+                |i, j| counted.get(i, j),
+                terms.top_entropy_quantile,
+                chunk,
+                plan.logit_scale,
+            )?),
+            false => None,
+        };
+        let weights = PerToken {
+            samples,
+            coefs: sequence_weights_of(samples, shape, &counted)?,
+            agg: aggregation_factors(samples, shape, &counted)?,
+            mask: mask.as_ref(),
+            beta: terms.kl_in_loss,
+            kl: Default::default(),
+        };
+        let mut out = sequence_grads(
+            policy, vars, &groups, &weights, chunk, recompute, share, plan,
+        )?;
+        let (sum, n) = *weights.kl.lock().unwrap_or_else(|e| e.into_inner());
+        out.token_kl = (n > 0.0).then_some(sum / n);
+        out
+    } else if shape.is_magrpo() {
         let weights = Advantages {
             samples,
             scale: 1.0 / samples.len().max(1) as f64,
@@ -158,10 +244,11 @@ pub fn sequence_weights(
 
 /// Which completions of each sample the loss counts: those with tokens and, with
 /// `mask_truncated`, that stopped by themselves (TRL: the last id is an EOS or the pad id).
-pub(super) struct Counted(Vec<Vec<bool>>);
+pub struct Counted(Vec<Vec<bool>>);
 
 impl Counted {
-    pub(super) fn new(samples: &[&AgentRollout], shape: LossShape, policy: &Policy) -> Self {
+    /// The completions `shape` counts, with the agent's EOS and pad ids.
+    pub fn new(samples: &[&AgentRollout], shape: LossShape, policy: &Policy) -> Self {
         Self::with_ids(samples, shape, &policy.eos_ids, policy.pad_id)
     }
 
@@ -184,7 +271,8 @@ impl Counted {
         )
     }
 
-    pub(super) fn get(&self, sample: usize, j: usize) -> bool {
+    /// Whether completion `j` of sample `sample` counts.
+    pub fn get(&self, sample: usize, j: usize) -> bool {
         self.0[sample][j]
     }
 }
@@ -316,10 +404,15 @@ impl SequenceLoss for Weights {
 }
 
 /// The sequences of each sample that the loss computes: those it counts (with tokens, and not
-/// masked as truncated) with a nonzero advantage. When that leaves the whole mini-batch empty
+/// masked as truncated) with a nonzero advantage (any advantage with `keep_zero`: a per-token
+/// KL term). When that leaves the whole mini-batch empty
 /// but some completion has tokens, the shortest such completion of the first sample with one is
 /// kept (its weight 0), so the gradients come out as zeros rather than missing.
-pub(super) fn rows_to_score(samples: &[&AgentRollout], counted: &Counted) -> Vec<Vec<usize>> {
+pub(super) fn rows_to_score(
+    samples: &[&AgentRollout],
+    counted: &Counted,
+    keep_zero: bool,
+) -> Vec<Vec<usize>> {
     let with_tokens = |s: &AgentRollout| -> Vec<usize> {
         (0..s.completions.len())
             .filter(|&j| !s.completions[j].is_empty())
@@ -332,7 +425,7 @@ pub(super) fn rows_to_score(samples: &[&AgentRollout], counted: &Counted) -> Vec
             with_tokens(s)
                 .into_iter()
                 .filter(|&j| counted.get(i, j))
-                .filter(|&j| s.advantages.get(j).is_none_or(|&a| a != 0.0))
+                .filter(|&j| keep_zero || s.advantages.get(j).is_none_or(|&a| a != 0.0))
                 .collect()
         })
         .collect();

@@ -13,8 +13,10 @@
 pub mod advantage;
 pub mod aggregate;
 pub mod clip;
+pub mod entropy_mask;
 pub mod loss;
 pub mod returns;
+mod token_terms;
 
 use crate::error::Result;
 use crate::model::grad::recompute::PassPlan;
@@ -25,11 +27,11 @@ use crate::train::rollout::{AgentRollout, Node, NodeSample};
 use crate::train::run::checkpoint::CheckpointPart;
 use crate::train::update::plan::pass_plan;
 use advantage::{advantages_with, batch_spread, rescale, Baseline, Normalization};
-use clip::{clipped_loss_and_grads, Clip, Old};
+use clip::{clipped_loss_and_grads_terms, Clip, Old};
 use comlrl_scenario::{
     AdvantageMode, ImportanceLevel, LogprobTemperature, RewardAggregation, Scenario,
 };
-use loss::{loss_and_grads_shaped, LossShape};
+use loss::{loss_and_grads_terms, LossShape, TokenTerms};
 use returns::joint_returns;
 
 /// MAGRPO with a scenario's settings.
@@ -63,6 +65,8 @@ pub struct Magrpo {
     epochs: usize,
     /// The clipped ratio (`trainer.importance_level` not `none`).
     clip: Option<Clip>,
+    /// Per-token terms of the loss (`trainer.top_entropy_quantile`).
+    terms: TokenTerms,
 }
 
 impl Magrpo {
@@ -115,6 +119,10 @@ impl Magrpo {
                 high: t.clip_eps_high.unwrap_or(t.clip_eps),
                 delta: t.clip_delta,
             }),
+            terms: TokenTerms {
+                top_entropy_quantile: t.top_entropy_quantile,
+                kl_in_loss: t.kl_in_loss,
+            },
         }
     }
 
@@ -217,7 +225,7 @@ impl Algorithm for Magrpo {
                 return clipped_round(self, learner, &mine, plan, shape, clip);
             }
             for samples in mine.chunks(self.batch) {
-                let lg = loss_and_grads_shaped(
+                let lg = loss_and_grads_terms(
                     learner.policy(),
                     learner.vars(),
                     samples,
@@ -226,6 +234,7 @@ impl Algorithm for Magrpo {
                     learner.share(),
                     plan,
                     shape,
+                    self.terms,
                 )?;
                 log::debug!(
                     "agent {i}: gradients accumulated ({} layer passes kept their \
@@ -236,6 +245,12 @@ impl Algorithm for Magrpo {
                     lg.skipped,
                     crate::runtime::memory_line()
                 );
+                if let Some(h) = lg.entropy_mean() {
+                    learner.record("entropy", h);
+                }
+                if let Some(kl) = lg.token_kl {
+                    learner.record("kl_in_loss", kl);
+                }
                 learner.step(lg)?;
             }
             Ok(())
@@ -279,7 +294,7 @@ fn clipped_round(
                         .collect()
                 })
                 .collect();
-            let out = clipped_loss_and_grads(
+            let out = clipped_loss_and_grads_terms(
                 learner.policy(),
                 learner.vars(),
                 samples,
@@ -291,6 +306,7 @@ fn clipped_round(
                 shape,
                 clip,
                 i,
+                m.terms,
             )?;
             for (s, row) in out.captured.into_iter().enumerate() {
                 for (j, lp) in row.into_iter().enumerate() {
@@ -301,6 +317,12 @@ fn clipped_round(
             }
             for (name, value) in out.stats.metrics() {
                 learner.record(name, value);
+            }
+            if let Some(h) = out.grads.entropy_mean() {
+                learner.record("entropy", h);
+            }
+            if let Some(kl) = out.grads.token_kl {
+                learner.record("kl_in_loss", kl);
             }
             learner.step(out.grads)?;
             stepped = true;

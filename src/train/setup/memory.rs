@@ -629,6 +629,16 @@ fn agent_memory(
                     ))
                     .saturating_add(mul(mul(rows, v), 12)),
             ),
+            (
+                // The KL penalty scores a node's completions under the policy and then the
+                // reference after sampling: one (K, new tokens, vocabulary) f32 logits at a time.
+                "KL scoring logits",
+                if reference {
+                    mul(mul(t.num_generations as u64, new as u64), mul(v, 4))
+                } else {
+                    0
+                },
+            ),
         ]);
     }
 
@@ -838,6 +848,10 @@ mod tests {
             ),
         );
         assert_eq!(part(&kl.agents[0].resident, "KL reference"), w);
+        // Scoring a node's K completions under policy and reference: one set of f32 logits,
+        // counted only with a penalty.
+        assert!(part(&kl.agents[0].sampling, "KL scoring logits") > 0);
+        assert_eq!(part(&b.sampling, "KL scoring logits"), 0);
         assert_eq!(part(&kl.agents[0].sampling, "bf16 copies"), w / 2);
         // IAC: a separate critic per agent (by default the agent's model) holds its weights and
         // AdamW state and adds its gradients to the update; a head on the agent adds nothing.

@@ -155,7 +155,9 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
     let opts = LoadOptions {
         seed: s.seed,
         sampling_dtype,
-        rollout_copies: match a.sampling_copies {
+        // A policy that only scores (a KL reference) never decodes: copies for decoding would
+        // hold up to another copy of its weights for nothing.
+        rollout_copies: match a.sampling_copies && sampling {
             true => RolloutCopies::Auto,
             false => RolloutCopies::Never,
         },

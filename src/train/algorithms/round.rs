@@ -99,14 +99,26 @@ impl<'a> Learner<'a> {
         self.replicas.share(self.index)
     }
 
+    /// Sums a mini-batch's gradients, losses and entropies over the agent's replicas (none with
+    /// one copy), once: [`Learner::step`] does it unless this was called first, for what is
+    /// logged from the whole mini-batch before the step.
+    pub fn reduce(&mut self, lg: &mut LossGrads) -> Result<()> {
+        if lg.reduced {
+            return Ok(());
+        }
+        let tick = Instant::now();
+        self.replicas.reduce(self.index, &self.vars, lg)?;
+        self.report.phases.comm += since(tick);
+        lg.reduced = true;
+        Ok(())
+    }
+
     /// One optimizer step on a mini-batch's gradients: summed over the agent's replicas (none
     /// with one copy), then AdamW at the schedule's learning rate with the clipping; the
     /// sampling copies follow unless the round freed them.
     pub fn step(&mut self, mut lg: LossGrads) -> Result<()> {
+        self.reduce(&mut lg)?;
         let u = &mut self.report;
-        let tick = Instant::now();
-        self.replicas.reduce(self.index, &self.vars, &mut lg)?;
-        u.phases.comm += since(tick);
         let tick = Instant::now();
         let r = &self.rule;
         let lr = lr_at(

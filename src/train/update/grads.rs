@@ -32,6 +32,11 @@ pub struct LossGrads {
     pub entropy_sum: f64,
     /// See `entropy_sum`.
     pub entropy_tokens: f64,
+    /// Each pass's entropy sum and token count, by its number in the mini-batch (so replicas
+    /// can add them up in the one-process order, as `passes`).
+    pub pass_entropy: Vec<(usize, f64, f64)>,
+    /// Already summed over the agent's replicas (`Learner::reduce`).
+    pub reduced: bool,
     /// With `kl_in_loss`: the mean k3 over the tokens the KL term computed (TRL's `kl`).
     pub token_kl: Option<f64>,
 }

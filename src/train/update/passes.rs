@@ -138,6 +138,8 @@ pub fn sequence_grads(
             out.backward_s += st.backward_s;
             out.entropy_sum += st.entropy_sum;
             out.entropy_tokens += st.entropy_tokens;
+            out.pass_entropy
+                .push((m.number, st.entropy_sum, st.entropy_tokens));
         }
     } else {
         for m in &mine {

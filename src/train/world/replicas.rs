@@ -63,9 +63,9 @@ impl Replicas {
         }
     }
 
-    /// Sums agent `i`'s gradients and pass losses over its replicas (a collective of the
-    /// replicas; nothing for an agent with one copy). Afterwards `lg.loss` is the mini-batch's
-    /// loss added up in pass order, as one process computes it.
+    /// Sums agent `i`'s gradients, pass losses and pass entropies over its replicas (a
+    /// collective of the replicas; nothing for an agent with one copy). Afterwards `lg.loss`
+    /// (and the entropy) is the mini-batch's, added up in pass order, as one process computes it.
     pub fn reduce(&self, i: usize, vars: &[Var], lg: &mut LossGrads) -> Result<()> {
         let Some(g) = self.groups.get(i).and_then(Option::as_ref) else {
             return Ok(());
@@ -92,15 +92,29 @@ impl Replicas {
         for &(p, l) in &lg.passes {
             e.usize(p).f64(l);
         }
+        e.usize(lg.pass_entropy.len());
+        for &(p, h, n) in &lg.pass_entropy {
+            e.usize(p).f64(h).f64(n);
+        }
         let mut all = Vec::new();
+        let mut entropy = Vec::new();
         for (r, packet) in g.all_gather(&e.0).iter().enumerate() {
             let what = format!("agent {i}'s pass losses from replica {r}");
             let mut d = Dec::new(packet, &what);
             for _ in 0..d.usize()? {
                 all.push((d.usize()?, d.f64()?));
             }
+            for _ in 0..d.usize()? {
+                entropy.push((d.usize()?, d.f64()?, d.f64()?));
+            }
             d.end()?;
         }
+        // The logged entropy is the whole mini-batch's, summed in pass order as one process
+        // sums it.
+        entropy.sort_by_key(|&(p, _, _)| p);
+        lg.entropy_sum = entropy.iter().fold(0f64, |acc, &(_, h, _)| acc + h);
+        lg.entropy_tokens = entropy.iter().fold(0f64, |acc, &(_, _, n)| acc + n);
+        lg.pass_entropy = entropy;
         log::debug!(
             "agent {i}: gradients all-reduced over {} replicas: {} bytes each",
             g.size(),
@@ -265,12 +279,14 @@ mod tests {
             kept_layers: 0,
             kept_bytes_max: 0,
             passes: vec![(0, 0.5), (2, 0.125)],
+            pass_entropy: vec![(0, 3.0, 4.0)],
             skipped: 0,
             ..Default::default()
         };
         // The other replica computed pass 1.
         let mut other = Enc::default();
         other.usize(1).usize(1).f64(0.25);
+        other.usize(1).usize(1).f64(1.5).f64(2.0);
         let r = Replicas {
             groups: vec![Some(Arc::new(Pair { other: other.0 }))],
             any: true,
@@ -285,6 +301,8 @@ mod tests {
         assert!(lg.grads[1].is_none(), "no replica had a gradient for it");
         assert_eq!(lg.passes, vec![(0, 0.5), (1, 0.25), (2, 0.125)]);
         assert_eq!(lg.loss, 0.5 + 0.25 + 0.125);
+        assert_eq!((lg.entropy_sum, lg.entropy_tokens), (4.5, 6.0));
+        assert_eq!(lg.entropy_mean(), Some(0.75));
         // An agent with one copy is left alone.
         let mut again = LossGrads {
             passes: vec![],

@@ -245,6 +245,9 @@ impl Algorithm for Magrpo {
                     lg.skipped,
                     crate::runtime::memory_line()
                 );
+                let mut lg = lg;
+                // The whole mini-batch's entropy, over the agent's replicas.
+                learner.reduce(&mut lg)?;
                 if let Some(h) = lg.entropy_mean() {
                     learner.record("entropy", h);
                 }
@@ -318,13 +321,15 @@ fn clipped_round(
             for (name, value) in out.stats.metrics() {
                 learner.record(name, value);
             }
-            if let Some(h) = out.grads.entropy_mean() {
+            let mut grads = out.grads;
+            learner.reduce(&mut grads)?;
+            if let Some(h) = grads.entropy_mean() {
                 learner.record("entropy", h);
             }
-            if let Some(kl) = out.grads.token_kl {
+            if let Some(kl) = grads.token_kl {
                 learner.record("kl_in_loss", kl);
             }
-            learner.step(out.grads)?;
+            learner.step(grads)?;
             stepped = true;
         }
     }

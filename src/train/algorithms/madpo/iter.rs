@@ -344,19 +344,7 @@ impl Algorithm for MadpoIter {
         mut round: Round<'_>,
         buffer: &[NodeSample],
     ) -> Result<Vec<(usize, AgentUpdate)>> {
-        if !buffer.is_empty() {
-            return Err(Error::Internal(
-                "iterative MADPO trains on its preference set, not on a rollout buffer".into(),
-            ));
-        }
-        let learners = round.learners();
-        if learners.len() != self.agents {
-            return Err(Error::Config(format!(
-                "trainer.algorithm madpo_iter needs every agent in this process ({} of {} here)",
-                learners.len(),
-                self.agents
-            )));
-        }
+        let learners = super::preference_learners(&mut round, buffer, self.agents, "madpo_iter")?;
         let start = self.round_start();
         let generated = self.madpo.set.pairs.len() - start;
         self.shards.push(start..self.madpo.set.pairs.len());

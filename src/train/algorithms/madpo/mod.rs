@@ -133,24 +133,36 @@ impl Algorithm for Madpo {
         mut round: Round<'_>,
         buffer: &[NodeSample],
     ) -> Result<Vec<(usize, AgentUpdate)>> {
-        if !buffer.is_empty() {
-            return Err(Error::Internal(
-                "MADPO trains on its preference set, not on a rollout buffer".into(),
-            ));
-        }
-        let learners = round.learners();
-        if learners.len() != self.agents {
-            return Err(Error::Config(format!(
-                "trainer.algorithm madpo needs every agent in this process ({} of {} here): \
-                 each agent's loss reads every agent's log-probs of a mini-batch",
-                learners.len(),
-                self.agents
-            )));
-        }
+        let learners = preference_learners(&mut round, buffer, self.agents, "madpo")?;
         let pairs = self.set.pairs.clone();
         self.train_pass(learners, &pairs)?;
         Ok(round.finish())
     }
+}
+
+/// Every agent's learner, in order, for a round of `alg` (`madpo`, `madpo_iter`), which trains
+/// on its preference set: an error where a rollout buffer came in, or where some agent is held
+/// by another process (each agent's loss reads every agent's log-probs of a mini-batch).
+pub(crate) fn preference_learners<'r, 'a>(
+    round: &'r mut Round<'a>,
+    buffer: &[NodeSample],
+    agents: usize,
+    alg: &str,
+) -> Result<&'r mut [Learner<'a>]> {
+    if !buffer.is_empty() {
+        return Err(Error::Internal(format!(
+            "{alg} trains on its preference set, not on a rollout buffer"
+        )));
+    }
+    let learners = round.learners();
+    if learners.len() != agents {
+        return Err(Error::Config(format!(
+            "trainer.algorithm {alg} needs every agent in this process ({} of {agents} here): \
+             each agent's loss reads every agent's log-probs of a mini-batch",
+            learners.len()
+        )));
+    }
+    Ok(learners)
 }
 
 impl Madpo {

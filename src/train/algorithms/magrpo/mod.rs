@@ -21,11 +21,12 @@ mod token_terms;
 use crate::error::Result;
 use crate::model::grad::recompute::PassPlan;
 use crate::train::algorithms::algorithm::Algorithm;
-use crate::train::algorithms::round::{AgentUpdate, Round};
+use crate::train::algorithms::round::{AgentUpdate, Learner, Round};
 use crate::train::rollout::joint::completion_returns;
 use crate::train::rollout::{AgentRollout, Node, NodeSample};
 use crate::train::run::checkpoint::CheckpointPart;
 use crate::train::update::plan::pass_plan;
+use crate::train::update::LossGrads;
 use advantage::{advantages_with, batch_spread, rescale, Baseline, Normalization};
 use clip::{clipped_loss_and_grads_terms, Clip, Old};
 use comlrl_scenario::{
@@ -245,16 +246,7 @@ impl Algorithm for Magrpo {
                     lg.skipped,
                     crate::runtime::memory_line()
                 );
-                let mut lg = lg;
-                // The whole mini-batch's entropy, over the agent's replicas.
-                learner.reduce(&mut lg)?;
-                if let Some(h) = lg.entropy_mean() {
-                    learner.record("entropy", h);
-                }
-                if let Some(kl) = lg.token_kl {
-                    learner.record("kl_in_loss", kl);
-                }
-                learner.step(lg)?;
+                record_and_step(learner, lg)?;
             }
             Ok(())
         })
@@ -321,15 +313,7 @@ fn clipped_round(
             for (name, value) in out.stats.metrics() {
                 learner.record(name, value);
             }
-            let mut grads = out.grads;
-            learner.reduce(&mut grads)?;
-            if let Some(h) = grads.entropy_mean() {
-                learner.record("entropy", h);
-            }
-            if let Some(kl) = grads.token_kl {
-                learner.record("kl_in_loss", kl);
-            }
-            learner.step(grads)?;
+            record_and_step(learner, out.grads)?;
             stepped = true;
         }
     }
@@ -337,3 +321,16 @@ fn clipped_round(
 }
 
 impl CheckpointPart for Magrpo {}
+
+/// Logs a mini-batch's entropy and per-token KL (the whole mini-batch's: summed over the
+/// agent's replicas first), then takes the optimizer step on its gradients.
+fn record_and_step(learner: &mut Learner<'_>, mut lg: LossGrads) -> Result<()> {
+    learner.reduce(&mut lg)?;
+    if let Some(h) = lg.entropy_mean() {
+        learner.record("entropy", h);
+    }
+    if let Some(kl) = lg.token_kl {
+        learner.record("kl_in_loss", kl);
+    }
+    learner.step(lg)
+}

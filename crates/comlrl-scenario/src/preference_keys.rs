@@ -164,9 +164,8 @@ section! {
         /// Pairs a replaying round trains on (CoMLRL `preference_replay_sample_size`); `null`:
         /// as many as the round generated (else the latest round that had any). An error under
         /// `current`.
-        replay_sample_size: Option<usize> = None, kind "integer ≥ 1 or `null`", shown "`null`",
-            why "CoMLRL", check if_set(at_least(1, "use `replay_sample_size: null` for the round's count")),
-            only Only::Iter;
+        replay_sample_size: Option<usize> = None, kind "integer in 1..=1000000 or `null`",
+            shown "`null`", why "CoMLRL", check if_set(replay_sample), only Only::Iter;
         /// Whose candidates the current policy's are compared with (CoMLRL
         /// `comparator_policy`): `current` (the policy itself, other draws), `current_copy` (a
         /// copy taken at the round's start: the same weights while the round samples, so the
@@ -259,6 +258,19 @@ fn iterations(_key: &str, n: &usize) -> Option<Bad> {
     (!(1..=MAX_ITERATIONS).contains(n)).then(|| Bad {
         message: format!("preference.num_iterations must be in 1..={MAX_ITERATIONS} (got {n})"),
         hint: "CoMLRL runs 6 rounds".into(),
+    })
+}
+
+/// The most pairs a replaying round draws: each is a copy of a pair's token ids, so a number
+/// from the file must not size that allocation unchecked.
+const MAX_REPLAY_SAMPLE: usize = 1_000_000;
+
+fn replay_sample(_key: &str, n: &usize) -> Option<Bad> {
+    (!(1..=MAX_REPLAY_SAMPLE).contains(n)).then(|| Bad {
+        message: format!(
+            "preference.replay_sample_size must be in 1..={MAX_REPLAY_SAMPLE} (got {n})"
+        ),
+        hint: "use `replay_sample_size: null` for the round's count".into(),
     })
 }
 

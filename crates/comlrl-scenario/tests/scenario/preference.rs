@@ -327,6 +327,17 @@ fn what_madpo_iter_cannot_run_is_an_error() {
     );
     let (msg, _) = f.errs(&madpo_iter(&format!("preference:\n  {bad}\n")), &[]);
     assert!(msg.contains(key), "{msg}");
+    // A replay sample sizes an allocation: bounded.
+    let (msg, _) = f.errs(
+        &madpo_iter(
+            "preference:\n  replay_mode: all_history\n  replay_sample_size: 100000000000\n",
+        ),
+        &[],
+    );
+    assert!(
+        msg.contains("preference.replay_sample_size must be in 1..=1000000"),
+        "{msg}"
+    );
     // `comparator_reward` needs a comparator.
     let (msg, _) = f.errs(
         &madpo("preference:\n  pair_selection: comparator_reward\n"),

@@ -42,6 +42,13 @@ fn check_logits_within(name: &str, mode: Mode, tol: f32) {
         .model
         .hidden(&ids, &pos, &m, None, policy.products(mode))
         .unwrap();
+    // A no-grad forward must leave no graph behind: attached, its result would keep every
+    // intermediate tensor of the forward alive (a scoring pass's memory grew by gigabytes).
+    assert_eq!(
+        hidden.track_op(),
+        !mode.no_grad(),
+        "{name} {mode:?}: hidden states tracked for a backward"
+    );
     let logits = policy.model.logits(&hidden).unwrap();
     let got = logits.to_vec3::<f32>().unwrap();
     let want = r["logits"].to_vec3::<f32>().unwrap();

@@ -104,21 +104,30 @@ impl CausalLm {
             sin: &sin,
             mask: &mask,
         };
+        // Without a gradient, each layer's output is detached: the weights are variables, so
+        // an attached output would keep every intermediate tensor of the forward alive (the
+        // graph a backward would walk) until the caller drops the result — for a scoring
+        // forward of K completions, many times one layer's activations. What leaves a no-grad
+        // forward carries no graph at all.
+        let no_grad = products.mode().no_grad();
+        let detach = |x: Tensor| if no_grad { x.detach() } else { x };
         trace::forward(|| Op::Embed(self.embed_tokens.id()));
-        let mut x = candle_nn::Embedding::new(self.embed_tokens.clone(), self.cfg.hidden_size)
-            .forward(ids)?;
+        let mut x = detach(
+            candle_nn::Embedding::new(self.embed_tokens.clone(), self.cfg.hidden_size)
+                .forward(ids)?,
+        );
         for (i, layer) in self.layers.iter().enumerate() {
             let c: Option<(&mut dyn KvStore, usize)> = match &mut cache {
                 Some(c) => Some((&mut **c, i)),
                 None => None,
             };
-            x = layer.forward(&x, &self.rope, &inp, c, &products)?;
+            x = detach(layer.forward(&x, &self.rope, &inp, c, &products)?);
         }
         if let Some(c) = cache {
             c.advance(s);
         }
         trace::forward(|| self.norm.op());
-        self.norm.forward(&x)
+        Ok(detach(self.norm.forward(&x)?))
     }
 
     /// Logits (.., vocab) of hidden states (.., hidden).

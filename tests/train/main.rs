@@ -23,6 +23,8 @@ mod madpo_iter;
 mod madpo_iter_api;
 mod madpo_run;
 mod madpo_step;
+mod marlhf_iter_run;
+mod marlhf_iter_step;
 mod marlhf_reward;
 mod marlhf_run;
 mod math;

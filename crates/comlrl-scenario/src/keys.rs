@@ -149,6 +149,7 @@ plain_settings!(
     crate::plan::PairSelection,
     crate::plan::RlAlgorithm,
     crate::plan::ReplayMode,
+    crate::plan::ScoringReward,
     crate::plan::ComparatorPolicy,
     crate::plan::CollaborationMode,
     crate::plan::Dtype,

@@ -88,9 +88,10 @@ pub trait Algorithm: CheckpointPart + Send + Sync {
         false
     }
 
-    /// An offline algorithm's share of a first-epoch prompt (and a collecting algorithm's, in
-    /// its collecting epochs: `trainer.algorithm`'s `collect_epochs`, sampled with
-    /// `preference.num_candidates` completions): its samples from [`Algorithm::targets`] and
+    /// An offline algorithm's share of a first-epoch prompt: its samples from
+    /// [`Algorithm::targets`]; a collecting algorithm's, in its collecting epochs
+    /// (`Scenario::collecting`, sampled with `preference.num_candidates` completions): the
+    /// prompt's candidates with their rewards (`Node::into_reward_samples`); either way
     /// each agent's prompt from its template (no chat template). Every rank calls it with the same samples, in step order.
     /// A collecting epoch ends in an update round with an empty buffer, where the algorithm
     /// trains on what it collected (MARLHF's reward model).
@@ -99,6 +100,13 @@ pub trait Algorithm: CheckpointPart + Send + Sync {
             "{} is not an offline algorithm",
             self.name()
         )))
+    }
+
+    /// Whether the algorithm trains nothing until its next collecting epoch (a `marlhf_iter`
+    /// round that gave no pair to train on: CoMLRL skips its online passes); the loop then
+    /// samples nothing in the epochs before it. `false` (the default): it trains.
+    fn idle(&self) -> bool {
+        false
     }
 
     /// A comparing algorithm's comparator in its collecting epochs (iterative MADPO): the loop

@@ -9,6 +9,7 @@ mod common;
 mod ac_turns_step;
 mod adapters;
 mod algorithm_aliases;
+mod centralized_protocol;
 mod code_exec_run;
 mod e2e;
 mod failures;

@@ -3,5 +3,6 @@
 //! are compared with (`comparator`, its `api` endpoint in `api`) and the replay of earlier rounds'
 //! pairs (`replay`).
 pub mod api;
+pub mod centralized;
 pub mod comparator;
 pub mod replay;

@@ -163,3 +163,32 @@ fn the_reward_model_ranks_the_next_round_under_scoring_reward_model() {
     assert_ne!(round_pairs(&st, 1), second);
     assert!(!second.is_empty());
 }
+
+#[test]
+fn the_shipped_scenario_runs_its_rounds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let scenario = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios/story_len_ratio_marlhf_iter.yaml");
+    // Its comparator, replay and reward model as shipped; fewer rounds, candidates and tokens.
+    let (ok, _, err) = common::cli::comlrl(&["run", &scenario.display().to_string(), "--quiet"])
+        .sets(&[
+            format!("output_dir={}", out.display()),
+            "preference.num_iterations=2".into(),
+            "preference.num_candidates=4".into(),
+            "trainer.num_train_epochs=1".into(),
+            "agents.max_new_tokens=24".into(),
+        ])
+        .output()
+        .parts();
+    assert!(ok, "{err}");
+    let rows = metrics_without_timing(&out);
+    let rounds: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r["agent_0/iter_round"].as_f64())
+        .collect();
+    assert_eq!(rounds, [1.0, 2.0], "{rows:?}");
+    assert!(rows
+        .iter()
+        .any(|r| r["eval/reward_mean"].as_f64().is_some()));
+}

@@ -150,6 +150,7 @@ plain_settings!(
     crate::plan::RlAlgorithm,
     crate::plan::ReplayMode,
     crate::plan::ScoringReward,
+    crate::plan::ComparatorGenerationMode,
     crate::plan::ComparatorPolicy,
     crate::plan::CollaborationMode,
     crate::plan::Dtype,

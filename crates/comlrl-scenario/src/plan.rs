@@ -310,6 +310,17 @@ pub enum PairSelection {
     ComparatorReward,
 }
 
+/// Who writes a comparator's candidates of all agents (`preference.comparator_generation_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComparatorGenerationMode {
+    /// Each agent's comparator answers that agent's prompt.
+    Decentralized,
+    /// One comparator answers every agent's prompt at once (CoMLRL's tagged protocol), and the
+    /// answer is split into the agents' outputs.
+    Centralized,
+}
+
 /// What ranks the candidates of a `marlhf_iter` round (`preference.scoring_reward`, CoMLRL's
 /// `preference_scoring_reward`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

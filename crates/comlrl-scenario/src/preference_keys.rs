@@ -12,9 +12,9 @@ use crate::keys::{
     at_least, if_set, learning_rate, positive, section, Bad, Relevance, SectionContext,
 };
 use crate::plan::{
-    AdvantageMode, AdvantageScale, Algorithm, CollaborationMode, ComparatorPolicy, JointMode,
-    ModelRef, ModelSource, PairSelection, ReplayMode, RewardAggregation, RlAlgorithm,
-    ScoringReward, TrainerPlan,
+    AdvantageMode, AdvantageScale, Algorithm, CollaborationMode, ComparatorGenerationMode,
+    ComparatorPolicy, JointMode, ModelRef, ModelSource, PairSelection, ReplayMode,
+    RewardAggregation, RlAlgorithm, ScoringReward, TrainerPlan,
 };
 use crate::positions::KeyPath;
 use std::path::Path;
@@ -187,6 +187,18 @@ section! {
         /// `marlhf_iter` refuses `history` (not ported there yet).
         comparator_policy: ComparatorPolicy = ComparatorPolicy::Current,
             kind "`current` \\| `current_copy` \\| `model` \\| `history` \\| `api`", why "CoMLRL",
+            only Only::Iter;
+        /// `decentralized`: each agent's comparator answers that agent's prompt; `centralized`:
+        /// one comparator answers one prompt that asks for every agent's output in tagged
+        /// sections (CoMLRL's `TaggedCentralizedComparatorAdapter`), then split into the
+        /// agents' outputs (an answer with no section: every agent's output empty, where CoMLRL
+        /// stops with a parse error). CoMLRL `comparator_generation_mode`; `centralized` is
+        /// ported for `comparator_policy: api` only (an error with the others).
+        comparator_generation_mode: ComparatorGenerationMode = ComparatorGenerationMode::Decentralized,
+            kind "`decentralized` \\| `centralized`", why "CoMLRL", only Only::Iter;
+        /// Whose sampling settings the `centralized` comparator answers with (0-based; CoMLRL
+        /// `comparator_centralized_agent_index`); below the number of agents.
+        comparator_centralized_agent_index: usize = 0, kind "integer ≥ 0", why "CoMLRL",
             only Only::Iter;
         /// Candidates the comparator samples per prompt (CoMLRL `comparator_num_candidates`);
         /// `null`: `num_candidates`. Pairs compare index i of both, so only the first
@@ -372,6 +384,7 @@ pub(crate) fn resolve(
     trainer: &mut TrainerPlan,
     generations_set: bool,
     base: &Path,
+    num_agents: usize,
 ) -> PreferencePlan {
     let p = KeyPath::root().key("preference");
     let cx = PreferenceContext {
@@ -402,7 +415,7 @@ pub(crate) fn resolve(
     };
     let mut plan = plan;
     if plan.iter {
-        resolve_iter(d, &p, &mut plan);
+        resolve_iter(d, &p, &mut plan, num_agents);
     } else if plan.pair_selection == PairSelection::ComparatorReward {
         d.invalid(
             &p.key("pair_selection"),
@@ -468,7 +481,7 @@ pub(crate) fn resolve(
 /// MADPOIter's checks, as CoMLRL's `_validate_iterative_config`: each replay mode's own keys
 /// and none of the others', each comparator's own keys; `comparator_history_k` becomes 1
 /// under `history` when unset.
-fn resolve_iter(d: &mut Diags, p: &KeyPath, plan: &mut PreferencePlan) {
+fn resolve_iter(d: &mut Diags, p: &KeyPath, plan: &mut PreferencePlan, num_agents: usize) {
     let mode = plan.replay_mode;
     let only = |d: &mut Diags, key: &str, set: bool, valid: &str| {
         if set {
@@ -539,6 +552,28 @@ fn resolve_iter(d: &mut Diags, p: &KeyPath, plan: &mut PreferencePlan) {
         }
     }
     let policy = plan.comparator_policy;
+    if plan.comparator_generation_mode == ComparatorGenerationMode::Centralized
+        && policy != ComparatorPolicy::Api
+    {
+        d.invalid(
+            &p.key("comparator_generation_mode"),
+            format!(
+                "`centralized` with `comparator_policy: {}` is not ported yet (a local policy sampling the tagged prompt)",
+                crate::keys::shown(&policy).trim_matches('`')
+            ),
+            "use `comparator_generation_mode: decentralized`, or `comparator_policy: api`",
+        );
+    }
+    if plan.comparator_centralized_agent_index >= num_agents {
+        d.invalid(
+            &p.key("comparator_centralized_agent_index"),
+            format!(
+                "{} is not an agent's index ({num_agents} agents, counted from 0)",
+                plan.comparator_centralized_agent_index
+            ),
+            "use e.g. `comparator_centralized_agent_index: 0`",
+        );
+    }
     if policy == ComparatorPolicy::Api && plan.comparator_api_url.is_none() {
         d.invalid(
             &p.key("comparator_policy"),

@@ -43,6 +43,17 @@ pub enum ComparatorSource<'a> {
 pub trait TextComparator: Sync {
     /// `n` answers to agent `agent`'s `prompt` (its template, no chat template).
     fn complete(&self, agent: usize, prompt: &str, n: usize) -> Result<Vec<String>>;
+
+    /// `n` answers of every agent to a prompt, from each agent's `prompts` (their templates, no
+    /// chat template), by agent: each agent's own [`TextComparator::complete`] unless the
+    /// comparator answers all agents at once (a centralized one).
+    fn complete_all(&self, prompts: &[String], n: usize) -> Result<Vec<Vec<String>>> {
+        prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| self.complete(i, p, n))
+            .collect()
+    }
 }
 
 /// A training algorithm (selected by `trainer.algorithm`, see `registry`).

@@ -412,8 +412,15 @@ impl Loop<'_> {
                 };
                 let t = Instant::now();
                 let mut agents = Vec::with_capacity(mine.agents.len());
-                for (i, a) in mine.agents.iter().enumerate() {
-                    let texts = api.complete(i, &formatted[i], c.comparator)?;
+                let answers = api.complete_all(formatted, c.comparator)?;
+                if answers.len() != mine.agents.len() {
+                    return Err(Error::Internal(format!(
+                        "the comparator answered {} agents of {}",
+                        answers.len(),
+                        mine.agents.len()
+                    )));
+                }
+                for ((i, a), texts) in mine.agents.iter().enumerate().zip(answers) {
                     let policy = self.agents.policies[i]
                         .as_ref()
                         .ok_or_else(|| Error::Internal(format!("agent {i} is not held here")))?;

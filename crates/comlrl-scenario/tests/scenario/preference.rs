@@ -319,6 +319,14 @@ fn what_madpo_iter_cannot_run_is_an_error() {
         ("comparator_model: builtin:tiny", "comparator_model"),
         ("num_iterations: 0", "num_iterations"),
         ("comparator_num_candidates: 0", "comparator_num_candidates"),
+        (
+            "comparator_generation_mode: centralized",
+            "comparator_generation_mode",
+        ),
+        (
+            "comparator_centralized_agent_index: 2",
+            "comparator_centralized_agent_index",
+        ),
     ] {
         let (msg, _) = f.errs(&madpo_iter(&format!("preference:\n  {bad}\n")), &[]);
         assert!(msg.contains(&format!("preference.{key}")), "{bad}: {msg}");

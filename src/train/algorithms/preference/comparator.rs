@@ -6,17 +6,20 @@
 //! round starts and the round samples before it trains, so the two see the same weights; no
 //! second copy is kept here); `model` a frozen model; `history` the policy saved
 //! `comparator_history_k` rounds back (`<output_dir>/policy_checkpoints`, CoMLRL's layout:
-//! `initial`, `iteration_0000`, …); `api` an OpenAI-compatible endpoint (`api`).
+//! `initial`, `iteration_0000`, …); `api` an OpenAI-compatible endpoint (`api`), each agent's
+//! prompt its own request, or under `comparator_generation_mode: centralized` one request per
+//! prompt for every agent (`centralized`'s tagged prompt, the answers split).
 //!
 //! A local comparator's token ids are trained as the agents' (CoMLRL decodes them and
 //! re-encodes the text with the agent's tokenizer), so it must share the agents' tokenizer,
 //! which the vocabulary size checks.
 use super::api::{ApiComparator, ApiSettings, Sampling};
+use super::centralized;
 use crate::error::{Error, Result};
 use crate::model::{LoadOptions, Policy};
 use crate::train::algorithms::algorithm::{ComparatorSource, Comparison, TextComparator};
 use crate::train::setup::models::source_of;
-use comlrl_scenario::{ComparatorPolicy, Scenario};
+use comlrl_scenario::{ComparatorGenerationMode, ComparatorPolicy, Scenario};
 use std::path::{Path, PathBuf};
 
 /// Where a `history` comparator's policies are saved and read.
@@ -33,6 +36,9 @@ struct History {
 struct Api {
     client: ApiComparator,
     sampling: Vec<Sampling>,
+    /// `comparator_generation_mode: centralized`: one request per prompt for every agent, with
+    /// this agent's sampling settings (`comparator_centralized_agent_index`).
+    centralized: Option<usize>,
 }
 
 impl TextComparator for Api {
@@ -43,6 +49,28 @@ impl TextComparator for Api {
             .copied()
             .ok_or_else(|| Error::Internal(format!("no agent {agent}")))?;
         self.client.complete(prompt, n, sampling)
+    }
+
+    fn complete_all(&self, prompts: &[String], n: usize) -> Result<Vec<Vec<String>>> {
+        let Some(index) = self.centralized else {
+            return prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| self.complete(i, p, n))
+                .collect();
+        };
+        let refs: Vec<&str> = prompts.iter().map(String::as_str).collect();
+        let answers = self.complete(index, &centralized::build_prompt(&refs), n)?;
+        let mut out = vec![Vec::with_capacity(answers.len()); prompts.len()];
+        for answer in &answers {
+            for (agent, text) in centralized::split(answer, prompts.len())
+                .into_iter()
+                .enumerate()
+            {
+                out[agent].push(text);
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -171,6 +199,9 @@ impl Comparators {
                             top_p: a.sampling.top_p,
                         })
                         .collect(),
+                    centralized: (p.comparator_generation_mode
+                        == ComparatorGenerationMode::Centralized)
+                        .then_some(p.comparator_centralized_agent_index),
                 });
             }
         }

@@ -192,3 +192,35 @@ fn the_shipped_scenario_runs_its_rounds() {
         .iter()
         .any(|r| r["eval/reward_mean"].as_f64().is_some()));
 }
+
+#[test]
+fn a_round_without_pairs_skips_its_online_epochs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    // Every joint candidate scores 0: no pair, so no reward model and no online epoch (CoMLRL
+    // `continue`s): the loop samples nothing there.
+    let rows = run(&out, &["reward_processors=[{scale: 0.0}]"]);
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let state = saved_state(&out);
+    assert_eq!(state["phase"], "idle");
+    assert_eq!(state["iteration"], 2);
+    assert!(state["trained"].is_null());
+    for (e, row) in rows.iter().enumerate() {
+        let round = row["agent_0/iter_round"].as_f64();
+        match e % 2 {
+            0 => {
+                assert_eq!(round, Some((e / 2 + 1) as f64), "{row}");
+                assert_eq!(row["agent_0/iter_round_pairs"], 0.0);
+            }
+            _ => assert!(
+                round.is_none() && row.get("agent_0/loss").is_none(),
+                "{row}"
+            ),
+        }
+        // Nothing sampled in the skipped epochs.
+        let sampled = row["agent_0/completion_length_mean"].as_f64().unwrap() > 0.0;
+        assert_eq!(sampled, e % 2 == 0, "{row}");
+    }
+    assert!(!out.join("models/reward_model").exists());
+    assert!(out.join("models/agent_0/model.safetensors").is_file());
+}

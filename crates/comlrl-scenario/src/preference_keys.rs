@@ -612,8 +612,9 @@ fn resolve_iter(d: &mut Diags, p: &KeyPath, plan: &mut PreferencePlan, num_agent
 /// trainer's (a different one written there is an error, as for `algorithm: marloo`).
 fn resolve_marlhf(d: &mut Diags, p: &KeyPath, plan: &PreferencePlan, trainer: &mut TrainerPlan) {
     let Some(mode) = plan.rl_algorithm.advantage_mode() else {
-        // An actor-critic backend: its critic is `trainer.critic` (resolved with the trainer).
-        if trainer.critic.is_none() {
+        // An actor-critic backend: its critic is `trainer.critic` (resolved with the trainer);
+        // `marlhf_iter` refuses it (`resolve_marlhf_iter`) and resolves no critic.
+        if trainer.critic.is_none() && !plan.marlhf_iter {
             d.invalid(
                 &p.key("rl_algorithm"),
                 format!("`{}` needs `trainer.critic`", plan.rl_algorithm.name()),

@@ -6,7 +6,7 @@
 //! binary on the small tiny scenario: rounds that sample and train, each comparator, and a run
 //! interrupted mid-round that resumes to the same metrics and weights without sampling again.
 use crate::common;
-use comlrl::train::algorithms::madpo::replay::{draw, lambda_decay_weights, Draw, Replay};
+use comlrl::train::algorithms::preference::replay::{draw, lambda_decay_weights, Draw, Replay};
 use comlrl::train::rollout::pairs::{select_compared_pairs, PairSelection};
 use comlrl::train::Trainer;
 use comlrl_scenario::ReplayMode;

@@ -3,7 +3,9 @@
 //! tiny scenario whose comparator candidates come from it, the key read from the environment
 //! variable the scenario names and sent in the header, never written to the run directory or
 //! the output; a request that outlives `comparator_api_timeout` is retried; an error status
-//! stops the run with an error naming the status, not the key.
+//! stops the run with an error naming the status, not the key. Under
+//! `comparator_generation_mode: centralized` one request per prompt asks for both agents'
+//! outputs in CoMLRL's tagged sections, and the answers are split into them.
 use common::tiny_run::small;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -26,6 +28,8 @@ enum Behaviour {
     SlowFirst,
     /// Answers HTTP 401.
     Reject,
+    /// Answers every request with `n` choices of tagged sections for two agents.
+    Tagged,
 }
 
 /// One request as received: its headers (lower-cased names) and JSON body.
@@ -79,6 +83,17 @@ fn handle(stream: TcpStream, index: usize, behaviour: Behaviour, log: &Mutex<Vec
     log.lock().unwrap().push(Seen { headers, body });
     let (status, answer) = match behaviour {
         Behaviour::Reject => (401, json!({"error": {"message": "invalid key"}})),
+        Behaviour::Tagged => {
+            let choices: Vec<Value> = (0..n)
+                .map(|i| {
+                    let a = "A cloud city. ".repeat(i + 1);
+                    let b = "A cloud city floats. ".repeat(2 * i + 1);
+                    let text = format!("<agent_0>\n{a}\n</agent_0>\n<agent_1>{b}</agent_1>");
+                    json!({"index": i, "message": {"role": "assistant", "content": text}})
+                })
+                .collect();
+            (200, json!({"choices": choices}))
+        }
         Behaviour::SlowFirst if index == 0 => {
             std::thread::sleep(Duration::from_millis(2500));
             (200, json!({"choices": []}))
@@ -217,4 +232,32 @@ fn a_missing_key_variable_is_named() {
         seen.lock().unwrap().is_empty(),
         "no request without the key"
     );
+}
+
+#[test]
+fn a_centralized_comparator_answers_every_agent_in_one_request() {
+    let (url, seen) = serve(Behaviour::Tagged);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut sets = api_sets(&url);
+    sets.push("preference.comparator_generation_mode=centralized".into());
+    sets.push("preference.comparator_centralized_agent_index=1".into());
+    let (ok, _, stderr) = small(&out, &sets).env(KEY_VAR, KEY).output().parts();
+    assert!(ok, "{stderr}");
+    let seen = seen.lock().unwrap();
+    // 10 prompts × (3 + 1 candidates): one request per prompt and batch, for both agents.
+    assert_eq!(seen.len(), 10 * 2);
+    for s in seen.iter() {
+        let prompt = s.body["messages"][0]["content"].as_str().unwrap();
+        assert!(
+            prompt.starts_with(
+                "You are a centralized coordinator producing the separate outputs of 2 agents."
+            ) && prompt.contains("Agent 0 original prompt:\n")
+                && prompt.contains("Agent 1 original prompt:\n")
+                && prompt.ends_with("<agent_1>\n...\n</agent_1>\n"),
+            "{prompt}"
+        );
+    }
+    let rows = common::tiny_run::metrics_without_timing(&out);
+    assert!(rows[0]["agent_0/iter_round_pairs"].as_f64().unwrap() > 0.0);
 }

@@ -193,9 +193,12 @@ impl Algorithm {
 
     /// `trainer.num_train_epochs`' default (`IACConfig`: 40, `MAGRPOConfig`: 20).
     pub fn default_num_train_epochs(self) -> usize {
-        if self.iterative() {
+        match self {
             // `MADPOIterConfig`: one pass over each round's set.
-            return 1;
+            Algorithm::MadpoIter => return 1,
+            // `MARLHFIterConfig`: two online epochs per round.
+            Algorithm::MarlhfIter => return 2,
+            _ => {}
         }
         match self.has_critic() {
             true => 40,

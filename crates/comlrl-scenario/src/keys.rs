@@ -149,6 +149,8 @@ plain_settings!(
     crate::plan::PairSelection,
     crate::plan::RlAlgorithm,
     crate::plan::ReplayMode,
+    crate::plan::ScoringReward,
+    crate::plan::ComparatorGenerationMode,
     crate::plan::ComparatorPolicy,
     crate::plan::CollaborationMode,
     crate::plan::Dtype,

@@ -48,7 +48,7 @@ pub struct Scenario {
 
 impl Scenario {
     /// Epochs in which the run only samples and hands the algorithm its candidates: MARLHF's
-    /// first, or every round of an iterative algorithm (one pass over the prompts each).
+    /// first, or one per round of an iterative algorithm (one pass over the prompts each).
     pub fn collect_epochs(&self) -> usize {
         match self.trainer.algorithm.iterative() {
             true => self.preference.num_iterations,
@@ -56,11 +56,33 @@ impl Scenario {
         }
     }
 
-    /// Passes over the training prompts: an iterative algorithm's rounds, else the trainer's
-    /// (`TrainerPlan::run_epochs`).
+    /// Passes over the training prompts of one round of an iterative algorithm: `madpo_iter`'s
+    /// round is its collecting pass (its DPO passes run over the pairs, not the prompts);
+    /// `marlhf_iter`'s is that pass and then `num_train_epochs` online ones. 1 otherwise.
+    pub fn epochs_per_round(&self) -> usize {
+        match self.trainer.algorithm {
+            Algorithm::MarlhfIter => self.trainer.num_train_epochs.saturating_add(1),
+            _ => 1,
+        }
+    }
+
+    /// Whether 0-based `epoch` is a collecting one ([`Scenario::collect_epochs`]): the first
+    /// of each round of an iterative algorithm, else one of the algorithm's first.
+    pub fn collecting(&self, epoch: usize) -> bool {
+        match self.trainer.algorithm.iterative() {
+            true => epoch.is_multiple_of(self.epochs_per_round()) && epoch < self.run_epochs(),
+            false => epoch < self.collect_epochs(),
+        }
+    }
+
+    /// Passes over the training prompts: an iterative algorithm's rounds (each
+    /// [`Scenario::epochs_per_round`]), else the trainer's (`TrainerPlan::run_epochs`).
     pub fn run_epochs(&self) -> usize {
         match self.trainer.algorithm.iterative() {
-            true => self.preference.num_iterations,
+            true => self
+                .preference
+                .num_iterations
+                .saturating_mul(self.epochs_per_round()),
             false => self.trainer.run_epochs(),
         }
     }
@@ -195,6 +217,12 @@ pub enum Algorithm {
     /// (replayed) preference set.
     #[serde(rename = "madpo_iter")]
     MadpoIter,
+    /// Iterative MARLHF (CoMLRL's `MARLHFIterTrainer`): `preference.num_iterations` rounds,
+    /// each sampling the current policy's candidates against a comparator's, then a joint
+    /// reward model trained afresh on the round's (replayed) pairs, then `num_train_epochs` of
+    /// online MARL against it.
+    #[serde(rename = "marlhf_iter")]
+    MarlhfIter,
 }
 
 impl Algorithm {
@@ -210,6 +238,7 @@ impl Algorithm {
             Algorithm::Marlhf => "marlhf",
             Algorithm::Maac => "maac",
             Algorithm::MadpoIter => "madpo_iter",
+            Algorithm::MarlhfIter => "marlhf_iter",
         }
     }
 
@@ -221,6 +250,7 @@ impl Algorithm {
             Algorithm::Magrpo
             | Algorithm::Madpo
             | Algorithm::MadpoIter
+            | Algorithm::MarlhfIter
             | Algorithm::Iac
             | Algorithm::Maac
             | Algorithm::Marlhf => None,
@@ -244,13 +274,19 @@ impl Algorithm {
     pub fn learns_from_preferences(self) -> bool {
         matches!(
             self,
-            Algorithm::Madpo | Algorithm::Marlhf | Algorithm::MadpoIter
+            Algorithm::Madpo | Algorithm::Marlhf | Algorithm::MadpoIter | Algorithm::MarlhfIter
         )
     }
 
-    /// Whether the algorithm runs in rounds against a comparator (`madpo_iter`).
+    /// Whether the algorithm runs in rounds against a comparator (`madpo_iter`,
+    /// `marlhf_iter`).
     pub fn iterative(self) -> bool {
-        self == Algorithm::MadpoIter
+        matches!(self, Algorithm::MadpoIter | Algorithm::MarlhfIter)
+    }
+
+    /// Whether the algorithm learns a joint reward model (`marlhf`, `marlhf_iter`).
+    pub fn learns_reward_model(self) -> bool {
+        matches!(self, Algorithm::Marlhf | Algorithm::MarlhfIter)
     }
 
     /// `trainer.advantage_mode`'s default under this algorithm.
@@ -272,6 +308,28 @@ pub enum PairSelection {
     /// Iterative trainers only: the pairs whose comparator candidate has the highest reward
     /// first (ties: the larger gap), as CoMLRL's `comparator_reward`.
     ComparatorReward,
+}
+
+/// Who writes a comparator's candidates of all agents (`preference.comparator_generation_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComparatorGenerationMode {
+    /// Each agent's comparator answers that agent's prompt.
+    Decentralized,
+    /// One comparator answers every agent's prompt at once (CoMLRL's tagged protocol), and the
+    /// answer is split into the agents' outputs.
+    Centralized,
+}
+
+/// What ranks the candidates of a `marlhf_iter` round (`preference.scoring_reward`, CoMLRL's
+/// `preference_scoring_reward`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoringReward {
+    /// The task reward.
+    Task,
+    /// The previous round's reward model (the task reward in the first round).
+    RewardModel,
 }
 
 /// Which of the earlier rounds' preference sets a round of `madpo_iter` trains on

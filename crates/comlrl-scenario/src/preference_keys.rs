@@ -1,8 +1,9 @@
 //! The `preference` section's key table (`keys.rs` has the macro and the row syntax): the
 //! settings of CoMLRL 1.4.3's preference trainers that its `MAGRPOConfig` fields (the `trainer`
-//! section) do not cover: `MADPOConfig`'s (`trainer.algorithm: madpo` and `marlhf`) and
+//! section) do not cover: `MADPOConfig`'s (`trainer.algorithm: madpo` and `marlhf`),
 //! `MARLHFConfig`'s (`marlhf`: `rl_algorithm` and the reward model's `reward_*`, under CoMLRL's
-//! own field names so that a CoMLRL config maps one to one). Values marked "CoMLRL" are those
+//! own field names so that a CoMLRL config maps one to one) and the iterative trainers'
+//! (`madpo_iter`, `marlhf_iter`: rounds, replay, comparator). Values marked "CoMLRL" are those
 //! classes' defaults. [`RawPreference`], [`PreferencePlan`] and the docs
 //! table derive from it; [`resolve`] adds the checks that involve the `trainer` section.
 use crate::agents::model_ref;
@@ -11,8 +12,9 @@ use crate::keys::{
     at_least, if_set, learning_rate, positive, section, Bad, Relevance, SectionContext,
 };
 use crate::plan::{
-    AdvantageMode, AdvantageScale, Algorithm, CollaborationMode, ComparatorPolicy, JointMode,
-    ModelRef, ModelSource, PairSelection, ReplayMode, RewardAggregation, RlAlgorithm, TrainerPlan,
+    AdvantageMode, AdvantageScale, Algorithm, CollaborationMode, ComparatorGenerationMode,
+    ComparatorPolicy, JointMode, ModelRef, ModelSource, PairSelection, ReplayMode,
+    RewardAggregation, RlAlgorithm, ScoringReward, TrainerPlan,
 };
 use crate::positions::KeyPath;
 use std::path::Path;
@@ -47,10 +49,13 @@ section! {
         /// The run learns from preferences (`trainer.algorithm: madpo` or `marlhf`): the keys
         /// matter.
         active: bool = cx.algorithm.learns_from_preferences();
-        /// The run learns a reward model (`trainer.algorithm: marlhf`).
-        marlhf: bool = cx.algorithm == Algorithm::Marlhf;
-        /// The run trains in rounds against a comparator (`trainer.algorithm: madpo_iter`).
+        /// The run learns a reward model (`trainer.algorithm: marlhf` or `marlhf_iter`).
+        marlhf: bool = cx.algorithm.learns_reward_model();
+        /// The run trains in rounds against a comparator (`trainer.algorithm: madpo_iter` or
+        /// `marlhf_iter`).
         iter: bool = cx.algorithm.iterative();
+        /// The run is iterative MARLHF (`trainer.algorithm: marlhf_iter`).
+        marlhf_iter: bool = cx.algorithm == Algorithm::MarlhfIter;
     }
     keys {
         /// K: answers each agent samples per training prompt, once, before training (CoMLRL
@@ -58,7 +63,8 @@ section! {
         /// by one joint reward. Under `madpo` it is also `trainer.num_generations` (written
         /// there by the loader; another value there is an error).
         num_candidates: usize = if iter { 20 } else { 80 }, kind "integer in 2..=1024",
-            shown "`80`; `20` with `madpo_iter`", why "CoMLRL (`MADPOIterConfig`: 20)",
+            shown "`80`; `20` with `madpo_iter`, `marlhf_iter`",
+            why "CoMLRL (`MADPOIterConfig`, `MARLHFIterConfig`: 20)",
             check candidates, only Only::Preference;
         /// Which of a prompt's candidate pairs with a positive reward gap become preference
         /// pairs: `reward_gap` keeps the `pairs_per_sample` largest gaps (equal gaps in
@@ -74,7 +80,7 @@ section! {
                 PairSelection::RewardGap
             },
             kind "`reward_gap` \\| `random` \\| `all` \\| `comparator_reward`",
-            shown "`reward_gap`; `comparator_reward` with `madpo_iter`", why "CoMLRL",
+            shown "`reward_gap`; `comparator_reward` with `madpo_iter`, `marlhf_iter`", why "CoMLRL",
             only Only::Preference;
         /// At most this many pairs per prompt (`null`: every pair); must be `null` under
         /// `pair_selection: all` (CoMLRL `preference_pairs_per_sample`).
@@ -84,7 +90,7 @@ section! {
                 _ => Some(16),
             },
             kind "integer ≥ 1 or `null`",
-            shown "`16`; `4` with `madpo_iter`; `null` under `pair_selection: all`",
+            shown "`16`; `4` with `madpo_iter`, `marlhf_iter`; `null` under `pair_selection: all`",
             why "CoMLRL (which makes `all` write `null` itself)",
             check if_set(at_least(1, "use `pairs_per_sample: null` for every pair")),
             only Only::Preference;
@@ -122,9 +128,12 @@ section! {
         /// epsilon 1e-8, weight decay 0.01 — as CoMLRL builds it).
         reward_learning_rate: f64 = 1.0e-5, kind "number > 0", why "CoMLRL",
             check learning_rate, only Only::Marlhf;
-        /// Passes of the reward model over the preference set, each in a freshly shuffled
-        /// order (CoMLRL `reward_num_train_epochs`).
-        reward_num_train_epochs: usize = 1, kind "integer in 1..=10000", why "CoMLRL",
+        /// Passes of the reward model over the preference set (under `marlhf_iter`, over a
+        /// round's replayed pairs), each in a freshly shuffled order (CoMLRL
+        /// `reward_num_train_epochs`).
+        reward_num_train_epochs: usize = if iter { 2 } else { 1 }, kind "integer in 1..=10000",
+            shown "`1`; `2` with `marlhf_iter`",
+            why "CoMLRL (`MARLHFIterConfig`: 2)",
             check reward_epochs, only Only::Marlhf;
         /// Preference pairs per reward-model step (CoMLRL `reward_train_batch_size`).
         reward_train_batch_size: usize = 1, kind "integer ≥ 1", why "CoMLRL",
@@ -137,10 +146,11 @@ section! {
             only Only::Marlhf;
         /// Train the reward head alone, the backbone frozen (CoMLRL `reward_freeze_backbone`).
         reward_freeze_backbone: bool = false, kind "bool", why "CoMLRL", only Only::Marlhf;
-        /// Rounds of `madpo_iter`: each one pass over the training prompts that samples the
-        /// current policy's and the comparator's candidates and pairs them, then
-        /// `trainer.num_train_epochs` DPO passes over the round's replayed pairs (CoMLRL
-        /// `num_iterations`).
+        /// Rounds of `madpo_iter` and `marlhf_iter`: each one pass over the training prompts that
+        /// samples the current policy's and the comparator's candidates and pairs them, then
+        /// (`madpo_iter`) `trainer.num_train_epochs` DPO passes over the round's replayed pairs,
+        /// or (`marlhf_iter`) a reward model trained afresh on them and `num_train_epochs`
+        /// online epochs against it (CoMLRL `num_iterations`).
         num_iterations: usize = 6, kind "integer in 1..=10000", why "CoMLRL",
             check iterations, only Only::Iter;
         /// Which rounds' preference sets a round trains on (CoMLRL `preference_replay_mode`):
@@ -174,8 +184,21 @@ section! {
         /// initial one before that; saved under `<output_dir>/policy_checkpoints`), `api` (an
         /// OpenAI-compatible chat-completions endpoint, `comparator_api_*`; its texts are
         /// tokenized with the agents' tokenizers, no EOS, as CoMLRL re-encodes them).
+        /// `marlhf_iter` refuses `history` (not ported there yet).
         comparator_policy: ComparatorPolicy = ComparatorPolicy::Current,
             kind "`current` \\| `current_copy` \\| `model` \\| `history` \\| `api`", why "CoMLRL",
+            only Only::Iter;
+        /// `decentralized`: each agent's comparator answers that agent's prompt; `centralized`:
+        /// one comparator answers one prompt that asks for every agent's output in tagged
+        /// sections (CoMLRL's `TaggedCentralizedComparatorAdapter`), then split into the
+        /// agents' outputs (an answer with no section: every agent's output empty, where CoMLRL
+        /// stops with a parse error). CoMLRL `comparator_generation_mode`; `centralized` is
+        /// ported for `comparator_policy: api` only (an error with the others).
+        comparator_generation_mode: ComparatorGenerationMode = ComparatorGenerationMode::Decentralized,
+            kind "`decentralized` \\| `centralized`", why "CoMLRL", only Only::Iter;
+        /// Whose sampling settings the `centralized` comparator answers with (0-based; CoMLRL
+        /// `comparator_centralized_agent_index`); below the number of agents.
+        comparator_centralized_agent_index: usize = 0, kind "integer ≥ 0", why "CoMLRL",
             only Only::Iter;
         /// Candidates the comparator samples per prompt (CoMLRL `comparator_num_candidates`);
         /// `null`: `num_candidates`. Pairs compare index i of both, so only the first
@@ -221,6 +244,11 @@ section! {
         /// `comparator_api_key_prefix`); empty: the key alone.
         comparator_api_key_prefix: String = "Bearer".to_string(), kind "string", why "CoMLRL",
             only Only::Iter;
+        /// What ranks a `marlhf_iter` round's candidates (CoMLRL `preference_scoring_reward`):
+        /// `task` the task reward; `reward_model` the previous round's reward model (the first
+        /// round, which has none, the task reward), whose scores then become the pairs' rewards.
+        scoring_reward: ScoringReward = ScoringReward::Task,
+            kind "`task` \\| `reward_model`", why "CoMLRL", only Only::MarlhfIter;
     }
     resolved {
         /// The reward model's backbone, written as an agent's `model` (CoMLRL
@@ -304,8 +332,10 @@ pub(crate) enum Only {
     Preference,
     /// `trainer.algorithm: marlhf`.
     Marlhf,
-    /// `trainer.algorithm: madpo_iter`.
+    /// `trainer.algorithm: madpo_iter` or `marlhf_iter`.
     Iter,
+    /// `trainer.algorithm: marlhf_iter`.
+    MarlhfIter,
 }
 
 impl Relevance for Only {
@@ -316,16 +346,22 @@ impl Relevance for Only {
             Only::Preference => p.active,
             Only::Marlhf => p.marlhf,
             Only::Iter => p.iter,
+            Only::MarlhfIter => p.marlhf_iter,
         }
     }
 
     fn moot_warning(&self) -> Option<&'static str> {
         match self {
             Only::Preference => Some(
-                "has no effect unless `trainer.algorithm` is `madpo`, `marlhf` or `madpo_iter`",
+                "has no effect unless `trainer.algorithm` is `madpo`, `marlhf`, `madpo_iter` or `marlhf_iter`",
             ),
-            Only::Marlhf => Some("has no effect unless `trainer.algorithm` is `marlhf`"),
-            Only::Iter => Some("has no effect unless `trainer.algorithm` is `madpo_iter`"),
+            Only::Marlhf => {
+                Some("has no effect unless `trainer.algorithm` is `marlhf` or `marlhf_iter`")
+            }
+            Only::Iter => {
+                Some("has no effect unless `trainer.algorithm` is `madpo_iter` or `marlhf_iter`")
+            }
+            Only::MarlhfIter => Some("has no effect unless `trainer.algorithm` is `marlhf_iter`"),
         }
     }
 }
@@ -348,6 +384,7 @@ pub(crate) fn resolve(
     trainer: &mut TrainerPlan,
     generations_set: bool,
     base: &Path,
+    num_agents: usize,
 ) -> PreferencePlan {
     let p = KeyPath::root().key("preference");
     let cx = PreferenceContext {
@@ -358,26 +395,27 @@ pub(crate) fn resolve(
     if !plan.marlhf && raw.reward_model.is_some() {
         d.warn(
             &p.key("reward_model"),
-            "has no effect unless `trainer.algorithm` is `marlhf`",
+            "has no effect unless `trainer.algorithm` is `marlhf` or `marlhf_iter`",
         );
     }
     if !plan.iter && raw.comparator_model.is_some() {
         d.warn(
             &p.key("comparator_model"),
-            "has no effect unless `trainer.algorithm` is `madpo_iter`",
+            "has no effect unless `trainer.algorithm` is `madpo_iter` or `marlhf_iter`",
         );
     }
     if !plan.active {
         return plan;
     }
     let name = match (plan.marlhf, plan.iter) {
+        (true, true) => "MARLHFIter",
         (true, _) => "MARLHF",
         (_, true) => "MADPOIter",
         _ => "MADPO",
     };
     let mut plan = plan;
     if plan.iter {
-        resolve_iter(d, &p, &mut plan);
+        resolve_iter(d, &p, &mut plan, num_agents);
     } else if plan.pair_selection == PairSelection::ComparatorReward {
         d.invalid(
             &p.key("pair_selection"),
@@ -421,6 +459,9 @@ pub(crate) fn resolve(
     }
     if plan.marlhf {
         resolve_marlhf(d, &p, &plan, trainer);
+        if plan.marlhf_iter {
+            resolve_marlhf_iter(d, &p, &plan);
+        }
         return plan;
     }
     if generations_set && trainer.num_generations != plan.num_candidates {
@@ -440,7 +481,7 @@ pub(crate) fn resolve(
 /// MADPOIter's checks, as CoMLRL's `_validate_iterative_config`: each replay mode's own keys
 /// and none of the others', each comparator's own keys; `comparator_history_k` becomes 1
 /// under `history` when unset.
-fn resolve_iter(d: &mut Diags, p: &KeyPath, plan: &mut PreferencePlan) {
+fn resolve_iter(d: &mut Diags, p: &KeyPath, plan: &mut PreferencePlan, num_agents: usize) {
     let mode = plan.replay_mode;
     let only = |d: &mut Diags, key: &str, set: bool, valid: &str| {
         if set {
@@ -511,6 +552,28 @@ fn resolve_iter(d: &mut Diags, p: &KeyPath, plan: &mut PreferencePlan) {
         }
     }
     let policy = plan.comparator_policy;
+    if plan.comparator_generation_mode == ComparatorGenerationMode::Centralized
+        && policy != ComparatorPolicy::Api
+    {
+        d.invalid(
+            &p.key("comparator_generation_mode"),
+            format!(
+                "`centralized` with `comparator_policy: {}` is not ported yet (a local policy sampling the tagged prompt)",
+                crate::keys::shown(&policy).trim_matches('`')
+            ),
+            "use `comparator_generation_mode: decentralized`, or `comparator_policy: api`",
+        );
+    }
+    if plan.comparator_centralized_agent_index >= num_agents {
+        d.invalid(
+            &p.key("comparator_centralized_agent_index"),
+            format!(
+                "{} is not an agent's index ({num_agents} agents, counted from 0)",
+                plan.comparator_centralized_agent_index
+            ),
+            "use e.g. `comparator_centralized_agent_index: 0`",
+        );
+    }
     if policy == ComparatorPolicy::Api && plan.comparator_api_url.is_none() {
         d.invalid(
             &p.key("comparator_policy"),
@@ -549,8 +612,9 @@ fn resolve_iter(d: &mut Diags, p: &KeyPath, plan: &mut PreferencePlan) {
 /// trainer's (a different one written there is an error, as for `algorithm: marloo`).
 fn resolve_marlhf(d: &mut Diags, p: &KeyPath, plan: &PreferencePlan, trainer: &mut TrainerPlan) {
     let Some(mode) = plan.rl_algorithm.advantage_mode() else {
-        // An actor-critic backend: its critic is `trainer.critic` (resolved with the trainer).
-        if trainer.critic.is_none() {
+        // An actor-critic backend: its critic is `trainer.critic` (resolved with the trainer);
+        // `marlhf_iter` refuses it (`resolve_marlhf_iter`) and resolves no critic.
+        if trainer.critic.is_none() && !plan.marlhf_iter {
             d.invalid(
                 &p.key("rl_algorithm"),
                 format!("`{}` needs `trainer.critic`", plan.rl_algorithm.name()),
@@ -587,6 +651,30 @@ fn resolve_marlhf(d: &mut Diags, p: &KeyPath, plan: &PreferencePlan, trainer: &m
             &KeyPath::root().key("trainer").key("reward_aggregation"),
             "MARLHF's online phase trains on the reward model's one score, not on the task's terms",
             "remove `trainer.reward_aggregation`",
+        );
+    }
+}
+
+/// What `marlhf_iter` does not port yet, refused rather than run differently from CoMLRL: an
+/// actor-critic online phase (CoMLRL builds a fresh actor-critic trainer, critics included,
+/// every round) and the `history` comparator (its policies are saved when a round's online
+/// epochs end, which the round's collecting pass does not see here).
+fn resolve_marlhf_iter(d: &mut Diags, p: &KeyPath, plan: &PreferencePlan) {
+    if plan.rl_algorithm.advantage_mode().is_none() {
+        d.invalid(
+            &p.key("rl_algorithm"),
+            format!(
+                "`{}` is not ported for `marlhf_iter` yet (CoMLRL builds a fresh critic every round)",
+                plan.rl_algorithm.name()
+            ),
+            "use `rl_algorithm: magrpo` (or `mareinforce`, `marloo`, `maremax`), or `trainer.algorithm: marlhf`",
+        );
+    }
+    if plan.comparator_policy == ComparatorPolicy::History {
+        d.invalid(
+            &p.key("comparator_policy"),
+            "`history` is not ported for `marlhf_iter` yet",
+            "use `comparator_policy: current`, `current_copy`, `model` or `api`",
         );
     }
 }

@@ -92,8 +92,14 @@ pub(crate) fn resolve(
         critic_for,
     };
     let mut trainer = trainer::resolve(d, raw_trainer, &cx);
-    let preference =
-        preference_keys::resolve(d, &raw_preference, &mut trainer, generations_set, &base);
+    let preference = preference_keys::resolve(
+        d,
+        &raw_preference,
+        &mut trainer,
+        generations_set,
+        &base,
+        num_agents,
+    );
     let agents = raw_agents.map(|list| {
         list.into_iter()
             .enumerate()

@@ -48,9 +48,11 @@ section! {
         /// online MARL train against that model (`preference.rl_algorithm`, `reward_*`).
         /// `madpo_iter` is CoMLRL's MADPOIter: `preference.num_iterations` rounds, each one
         /// pass over the prompts comparing the current policy's candidates with a comparator's,
-        /// then `num_train_epochs` DPO passes over the round's (replayed) pairs.
+        /// then `num_train_epochs` DPO passes over the round's (replayed) pairs. `marlhf_iter` is
+        /// CoMLRL's MARLHFIter: rounds as `madpo_iter`'s, each training a fresh reward model on
+        /// the round's (replayed) pairs, then `num_train_epochs` online epochs against it.
         algorithm: Algorithm = Algorithm::Magrpo,
-            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `iac` \\| `maac` \\| `madpo` \\| `marlhf` \\| `madpo_iter`",
+            kind "`magrpo` \\| `mareinforce` \\| `marloo` \\| `maremax` \\| `iac` \\| `maac` \\| `madpo` \\| `marlhf` \\| `madpo_iter` \\| `marlhf_iter`",
             why "CoMLRL's MAGRPO trainer";
         /// A published recipe whose settings become the defaults of the keys it names (the
         /// resolved scenario, e.g. `comlrl check --print`, shows them all): `dr_grpo` (Dr. GRPO,
@@ -65,7 +67,7 @@ section! {
             why "off: CoMLRL's MAGRPO objective";
         /// Passes over the training prompts.
         num_train_epochs: usize = algorithm.default_num_train_epochs(), kind "integer ≥ 1",
-            shown "`20`; `40` with `iac`, `maac`; `1` with `madpo_iter` (per round)", why "CoMLRL: each trainer's config default",
+            shown "`20`; `40` with `iac`, `maac`; `1` with `madpo_iter`, `2` with `marlhf_iter` (per round)", why "CoMLRL: each trainer's config default",
             check at_least(1, "set `num_train_epochs: 1` or more");
         /// AdamW learning rate of every agent that does not set its own (CoMLRL 1.4's name;
         /// older CoMLRL: `learning_rate`).

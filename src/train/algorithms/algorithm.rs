@@ -43,6 +43,17 @@ pub enum ComparatorSource<'a> {
 pub trait TextComparator: Sync {
     /// `n` answers to agent `agent`'s `prompt` (its template, no chat template).
     fn complete(&self, agent: usize, prompt: &str, n: usize) -> Result<Vec<String>>;
+
+    /// `n` answers of every agent to a prompt, from each agent's `prompts` (their templates, no
+    /// chat template), by agent: each agent's own [`TextComparator::complete`] unless the
+    /// comparator answers all agents at once (a centralized one).
+    fn complete_all(&self, prompts: &[String], n: usize) -> Result<Vec<Vec<String>>> {
+        prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| self.complete(i, p, n))
+            .collect()
+    }
 }
 
 /// A training algorithm (selected by `trainer.algorithm`, see `registry`).
@@ -88,9 +99,10 @@ pub trait Algorithm: CheckpointPart + Send + Sync {
         false
     }
 
-    /// An offline algorithm's share of a first-epoch prompt (and a collecting algorithm's, in
-    /// its collecting epochs: `trainer.algorithm`'s `collect_epochs`, sampled with
-    /// `preference.num_candidates` completions): its samples from [`Algorithm::targets`] and
+    /// An offline algorithm's share of a first-epoch prompt: its samples from
+    /// [`Algorithm::targets`]; a collecting algorithm's, in its collecting epochs
+    /// (`Scenario::collecting`, sampled with `preference.num_candidates` completions): the
+    /// prompt's candidates with their rewards (`Node::into_reward_samples`); either way
     /// each agent's prompt from its template (no chat template). Every rank calls it with the same samples, in step order.
     /// A collecting epoch ends in an update round with an empty buffer, where the algorithm
     /// trains on what it collected (MARLHF's reward model).
@@ -99,6 +111,13 @@ pub trait Algorithm: CheckpointPart + Send + Sync {
             "{} is not an offline algorithm",
             self.name()
         )))
+    }
+
+    /// Whether the algorithm trains nothing until its next collecting epoch (a `marlhf_iter`
+    /// round that gave no pair to train on: CoMLRL skips its online passes); the loop then
+    /// samples nothing in the epochs before it. `false` (the default): it trains.
+    fn idle(&self) -> bool {
+        false
     }
 
     /// A comparing algorithm's comparator in its collecting epochs (iterative MADPO): the loop

@@ -5,7 +5,8 @@
 //! actor-critic with one critic; `madpo/`, offline multi-agent DPO; `marlhf/`, a joint reward
 //! model, then an online algorithm the registry gives it) that imports the seam and the shared
 //! machinery, never another algorithm; `actor_critic/` is what IAC and MAAC share (advantages,
-//! the actor's loss, a critic's value and loss), not an algorithm.
+//! the actor's loss, a critic's value and loss), not an algorithm, and `preference/` what the
+//! iterative preference trainers share (the comparator, the replay of earlier rounds).
 //!
 //! Files, lowest first: `algorithm` and `round` (the seam), the algorithm folders, `registry`.
 //! Imports every other folder of `train` but `trainer`.
@@ -16,6 +17,7 @@ pub mod maac;
 pub mod madpo;
 pub mod magrpo;
 pub mod marlhf;
+pub mod preference;
 pub mod registry;
 pub mod round;
 

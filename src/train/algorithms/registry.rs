@@ -7,6 +7,7 @@ use super::maac::Maac;
 use super::madpo::iter::MadpoIter;
 use super::madpo::Madpo;
 use super::magrpo::Magrpo;
+use super::marlhf::iter::MarlhfIter;
 use super::marlhf::Marlhf;
 use crate::error::Result;
 use crate::model::Policy;
@@ -26,16 +27,23 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorith
         // MARLHF trains online with its `rl_algorithm` against the reward model it learns
         // first: the MAGRPO family (the scenario crate has resolved `trainer.advantage_mode` to
         // the one named) or an actor-critic (its critic resolved as `trainer.critic`).
-        A::Marlhf => {
-            use comlrl_scenario::RlAlgorithm as R;
-            let online: Box<dyn Algorithm> = match s.preference.rl_algorithm {
-                R::Magrpo | R::Mareinforce | R::Marloo | R::Maremax => Box::new(Magrpo::new(s)),
-                R::Iac => Box::new(Iac::new(s, agents)?),
-                R::Maac => Box::new(Maac::new(s, agents)?),
-            };
-            Box::new(Marlhf::new(s, agents, online)?)
-        }
+        A::Marlhf => Box::new(Marlhf::new(s, agents, online(s, agents)?)?),
+        // Iterative MARLHF's online phase: the MAGRPO family only (the scenario crate refuses
+        // the actor-critics there).
+        A::MarlhfIter => Box::new(MarlhfIter::new(s, agents, online(s, agents)?)?),
         A::Maac => Box::new(Maac::new(s, agents)?),
         A::MadpoIter => Box::new(MadpoIter::new(s, agents)?),
+    })
+}
+
+/// MARLHF's online algorithm (`preference.rl_algorithm`): the MAGRPO family (the scenario crate
+/// has resolved `trainer.advantage_mode` to the one named) or an actor-critic (its critic
+/// resolved as `trainer.critic`).
+fn online(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorithm>> {
+    use comlrl_scenario::RlAlgorithm as R;
+    Ok(match s.preference.rl_algorithm {
+        R::Magrpo | R::Mareinforce | R::Marloo | R::Maremax => Box::new(Magrpo::new(s)),
+        R::Iac => Box::new(Iac::new(s, agents)?),
+        R::Maac => Box::new(Maac::new(s, agents)?),
     })
 }

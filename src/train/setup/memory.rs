@@ -311,7 +311,7 @@ pub fn estimate(
         }
         // MARLHF's reward model lives beside agent 0 (`preference.reward_model`, by default
         // agent 0's model); at its training's peak it has AdamW state and gradients too.
-        if a.index == 0 && s.trainer.algorithm == comlrl_scenario::Algorithm::Marlhf {
+        if a.index == 0 && s.trainer.algorithm.learns_reward_model() {
             let rm = s.preference.reward_model.as_ref().unwrap_or(&a.model);
             if !infos.contains_key(&rm.spec) {
                 let src = super::models::source_of(rm, &s.base_dir)?;
@@ -393,7 +393,7 @@ fn one_critic(s: &Scenario) -> bool {
     use comlrl_scenario::{Algorithm as A, RlAlgorithm as R};
     match s.trainer.algorithm {
         A::Maac => true,
-        A::Marlhf => s.preference.rl_algorithm == R::Maac,
+        A::Marlhf | A::MarlhfIter => s.preference.rl_algorithm == R::Maac,
         _ => false,
     }
 }

@@ -230,9 +230,14 @@ impl Loop<'_> {
             }
             return Ok(());
         }
-        // A collecting epoch (MARLHF's first) samples `preference.num_candidates` answers per
-        // agent and hands them to the algorithm; it ends in a round on an empty buffer.
-        let collecting = epoch < s.collect_epochs();
+        // A collecting epoch (MARLHF's first, each round's first of an iterative algorithm)
+        // samples `preference.num_candidates` answers per agent and hands them to the
+        // algorithm; it ends in a round on an empty buffer.
+        let collecting = s.collecting(epoch);
+        // An algorithm with nothing to train before its next collecting epoch samples nothing.
+        if !collecting && self.algorithm.idle() {
+            return Ok(());
+        }
         // A comparing algorithm's comparator (iterative MADPO) in a collecting epoch.
         let (mut current_k, mut comparator_k, mut own_comparator) = (0, 0, false);
         if collecting {
@@ -290,7 +295,11 @@ impl Loop<'_> {
         let algorithm = &*self.algorithm;
         let rolled = rollout(&spec, &input, &prompts, &mut state.rng, &mut phases, pre).and_then(
             |mut root| {
-                if !collecting && !offline {
+                // A collecting epoch hands the algorithm its candidates with their rewards.
+                if collecting {
+                    return Ok(root.into_reward_samples());
+                }
+                if !offline {
                     algorithm.rescore(&formatted, &mut root)?;
                 }
                 algorithm.targets(root)
@@ -403,8 +412,15 @@ impl Loop<'_> {
                 };
                 let t = Instant::now();
                 let mut agents = Vec::with_capacity(mine.agents.len());
-                for (i, a) in mine.agents.iter().enumerate() {
-                    let texts = api.complete(i, &formatted[i], c.comparator)?;
+                let answers = api.complete_all(formatted, c.comparator)?;
+                if answers.len() != mine.agents.len() {
+                    return Err(Error::Internal(format!(
+                        "the comparator answered {} agents of {}",
+                        answers.len(),
+                        mine.agents.len()
+                    )));
+                }
+                for ((i, a), texts) in mine.agents.iter().enumerate().zip(answers) {
                     let policy = self.agents.policies[i]
                         .as_ref()
                         .ok_or_else(|| Error::Internal(format!("agent {i} is not held here")))?;
@@ -421,7 +437,7 @@ impl Loop<'_> {
             }
         };
         let root = rollout(&spec, input, prompts, &mut state.rng, phases, pre)?;
-        let theirs = self.algorithm.targets(root)?;
+        let theirs = root.into_reward_samples();
         let (Some(mine), Some(theirs)) = (
             nodes.iter_mut().find(|n| n.turn == 0),
             theirs.into_iter().find(|n| n.turn == 0),
@@ -438,13 +454,16 @@ impl Loop<'_> {
         let start = Instant::now();
         let agents = &mut *self.agents;
         let freed = housekeeping::before_update(&agents.policies)?;
-        // An offline algorithm runs one round per epoch.
-        let rounds = if t.algorithm.iterative() {
-            self.settings.scenario.preference.num_iterations
-        } else if self.algorithm.offline() {
-            t.num_train_epochs
-        } else {
-            self.settings.rounds()
+        // An offline algorithm runs one round per epoch; iterative MADPO one per round (its
+        // passes over the pairs are its steps), iterative MARLHF its online rounds every round.
+        let iterations = self.settings.scenario.preference.num_iterations;
+        let rounds = match t.algorithm {
+            comlrl_scenario::Algorithm::MadpoIter => iterations,
+            comlrl_scenario::Algorithm::MarlhfIter => {
+                iterations.saturating_mul(self.settings.rounds())
+            }
+            _ if self.algorithm.offline() => t.num_train_epochs,
+            _ => self.settings.rounds(),
         };
         let rule = StepRule {
             total_steps: rounds.saturating_mul(self.algorithm.steps_per_round()),
@@ -503,7 +522,9 @@ impl Loop<'_> {
         let rows = s.dataset.train.rows.len();
         // A collecting epoch's end (MARLHF's reward model has trained) closes its window, so
         // the reward model's metrics never mix with the online updates'.
-        let collected = state.step.is_multiple_of(rows) && state.step / rows <= s.collect_epochs();
+        let collected = state.step.is_multiple_of(rows)
+            && state.step >= rows
+            && s.collecting(state.step / rows - 1);
         if state.step.is_multiple_of(s.logging.steps.max(1)) || state.step == total || collected {
             self.strategy.merge_window(&mut state.window)?;
             let epoch = (state.step - 1) / s.dataset.train.rows.len() + 1;

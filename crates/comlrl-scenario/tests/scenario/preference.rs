@@ -4,13 +4,14 @@
 //! under `all`, an unbounded candidate count, centralized agents); the keys warn under another
 //! algorithm; the resolved YAML reads back to the same plan. `madpo_iter`: `MADPOIterConfig`'s
 //! defaults, its rounds as the run's epochs, and CoMLRL's checks of the replay and comparator
-//! keys.
+//! keys. `marlhf_iter`: `MARLHFIterConfig`'s defaults, each round a collecting epoch and its
+//! online ones, and what is refused there.
 use crate::common;
 
 use comlrl_scenario::ErrorKind::*;
 use comlrl_scenario::{
     load_str, AdvantageMode, Algorithm, CollaborationMode, ComparatorPolicy, PairSelection,
-    ReplayMode, RlAlgorithm, MAX_CANDIDATES,
+    ReplayMode, RlAlgorithm, ScoringReward, MAX_CANDIDATES,
 };
 use common::{Fixture, BASE};
 
@@ -124,8 +125,9 @@ fn preference_keys_warn_under_another_algorithm() {
     assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
     assert!(
         s.warnings[0].contains("preference.dpo_beta")
-            && s.warnings[0]
-                .contains("unless `trainer.algorithm` is `madpo`, `marlhf` or `madpo_iter`"),
+            && s.warnings[0].contains(
+                "unless `trainer.algorithm` is `madpo`, `marlhf`, `madpo_iter` or `marlhf_iter`"
+            ),
         "{}",
         s.warnings[0]
     );
@@ -317,6 +319,14 @@ fn what_madpo_iter_cannot_run_is_an_error() {
         ("comparator_model: builtin:tiny", "comparator_model"),
         ("num_iterations: 0", "num_iterations"),
         ("comparator_num_candidates: 0", "comparator_num_candidates"),
+        (
+            "comparator_generation_mode: centralized",
+            "comparator_generation_mode",
+        ),
+        (
+            "comparator_centralized_agent_index: 2",
+            "comparator_centralized_agent_index",
+        ),
     ] {
         let (msg, _) = f.errs(&madpo_iter(&format!("preference:\n  {bad}\n")), &[]);
         assert!(msg.contains(&format!("preference.{key}")), "{bad}: {msg}");
@@ -344,4 +354,101 @@ fn what_madpo_iter_cannot_run_is_an_error() {
         &[],
     );
     assert!(msg.contains("pair_selection"), "{msg}");
+}
+
+/// BASE under marlhf_iter (its `num_generations` stays the online phase's).
+fn marlhf_iter(extra: &str) -> String {
+    format!("{BASE}  algorithm: marlhf_iter\n{extra}")
+}
+
+#[test]
+fn marlhf_iter_defaults_are_comlrls_and_a_round_is_a_collecting_epoch_and_its_online_ones() {
+    let f = Fixture::new();
+    let s = f.ok(&marlhf_iter(""), &[]);
+    assert_eq!(s.trainer.algorithm, Algorithm::MarlhfIter);
+    let p = &s.preference;
+    assert!(p.active && p.iter && p.marlhf && p.marlhf_iter);
+    // `MARLHFIterConfig`'s own defaults.
+    assert_eq!(p.num_candidates, 20);
+    assert_eq!(p.pairs_per_sample, Some(4));
+    assert_eq!(p.pair_selection, PairSelection::ComparatorReward);
+    assert_eq!(p.reward_num_train_epochs, 2);
+    assert_eq!(p.scoring_reward, ScoringReward::Task);
+    assert_eq!(p.num_iterations, 6);
+    assert_eq!(p.rl_algorithm, RlAlgorithm::Magrpo);
+    assert_eq!(s.trainer.num_train_epochs, 2, "two online epochs per round");
+    assert_eq!(
+        s.trainer.num_generations, 8,
+        "the online phase's, untouched"
+    );
+    assert_eq!(s.epochs_per_round(), 3);
+    assert_eq!(s.run_epochs(), 18);
+    let collecting: Vec<usize> = (0..20).filter(|&e| s.collecting(e)).collect();
+    assert_eq!(collecting, [0, 3, 6, 9, 12, 15]);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let s = f.ok(
+        &marlhf_iter("preference:\n  scoring_reward: reward_model\n  replay_mode: nearest_k\n  replay_k: 2\n  num_iterations: 2\n"),
+        &[],
+    );
+    assert_eq!(s.preference.scoring_reward, ScoringReward::RewardModel);
+    assert_eq!(s.run_epochs(), 6);
+    let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("reload");
+    assert_eq!(again.preference, s.preference);
+    // The key of marlhf_iter alone warns elsewhere.
+    let s = f.ok(
+        &format!("{}preference:\n  scoring_reward: task\n", madpo_iter("")),
+        &[],
+    );
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("preference.scoring_reward")
+                && w.contains("unless `trainer.algorithm` is `marlhf_iter`")),
+        "{:?}",
+        s.warnings
+    );
+}
+
+#[test]
+fn what_marlhf_iter_cannot_run_is_an_error() {
+    let f = Fixture::new();
+    for (bad, key, why) in [
+        (
+            "rl_algorithm: iac",
+            "rl_algorithm",
+            "not ported for `marlhf_iter`",
+        ),
+        (
+            "rl_algorithm: maac",
+            "rl_algorithm",
+            "not ported for `marlhf_iter`",
+        ),
+        (
+            "comparator_policy: history",
+            "comparator_policy",
+            "not ported for `marlhf_iter`",
+        ),
+        (
+            "replay_mode: nearest_k",
+            "replay_k",
+            "needs the number of rounds",
+        ),
+        (
+            "comparator_policy: model",
+            "comparator_policy",
+            "needs the comparator's model",
+        ),
+        ("scoring_reward: oracle", "scoring_reward", ""),
+        (
+            "reward_num_train_epochs: 0",
+            "reward_num_train_epochs",
+            "1..=10000",
+        ),
+    ] {
+        let (msg, _) = f.errs(&marlhf_iter(&format!("preference:\n  {bad}\n")), &[]);
+        assert!(
+            msg.contains(&format!("preference.{key}")) && msg.contains(why),
+            "{bad}: {msg}"
+        );
+    }
 }

@@ -7,40 +7,30 @@
 //! `replay_mode` picks the pairs to train on (`replay`), and `trainer.num_train_epochs` passes of
 //! MADPO's loss run over them (`Madpo::train_pass`).
 //!
-//! Comparators (`comparator_policy`): `current` and `current_copy` sample the agents themselves
-//! (CoMLRL's copy is taken when the round starts and the round samples before it trains, so the
-//! two see the same weights; no second copy is kept here); `model` a frozen model; `history` the
-//! policy saved `comparator_history_k` rounds back (`<output_dir>/policy_checkpoints`, CoMLRL's
-//! layout: `initial`, `iteration_0000`, …); `api` an OpenAI-compatible endpoint (`api`).
-//!
-//! A pair's two sides are token ids as sampled (CoMLRL decodes the comparator's and re-encodes
-//! the text with the agent's tokenizer; a local comparator must therefore share the agents'
-//! tokenizer, which the vocabulary size checks). An endpoint's texts are encoded as CoMLRL
-//! does: the agent's tokenizer, no special tokens, so no EOS.
+//! The comparator (`comparator_policy`) is the shared `preference::comparator`. A pair's two
+//! sides are token ids as sampled; an endpoint's texts are encoded as CoMLRL does: the agent's
+//! tokenizer, no special tokens, so no EOS.
 //!
 //! The checkpoint holds the preference history (every round's pairs and the entries they use),
 //! the shards, the round index and the generators, so a resumed run goes on collecting the
 //! round where it stopped and never samples a finished prompt again; the `history`
 //! comparator's policies are read back from their saved folders.
-use super::api::{ApiComparator, ApiSettings, Sampling};
-use super::replay::{self, Replay};
 use super::set::PreferenceSet;
 use super::Madpo;
 use crate::error::{Error, Result};
-use crate::model::{LoadOptions, Policy};
-use crate::train::algorithms::algorithm::{
-    Algorithm, ComparatorSource, Comparison, TextComparator,
-};
+use crate::model::Policy;
+use crate::train::algorithms::algorithm::{Algorithm, Comparison};
+use crate::train::algorithms::preference::comparator::Comparators;
+use crate::train::algorithms::preference::replay::{self, Replay};
 use crate::train::algorithms::round::{AgentUpdate, Round};
 use crate::train::rollout::pairs::PairSelection;
 use crate::train::rollout::{Node, NodeSample};
 use crate::train::run::checkpoint::CheckpointPart;
-use crate::train::setup::models::source_of;
-use comlrl_scenario::{ComparatorPolicy, Scenario};
+use comlrl_scenario::Scenario;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The checkpoint file (written with agent 0's files).
 pub const CHECKPOINT_FILE: &str = "madpo_iter_state.json";
@@ -57,45 +47,11 @@ struct Saved {
     rng: ChaCha8Rng,
 }
 
-/// Where a `history` comparator's policies are saved and read.
-struct History {
-    /// `<output_dir>/policy_checkpoints`.
-    dir: PathBuf,
-    /// `comparator_history_k`.
-    k: usize,
-    /// How the saved policies are loaded.
-    opts: LoadOptions,
-}
-
-/// The `api` comparator with each agent's sampling settings.
-struct Api {
-    client: ApiComparator,
-    sampling: Vec<Sampling>,
-}
-
-impl TextComparator for Api {
-    fn complete(&self, agent: usize, prompt: &str, n: usize) -> Result<Vec<String>> {
-        let sampling = self
-            .sampling
-            .get(agent)
-            .copied()
-            .ok_or_else(|| Error::Internal(format!("no agent {agent}")))?;
-        self.client.complete(prompt, n, sampling)
-    }
-}
-
 /// Iterative MADPO with its history of rounds.
 pub struct MadpoIter {
     madpo: Madpo,
     agents: usize,
-    current: usize,
-    comparator: usize,
-    /// The comparator samples with the agents themselves.
-    self_comparator: bool,
-    /// The `model` or `history` comparator's policies.
-    policies: Vec<Option<Policy>>,
-    history: Option<History>,
-    api: Option<Api>,
+    comparators: Comparators,
     selection: PairSelection,
     limit: Option<usize>,
     replay: Replay,
@@ -105,45 +61,17 @@ pub struct MadpoIter {
     shards: Vec<Range<usize>>,
     /// Rounds finished (trained).
     iteration: usize,
-    /// The agents' vocabulary, which a comparator must share.
-    vocab: usize,
 }
 
 impl MadpoIter {
-    /// Iterative MADPO as `s.preference` sets it up, with the comparator loaded (`model`) or
-    /// the initial policies saved and loaded (`history`). `agents` are the policies as loaded.
+    /// Iterative MADPO as `s.preference` sets it up, with its comparator
+    /// (`Comparators::new`). `agents` are the policies as loaded.
     pub fn new(s: &Scenario, agents: &[Option<Policy>]) -> Result<Self> {
         let p = &s.preference;
-        if agents.iter().any(Option::is_none) {
-            return Err(Error::Config(
-                "trainer.algorithm madpo_iter needs every agent in this process: each agent's loss \
-                 reads every agent's log-probs; run it without MPI ranks"
-                    .into(),
-            ));
-        }
-        let vocab = agents
-            .iter()
-            .flatten()
-            .map(|a| a.config.vocab_size)
-            .next()
-            .unwrap_or(0);
-        let opts = LoadOptions {
-            seed: s.seed,
-            copies_now: false,
-            ..LoadOptions::default()
-        };
-        let mut it = MadpoIter {
+        Ok(MadpoIter {
             madpo: Madpo::new(s),
             agents: s.agents.len(),
-            current: p.num_candidates,
-            comparator: p.comparator_num_candidates.unwrap_or(p.num_candidates),
-            self_comparator: matches!(
-                p.comparator_policy,
-                ComparatorPolicy::Current | ComparatorPolicy::CurrentCopy
-            ),
-            policies: Vec::new(),
-            history: None,
-            api: None,
+            comparators: Comparators::new(s, agents, "madpo_iter")?,
             selection: p.pair_selection,
             limit: p.pairs_per_sample,
             replay: Replay {
@@ -155,135 +83,7 @@ impl MadpoIter {
             passes: s.trainer.num_train_epochs,
             shards: Vec::new(),
             iteration: 0,
-            vocab,
-        };
-        match p.comparator_policy {
-            ComparatorPolicy::Current | ComparatorPolicy::CurrentCopy => {}
-            ComparatorPolicy::Model => {
-                let model = p.comparator_model.as_ref().ok_or_else(|| {
-                    Error::Config(
-                        "preference.comparator_policy model needs comparator_model".into(),
-                    )
-                })?;
-                let policy = Policy::load(&source_of(model, &s.base_dir)?, &opts).map_err(|e| {
-                    Error::from(e).within(format!("the comparator model {}", model.spec))
-                })?;
-                it.check_vocab(&policy, &model.spec)?;
-                it.policies = (0..it.agents).map(|_| None).collect();
-                // One frozen model serves every agent: loaded once per agent so that each
-                // samples with its own copy (agents sample at the same time).
-                it.policies[0] = Some(policy);
-                for slot in it.policies.iter_mut().skip(1) {
-                    let policy = Policy::load(&source_of(model, &s.base_dir)?, &opts)?;
-                    *slot = Some(policy);
-                }
-            }
-            ComparatorPolicy::History => {
-                if s.agents.iter().any(|a| a.adapter.is_some()) {
-                    return Err(Error::Config(
-                        "preference.comparator_policy history saves whole policies each round; \
-                         agents with a LoRA `adapter` are not supported yet: use `current` or `model`"
-                            .into(),
-                    ));
-                }
-                let dir = s.output_dir.join("policy_checkpoints");
-                let initial = dir.join("initial");
-                // CoMLRL saves the untrained agents once; a resumed run finds them there.
-                if !initial.join("agent_0").is_dir() {
-                    for (i, a) in agents.iter().enumerate() {
-                        if let Some(a) = a {
-                            a.save(&initial.join(format!("agent_{i}")))?;
-                        }
-                    }
-                }
-                it.history = Some(History {
-                    dir,
-                    k: p.comparator_history_k.unwrap_or(1),
-                    opts,
-                });
-                it.load_history()?;
-            }
-            ComparatorPolicy::Api => {
-                let url = p.comparator_api_url.clone().ok_or_else(|| {
-                    Error::Config(
-                        "preference.comparator_policy api needs comparator_api_url".into(),
-                    )
-                })?;
-                it.api = Some(Api {
-                    client: ApiComparator::new(ApiSettings {
-                        url,
-                        model: p.comparator_api_model.clone(),
-                        max_n: p.comparator_api_max_n_per_request,
-                        timeout: p.comparator_api_timeout,
-                        retries: p.comparator_api_retries,
-                        key_env: p.comparator_api_key_env.clone(),
-                        key_header: p.comparator_api_key_header.clone(),
-                        key_prefix: p.comparator_api_key_prefix.clone(),
-                    }),
-                    sampling: s
-                        .agents
-                        .iter()
-                        .map(|a| Sampling {
-                            max_new_tokens: a.sampling.max_new_tokens,
-                            temperature: a.sampling.temperature,
-                            top_p: a.sampling.top_p,
-                        })
-                        .collect(),
-                });
-            }
-        }
-        Ok(it)
-    }
-
-    /// The comparator's token ids are trained as the agents': it must share their vocabulary.
-    fn check_vocab(&self, policy: &Policy, spec: &str) -> Result<()> {
-        if policy.config.vocab_size != self.vocab {
-            return Err(Error::Config(format!(
-                "the comparator {spec} has a vocabulary of {} tokens and the agents {}: its \
-                 answers are trained as the agents' token ids, so it must share their tokenizer",
-                policy.config.vocab_size, self.vocab
-            )));
-        }
-        Ok(())
-    }
-
-    /// The saved policies the `history` comparator of round `self.iteration` samples with:
-    /// those saved after round `iteration − k` (the latest saved at or before it), else the
-    /// initial ones (CoMLRL `_history_policy_checkpoint_path`).
-    fn load_history(&mut self) -> Result<()> {
-        let Some(h) = &self.history else {
-            return Ok(());
-        };
-        let agents = self.agents;
-        let has_all = |d: &Path| (0..agents).all(|i| d.join(format!("agent_{i}")).is_dir());
-        let mut dir = h.dir.join("initial");
-        if let Some(target) = self.iteration.checked_sub(h.k) {
-            for r in (0..=target).rev() {
-                let d = h.dir.join(format!("iteration_{r:04}"));
-                if has_all(&d) {
-                    dir = d;
-                    break;
-                }
-            }
-        }
-        let mut policies = Vec::with_capacity(agents);
-        for i in 0..agents {
-            let path = dir.join(format!("agent_{i}"));
-            let source = crate::model::ModelSource::local(path.clone());
-            let policy = Policy::load(&source, &h.opts).map_err(|e| {
-                Error::from(e).within(format!(
-                    "the history comparator of round {} ({})",
-                    self.iteration + 1,
-                    path.display()
-                ))
-            })?;
-            policies.push(Some(policy));
-        }
-        for p in policies.iter().flatten() {
-            self.check_vocab(p, &dir.display().to_string())?;
-        }
-        self.policies = policies;
-        Ok(())
+        })
     }
 
     /// Where this round's pairs start in the set.
@@ -315,22 +115,14 @@ impl Algorithm for MadpoIter {
     }
 
     fn comparison(&self) -> Option<Comparison<'_>> {
-        Some(Comparison {
-            current: self.current,
-            comparator: self.comparator,
-            source: match (&self.api, self.self_comparator) {
-                (Some(api), _) => ComparatorSource::Texts(api),
-                (None, true) => ComparatorSource::Agents,
-                (None, false) => ComparatorSource::Policies(&self.policies),
-            },
-        })
+        Some(self.comparators.comparison())
     }
 
     fn collect(&mut self, _prompts: &[String], samples: &[NodeSample]) -> Result<()> {
         for node in samples.iter().filter(|n| n.turn == 0) {
             self.madpo.set.add_compared(
                 node,
-                self.current,
+                self.comparators.current,
                 self.selection,
                 self.limit,
                 &mut self.madpo.rng,
@@ -366,13 +158,10 @@ impl Algorithm for MadpoIter {
             l.record("iter_train_pairs", pairs.len() as f64 * steps);
         }
         self.iteration += 1;
-        if let Some(h) = &self.history {
-            let dir = h.dir.join(format!("iteration_{:04}", self.iteration - 1));
-            for l in learners.iter() {
-                l.policy().save(&dir.join(format!("agent_{}", l.index())))?;
-            }
-            self.load_history()?;
-        }
+        self.comparators.round_done(
+            self.iteration - 1,
+            learners.iter().map(|l| (l.index(), l.policy())),
+        )?;
         Ok(round.finish())
     }
 }
@@ -438,6 +227,6 @@ impl CheckpointPart for MadpoIter {
         self.madpo.rng = saved.rng;
         self.shards = saved.shards;
         self.iteration = saved.iteration;
-        self.load_history()
+        self.comparators.load_history(self.iteration)
     }
 }

@@ -10,10 +10,8 @@
 //! It is the loop's one offline algorithm (`Algorithm::offline`): no sampling after the first
 //! epoch. The set and the generator that shuffles it are its checkpoint file
 //! (`madpo_preference.json`), so a resumed run never samples the set again.
-pub mod api;
 pub mod iter;
 pub mod loss;
-pub mod replay;
 pub mod set;
 
 use crate::error::{Error, Result};

@@ -18,13 +18,13 @@
 //! resumed run never samples the set or trains the model again. The final models get
 //! `models/reward_model/` (the backbone in Hugging Face layout, the head as
 //! `reward_head.safetensors`).
+pub mod iter;
 pub mod reward_model;
 pub mod set;
 
 use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
-use crate::model::grad::value::{value_columns, values, ValueAt};
-use crate::model::{LoadOptions, Mode, Policy, RolloutCopies, ScoreLayout, ValueHead};
+use crate::model::{LoadOptions, ModelSource, Policy, RolloutCopies, ValueHead};
 use crate::train::algorithms::algorithm::Algorithm;
 use crate::train::algorithms::round::{AgentUpdate, Round};
 use crate::train::rollout::{Node, NodeSample};
@@ -66,6 +66,12 @@ pub struct Marlhf {
     rm: JointRewardModel,
     /// The reward model's source, as written (for messages).
     rm_spec: String,
+    /// Where the reward model's backbone is loaded from, and how (a fresh one per round of
+    /// `marlhf_iter`).
+    rm_source: ModelSource,
+    rm_opts: LoadOptions,
+    /// The seed of the reward head's initialisation.
+    seed: u64,
     /// How the reward model trained (`None`: not yet).
     trained: Option<RewardTraining>,
     cfg: set::TrainConfig,
@@ -98,23 +104,19 @@ impl Marlhf {
             copies_now: false,
             ..LoadOptions::default()
         };
-        let policy = Policy::load(&source_of(model, &s.base_dir)?, &opts)
-            .map_err(|e| Error::from(e).within(format!("the reward model {}", model.spec)))?;
-        let head = ValueHead::init(
-            policy.config.hidden_size,
-            None,
-            s.seed ^ 0x6d61_726c_6866_0001,
-            DType::F32,
-            policy.model.device(),
-        )?;
+        let rm_source = source_of(model, &s.base_dir)?;
+        let rm = fresh_reward_model(&rm_source, &opts, &model.spec, s.seed)?;
         Ok(Marlhf {
             online,
             agents: s.agents.len(),
             set: TextSet::default(),
             // Its own stream: selecting and shuffling never move the sampling generator.
             rng: ChaCha8Rng::seed_from_u64(s.seed ^ 0x6d61_726c_6866_0002),
-            rm: JointRewardModel { policy, head },
+            rm,
             rm_spec: model.spec.clone(),
+            rm_source,
+            rm_opts: opts,
+            seed: s.seed,
             trained: None,
             cfg: set::TrainConfig {
                 selection: p.pair_selection,
@@ -131,23 +133,7 @@ impl Marlhf {
 
     /// The reward model's score of each joint text (no gradient).
     pub fn score(&self, texts: &[String]) -> Result<Vec<f32>> {
-        let rows = texts
-            .iter()
-            .map(|t| set::tokens(&self.rm, t, self.cfg.max_length))
-            .collect::<Result<Vec<_>>>()?;
-        let mut out = Vec::with_capacity(rows.len());
-        // A handful of texts per pass bounds the pass's activations.
-        for chunk in rows.chunks(8) {
-            let refs: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
-            let empty: Vec<&[u32]> = vec![&[]; refs.len()];
-            let m = &self.rm.policy;
-            let layout = ScoreLayout::new(&m.model, &refs, &empty, m.pad_id)?;
-            let cols = value_columns(&layout, ValueAt::PromptEnd)?;
-            // Scoring needs no graph: the inference forward, as a critic reads V_old.
-            let v = values(&m.model, &self.rm.head, &layout, &cols, Mode::Infer)?;
-            let v: Vec<f32> = v.to_dtype(DType::F32)?.to_vec1()?;
-            out.extend(v);
-        }
+        let out = set::score(&self.rm, texts, self.cfg.max_length)?;
         if let Some(bad) = out.iter().find(|v| !v.is_finite()) {
             return Err(Error::Diverged(format!(
                 "the reward model ({}) scored a joint action {bad}: lower preference.reward_learning_rate",
@@ -157,7 +143,9 @@ impl Marlhf {
         Ok(out)
     }
 
-    fn train_reward_model(&mut self) -> Result<()> {
+    /// Trains the reward model on `pairs` (of its set): `reward_num_train_epochs` shuffled
+    /// passes with a new optimizer.
+    fn train_reward_model_on(&mut self, pairs: &[set::TextPair]) -> Result<()> {
         let vars = match self.cfg.freeze_backbone {
             true => vec![
                 (
@@ -172,7 +160,7 @@ impl Marlhf {
         let report = set::train(
             &self.rm,
             &mut opt,
-            &self.set,
+            pairs,
             &self.cfg,
             &mut self.rng,
             self.plan,
@@ -181,6 +169,26 @@ impl Marlhf {
         self.trained = Some(report);
         Ok(())
     }
+}
+
+/// A reward model as CoMLRL's `_init_reward_model` makes it: the backbone loaded from
+/// `source`, a fresh head (seeded from `seed`).
+fn fresh_reward_model(
+    source: &ModelSource,
+    opts: &LoadOptions,
+    spec: &str,
+    seed: u64,
+) -> Result<JointRewardModel> {
+    let policy = Policy::load(source, opts)
+        .map_err(|e| Error::from(e).within(format!("the reward model {spec}")))?;
+    let head = ValueHead::init(
+        policy.config.hidden_size,
+        None,
+        seed ^ 0x6d61_726c_6866_0001,
+        DType::F32,
+        policy.model.device(),
+    )?;
+    Ok(JointRewardModel { policy, head })
 }
 
 impl Algorithm for Marlhf {
@@ -261,7 +269,10 @@ impl Algorithm for Marlhf {
                 self.agents
             )));
         }
-        self.train_reward_model()?;
+        let pairs = std::mem::take(&mut self.set.pairs);
+        let trained = self.train_reward_model_on(&pairs);
+        self.set.pairs = pairs;
+        trained?;
         let t = self.trained.as_ref().expect("just trained");
         for l in round.learners() {
             l.record("reward_model_loss", t.loss);
@@ -309,20 +320,7 @@ impl CheckpointPart for Marlhf {
                 .map_err(|e| Error::io(&path, e))?;
         let saved: Saved = serde_json::from_str(&text)
             .map_err(|e| Error::checkpoint_by(&path, "not a MARLHF state", e))?;
-        if let Some(p) = saved
-            .set
-            .pairs
-            .iter()
-            .find(|p| p.winner.is_empty() || p.loser.is_empty())
-        {
-            return Err(Error::checkpoint(
-                &path,
-                format!(
-                    "its preference set holds an empty joint text (pair with rewards {} / {})",
-                    p.winner_reward, p.loser_reward
-                ),
-            ));
-        }
+        check_text_set(&saved.set, &path)?;
         read_weights(&self.rm.vars(), &dir.join(WEIGHTS_FILE))?;
         self.set = saved.set;
         self.rng = saved.rng;
@@ -348,5 +346,23 @@ impl CheckpointPart for Marlhf {
             ("reward_head.bias".to_string(), self.rm.head.bias.clone()),
         ];
         write_weights(&head, &dir.join("reward_head.safetensors"))
+    }
+}
+
+/// A preference set read from the checkpoint `path`: no empty joint text.
+pub(crate) fn check_text_set(set: &TextSet, path: &Path) -> Result<()> {
+    match set
+        .pairs
+        .iter()
+        .find(|p| p.winner.is_empty() || p.loser.is_empty())
+    {
+        Some(p) => Err(Error::checkpoint(
+            path,
+            format!(
+                "its preference set holds an empty joint text (pair with rewards {} / {})",
+                p.winner_reward, p.loser_reward
+            ),
+        )),
+        None => Ok(()),
     }
 }

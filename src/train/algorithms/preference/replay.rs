@@ -1,5 +1,5 @@
-//! Which pairs a round of iterative MADPO trains on (CoMLRL 1.4.3
-//! `MADPOIterTrainer._select_iteration_preference_pairs`): every round's pairs are kept as a
+//! Which pairs a round of an iterative preference trainer trains on (CoMLRL 1.4.3
+//! `MADPOIterTrainer._select_iteration_preference_pairs`, which `MARLHFIterTrainer` inherits): every round's pairs are kept as a
 //! shard (its range of the preference set), and `replay_mode` picks from them.
 //!
 //! - `current`: the round's own pairs, in order (the pass shuffles them);
@@ -13,7 +13,6 @@
 //! without replacement (whole shuffled copies first when the count exceeds it); all of them
 //! shuffled. CoMLRL draws from Python's `random`, this from the run's seeded generator: the
 //! weights, the shards and the counts' rule are CoMLRL's, the draws are not.
-use super::set::Pair;
 use comlrl_scenario::ReplayMode;
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -114,12 +113,12 @@ pub fn draw(replay: &Replay, rounds: &[usize]) -> Draw {
 
 /// The pairs a round trains on: `rounds` are every round's range of `pairs` (this round's
 /// last).
-pub fn select(
+pub fn select<P: Clone>(
     replay: &Replay,
-    pairs: &[Pair],
+    pairs: &[P],
     rounds: &[Range<usize>],
     rng: &mut impl Rng,
-) -> Vec<Pair> {
+) -> Vec<P> {
     let sizes: Vec<usize> = rounds.iter().map(|r| r.len()).collect();
     let (shards, weights, n) = match draw(replay, &sizes) {
         Draw::Current => {
@@ -176,14 +175,13 @@ mod tests {
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
+    #[derive(Debug, Clone, PartialEq)]
+    struct Pair {
+        entry: usize,
+    }
+
     fn pair(entry: usize) -> Pair {
-        Pair {
-            entry,
-            winner: 0,
-            loser: 1,
-            winner_reward: 1.0,
-            loser_reward: 0.0,
-        }
+        Pair { entry }
     }
 
     #[test]

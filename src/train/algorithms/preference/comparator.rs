@@ -1,0 +1,291 @@
+//! The comparator of an iterative preference round (CoMLRL 1.4.3's `comparator_policy`, shared
+//! by `MADPOIterTrainer` and `MARLHFIterTrainer`): whose candidates the current policy's are
+//! compared with, and how the loop samples them ([`Comparison`]).
+//!
+//! `current` and `current_copy` sample the agents themselves (CoMLRL's copy is taken when the
+//! round starts and the round samples before it trains, so the two see the same weights; no
+//! second copy is kept here); `model` a frozen model; `history` the policy saved
+//! `comparator_history_k` rounds back (`<output_dir>/policy_checkpoints`, CoMLRL's layout:
+//! `initial`, `iteration_0000`, …); `api` an OpenAI-compatible endpoint (`api`), each agent's
+//! prompt its own request, or under `comparator_generation_mode: centralized` one request per
+//! prompt for every agent (`centralized`'s tagged prompt, the answers split).
+//!
+//! A local comparator's token ids are trained as the agents' (CoMLRL decodes them and
+//! re-encodes the text with the agent's tokenizer), so it must share the agents' tokenizer,
+//! which the vocabulary size checks.
+use super::api::{ApiComparator, ApiSettings, Sampling};
+use super::centralized;
+use crate::error::{Error, Result};
+use crate::model::{LoadOptions, Policy};
+use crate::train::algorithms::algorithm::{ComparatorSource, Comparison, TextComparator};
+use crate::train::setup::models::source_of;
+use comlrl_scenario::{ComparatorGenerationMode, ComparatorPolicy, Scenario};
+use std::path::{Path, PathBuf};
+
+/// Where a `history` comparator's policies are saved and read.
+struct History {
+    /// `<output_dir>/policy_checkpoints`.
+    dir: PathBuf,
+    /// `comparator_history_k`.
+    k: usize,
+    /// How the saved policies are loaded.
+    opts: LoadOptions,
+}
+
+/// The `api` comparator with each agent's sampling settings.
+struct Api {
+    client: ApiComparator,
+    sampling: Vec<Sampling>,
+    /// `comparator_generation_mode: centralized`: one request per prompt for every agent, with
+    /// this agent's sampling settings (`comparator_centralized_agent_index`).
+    centralized: Option<usize>,
+}
+
+impl TextComparator for Api {
+    fn complete(&self, agent: usize, prompt: &str, n: usize) -> Result<Vec<String>> {
+        let sampling = self
+            .sampling
+            .get(agent)
+            .copied()
+            .ok_or_else(|| Error::Internal(format!("no agent {agent}")))?;
+        self.client.complete(prompt, n, sampling)
+    }
+
+    fn complete_all(&self, prompts: &[String], n: usize) -> Result<Vec<Vec<String>>> {
+        let Some(index) = self.centralized else {
+            return prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| self.complete(i, p, n))
+                .collect();
+        };
+        let refs: Vec<&str> = prompts.iter().map(String::as_str).collect();
+        let answers = self.complete(index, &centralized::build_prompt(&refs), n)?;
+        let mut out = vec![Vec::with_capacity(answers.len()); prompts.len()];
+        for answer in &answers {
+            for (agent, text) in centralized::split(answer, prompts.len())
+                .into_iter()
+                .enumerate()
+            {
+                out[agent].push(text);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A round's comparator as `preference.comparator_*` sets it up.
+pub struct Comparators {
+    agents: usize,
+    /// The agents' candidates per prompt (`num_candidates`).
+    pub current: usize,
+    /// The comparator's candidates per prompt (`comparator_num_candidates`).
+    pub comparator: usize,
+    /// The comparator samples with the agents themselves.
+    self_comparator: bool,
+    /// The `model` or `history` comparator's policies.
+    policies: Vec<Option<Policy>>,
+    history: Option<History>,
+    api: Option<Api>,
+    /// The agents' vocabulary, which a comparator must share.
+    vocab: usize,
+}
+
+impl Comparators {
+    /// The comparator of `s.preference` for `alg` (`madpo_iter`, `marlhf_iter`: for messages),
+    /// loaded (`model`) or with the initial policies saved and loaded (`history`). `agents` are
+    /// the policies as loaded; every agent must be here.
+    pub fn new(s: &Scenario, agents: &[Option<Policy>], alg: &str) -> Result<Self> {
+        let p = &s.preference;
+        if agents.iter().any(Option::is_none) {
+            return Err(Error::Config(format!(
+                "trainer.algorithm {alg} needs every agent in this process: each round pairs \
+                 every agent's answers; run it without MPI ranks"
+            )));
+        }
+        let vocab = agents
+            .iter()
+            .flatten()
+            .map(|a| a.config.vocab_size)
+            .next()
+            .unwrap_or(0);
+        let opts = LoadOptions {
+            seed: s.seed,
+            copies_now: false,
+            ..LoadOptions::default()
+        };
+        let mut c = Comparators {
+            agents: s.agents.len(),
+            current: p.num_candidates,
+            comparator: p.comparator_num_candidates.unwrap_or(p.num_candidates),
+            self_comparator: matches!(
+                p.comparator_policy,
+                ComparatorPolicy::Current | ComparatorPolicy::CurrentCopy
+            ),
+            policies: Vec::new(),
+            history: None,
+            api: None,
+            vocab,
+        };
+        match p.comparator_policy {
+            ComparatorPolicy::Current | ComparatorPolicy::CurrentCopy => {}
+            ComparatorPolicy::Model => {
+                let model = p.comparator_model.as_ref().ok_or_else(|| {
+                    Error::Config(
+                        "preference.comparator_policy model needs comparator_model".into(),
+                    )
+                })?;
+                let policy = Policy::load(&source_of(model, &s.base_dir)?, &opts).map_err(|e| {
+                    Error::from(e).within(format!("the comparator model {}", model.spec))
+                })?;
+                c.check_vocab(&policy, &model.spec)?;
+                c.policies = (0..c.agents).map(|_| None).collect();
+                // One frozen model serves every agent: loaded once per agent so that each
+                // samples with its own copy (agents sample at the same time).
+                c.policies[0] = Some(policy);
+                for slot in c.policies.iter_mut().skip(1) {
+                    let policy = Policy::load(&source_of(model, &s.base_dir)?, &opts)?;
+                    *slot = Some(policy);
+                }
+            }
+            ComparatorPolicy::History => {
+                if s.agents.iter().any(|a| a.adapter.is_some()) {
+                    return Err(Error::Config(
+                        "preference.comparator_policy history saves whole policies each round; \
+                         agents with a LoRA `adapter` are not supported yet: use `current` or `model`"
+                            .into(),
+                    ));
+                }
+                let dir = s.output_dir.join("policy_checkpoints");
+                let initial = dir.join("initial");
+                // CoMLRL saves the untrained agents once; a resumed run finds them there.
+                if !initial.join("agent_0").is_dir() {
+                    for (i, a) in agents.iter().enumerate() {
+                        if let Some(a) = a {
+                            a.save(&initial.join(format!("agent_{i}")))?;
+                        }
+                    }
+                }
+                c.history = Some(History {
+                    dir,
+                    k: p.comparator_history_k.unwrap_or(1),
+                    opts,
+                });
+                c.load_history(0)?;
+            }
+            ComparatorPolicy::Api => {
+                let url = p.comparator_api_url.clone().ok_or_else(|| {
+                    Error::Config(
+                        "preference.comparator_policy api needs comparator_api_url".into(),
+                    )
+                })?;
+                c.api = Some(Api {
+                    client: ApiComparator::new(ApiSettings {
+                        url,
+                        model: p.comparator_api_model.clone(),
+                        max_n: p.comparator_api_max_n_per_request,
+                        timeout: p.comparator_api_timeout,
+                        retries: p.comparator_api_retries,
+                        key_env: p.comparator_api_key_env.clone(),
+                        key_header: p.comparator_api_key_header.clone(),
+                        key_prefix: p.comparator_api_key_prefix.clone(),
+                    }),
+                    sampling: s
+                        .agents
+                        .iter()
+                        .map(|a| Sampling {
+                            max_new_tokens: a.sampling.max_new_tokens,
+                            temperature: a.sampling.temperature,
+                            top_p: a.sampling.top_p,
+                        })
+                        .collect(),
+                    centralized: (p.comparator_generation_mode
+                        == ComparatorGenerationMode::Centralized)
+                        .then_some(p.comparator_centralized_agent_index),
+                });
+            }
+        }
+        Ok(c)
+    }
+
+    /// What the loop samples in a collecting pass.
+    pub fn comparison(&self) -> Comparison<'_> {
+        Comparison {
+            current: self.current,
+            comparator: self.comparator,
+            source: match (&self.api, self.self_comparator) {
+                (Some(api), _) => ComparatorSource::Texts(api),
+                (None, true) => ComparatorSource::Agents,
+                (None, false) => ComparatorSource::Policies(&self.policies),
+            },
+        }
+    }
+
+    /// The comparator's token ids are trained as the agents': it must share their vocabulary.
+    fn check_vocab(&self, policy: &Policy, spec: &str) -> Result<()> {
+        if policy.config.vocab_size != self.vocab {
+            return Err(Error::Config(format!(
+                "the comparator {spec} has a vocabulary of {} tokens and the agents {}: its \
+                 answers are trained as the agents' token ids, so it must share their tokenizer",
+                policy.config.vocab_size, self.vocab
+            )));
+        }
+        Ok(())
+    }
+
+    /// The saved policies the `history` comparator of 0-based round `iteration` samples with:
+    /// those saved after round `iteration − k` (the latest saved at or before it), else the
+    /// initial ones (CoMLRL `_history_policy_checkpoint_path`). Nothing for other comparators.
+    pub fn load_history(&mut self, iteration: usize) -> Result<()> {
+        let Some(h) = &self.history else {
+            return Ok(());
+        };
+        let agents = self.agents;
+        let has_all = |d: &Path| (0..agents).all(|i| d.join(format!("agent_{i}")).is_dir());
+        let mut dir = h.dir.join("initial");
+        if let Some(target) = iteration.checked_sub(h.k) {
+            for r in (0..=target).rev() {
+                let d = h.dir.join(format!("iteration_{r:04}"));
+                if has_all(&d) {
+                    dir = d;
+                    break;
+                }
+            }
+        }
+        let mut policies = Vec::with_capacity(agents);
+        for i in 0..agents {
+            let path = dir.join(format!("agent_{i}"));
+            let source = crate::model::ModelSource::local(path.clone());
+            let policy = Policy::load(&source, &h.opts).map_err(|e| {
+                Error::from(e).within(format!(
+                    "the history comparator of round {} ({})",
+                    iteration + 1,
+                    path.display()
+                ))
+            })?;
+            policies.push(Some(policy));
+        }
+        for p in policies.iter().flatten() {
+            self.check_vocab(p, &dir.display().to_string())?;
+        }
+        self.policies = policies;
+        Ok(())
+    }
+
+    /// After 0-based round `finished` trained: a `history` comparator saves the agents'
+    /// `policies` (index, policy) as that round's and loads the next round's comparator.
+    pub fn round_done<'p>(
+        &mut self,
+        finished: usize,
+        policies: impl Iterator<Item = (usize, &'p Policy)>,
+    ) -> Result<()> {
+        let Some(h) = &self.history else {
+            return Ok(());
+        };
+        let dir = h.dir.join(format!("iteration_{finished:04}"));
+        for (i, p) in policies {
+            p.save(&dir.join(format!("agent_{i}")))?;
+        }
+        self.load_history(finished + 1)
+    }
+}

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// `mpirun` can start processes here; else the reason it cannot.
-fn mpirun_ok() -> Result<(), String> {
+pub(crate) fn mpirun_ok() -> Result<(), String> {
     match Command::new("mpirun").arg("--version").output() {
         Ok(o) if o.status.success() => Ok(()),
         Ok(o) => Err(format!(
@@ -24,7 +24,7 @@ fn mpirun_ok() -> Result<(), String> {
 }
 
 /// One thread per process, so the one-process run computes in the same order as each rank.
-fn single_threaded(c: &mut Command) -> &mut Command {
+pub(crate) fn single_threaded(c: &mut Command) -> &mut Command {
     c.env("RAYON_NUM_THREADS", "1")
         .env("CANDLE_NUM_THREADS", "1")
         // Containers and CI often run as root; Open MPI refuses that without these.
@@ -33,7 +33,12 @@ fn single_threaded(c: &mut Command) -> &mut Command {
 }
 
 /// `comlrl run` on the tiny scenario into `out`, under `mpirun -np <np>` when `np` is given.
-fn run_np(np: Option<usize>, out: &Path, sets: &[&str], flags: &[&str]) -> (Option<i32>, String) {
+pub(crate) fn run_np(
+    np: Option<usize>,
+    out: &Path,
+    sets: &[&str],
+    flags: &[&str],
+) -> (Option<i32>, String) {
     let mut c = match np {
         Some(n) => {
             let mut c = Command::new("mpirun");
@@ -50,7 +55,7 @@ fn run_np(np: Option<usize>, out: &Path, sets: &[&str], flags: &[&str]) -> (Opti
     (o.status.code(), text)
 }
 
-fn same_models(a: &Path, b: &Path, what: &str) {
+pub(crate) fn same_models(a: &Path, b: &Path, what: &str) {
     for i in 0..2 {
         let f = format!("models/agent_{i}/model.safetensors");
         let (x, y) = (std::fs::read(a.join(&f)), std::fs::read(b.join(&f)));
@@ -175,7 +180,7 @@ fn kl_penalty_and_two_turns_match_one_process() {
 /// the agents' `grad_norm` and `entropy` (within 1e-6 relative) and `loss` (within 1e-5 of max(1, |loss|):
 /// the loss is a sum of ±A·log π terms ~100× its size that mostly cancel, so its relative
 /// error is that much larger than the weights'). Returns whether they are identical.
-fn rows_close(a: &[serde_json::Value], b: &[serde_json::Value]) -> bool {
+pub(crate) fn rows_close(a: &[serde_json::Value], b: &[serde_json::Value]) -> bool {
     assert_eq!(a.len(), b.len(), "row count");
     for (n, (x, y)) in a.iter().zip(b).enumerate() {
         let (x, y) = (x.as_object().unwrap(), y.as_object().unwrap());
@@ -211,7 +216,7 @@ fn rows_close(a: &[serde_json::Value], b: &[serde_json::Value]) -> bool {
 /// constant added to every key's score), so what they get is rounding noise, which AdamW
 /// scales up to steps of about the learning rate: summing the noise in another order moves
 /// them by up to ~lr per step, not by ~1e-7.
-fn weights_diff(a: &Path, b: &Path, i: usize) -> (f64, f64) {
+pub(crate) fn weights_diff(a: &Path, b: &Path, i: usize) -> (f64, f64) {
     let f = format!("models/agent_{i}/model.safetensors");
     let dev = candle_core::Device::Cpu;
     let x = candle_core::safetensors::load(a.join(&f), &dev).unwrap();

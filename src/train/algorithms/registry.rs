@@ -13,8 +13,9 @@ use crate::model::Policy;
 use comlrl_scenario::Scenario;
 
 /// The algorithm `s.trainer.algorithm` names, set up from the scenario (an algorithm with
-/// networks of its own loads them here, beside the agents this rank holds: `Some` in `agents`).
-pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorithm>> {
+/// networks of its own loads them here, beside the agents this rank holds: `Some` in `agents`)
+/// for a run of `ranks` processes (1: alone).
+pub fn build(s: &Scenario, agents: &[Option<Policy>], ranks: usize) -> Result<Box<dyn Algorithm>> {
     use comlrl_scenario::Algorithm as A;
     Ok(match s.trainer.algorithm {
         // CoMLRL's MAREINFORCE, MARLOO and MAReMax are its MAGRPO trainer with another
@@ -33,9 +34,9 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorith
                 R::Iac => Box::new(Iac::new(s, agents)?),
                 R::Maac => Box::new(Maac::new(s, agents)?),
             };
-            Box::new(Marlhf::new(s, agents, online)?)
+            Box::new(Marlhf::new(s, online)?)
         }
         A::Maac => Box::new(Maac::new(s, agents)?),
-        A::MadpoIter => Box::new(MadpoIter::new(s, agents)?),
+        A::MadpoIter => Box::new(MadpoIter::new(s, agents, ranks)?),
     })
 }

@@ -56,9 +56,12 @@ impl Trainer {
         check_joint_actions(&scenario)?;
         let placement = Placement::new(&scenario, world.as_ref())?;
         let rewards = Rewards::load(&scenario)?;
-        let agents = Agents::load(&scenario, &placement)?;
+        let mut agents = Agents::load(&scenario, &placement)?;
+        // Every rank counts every agent's cut-off completions in the metrics.
+        crate::train::world::run::share_ends(world.as_ref(), &mut agents.ends)?;
+        let ranks = world.size();
         let strategy = strategy(world, placement);
-        let algorithm = registry::build(&scenario, &agents.policies)?;
+        let algorithm = registry::build(&scenario, &agents.policies, ranks)?;
         Ok(Self {
             settings: Settings::new(scenario),
             agents,

@@ -112,14 +112,29 @@ pub struct MadpoIter {
 impl MadpoIter {
     /// Iterative MADPO as `s.preference` sets it up, with the comparator loaded (`model`) or
     /// the initial policies saved and loaded (`history`). `agents` are the policies as loaded.
-    pub fn new(s: &Scenario, agents: &[Option<Policy>]) -> Result<Self> {
+    ///
+    /// Under MPI (`ranks` > 1) each rank samples and trains its agents, the comparator
+    /// `current`, `current_copy` or `model` beside them (a `model` comparator is loaded for the
+    /// agents held here only); `history` and `api` are refused: the saved policies are
+    /// written by their agents' ranks and read by every rank between two collectives, and an
+    /// endpoint would be asked once per rank for the same answers.
+    pub fn new(s: &Scenario, agents: &[Option<Policy>], ranks: usize) -> Result<Self> {
         let p = &s.preference;
-        if agents.iter().any(Option::is_none) {
-            return Err(Error::Config(
-                "trainer.algorithm madpo_iter needs every agent in this process: each agent's loss \
-                 reads every agent's log-probs; run it without MPI ranks"
-                    .into(),
-            ));
+        if ranks > 1
+            && matches!(
+                p.comparator_policy,
+                ComparatorPolicy::History | ComparatorPolicy::Api
+            )
+        {
+            let name = match p.comparator_policy {
+                ComparatorPolicy::History => "history",
+                _ => "api",
+            };
+            return Err(Error::Config(format!(
+                "preference.comparator_policy {name} is not supported on {ranks} MPI ranks yet \
+                 (trainer.algorithm madpo_iter): use comparator_policy current, current_copy or \
+                 model, or run in one process"
+            )));
         }
         let vocab = agents
             .iter()
@@ -165,17 +180,23 @@ impl MadpoIter {
                         "preference.comparator_policy model needs comparator_model".into(),
                     )
                 })?;
-                let policy = Policy::load(&source_of(model, &s.base_dir)?, &opts).map_err(|e| {
-                    Error::from(e).within(format!("the comparator model {}", model.spec))
-                })?;
-                it.check_vocab(&policy, &model.spec)?;
+                // One frozen model serves every agent: loaded once per agent held here, so
+                // that each samples with its own copy (agents sample at the same time).
                 it.policies = (0..it.agents).map(|_| None).collect();
-                // One frozen model serves every agent: loaded once per agent so that each
-                // samples with its own copy (agents sample at the same time).
-                it.policies[0] = Some(policy);
-                for slot in it.policies.iter_mut().skip(1) {
-                    let policy = Policy::load(&source_of(model, &s.base_dir)?, &opts)?;
+                for (slot, _) in it
+                    .policies
+                    .iter_mut()
+                    .zip(agents)
+                    .filter(|(_, a)| a.is_some())
+                {
+                    let policy =
+                        Policy::load(&source_of(model, &s.base_dir)?, &opts).map_err(|e| {
+                            Error::from(e).within(format!("the comparator model {}", model.spec))
+                        })?;
                     *slot = Some(policy);
+                }
+                for p in it.policies.iter().flatten() {
+                    it.check_vocab(p, &model.spec)?;
                 }
             }
             ComparatorPolicy::History => {
@@ -344,7 +365,8 @@ impl Algorithm for MadpoIter {
         mut round: Round<'_>,
         buffer: &[NodeSample],
     ) -> Result<Vec<(usize, AgentUpdate)>> {
-        let learners = super::preference_learners(&mut round, buffer, self.agents, "madpo_iter")?;
+        let team = round.team();
+        let learners = super::preference_learners(&mut round, buffer, "madpo_iter")?;
         let start = self.round_start();
         let generated = self.madpo.set.pairs.len() - start;
         self.shards.push(start..self.madpo.set.pairs.len());
@@ -355,7 +377,7 @@ impl Algorithm for MadpoIter {
             &mut self.madpo.rng,
         );
         for _ in 0..self.passes {
-            self.madpo.train_pass(learners, &pairs)?;
+            self.madpo.train_pass(learners, team, &pairs)?;
         }
         // The window reports an algorithm's metric as its mean over the agent's steps (a
         // round's window holds that round's steps alone): these are per round.
@@ -402,10 +424,9 @@ impl CheckpointPart for MadpoIter {
         std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
     }
 
-    fn load(&mut self, dir: &Path, held: &[bool]) -> Result<()> {
-        if !held.first().copied().unwrap_or(false) {
-            return Ok(());
-        }
+    /// Every rank reads the file (written with agent 0's): each trains its agents on the same
+    /// set, in the same order.
+    fn load(&mut self, dir: &Path, _held: &[bool]) -> Result<()> {
         let path = dir.join(CHECKPOINT_FILE);
         let text =
             comlrl_scenario::files::read_text(&path, FILE_CAP, "it is not a file comlrl wrote")

@@ -1,8 +1,9 @@
 //! The preference trainers on MPI ranks, one agent per rank: MADPO and iterative MADPO (each
 //! rank scores its agent's Δ of a mini-batch and the ranks exchange them) and MARLHF (every
 //! rank holds a copy of the reward model and trains it alike) give the one-process run's
-//! metrics rows and final weights bit for bit on two ranks, resume included; the comparators
-//! not supported on ranks are refused, naming the key.
+//! metrics rows and final weights bit for bit on two ranks, resume included (iterative MADPO
+//! with its comparator the current policy or a frozen model); the comparators not supported on
+//! ranks are refused, naming the key.
 use crate::common;
 use crate::ranks::{mpirun_ok, run_np, same_models};
 use common::tiny_run::*;
@@ -92,6 +93,17 @@ fn madpo_iter_on_two_ranks_matches_one_process() {
         rows.iter().any(|r| r["agent_1/iter_round"].is_number()),
         "{rows:?}"
     );
+
+    // A frozen comparator model, loaded beside each rank's agent.
+    let (one, two) = (tmp.path().join("one_model"), tmp.path().join("two_model"));
+    let mut model = sets.to_vec();
+    model.extend([
+        "agents.model=builtin:tiny",
+        "preference.comparator_policy=model",
+        "preference.comparator_model=builtin:tiny",
+        "preference.comparator_num_candidates=2",
+    ]);
+    one_and_two(&one, &two, &model);
 
     // The history comparator's saved policies cross ranks between collectives: refused.
     let mut history = sets.to_vec();

@@ -139,7 +139,7 @@ fn maac_refuses_an_agent_held_elsewhere() {
         &comlrl::model::LoadOptions::default(),
     )
     .unwrap();
-    let err = match comlrl::train::algorithms::registry::build(&s, &[Some(agent), None], 2) {
+    let err = match comlrl::train::algorithms::registry::build(&s, &[Some(agent), None]) {
         Ok(_) => panic!("maac built without agent 1"),
         Err(e) => e.chain(),
     };

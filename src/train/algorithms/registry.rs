@@ -13,9 +13,8 @@ use crate::model::Policy;
 use comlrl_scenario::Scenario;
 
 /// The algorithm `s.trainer.algorithm` names, set up from the scenario (an algorithm with
-/// networks of its own loads them here, beside the agents this rank holds: `Some` in `agents`)
-/// for a run of `ranks` processes (1: alone).
-pub fn build(s: &Scenario, agents: &[Option<Policy>], ranks: usize) -> Result<Box<dyn Algorithm>> {
+/// networks of its own loads them here, beside the agents this rank holds: `Some` in `agents`).
+pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorithm>> {
     use comlrl_scenario::Algorithm as A;
     Ok(match s.trainer.algorithm {
         // CoMLRL's MAREINFORCE, MARLOO and MAReMax are its MAGRPO trainer with another
@@ -37,6 +36,6 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>], ranks: usize) -> Result<Bo
             Box::new(Marlhf::new(s, online)?)
         }
         A::Maac => Box::new(Maac::new(s, agents)?),
-        A::MadpoIter => Box::new(MadpoIter::new(s, agents, ranks)?),
+        A::MadpoIter => Box::new(MadpoIter::new(s, agents)?),
     })
 }

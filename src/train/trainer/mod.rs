@@ -59,9 +59,9 @@ impl Trainer {
         let mut agents = Agents::load(&scenario, &placement)?;
         // Every rank counts every agent's cut-off completions in the metrics.
         crate::train::world::run::share_ends(world.as_ref(), &mut agents.ends)?;
-        let ranks = world.size();
         let strategy = strategy(world, placement);
-        let algorithm = registry::build(&scenario, &agents.policies, ranks)?;
+        strategy.supports(&scenario)?;
+        let algorithm = registry::build(&scenario, &agents.policies)?;
         Ok(Self {
             settings: Settings::new(scenario),
             agents,

@@ -113,29 +113,11 @@ impl MadpoIter {
     /// Iterative MADPO as `s.preference` sets it up, with the comparator loaded (`model`) or
     /// the initial policies saved and loaded (`history`). `agents` are the policies as loaded.
     ///
-    /// Under MPI (`ranks` > 1) each rank samples and trains its agents, the comparator
-    /// `current`, `current_copy` or `model` beside them (a `model` comparator is loaded for the
-    /// agents held here only); `history` and `api` are refused: the saved policies are
-    /// written by their agents' ranks and read by every rank between two collectives, and an
-    /// endpoint would be asked once per rank for the same answers.
-    pub fn new(s: &Scenario, agents: &[Option<Policy>], ranks: usize) -> Result<Self> {
+    /// On MPI ranks each rank samples and trains its agents with the comparator `current`,
+    /// `current_copy` or `model` beside them (a `model` comparator is loaded for the agents
+    /// held here only); `history` and `api` are refused there (`world::Ranks::supports`).
+    pub fn new(s: &Scenario, agents: &[Option<Policy>]) -> Result<Self> {
         let p = &s.preference;
-        if ranks > 1
-            && matches!(
-                p.comparator_policy,
-                ComparatorPolicy::History | ComparatorPolicy::Api
-            )
-        {
-            let name = match p.comparator_policy {
-                ComparatorPolicy::History => "history",
-                _ => "api",
-            };
-            return Err(Error::Config(format!(
-                "preference.comparator_policy {name} is not supported on {ranks} MPI ranks yet \
-                 (trainer.algorithm madpo_iter): use comparator_policy current, current_copy or \
-                 model, or run in one process"
-            )));
-        }
         let vocab = agents
             .iter()
             .flatten()

@@ -483,3 +483,79 @@ fn iac_two_turns_on_two_ranks_match_one_process() {
         assert!(x.unwrap() == y.unwrap(), "two ranks: {f} differs");
     }
 }
+
+/// `trainer.algorithm: maac` on ranks: the one critic on agent 0's rank reads V_old, trains, and
+/// sends every agent's advantages and critic statistics; each rank steps its own actor. Two
+/// ranks give the one-process run's metrics, agents and critic bit for bit (a V critic over two
+/// rounds a buffer, and a Q critic with CoMLRL's N critic steps), and a resume on two ranks
+/// from the critic rank's checkpoint ends the same; `replicas` is refused, naming the key.
+#[test]
+fn maac_critic_on_agent_0s_rank_matches_one_process() {
+    if let Err(why) = mpirun_ok() {
+        comlrl_testutil::skip(&why);
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = [
+        "trainer.algorithm=maac",
+        "trainer.num_generations=2",
+        "trainer.rollout_buffer_size=3",
+        "trainer.train_batch_size=2",
+        "trainer.critic.learning_rate=1e-3",
+        "checkpoint_every=5",
+    ];
+    let mut q = base.to_vec();
+    q.extend([
+        "trainer.critic.type=q",
+        "trainer.critic.compat_critic_steps=true",
+    ]);
+    for (name, sets) in [("v", base.to_vec()), ("q", q)] {
+        let (one, two) = (
+            tmp.path().join(format!("one_{name}")),
+            tmp.path().join(name),
+        );
+        let (code, err) = run_np(None, &one, &sets, &[]);
+        assert_eq!(code, Some(0), "{name}, one process: {err}");
+        let (code, err) = run_np(Some(2), &two, &sets, &[]);
+        assert_eq!(code, Some(0), "{name}, two ranks: {err}");
+        let rows = metrics_without_timing(&one);
+        assert_eq!(rows.len(), 20);
+        assert!(
+            rows.iter()
+                .any(|r| r["agent_1/value_loss"].as_f64().is_some_and(|v| v > 0.0)),
+            "{name}: {rows:?}"
+        );
+        assert_eq!(
+            metrics_without_timing(&two),
+            rows,
+            "{name}: metrics rows differ"
+        );
+        same_models(&one, &two, name);
+        let critic = |d: &Path, f: &str| std::fs::read(d.join("models/critic").join(f)).unwrap();
+        for f in ["model.safetensors", "value_head.safetensors"] {
+            assert!(
+                critic(&one, f) == critic(&two, f),
+                "{name}: critic {f} differs"
+            );
+        }
+        if name == "v" {
+            // Rank 0 (agent 0's) wrote the critic into the checkpoint.
+            let ck = two.join("checkpoints").join(latest(&two));
+            assert!(ck.join("critic.safetensors").is_file());
+            assert_eq!(checkpoint_names(&two), ["step-00000015", "step-00000020"]);
+            std::fs::write(two.join("checkpoints/latest"), "step-00000015").unwrap();
+            std::fs::remove_dir_all(two.join("checkpoints/step-00000020")).unwrap();
+            let (code, err) = run_np(Some(2), &two, &sets, &["--resume"]);
+            assert_eq!(code, Some(0), "resume on two ranks: {err}");
+            assert_eq!(metrics_without_timing(&two), rows, "resumed metrics differ");
+            same_models(&one, &two, "maac resumed on two ranks");
+            let f = "value_head.safetensors";
+            assert!(critic(&one, f) == critic(&two, f), "resumed critic differs");
+        }
+    }
+    let mut replicated = base.to_vec();
+    replicated.push("agents.replicas=2");
+    let (code, err) = run_np(Some(4), &tmp.path().join("replicas"), &replicated, &[]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("remove `agents[0].replicas`"), "{err}");
+}

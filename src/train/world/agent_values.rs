@@ -1,7 +1,8 @@
-//! Per-agent numbers an update round's losses share across ranks: each rank computes them for
-//! the agents it holds (MADPO's per-pair Δ, a central critic's values), and every rank needs
-//! every agent's. Sent as f32 bits, so every rank reads exactly what the holder computed and a
-//! run on ranks adds the same numbers as one process.
+//! What an update round's losses share across ranks: per-agent numbers each rank computes for
+//! the agents it holds (MADPO's per-pair Δ, the agents' decoded prompts MAAC's critic reads),
+//! which every rank needs for every agent, and what only one rank computes for all (MAAC's
+//! critic: the advantages and its statistics). Numbers go as their bits, so every rank reads
+//! exactly what the holder computed and a run on ranks adds the same numbers as one process.
 use crate::dist::codec::{Dec, Enc};
 use crate::dist::World;
 use crate::error::{Error, Result};
@@ -15,7 +16,112 @@ pub fn share_agent_values(
     agents: usize,
     what: &str,
 ) -> Result<Vec<Vec<f32>>> {
-    let mut slots: Vec<Option<Vec<f32>>> = vec![None; agents];
+    share(
+        world,
+        mine,
+        agents,
+        what,
+        |e, v| {
+            e.f32s(v);
+        },
+        |d| d.f32s(),
+    )
+}
+
+/// [`share_agent_values`] for texts (each agent's decoded prompts, say).
+pub fn share_agent_texts(
+    world: &dyn World,
+    mine: &[(usize, Vec<String>)],
+    agents: usize,
+    what: &str,
+) -> Result<Vec<Vec<String>>> {
+    share(
+        world,
+        mine,
+        agents,
+        what,
+        |e, v| {
+            e.usize(v.len());
+            for t in v {
+                e.str(t);
+            }
+        },
+        |d| (0..d.usize()?).map(|_| d.string()).collect(),
+    )
+}
+
+/// What only the ranks holding something compute (MAAC's critic: its rank's advantages and
+/// statistics), on every rank: `mine` is `Some` where it is held (the bytes, or the error that
+/// stopped it there, which then reaches every rank), `None` elsewhere; the lowest holding
+/// rank's is kept. A collective.
+pub fn share_from_holder(
+    world: &dyn World,
+    mine: Option<Result<Vec<u8>>>,
+    what: &str,
+) -> Result<Vec<u8>> {
+    if world.size() == 1 {
+        return mine.unwrap_or_else(|| {
+            Err(Error::Internal(format!(
+                "{what}: this process holds nothing"
+            )))
+        });
+    }
+    let mut e = Enc::default();
+    let mut own_error = None;
+    match mine {
+        None => {
+            e.usize(0);
+        }
+        Some(Ok(bytes)) => {
+            e.usize(1).bytes(&bytes);
+        }
+        Some(Err(err)) => {
+            e.usize(2).str(&err.to_string());
+            own_error = Some(err);
+        }
+    }
+    let packets = world.all_gather(&e.0);
+    log::debug!("{what}: {} bytes all-gathered from this rank", e.0.len());
+    for (rank, packet) in packets.iter().enumerate() {
+        let from = format!("{what} from rank {rank}");
+        let mut d = Dec::new(packet, &from);
+        match d.usize()? {
+            0 => continue,
+            1 => {
+                let bytes = d.bytes()?.to_vec();
+                d.end()?;
+                return Ok(bytes);
+            }
+            2 => {
+                let msg = d.string()?;
+                return Err(match own_error {
+                    Some(err) if rank == world.rank() => err,
+                    _ => Error::Distributed(format!("{what}: rank {rank} failed: {msg}")),
+                });
+            }
+            tag => {
+                return Err(Error::Distributed(format!(
+                    "{from}: unknown tag {tag} (ranks run different binaries?)"
+                )))
+            }
+        }
+    }
+    Err(Error::Distributed(format!(
+        "{what}: no rank holds it (ranks disagree on the placement?)"
+    )))
+}
+
+/// All-gathers each rank's per-agent items (`enc` writes one, `dec` reads it back) and returns
+/// every agent's, in agent order, the lowest rank's where several send one (replicas).
+fn share<T: Clone>(
+    world: &dyn World,
+    mine: &[(usize, T)],
+    agents: usize,
+    what: &str,
+    enc: impl Fn(&mut Enc, &T),
+    dec: impl Fn(&mut Dec) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut slots: Vec<Option<T>> = vec![None; agents];
     if world.size() == 1 {
         for (i, v) in mine {
             place(&mut slots, *i, v.clone(), what, 0)?;
@@ -24,7 +130,8 @@ pub fn share_agent_values(
         let mut e = Enc::default();
         e.usize(mine.len());
         for (i, v) in mine {
-            e.usize(*i).f32s(v);
+            e.usize(*i);
+            enc(&mut e, v);
         }
         let packets = world.all_gather(&e.0);
         log::debug!("{what}: {} bytes all-gathered from this rank", e.0.len());
@@ -33,7 +140,7 @@ pub fn share_agent_values(
             let mut d = Dec::new(packet, &from);
             for _ in 0..d.usize()? {
                 let i = d.usize()?;
-                let v = d.f32s()?;
+                let v = dec(&mut d)?;
                 place(&mut slots, i, v, what, rank)?;
             }
             d.end()?;
@@ -52,30 +159,16 @@ pub fn share_agent_values(
         .collect()
 }
 
-/// Keeps the first values of agent `i` seen (a replica's are the same numbers).
-fn place(
-    slots: &mut [Option<Vec<f32>>],
-    i: usize,
-    v: Vec<f32>,
-    what: &str,
-    rank: usize,
-) -> Result<()> {
+/// Keeps the first item of agent `i` seen (a replica's is the same).
+fn place<T>(slots: &mut [Option<T>], i: usize, v: T, what: &str, rank: usize) -> Result<()> {
     let slot = slots.get_mut(i).ok_or_else(|| {
         Error::Distributed(format!(
             "{what} from rank {rank}: agent {i} is not an agent of this run"
         ))
     })?;
-    if let Some(first) = slot {
-        if first.len() != v.len() {
-            return Err(Error::Distributed(format!(
-                "{what} from rank {rank}: agent {i} has {} values here and {} on another rank",
-                v.len(),
-                first.len()
-            )));
-        }
-        return Ok(());
+    if slot.is_none() {
+        *slot = Some(v);
     }
-    *slot = Some(v);
     Ok(())
 }
 

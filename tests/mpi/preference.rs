@@ -2,10 +2,11 @@
 //! rank scores its agent's Δ of a mini-batch and the ranks exchange them) and MARLHF (every
 //! rank holds a copy of the reward model and trains it alike) give the one-process run's
 //! metrics rows and final weights bit for bit on two ranks, resume included (iterative MADPO
-//! with its comparator the current policy or a frozen model); the comparators not supported on
-//! ranks are refused, naming the key.
+//! with its comparator the current policy or a frozen model; MARLHF online with MAGRPO and with
+//! MAAC); MADPO with two replicas per agent agrees up to f32 rounding; the comparators not
+//! supported on ranks are refused, naming the key.
 use crate::common;
-use crate::ranks::{mpirun_ok, run_np, same_models};
+use crate::ranks::{mpirun_ok, run_np, same_models, weights_diff};
 use common::tiny_run::*;
 use std::path::Path;
 
@@ -71,6 +72,39 @@ fn madpo_on_two_ranks_matches_one_process_and_resumes() {
     let ck = two.join("checkpoints").join(latest(&two));
     assert!(ck.join("madpo_preference.json").is_file());
     resume_on_two(&two, &one, &sets, &rows);
+
+    // Two replicas per agent on four ranks: each replica scores the whole mini-batch's Δ and
+    // computes its share of the passes; the gradients are summed in another order than one
+    // process sums them, so the numbers that follow the weights agree up to f32 rounding.
+    let mut replicated = sets[..3].to_vec();
+    replicated.push("agents.replicas=2");
+    let (one, four) = (tmp.path().join("one_r"), tmp.path().join("four"));
+    let (code, err) = run_np(None, &one, &replicated, &[]);
+    assert_eq!(code, Some(0), "one process: {err}");
+    let (code, err) = run_np(Some(4), &four, &replicated, &[]);
+    assert_eq!(code, Some(0), "four ranks: {err}");
+    let (a, b) = (metrics_without_timing(&one), metrics_without_timing(&four));
+    assert_eq!(a.len(), b.len());
+    for (n, (x, y)) in a.iter().zip(&b).enumerate() {
+        let (x, y) = (x.as_object().unwrap(), y.as_object().unwrap());
+        assert_eq!(x.keys().collect::<Vec<_>>(), y.keys().collect::<Vec<_>>());
+        for (k, u) in x {
+            let rounded = ["/loss", "/grad_norm", "/dpo_margin"]
+                .iter()
+                .any(|s| k.ends_with(s));
+            match (u.as_f64(), y[k].as_f64()) {
+                (Some(p), Some(q)) if rounded => assert!(
+                    (p - q).abs() <= 1e-5 * p.abs().max(q.abs()).max(1.0),
+                    "row {n}, {k}: {p} vs {q}"
+                ),
+                _ => assert_eq!(u, &y[k], "row {n}, {k}"),
+            }
+        }
+    }
+    for i in 0..2 {
+        let (w, _) = weights_diff(&one, &four, i);
+        assert!(w <= 1e-5, "four ranks: agent {i} differs by {w:e} relative");
+    }
 }
 
 #[test]
@@ -154,4 +188,19 @@ fn marlhf_on_two_ranks_matches_one_process_and_resumes() {
         "models/reward_model/reward_head.safetensors",
         "resumed on two ranks",
     );
+
+    // Online with MAAC: its critic on agent 0's rank, against the reward model.
+    let mut maac = sets[..5].to_vec();
+    maac.extend([
+        "preference.rl_algorithm=maac",
+        "trainer.rollout_buffer_size=3",
+        "trainer.critic.learning_rate=1e-3",
+    ]);
+    let (one, two) = (tmp.path().join("one_maac"), tmp.path().join("two_maac"));
+    let rows = one_and_two(&one, &two, &maac);
+    assert!(
+        rows.iter().any(|r| r["agent_1/value_loss"].is_number()),
+        "{rows:?}"
+    );
+    same_file(&one, &two, "models/critic/value_head.safetensors", "maac");
 }

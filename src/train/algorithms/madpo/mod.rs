@@ -234,6 +234,11 @@ impl Madpo {
                     self.plan,
                 )
                 .map_err(|e| e.for_agent(a, None))?;
+                // The replicas' sum replaces the loss with the passes' (the weighted surrogate's
+                // value): the logged loss is the DPO loss, which every replica computed whole.
+                let mut lg = lg;
+                l.reduce(&mut lg)?;
+                lg.loss = stats.loss;
                 l.step(lg)?;
                 l.record("dpo_margin", stats.margin);
                 l.record("dpo_accuracy", stats.accuracy);

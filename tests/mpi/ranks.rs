@@ -486,9 +486,10 @@ fn iac_two_turns_on_two_ranks_match_one_process() {
 
 /// `trainer.algorithm: maac` on ranks: the one critic on agent 0's rank reads V_old, trains, and
 /// sends every agent's advantages and critic statistics; each rank steps its own actor. Two
-/// ranks give the one-process run's metrics, agents and critic bit for bit (a V critic over two
-/// rounds a buffer, and a Q critic with CoMLRL's N critic steps), and a resume on two ranks
-/// from the critic rank's checkpoint ends the same; `replicas` is refused, naming the key.
+/// ranks give the one-process run's metrics, agents and critic bit for bit (a V critic, a Q
+/// critic with CoMLRL's N critic steps, two-turn episodes with TD(0) targets), and a resume on
+/// two ranks from the critic rank's checkpoint ends the same; `replicas` is refused, naming
+/// the key.
 #[test]
 fn maac_critic_on_agent_0s_rank_matches_one_process() {
     if let Err(why) = mpirun_ok() {
@@ -509,7 +510,24 @@ fn maac_critic_on_agent_0s_rank_matches_one_process() {
         "trainer.critic.type=q",
         "trainer.critic.compat_critic_steps=true",
     ]);
-    for (name, sets) in [("v", base.to_vec()), ("q", q)] {
+    // Two turns: the TD(0) targets read the next turn's V_old on the critic's rank.
+    let script = tmp.path().join("revise.rhai");
+    std::fs::write(
+        &script,
+        "fn transition(ctx) {\n    let out = [];\n    for i in 0..ctx.agent_count {\n        out.push(`Improve: ${ctx.response_history[i][-1]}`);\n    }\n    out\n}\n",
+    )
+    .unwrap();
+    let transition = format!("trainer.external_transition={{rhai: {}}}", script.display());
+    let mut turns = base.to_vec();
+    turns.extend([
+        "trainer.num_generations=1",
+        "trainer.num_turns=2",
+        "trainer.discount=0.9",
+        "trainer.early_termination_threshold=null",
+        "agents.max_new_tokens=8",
+        transition.as_str(),
+    ]);
+    for (name, sets) in [("v", base.to_vec()), ("q", q), ("turns", turns)] {
         let (one, two) = (
             tmp.path().join(format!("one_{name}")),
             tmp.path().join(name),

@@ -263,4 +263,52 @@ mod tests {
         .unwrap();
         assert_eq!(all, [vec![1.0], vec![2.0]]);
     }
+
+    #[test]
+    fn texts_travel_too() {
+        let mut e = Enc::default();
+        e.usize(1).usize(1).usize(2).str("[Agent 1] b").str("ü");
+        let world = Two { theirs: e.0 };
+        let all =
+            share_agent_texts(&world, &[(0, vec!["a".into(), "c".into()])], 2, "prompts").unwrap();
+        assert_eq!(all, [vec!["a", "c"], vec!["[Agent 1] b", "ü"]]);
+    }
+
+    #[test]
+    fn what_one_rank_computes_reaches_the_others_with_its_error() {
+        let held = |tag: usize, body: &dyn Fn(&mut Enc)| {
+            let mut e = Enc::default();
+            e.usize(tag);
+            body(&mut e);
+            Two { theirs: e.0 }
+        };
+        // Rank 1 holds it: rank 0 gets its bytes.
+        let world = held(1, &|e| {
+            e.bytes(&[7, 8]);
+        });
+        assert_eq!(share_from_holder(&world, None, "critic").unwrap(), [7, 8]);
+        // Rank 1 failed: rank 0 reports it, naming the rank.
+        let world = held(2, &|e| {
+            e.str("V_old is NaN");
+        });
+        let err = share_from_holder(&world, None, "the critic's advantages")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rank 1 failed: V_old is NaN"), "{err}");
+        // This rank failed: its own error comes back unchanged.
+        let world = held(0, &|_| {});
+        let err = share_from_holder(
+            &world,
+            Some(Err(Error::Config("lower the learning rate".into()))),
+            "critic",
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Config(_)), "{err}");
+        // Nobody holds it.
+        let world = held(0, &|_| {});
+        let err = share_from_holder(&world, None, "critic")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no rank holds it"), "{err}");
+    }
 }

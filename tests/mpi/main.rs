@@ -6,6 +6,8 @@
 mod common;
 
 #[cfg(feature = "mpi")]
+mod preference;
+#[cfg(feature = "mpi")]
 mod ranks;
 
 #[cfg(not(feature = "mpi"))]

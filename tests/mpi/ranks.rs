@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// `mpirun` can start processes here; else the reason it cannot.
-fn mpirun_ok() -> Result<(), String> {
+pub(crate) fn mpirun_ok() -> Result<(), String> {
     match Command::new("mpirun").arg("--version").output() {
         Ok(o) if o.status.success() => Ok(()),
         Ok(o) => Err(format!(
@@ -24,7 +24,7 @@ fn mpirun_ok() -> Result<(), String> {
 }
 
 /// One thread per process, so the one-process run computes in the same order as each rank.
-fn single_threaded(c: &mut Command) -> &mut Command {
+pub(crate) fn single_threaded(c: &mut Command) -> &mut Command {
     c.env("RAYON_NUM_THREADS", "1")
         .env("CANDLE_NUM_THREADS", "1")
         // Containers and CI often run as root; Open MPI refuses that without these.
@@ -33,7 +33,12 @@ fn single_threaded(c: &mut Command) -> &mut Command {
 }
 
 /// `comlrl run` on the tiny scenario into `out`, under `mpirun -np <np>` when `np` is given.
-fn run_np(np: Option<usize>, out: &Path, sets: &[&str], flags: &[&str]) -> (Option<i32>, String) {
+pub(crate) fn run_np(
+    np: Option<usize>,
+    out: &Path,
+    sets: &[&str],
+    flags: &[&str],
+) -> (Option<i32>, String) {
     let mut c = match np {
         Some(n) => {
             let mut c = Command::new("mpirun");
@@ -50,7 +55,7 @@ fn run_np(np: Option<usize>, out: &Path, sets: &[&str], flags: &[&str]) -> (Opti
     (o.status.code(), text)
 }
 
-fn same_models(a: &Path, b: &Path, what: &str) {
+pub(crate) fn same_models(a: &Path, b: &Path, what: &str) {
     for i in 0..2 {
         let f = format!("models/agent_{i}/model.safetensors");
         let (x, y) = (std::fs::read(a.join(&f)), std::fs::read(b.join(&f)));
@@ -175,7 +180,7 @@ fn kl_penalty_and_two_turns_match_one_process() {
 /// the agents' `grad_norm` and `entropy` (within 1e-6 relative) and `loss` (within 1e-5 of max(1, |loss|):
 /// the loss is a sum of ±A·log π terms ~100× its size that mostly cancel, so its relative
 /// error is that much larger than the weights'). Returns whether they are identical.
-fn rows_close(a: &[serde_json::Value], b: &[serde_json::Value]) -> bool {
+pub(crate) fn rows_close(a: &[serde_json::Value], b: &[serde_json::Value]) -> bool {
     assert_eq!(a.len(), b.len(), "row count");
     for (n, (x, y)) in a.iter().zip(b).enumerate() {
         let (x, y) = (x.as_object().unwrap(), y.as_object().unwrap());
@@ -211,7 +216,7 @@ fn rows_close(a: &[serde_json::Value], b: &[serde_json::Value]) -> bool {
 /// constant added to every key's score), so what they get is rounding noise, which AdamW
 /// scales up to steps of about the learning rate: summing the noise in another order moves
 /// them by up to ~lr per step, not by ~1e-7.
-fn weights_diff(a: &Path, b: &Path, i: usize) -> (f64, f64) {
+pub(crate) fn weights_diff(a: &Path, b: &Path, i: usize) -> (f64, f64) {
     let f = format!("models/agent_{i}/model.safetensors");
     let dev = candle_core::Device::Cpu;
     let x = candle_core::safetensors::load(a.join(&f), &dev).unwrap();
@@ -477,4 +482,98 @@ fn iac_two_turns_on_two_ranks_match_one_process() {
         let (x, y) = (std::fs::read(one.join(&f)), std::fs::read(two.join(&f)));
         assert!(x.unwrap() == y.unwrap(), "two ranks: {f} differs");
     }
+}
+
+/// `trainer.algorithm: maac` on ranks: the one critic on agent 0's rank reads V_old, trains, and
+/// sends every agent's advantages and critic statistics; each rank steps its own actor. Two
+/// ranks give the one-process run's metrics, agents and critic bit for bit (a V critic, a Q
+/// critic with CoMLRL's N critic steps, two-turn episodes with TD(0) targets), and a resume on
+/// two ranks from the critic rank's checkpoint ends the same; `replicas` is refused, naming
+/// the key.
+#[test]
+fn maac_critic_on_agent_0s_rank_matches_one_process() {
+    if let Err(why) = mpirun_ok() {
+        comlrl_testutil::skip(&why);
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = [
+        "trainer.algorithm=maac",
+        "trainer.num_generations=2",
+        "trainer.rollout_buffer_size=3",
+        "trainer.train_batch_size=2",
+        "trainer.critic.learning_rate=1e-3",
+        "checkpoint_every=5",
+    ];
+    let mut q = base.to_vec();
+    q.extend([
+        "trainer.critic.type=q",
+        "trainer.critic.compat_critic_steps=true",
+    ]);
+    // Two turns: the TD(0) targets read the next turn's V_old on the critic's rank.
+    let script = tmp.path().join("revise.rhai");
+    std::fs::write(
+        &script,
+        "fn transition(ctx) {\n    let out = [];\n    for i in 0..ctx.agent_count {\n        out.push(`Improve: ${ctx.response_history[i][-1]}`);\n    }\n    out\n}\n",
+    )
+    .unwrap();
+    let transition = format!("trainer.external_transition={{rhai: {}}}", script.display());
+    let mut turns = base.to_vec();
+    turns.extend([
+        "trainer.num_generations=1",
+        "trainer.num_turns=2",
+        "trainer.discount=0.9",
+        "trainer.early_termination_threshold=null",
+        "agents.max_new_tokens=8",
+        transition.as_str(),
+    ]);
+    for (name, sets) in [("v", base.to_vec()), ("q", q), ("turns", turns)] {
+        let (one, two) = (
+            tmp.path().join(format!("one_{name}")),
+            tmp.path().join(name),
+        );
+        let (code, err) = run_np(None, &one, &sets, &[]);
+        assert_eq!(code, Some(0), "{name}, one process: {err}");
+        let (code, err) = run_np(Some(2), &two, &sets, &[]);
+        assert_eq!(code, Some(0), "{name}, two ranks: {err}");
+        let rows = metrics_without_timing(&one);
+        assert_eq!(rows.len(), 20);
+        assert!(
+            rows.iter()
+                .any(|r| r["agent_1/value_loss"].as_f64().is_some_and(|v| v > 0.0)),
+            "{name}: {rows:?}"
+        );
+        assert_eq!(
+            metrics_without_timing(&two),
+            rows,
+            "{name}: metrics rows differ"
+        );
+        same_models(&one, &two, name);
+        let critic = |d: &Path, f: &str| std::fs::read(d.join("models/critic").join(f)).unwrap();
+        for f in ["model.safetensors", "value_head.safetensors"] {
+            assert!(
+                critic(&one, f) == critic(&two, f),
+                "{name}: critic {f} differs"
+            );
+        }
+        if name == "v" {
+            // Rank 0 (agent 0's) wrote the critic into the checkpoint.
+            let ck = two.join("checkpoints").join(latest(&two));
+            assert!(ck.join("critic.safetensors").is_file());
+            assert_eq!(checkpoint_names(&two), ["step-00000015", "step-00000020"]);
+            std::fs::write(two.join("checkpoints/latest"), "step-00000015").unwrap();
+            std::fs::remove_dir_all(two.join("checkpoints/step-00000020")).unwrap();
+            let (code, err) = run_np(Some(2), &two, &sets, &["--resume"]);
+            assert_eq!(code, Some(0), "resume on two ranks: {err}");
+            assert_eq!(metrics_without_timing(&two), rows, "resumed metrics differ");
+            same_models(&one, &two, "maac resumed on two ranks");
+            let f = "value_head.safetensors";
+            assert!(critic(&one, f) == critic(&two, f), "resumed critic differs");
+        }
+    }
+    let mut replicated = base.to_vec();
+    replicated.push("agents.replicas=2");
+    let (code, err) = run_np(Some(4), &tmp.path().join("replicas"), &replicated, &[]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("remove `agents[0].replicas`"), "{err}");
 }

@@ -128,24 +128,25 @@ fn an_interrupted_maac_run_resumes_exactly() {
     }
 }
 
-/// The one critic needs every agent in this process: an agent held elsewhere (another MPI
-/// rank) is refused when the algorithm is set up, naming the way out.
+/// The one critic sends every agent's advantages from agent 0's rank, to one copy of each
+/// agent: `replicas` is refused when the algorithm is set up, naming the way out. (Agents on
+/// other ranks are `tests/mpi/ranks.rs`'s.)
 #[test]
-fn maac_refuses_an_agent_held_elsewhere() {
+fn maac_refuses_replicas() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = load_small(&tmp.path().join("run"), &sets(&[]));
+    let s = load_small(&tmp.path().join("run"), &sets(&["agents.replicas=2"]));
     let agent = comlrl::model::Policy::load(
         &comlrl::model::ModelSource::Local(common::fixtures().join("tiny-qwen2")),
         &comlrl::model::LoadOptions::default(),
     )
     .unwrap();
     let err = match comlrl::train::algorithms::registry::build(&s, &[Some(agent), None]) {
-        Ok(_) => panic!("maac built without agent 1"),
+        Ok(_) => panic!("maac built with replicas"),
         Err(e) => e.chain(),
     };
     assert!(
-        err.contains("agent 1: `trainer.algorithm: maac` keeps its one critic beside every agent")
-            && err.contains("without MPI"),
+        err.contains("agent 0: `trainer.algorithm: maac` keeps one copy of each agent")
+            && err.contains("remove `agents[0].replicas`"),
         "{err}"
     );
 }

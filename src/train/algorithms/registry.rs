@@ -27,7 +27,7 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorith
         // MARLHF trains online with its `rl_algorithm` against the reward model it learns
         // first: the MAGRPO family (the scenario crate has resolved `trainer.advantage_mode` to
         // the one named) or an actor-critic (its critic resolved as `trainer.critic`).
-        A::Marlhf => Box::new(Marlhf::new(s, agents, online(s, agents)?)?),
+        A::Marlhf => Box::new(Marlhf::new(s, online(s, agents)?)?),
         // Iterative MARLHF's online phase: the MAGRPO family only (the scenario crate refuses
         // the actor-critics there).
         A::MarlhfIter => Box::new(MarlhfIter::new(s, agents, online(s, agents)?)?),

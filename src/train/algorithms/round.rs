@@ -4,6 +4,7 @@
 //! rest the same way for every algorithm: the sum over the agent's replicas, the learning rate
 //! of the schedule, the clipped AdamW step, the sampling copies following the weights, and the
 //! round's statistics.
+use crate::dist::World;
 use crate::error::Result;
 use crate::model::Policy;
 use crate::train::optim::adamw::AdamW;
@@ -170,11 +171,16 @@ impl<'a> Learner<'a> {
 pub struct Round<'a> {
     learners: Vec<Learner<'a>>,
     parallel: bool,
+    /// The run's processes: an algorithm whose agents' losses read each other's numbers
+    /// (MADPO's Δ) exchanges them over it (a world of one for a process alone).
+    team: &'a dyn World,
 }
 
 impl<'a> Round<'a> {
     /// A round over the agents held here (`Some` in both `policies` and `optims`), each
-    /// starting from its `opt_steps`; `parallel` trains them at the same time.
+    /// starting from its `opt_steps`; `parallel` trains them at the same time. `team` is the
+    /// run's world (every rank takes part in every round).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         policies: &'a [Option<Policy>],
         optims: &'a mut [Option<AdamW>],
@@ -183,6 +189,7 @@ impl<'a> Round<'a> {
         freed: &Freed,
         rule: StepRule,
         parallel: bool,
+        team: &'a dyn World,
     ) -> Self {
         let learners = policies
             .iter()
@@ -203,7 +210,17 @@ impl<'a> Round<'a> {
                 },
             })
             .collect();
-        Round { learners, parallel }
+        Round {
+            learners,
+            parallel,
+            team,
+        }
+    }
+
+    /// The run's processes, for an algorithm's exchanges between ranks (collectives: every
+    /// rank calls them at the same point of the round).
+    pub fn team(&self) -> &'a dyn World {
+        self.team
     }
 
     /// The learners, for an algorithm whose agents step together mini-batch by mini-batch

@@ -51,9 +51,11 @@ impl PromptFormatter {
 }
 
 /// Every agent's formatter, in agent order; `None` for an agent held by another rank (its
-/// prompts are formatted there).
+/// prompts are formatted there). Beside them every agent's template, which needs no model: an
+/// algorithm that reads the agents' prompts (MARLHF's reward model, on every rank) reads them
+/// all.
 #[derive(Debug)]
-pub struct Prompts(pub Vec<Option<PromptFormatter>>);
+pub struct Prompts(pub Vec<Option<PromptFormatter>>, Vec<Template>);
 
 impl Prompts {
     /// Built for loaded policies (their model directories hold the `auto` templates).
@@ -63,7 +65,7 @@ impl Prompts {
             .zip(policies)
             .map(|(a, p)| formatter(a, p).map(Some))
             .collect::<Result<Vec<_>>>()
-            .map(Prompts)
+            .map(|f| Prompts(f, templates(s)))
     }
 
     /// Built for the policies held by this rank (`None`: held by another).
@@ -73,7 +75,7 @@ impl Prompts {
             .zip(policies)
             .map(|(a, p)| p.as_ref().map(|p| formatter(a, p)).transpose())
             .collect::<Result<Vec<_>>>()
-            .map(Prompts)
+            .map(|f| Prompts(f, templates(s)))
     }
 
     /// Each agent's model input for `row` (empty for agents held by another rank).
@@ -85,13 +87,15 @@ impl Prompts {
     }
 
     /// Each agent's prompt for `row` from its template alone, without the chat template (what
-    /// CoMLRL's formatters return; empty for agents held by another rank).
+    /// CoMLRL's formatters return): every agent's, on every rank.
     pub fn formatted(&self, row: &Row) -> Vec<String> {
-        self.0
-            .iter()
-            .map(|f| f.as_ref().map_or(String::new(), |f| f.template.render(row)))
-            .collect()
+        self.1.iter().map(|t| t.render(row)).collect()
     }
+}
+
+/// Every agent's template, in agent order.
+fn templates(s: &Scenario) -> Vec<Template> {
+    s.agents.iter().map(|a| a.template.clone()).collect()
 }
 
 /// Agent `a`'s formatter, with the chat template found in its loaded policy's files.

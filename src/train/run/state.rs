@@ -39,9 +39,8 @@ pub struct TrainState {
 pub struct Stop {
     /// The agent's `max_new_tokens`: sampling stops there.
     pub max_new_tokens: usize,
-    /// The agent's EOS ids and pad id, where its model is loaded in this process (`None` on
-    /// an MPI rank that holds neither the agent nor a copy: a completion of the full length is
-    /// then counted as cut off, even when its last token happens to be an EOS).
+    /// The agent's EOS ids and pad id (every rank has every agent's, shared when the run
+    /// starts; `None`: unknown, and a completion of the full length then counts as cut off).
     pub ends: Option<(Vec<u32>, u32)>,
 }
 

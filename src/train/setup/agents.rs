@@ -26,6 +26,9 @@ pub struct Agents {
     pub prompts: Prompts,
     /// `samples[i]`: this process samples agent `i` and writes its files (its first replica).
     pub samples: Vec<bool>,
+    /// Each agent's EOS ids and pad id (what makes a completion end by itself): `None` for an
+    /// agent held by another rank until the trainer shares them (`world::run::share_ends`).
+    pub ends: Vec<Option<(Vec<u32>, u32)>>,
     /// When the loss weighs re-used samples by a ratio (`trainer.importance_level`), each
     /// agent's logit scale for the sampling-time log-probs kept with its completions (1, or
     /// 1 / its temperature with `logprob_temperature: sampling`: the update's); else `None`.
@@ -69,6 +72,10 @@ impl Agents {
         let sampling = s.agents.iter().map(sampling).collect();
         let prompts = Prompts::for_placed(s, &policies)?;
         let samples = (0..s.agents.len()).map(|i| placement.is_local(i)).collect();
+        let ends = policies
+            .iter()
+            .map(|p| p.as_ref().map(|p| (p.eos_ids.clone(), p.pad_id)))
+            .collect();
         let t = &s.trainer;
         let sampling_logprobs = (t.importance_level != ImportanceLevel::None).then(|| {
             s.agents
@@ -86,6 +93,7 @@ impl Agents {
             sampling,
             prompts,
             samples,
+            ends,
             sampling_logprobs,
         })
     }

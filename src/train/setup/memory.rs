@@ -272,6 +272,7 @@ pub fn estimate(
     let mut infos: HashMap<String, Option<ModelInfo>> = HashMap::new();
     let mut agents = Vec::new();
     let mut unknown = Vec::new();
+    let first_held = s.agents.iter().map(|a| a.index).find(|&i| holds(i));
     for a in s.agents.iter().filter(|a| holds(a.index)) {
         let spec = &a.model.spec;
         if !infos.contains_key(spec) {
@@ -309,19 +310,25 @@ pub fn estimate(
             }
             _ => unknown.push(a.index),
         }
-        // MARLHF's reward model lives beside agent 0 (`preference.reward_model`, by default
-        // agent 0's model); at its training's peak it has AdamW state and gradients too.
-        if a.index == 0 && s.trainer.algorithm.learns_reward_model() {
-            let rm = s.preference.reward_model.as_ref().unwrap_or(&a.model);
+        // MARLHF's reward model (`preference.reward_model`, by default agent 0's model): a copy
+        // on every rank, counted beside the first agent the rank holds; at its training's peak
+        // it has AdamW state and gradients too.
+        if Some(a.index) == first_held && s.trainer.algorithm.learns_reward_model()
+        {
+            let rm = s
+                .preference
+                .reward_model
+                .as_ref()
+                .unwrap_or(&s.agents[0].model);
             if !infos.contains_key(&rm.spec) {
                 let src = super::models::source_of(rm, &s.base_dir)?;
                 let info = inspect(&src, lookup)
-                    .map_err(|e| e.for_agent(0, Some(format!("reward model {}", rm.spec))))?;
+                    .map_err(|e| e.for_agent(a.index, Some(format!("reward model {}", rm.spec))))?;
                 infos.insert(rm.spec.clone(), info);
             }
             match (agents.last_mut(), infos[&rm.spec].as_ref()) {
-                (Some(m), Some(info)) if m.index == 0 => add_reward_model(m, s, info),
-                _ => unknown.push(0),
+                (Some(m), Some(info)) if m.index == a.index => add_reward_model(m, s, info),
+                _ => unknown.push(a.index),
             }
         }
     }
@@ -781,7 +788,7 @@ mod tests {
     }
 
     #[test]
-    fn marlhfs_reward_model_sits_beside_agent_0() {
+    fn marlhfs_reward_model_sits_beside_the_first_agent_held() {
         let dir = tempfile::tempdir().unwrap();
         let agents = "agents: {count: 2, model: builtin:small, max_new_tokens: 16}\n";
         let plain = peak(dir.path(), agents);
@@ -806,6 +813,18 @@ mod tests {
             &format!("{agents}trainer: {{algorithm: marlhf}}\npreference: {{num_candidates: 4, reward_model: builtin:tiny}}\n"),
         );
         assert!(part(&tiny.agents[0].resident, "reward model weights") < w / 4);
+        // On MPI ranks every rank holds a copy: a rank with agent 1 alone counts it there.
+        let lines =
+            format!("{agents}trainer: {{algorithm: marlhf}}\npreference: {{num_candidates: 4}}\n");
+        let rank1 = estimate(
+            &scenario(dir.path(), &lines),
+            |i| i == 1,
+            |i| i == 1,
+            Lookup::Local,
+        )
+        .unwrap();
+        assert_eq!(rank1.agents.len(), 1);
+        assert_eq!(part(&rank1.agents[0].resident, "reward model weights"), w);
     }
 
     #[test]

@@ -56,8 +56,11 @@ impl Trainer {
         check_joint_actions(&scenario)?;
         let placement = Placement::new(&scenario, world.as_ref())?;
         let rewards = Rewards::load(&scenario)?;
-        let agents = Agents::load(&scenario, &placement)?;
+        let mut agents = Agents::load(&scenario, &placement)?;
+        // Every rank counts every agent's cut-off completions in the metrics.
+        crate::train::world::run::share_ends(world.as_ref(), &mut agents.ends)?;
         let strategy = strategy(world, placement);
+        strategy.supports(&scenario)?;
         let algorithm = registry::build(&scenario, &agents.policies)?;
         Ok(Self {
             settings: Settings::new(scenario),

@@ -163,10 +163,10 @@ impl Loop<'_> {
         agents
             .sampling
             .iter()
-            .zip(&agents.policies)
-            .map(|(sampling, policy)| Stop {
+            .zip(&agents.ends)
+            .map(|(sampling, ends)| Stop {
                 max_new_tokens: sampling.max_new_tokens,
-                ends: policy.as_ref().map(|p| (p.eos_ids.clone(), p.pad_id)),
+                ends: ends.clone(),
             })
             .collect()
     }
@@ -481,6 +481,7 @@ impl Loop<'_> {
             &freed,
             rule,
             parallel,
+            self.strategy.world(),
         );
         let results = self.algorithm.update(round, &buffer);
         // Rebuilt even when the round failed, so no later sampling runs without them.

@@ -2,11 +2,13 @@
 //! process [`Alone`] performs every exchange as the identity; one of several MPI [`Ranks`]
 //! performs them as collectives (all-gathering completions, broadcasting rank 0's rewards and
 //! next-turn prompts, gathering the metrics window, agreeing on a stop, summing replicated
-//! agents' gradients). See `docs/distributed.md`.
+//! agents' gradients, sharing the per-agent numbers an update's losses read). See
+//! `docs/distributed.md`.
 //!
-//! Files, lowest first: `rollouts` and `run` (the collectives' byte formats), `replicas`,
+//! Files, lowest first: `rollouts`, `run` and `agent_values` (the collectives' byte formats), `replicas`,
 //! `strategy` (the trait), `alone`, `ranks`, this file (which picks one). Imports
 //! `train::report`, `train::rollout`, `train::update` and `train::run`.
+pub mod agent_values;
 pub mod alone;
 pub mod ranks;
 pub mod replicas;

@@ -3,12 +3,13 @@
 use super::replicas::Replicas;
 use super::strategy::{Part, Strategy};
 use crate::dist::{Placement, World};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::train::report::timing::since;
 use crate::train::report::window::Window;
 use crate::train::rollout::{AgentRollout, RolloutExchange};
 use crate::train::run::dir::RunLock;
 use comlrl_reward::{RewardError, Scored};
+use comlrl_scenario::{ComparatorPolicy, Scenario};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -118,5 +119,34 @@ impl Strategy for Ranks {
 
     fn writes_alone(&self) -> bool {
         false
+    }
+
+    /// Iterative MADPO's `history` comparator (each agent's saved policies, written by its rank
+    /// and read by every rank between two collectives) and `api` comparator (asked once per rank
+    /// for the same answers) are refused on ranks, and so is iterative MARLHF.
+    fn supports(&self, scenario: &Scenario) -> Result<()> {
+        if scenario.trainer.algorithm == comlrl_scenario::Algorithm::MarlhfIter {
+            // Its rounds' reward models and comparator samples have not been placed on ranks.
+            return Err(Error::Config(format!(
+                "trainer.algorithm marlhf_iter is not supported on {} MPI ranks yet: run it in \
+                 one process",
+                self.part.world.size()
+            )));
+        }
+        let p = &scenario.preference;
+        let name = match p.comparator_policy {
+            ComparatorPolicy::History => "history",
+            ComparatorPolicy::Api => "api",
+            _ => return Ok(()),
+        };
+        if scenario.trainer.algorithm != comlrl_scenario::Algorithm::MadpoIter {
+            return Ok(());
+        }
+        Err(Error::Config(format!(
+            "preference.comparator_policy {name} is not supported on {} MPI ranks yet \
+             (trainer.algorithm madpo_iter): use comparator_policy current, current_copy or \
+             model, or run in one process",
+            self.part.world.size()
+        )))
     }
 }

@@ -1,7 +1,8 @@
 //! The training loop's own collectives in a distributed run, as bytes: rank 0's claim on the
 //! output directory shared with the others, the metrics window's update statistics gathered to
-//! rank 0 (each agent's from the rank that trained it), and the stop flag agreed by all ranks.
-//! A process alone needs none of them (`alone`).
+//! rank 0 (each agent's from the rank that trained it), the stop flag agreed by all ranks, and
+//! each agent's end tokens shared when the run starts. A process alone needs none of them
+//! (`alone`).
 use crate::dist::codec::{Dec, Enc};
 use crate::dist::{Placement, World};
 use crate::error::{Error, Result};
@@ -107,6 +108,48 @@ pub fn merge_window(world: &dyn World, placement: &Placement, w: &mut Window) ->
     Ok(())
 }
 
+/// Fills each agent's EOS ids and pad id (`ends`, `None` where another rank holds the agent)
+/// from the rank that holds it, so every rank tells a completion that ended by itself from one
+/// cut off at `max_new_tokens` (the metrics' `clipped_ratio`) as one process does. A
+/// collective; nothing is sent in a world of one.
+pub fn share_ends(world: &dyn World, ends: &mut [Option<(Vec<u32>, u32)>]) -> Result<()> {
+    if world.size() == 1 {
+        return Ok(());
+    }
+    let mut e = Enc::default();
+    let held: Vec<usize> = (0..ends.len()).filter(|&i| ends[i].is_some()).collect();
+    e.usize(held.len());
+    for &i in &held {
+        if let Some((eos, pad)) = &ends[i] {
+            e.usize(i).u32s(eos).u32s(&[*pad]);
+        }
+    }
+    for (rank, packet) in world.all_gather(&e.0).iter().enumerate() {
+        let what = format!("the agents' end tokens from rank {rank}");
+        let mut d = Dec::new(packet, &what);
+        for _ in 0..d.usize()? {
+            let i = d.usize()?;
+            let eos = d.u32s()?;
+            let pad = match d.u32s()?[..] {
+                [pad] => pad,
+                _ => {
+                    return Err(Error::Distributed(format!(
+                        "{what}: agent {i}'s pad id is not one token"
+                    )))
+                }
+            };
+            let slot = ends.get_mut(i).ok_or_else(|| {
+                Error::Distributed(format!("{what}: agent {i} is not an agent of this run"))
+            })?;
+            if slot.is_none() {
+                *slot = Some((eos, pad));
+            }
+        }
+        d.end()?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,7 +171,11 @@ mod tests {
             2
         }
         fn all_gather(&self, mine: &[u8]) -> Vec<Vec<u8>> {
-            vec![mine.to_vec()]
+            // As `gather`, but rank 1 sees only its own packet.
+            match self.gather(0, mine) {
+                Some(all) => all,
+                None => vec![vec![0; 8], mine.to_vec()],
+            }
         }
         fn broadcast(&self, _: usize, data: Vec<u8>) -> Vec<u8> {
             data
@@ -182,5 +229,24 @@ mod tests {
         assert_eq!(b.extra.get("value_loss"), Some(&0.5));
         assert_eq!(mine.agents[0].loss, 1.0, "rank 0's own agent is kept");
         assert_eq!(mine.train_flops, 8.0);
+    }
+
+    #[test]
+    fn every_rank_learns_the_end_tokens_of_the_agents_others_hold() {
+        let sent = Arc::new(Mutex::new(vec![]));
+        let one = Two {
+            rank: 1,
+            sent: sent.clone(),
+        };
+        let mut theirs = vec![None, Some((vec![2, 7], 0))];
+        share_ends(&one, &mut theirs).expect("rank 1 sends");
+        let zero = Two { rank: 0, sent };
+        let mut mine = vec![Some((vec![2], 5)), None];
+        share_ends(&zero, &mut mine).expect("rank 0 receives");
+        assert_eq!(mine, [Some((vec![2], 5)), Some((vec![2, 7], 0))]);
+        // Alone: nothing to learn, nothing sent.
+        let mut alone = vec![None];
+        share_ends(&crate::dist::Single, &mut alone).expect("alone");
+        assert_eq!(alone, [None]);
     }
 }

@@ -5,6 +5,7 @@ use crate::error::Result;
 use crate::train::report::window::Window;
 use crate::train::rollout::RolloutExchange;
 use crate::train::run::dir::RunLock;
+use comlrl_scenario::Scenario;
 use std::sync::Arc;
 
 /// What every strategy holds.
@@ -57,4 +58,10 @@ pub trait Strategy: RolloutExchange + Send {
     /// a collective write failed, say): a process alone may; a rank may not, as the others
     /// would not join it.
     fn writes_alone(&self) -> bool;
+
+    /// Refuses what `scenario` asks that this part of a run cannot do, naming the key and the
+    /// way out (a process alone can do everything).
+    fn supports(&self, _scenario: &Scenario) -> Result<()> {
+        Ok(())
+    }
 }

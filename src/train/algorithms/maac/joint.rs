@@ -4,7 +4,7 @@
 //! tokenized by agent 0's tokenizer (no chat template of its own) and valued at its last
 //! token.
 use crate::error::{Error, Result};
-use crate::model::Policy;
+use crate::model::{Policy, Tokenizer};
 use crate::train::rollout::NodeSample;
 
 /// The critic's text for the agents' `prompts` and, for a Q critic, their `actions`.
@@ -46,20 +46,55 @@ pub fn joint_ids(
         .first()
         .ok_or_else(|| Error::Internal("maac with no agents".into()))?
         .tokenizer;
+    let prompts = agents
+        .iter()
+        .enumerate()
+        .map(|(i, p)| decoded_prompts(buffer, i, p))
+        .collect::<Result<Vec<_>>>()?;
+    joint_ids_of(buffer, &prompts, tok, k, q, max_positions)
+}
+
+/// Agent `i`'s prompt of each buffered node as the critic's text shows it: its token ids
+/// decoded by the agent's tokenizer, special tokens kept. Under MPI each rank decodes its
+/// agents' and the critic's rank receives them (`world::agent_values`).
+pub fn decoded_prompts(buffer: &[NodeSample], i: usize, agent: &Policy) -> Result<Vec<String>> {
+    buffer
+        .iter()
+        .map(|node| {
+            let a = node.agents.get(i).ok_or_else(|| {
+                Error::Internal(format!("a buffered node has no rollout of agent {i}"))
+            })?;
+            Ok(agent.tokenizer.decode(&a.prompt_ids, false)?)
+        })
+        .collect()
+}
+
+/// [`joint_ids`] from every agent's decoded prompts (`prompts[i][n]`: agent i's of node n,
+/// [`decoded_prompts`]) and agent 0's tokenizer `tok`.
+pub fn joint_ids_of(
+    buffer: &[NodeSample],
+    prompts: &[Vec<String>],
+    tok: &Tokenizer,
+    k: usize,
+    q: bool,
+    max_positions: usize,
+) -> Result<Vec<Vec<u32>>> {
     let mut out = Vec::with_capacity(buffer.len() * k);
     for (n, node) in buffer.iter().enumerate() {
-        if node.agents.len() != agents.len() {
+        if node.agents.len() != prompts.len() {
             return Err(Error::Internal(format!(
                 "a buffered node has {} agents' rollouts, the round {}",
                 node.agents.len(),
-                agents.len()
+                prompts.len()
             )));
         }
-        let prompts = node
-            .agents
+        let prompts = prompts
             .iter()
-            .zip(agents)
-            .map(|(a, p)| Ok(p.tokenizer.decode(&a.prompt_ids, false)?))
+            .map(|p| {
+                p.get(n).cloned().ok_or_else(|| {
+                    Error::Internal(format!("no decoded prompt of buffered node {}", n + 1))
+                })
+            })
             .collect::<Result<Vec<String>>>()?;
         let mut shared: Option<Vec<u32>> = None;
         for g in 0..k {

@@ -19,15 +19,19 @@
 //! critic's steps. The actors never read the critic's new values, nor the critic the actors',
 //! so the critic's steps run first and the agents' after, as under CoMLRL's sequence.
 //!
-//! The one critic lives beside every agent: a run with an agent on another rank, or with
-//! replicas, is refused (a first landing; the critic could sit on one rank and exchange
-//! values).
+//! On MPI ranks the one critic lives on agent 0's rank (loaded, trained, checkpointed there):
+//! each rank decodes its agents' prompts and the ranks all-gather them (the critic's joint text
+//! needs every agent's), the critic's rank reads V_old, makes every agent's targets and
+//! advantages and takes the critic's steps, and sends each agent's advantages and critic
+//! statistics to every rank (as bits: the agents' steps are the one-process run's); each rank
+//! then steps its own actors. Replicas are refused (one copy of each agent).
 pub mod central;
 pub mod joint;
 
+use crate::dist::codec::{Dec, Enc};
 use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
-use crate::model::Policy;
+use crate::model::{Policy, Tokenizer};
 use crate::train::algorithms::actor_critic::actor::{actor_grads, trained_tokens, ActorSample};
 use crate::train::algorithms::actor_critic::advantage::advantages;
 use crate::train::algorithms::actor_critic::critic::{check_ids, Row};
@@ -35,15 +39,18 @@ use crate::train::algorithms::actor_critic::targets::{
     episode, single_turn, steps_per_round, td_targets, turn_groups,
 };
 use crate::train::algorithms::algorithm::Algorithm;
-use crate::train::algorithms::round::{AgentUpdate, Round};
+use crate::train::algorithms::round::{AgentUpdate, Round, StepRule};
 use crate::train::optim::schedule::lr_at;
 use crate::train::rollout::{Node, NodeSample};
 use crate::train::update::plan::pass_plan;
+use crate::train::world::agent_values::{share_agent_texts, share_from_holder};
 use central::{critic_round, Central, CriticRound, CriticStep};
 use comlrl_scenario::{CriticType, Scenario};
 
 /// MAAC with a scenario's settings and its critic.
 pub struct Maac {
+    /// Agents in the run.
+    agents: usize,
     /// Completions per agent per node.
     k: usize,
     /// Turns per episode (more than 1: TD(0) targets, one completion per agent and turn).
@@ -69,34 +76,36 @@ pub struct Maac {
     /// Re-run layers in the backward (`gradient_checkpointing`).
     recompute: bool,
     plan: PassPlan,
-    central: Central,
+    /// The critic, on the rank that holds agent 0 (`None` on the others).
+    central: Option<Central>,
     /// Cut each response at its first pad token before the actor's loss (CoMLRL's
     /// `compat_pad_cut`).
     compat_pad_cut: bool,
 }
 
 impl Maac {
-    /// MAAC as `s.trainer` sets it up; every agent must be held here (`Some` in `agents`),
-    /// without replicas.
+    /// MAAC as `s.trainer` sets it up, with its critic where agent 0 is held (`Some` in
+    /// `agents`); one copy of each agent (no `replicas`).
     pub fn new(s: &Scenario, agents: &[Option<Policy>]) -> Result<Self> {
         let t = &s.trainer;
         let c = t.critic.as_ref().ok_or_else(|| {
             Error::Internal("trainer.algorithm maac without a resolved `trainer.critic`".into())
         })?;
-        let elsewhere = s
-            .agents
-            .iter()
-            .find(|a| a.replicas > 1 || agents.get(a.index).is_none_or(Option::is_none));
-        if let Some(a) = elsewhere {
+        if let Some(a) = s.agents.iter().find(|a| a.replicas > 1) {
             return Err(Error::Config(format!(
-                "agent {}: `trainer.algorithm: maac` keeps its one critic beside every agent, \
-                 in one process and one copy of each (CoMLRL's `MAACTrainer` too); run it \
-                 without MPI and remove `replicas` (or use `algorithm: iac`, whose critics sit \
-                 beside their agents)",
-                a.index
+                "agent {}: `trainer.algorithm: maac` keeps one copy of each agent (its one \
+                 critic, on agent 0's rank, sends every agent's advantages); remove \
+                 `agents[{}].replicas` (or use `algorithm: iac`, whose critics sit beside \
+                 their agents' replicas)",
+                a.index, a.index
             )));
         }
+        let central = match agents.first() {
+            Some(Some(_)) => Some(Central::load(s, c)?),
+            _ => None,
+        };
         Ok(Maac {
+            agents: s.agents.len(),
             k: t.num_generations,
             turns: t.num_turns.max(1),
             discount: t.discount,
@@ -114,7 +123,7 @@ impl Maac {
             },
             recompute: t.gradient_checkpointing,
             plan: pass_plan(t),
-            central: Central::load(s, c)?,
+            central,
         })
     }
 }
@@ -137,6 +146,161 @@ fn critic_metrics(steps: &[CriticStep], i: usize, b: usize) -> (f64, f64, f64) {
             )
         }
         None => (0.0, 0.0, 0.0),
+    }
+}
+
+/// What the critic's part of a round reads.
+struct CriticContext<'c> {
+    buffer: &'c [NodeSample],
+    /// Every agent's decoded prompt of each buffered node.
+    prompts: &'c [Vec<String>],
+    /// Agent 0's tokenizer (CoMLRL's critic reads agent 0's tokens).
+    tokenizer: &'c Tokenizer,
+    /// The turn of each row.
+    turns: &'c [usize],
+    /// Each turn's rows.
+    groups: &'c [(usize, Vec<usize>)],
+    /// The rows of each mini-batch.
+    batches: &'c [Vec<usize>],
+    /// Optimizer steps the agents had taken before the round.
+    base_step: u64,
+    rule: StepRule,
+}
+
+/// What the critic's rank sends every rank: per agent its advantages (raw and normalised, per
+/// row) and per mini-batch its critic statistics (value loss, mean value, gradient norm).
+struct CriticShare {
+    adv: Vec<(Vec<f32>, Vec<f32>)>,
+    metrics: Vec<Vec<(f64, f64, f64)>>,
+}
+
+impl CriticShare {
+    fn encode(&self) -> Vec<u8> {
+        let mut e = Enc::default();
+        for ((a, z), m) in self.adv.iter().zip(&self.metrics) {
+            e.f32s(a).f32s(z).usize(m.len());
+            for &(loss, mean, norm) in m {
+                e.f64(loss).f64(mean).f64(norm);
+            }
+        }
+        e.0
+    }
+
+    /// `agents` agents' advantages of `rows` rows and statistics of `batches` mini-batches.
+    fn decode(bytes: &[u8], agents: usize, rows: usize, batches: usize) -> Result<Self> {
+        let what = "the maac critic's advantages";
+        let mut d = Dec::new(bytes, what);
+        let (mut adv, mut metrics) = (Vec::new(), Vec::new());
+        for i in 0..agents {
+            let (a, z) = (d.f32s()?, d.f32s()?);
+            let m = d.usize()?;
+            if a.len() != rows || z.len() != rows || m != batches {
+                return Err(Error::Distributed(format!(
+                    "{what}: agent {i} has {} advantages and {m} mini-batches' statistics, \
+                     the round {rows} rows and {batches} mini-batches",
+                    a.len()
+                )));
+            }
+            let stats = (0..m)
+                .map(|_| Ok((d.f64()?, d.f64()?, d.f64()?)))
+                .collect::<Result<Vec<_>>>()?;
+            adv.push((a, z));
+            metrics.push(stats);
+        }
+        d.end()?;
+        Ok(CriticShare { adv, metrics })
+    }
+}
+
+impl Maac {
+    /// The critic's part of a round (on agent 0's rank): V_old of every buffered joint action
+    /// (the critic has not changed since the rollouts, so it is what CoMLRL reads at rollout
+    /// time), every agent's targets and advantages, then the critic's steps.
+    fn critic_part(&self, central: &mut Central, c: &CriticContext) -> Result<CriticShare> {
+        let (buffer, k) = (c.buffer, self.k.max(1));
+        let max_pos = central.critic.policy.model.max_positions();
+        let ids = joint::joint_ids_of(buffer, c.prompts, c.tokenizer, k, self.q, max_pos)?;
+        let rows: Vec<Row> = ids.iter().map(|v| (&v[..], &[][..])).collect();
+        let old = {
+            let view = central.critic.view();
+            check_ids(&view, &rows, 0)?;
+            let mut old = Vec::with_capacity(rows.len());
+            for chunk in rows.chunks(self.read_rows) {
+                old.extend(view.values(chunk)?);
+            }
+            old
+        };
+        if let Some(v) = old.iter().find(|v| !v.is_finite()) {
+            return Err(Error::Diverged(format!(
+                "optimizer step {}: the maac critic's value V_old is {v} (CoMLRL would raise \
+                 on the losses it makes); lower trainer.critic.learning_rate or set \
+                 max_grad_norm",
+                c.base_step + 1
+            )));
+        }
+        // Row j = n·k + g: node n's joint action g; agent i's target is its g-th return.
+        let mut targets: Vec<Vec<f32>> = vec![Vec::with_capacity(rows.len()); self.agents];
+        for s in buffer {
+            for (i, t) in targets.iter_mut().enumerate() {
+                let r = &s.agents[i].returns;
+                if r.len() != k {
+                    return Err(Error::Internal(format!(
+                        "agent {i} has {} returns in a node, not {k}",
+                        r.len()
+                    )));
+                }
+                t.extend_from_slice(r);
+            }
+        }
+        // Multi-turn (k = 1): TD(0) targets from V_old of the next turn's joint text (read now,
+        // with the critic of the rollouts: a round drains whole episodes).
+        if self.turns > 1 {
+            for t in targets.iter_mut() {
+                *t = td_targets(c.turns, t, &old, self.discount);
+            }
+        }
+        let adv: Vec<(Vec<f32>, Vec<f32>)> = targets
+            .iter()
+            .map(|t| {
+                let (mut a, mut z) = (vec![0f32; t.len()], vec![0f32; t.len()]);
+                for (_, idx) in c.groups {
+                    let tg: Vec<f32> = idx.iter().map(|&j| t[j]).collect();
+                    let o: Vec<f32> = idx.iter().map(|&j| old[j]).collect();
+                    let (ga, gz) = advantages(&tg, &o, self.normalize);
+                    for (m, &j) in idx.iter().enumerate() {
+                        (a[j], z[j]) = (ga[m], gz[m]);
+                    }
+                }
+                (a, z)
+            })
+            .collect();
+        let base_lr = central.opt.cfg.lr;
+        let rule = c.rule;
+        let lr = |b: usize| {
+            lr_at(
+                base_lr,
+                c.base_step as usize + b,
+                rule.total_steps,
+                rule.warmup,
+                rule.scheduler,
+            )
+        };
+        let how = CriticRound {
+            coef: self.value_loss_coef,
+            compat: self.compat,
+            plan: self.plan,
+            max_grad_norm: rule.max_grad_norm,
+            lr: &lr,
+        };
+        let steps = critic_round(central, &rows, &targets, c.batches, &how)?;
+        let metrics = (0..self.agents)
+            .map(|i| {
+                (0..c.batches.len())
+                    .map(|b| critic_metrics(&steps, i, b))
+                    .collect()
+            })
+            .collect();
+        Ok(CriticShare { adv, metrics })
     }
 }
 
@@ -165,111 +329,65 @@ impl Algorithm for Maac {
         mut round: Round<'_>,
         buffer: &[NodeSample],
     ) -> Result<Vec<(usize, AgentUpdate)>> {
-        let (policies, base_step, rule) = {
+        let team = round.team();
+        let (held, base_step, rule) = {
             let ls = round.learners();
-            let mut policies: Vec<&Policy> = Vec::with_capacity(ls.len());
-            for (i, l) in ls.iter().enumerate() {
-                if l.index() != i {
-                    return Err(Error::Internal(format!(
-                        "maac's round lacks agent {i} (its critic needs every agent here)"
-                    )));
-                }
-                policies.push(l.policy());
-            }
-            let first = ls
-                .first()
-                .ok_or_else(|| Error::Internal("maac's round has no agents".into()))?;
-            (policies, first.opt_steps(), first.rule())
+            let held: Vec<(usize, &Policy)> = ls.iter().map(|l| (l.index(), l.policy())).collect();
+            // Every agent steps once per mini-batch: agent 0's count (on the critic's rank, its
+            // first learner) is every agent's.
+            let first = ls.first();
+            (
+                held,
+                first.map_or(0, |l| l.opt_steps()),
+                first.map(|l| l.rule()),
+            )
         };
-        let n = policies.len();
+        let n = self.agents;
         let k = self.k.max(1);
-        let max_pos = self.central.critic.policy.model.max_positions();
-        let ids = joint::joint_ids(buffer, &policies, k, self.q, max_pos)?;
-        let rows: Vec<Row> = ids.iter().map(|v| (&v[..], &[][..])).collect();
-        let old = {
-            let view = self.central.critic.view();
-            check_ids(&view, &rows, 0)?;
-            let mut old = Vec::with_capacity(rows.len());
-            for chunk in rows.chunks(self.read_rows) {
-                old.extend(view.values(chunk)?);
-            }
-            old
-        };
-        if let Some(v) = old.iter().find(|v| !v.is_finite()) {
-            return Err(Error::Diverged(format!(
-                "optimizer step {}: the maac critic's value V_old is {v} (CoMLRL would raise \
-                 on the losses it makes); lower trainer.critic.learning_rate or set \
-                 max_grad_norm",
-                base_step + 1
-            )));
-        }
-        // Row j = n·k + g: node n's joint action g; agent i's target is its g-th return.
-        let mut targets: Vec<Vec<f32>> = vec![Vec::with_capacity(rows.len()); n];
-        for s in buffer {
-            for (i, t) in targets.iter_mut().enumerate() {
-                let r = &s.agents[i].returns;
-                if r.len() != k {
-                    return Err(Error::Internal(format!(
-                        "agent {i} has {} returns in a node, not {k}",
-                        r.len()
-                    )));
-                }
-                t.extend_from_slice(r);
-            }
-        }
-        // Multi-turn (k = 1): TD(0) targets from V_old of the next turn's joint text (read now,
-        // with the critic of the rollouts: a round drains whole episodes).
-        let turns: Vec<usize> = (0..rows.len()).map(|j| buffer[j / k].turn).collect();
-        if self.turns > 1 {
-            for t in targets.iter_mut() {
-                *t = td_targets(&turns, t, &old, self.discount);
-            }
-        }
+        // The critic's text needs every agent's prompt, decoded by the agent's tokenizer.
+        let mine = held
+            .iter()
+            .map(|&(i, p)| Ok((i, joint::decoded_prompts(buffer, i, p)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let prompts = share_agent_texts(team, &mine, n, "the agents' prompts for the maac critic")?;
+        // Row j = n·k + g: node n's joint action g.
+        let turns: Vec<usize> = (0..buffer.len() * k).map(|j| buffer[j / k].turn).collect();
         // Each turn a buffer of its own (CoMLRL's `_process_buffer`): each agent's advantages
         // z-scored over the turn's rows, the turn's mini-batches after the previous turn's.
         let groups = turn_groups(&turns);
-        let adv: Vec<(Vec<f32>, Vec<f32>)> = targets
-            .iter()
-            .map(|t| {
-                let (mut a, mut z) = (vec![0f32; t.len()], vec![0f32; t.len()]);
-                for (_, idx) in &groups {
-                    let tg: Vec<f32> = idx.iter().map(|&j| t[j]).collect();
-                    let o: Vec<f32> = idx.iter().map(|&j| old[j]).collect();
-                    let (ga, gz) = advantages(&tg, &o, self.normalize);
-                    for (m, &j) in idx.iter().enumerate() {
-                        (a[j], z[j]) = (ga[m], gz[m]);
-                    }
-                }
-                (a, z)
-            })
-            .collect();
         let (batch_turns, batches): (Vec<usize>, Vec<Vec<usize>>) = groups
             .iter()
             .flat_map(|(turn, idx)| idx.chunks(self.batch * k).map(|c| (*turn, c.to_vec())))
             .unzip();
-        let base_lr = self.central.opt.cfg.lr;
-        let lr = |b: usize| {
-            lr_at(
-                base_lr,
-                base_step as usize + b,
-                rule.total_steps,
-                rule.warmup,
-                rule.scheduler,
-            )
-        };
-        let how = CriticRound {
-            coef: self.value_loss_coef,
-            compat: self.compat,
-            plan: self.plan,
-            max_grad_norm: rule.max_grad_norm,
-            lr: &lr,
-        };
-        let steps = critic_round(&mut self.central, &rows, &targets, &batches, &how)?;
+        let mut central = self.central.take();
+        let part = central.as_mut().map(|central| {
+            let agent0 = held
+                .first()
+                .filter(|(i, _)| *i == 0)
+                .map(|(_, p)| &p.tokenizer)
+                .ok_or_else(|| Error::Internal("maac's critic without agent 0".into()))?;
+            let rule =
+                rule.ok_or_else(|| Error::Internal("maac's critic without agents".into()))?;
+            let ctx = CriticContext {
+                buffer,
+                prompts: &prompts,
+                tokenizer: agent0,
+                turns: &turns,
+                groups: &groups,
+                batches: &batches,
+                base_step,
+                rule,
+            };
+            self.critic_part(central, &ctx).map(|s| s.encode())
+        });
+        self.central = central;
+        let shared = share_from_holder(team, part, "the maac critic's advantages")?;
+        let shared = CriticShare::decode(&shared, n, buffer.len() * k, batches.len())?;
         let (recompute, plan, compat_pad_cut) = (self.recompute, self.plan, self.compat_pad_cut);
         let multi_turn = self.turns > 1;
         round.each_agent(|learner| {
             let i = learner.index();
-            let (a, norm) = &adv[i];
+            let (a, norm) = &shared.adv[i];
             for (b, idx) in batches.iter().enumerate() {
                 let pad_cut = compat_pad_cut.then_some(learner.policy().pad_id);
                 let responses: Vec<Vec<u32>> = idx
@@ -304,7 +422,7 @@ impl Algorithm for Maac {
                     )));
                 }
                 learner.step(lg)?;
-                let (loss, mean, gnorm) = critic_metrics(&steps, i, b);
+                let (loss, mean, gnorm) = shared.metrics[i][b];
                 learner.record("value_loss", loss);
                 learner.record("value_mean", mean);
                 learner.record(
@@ -340,23 +458,23 @@ impl crate::train::run::checkpoint::CheckpointPart for Maac {
     }
 
     fn save(&self, dir: &std::path::Path, writes: &[bool]) -> Result<()> {
-        match writes.first().copied().unwrap_or(false) {
-            true => self.central.save(dir),
-            false => Ok(()),
+        match (&self.central, writes.first().copied().unwrap_or(false)) {
+            (Some(c), true) => c.save(dir),
+            _ => Ok(()),
         }
     }
 
     fn load(&mut self, dir: &std::path::Path, held: &[bool]) -> Result<()> {
-        match held.first().copied().unwrap_or(false) {
-            true => self.central.load_checkpoint(dir),
-            false => Ok(()),
+        match (&mut self.central, held.first().copied().unwrap_or(false)) {
+            (Some(c), true) => c.load_checkpoint(dir),
+            _ => Ok(()),
         }
     }
 
     fn save_models(&self, models: &std::path::Path, writes: &[bool]) -> Result<()> {
-        match writes.first().copied().unwrap_or(false) {
-            true => self.central.save_models(models),
-            false => Ok(()),
+        match (&self.central, writes.first().copied().unwrap_or(false)) {
+            (Some(c), true) => c.save_models(models),
+            _ => Ok(()),
         }
     }
 }

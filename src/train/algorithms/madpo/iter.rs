@@ -71,7 +71,7 @@ impl MadpoIter {
         Ok(MadpoIter {
             madpo: Madpo::new(s),
             agents: s.agents.len(),
-            comparators: Comparators::new(s, agents, "madpo_iter")?,
+            comparators: Comparators::new(s, agents)?,
             selection: p.pair_selection,
             limit: p.pairs_per_sample,
             replay: Replay {
@@ -136,7 +136,8 @@ impl Algorithm for MadpoIter {
         mut round: Round<'_>,
         buffer: &[NodeSample],
     ) -> Result<Vec<(usize, AgentUpdate)>> {
-        let learners = super::preference_learners(&mut round, buffer, self.agents, "madpo_iter")?;
+        let team = round.team();
+        let learners = super::preference_learners(&mut round, buffer, "madpo_iter")?;
         let start = self.round_start();
         let generated = self.madpo.set.pairs.len() - start;
         self.shards.push(start..self.madpo.set.pairs.len());
@@ -147,7 +148,7 @@ impl Algorithm for MadpoIter {
             &mut self.madpo.rng,
         );
         for _ in 0..self.passes {
-            self.madpo.train_pass(learners, &pairs)?;
+            self.madpo.train_pass(learners, team, &pairs)?;
         }
         // The window reports an algorithm's metric as its mean over the agent's steps (a
         // round's window holds that round's steps alone): these are per round.
@@ -191,10 +192,9 @@ impl CheckpointPart for MadpoIter {
         std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
     }
 
-    fn load(&mut self, dir: &Path, held: &[bool]) -> Result<()> {
-        if !held.first().copied().unwrap_or(false) {
-            return Ok(());
-        }
+    /// Every rank reads the file (written with agent 0's): each trains its agents on the same
+    /// set, in the same order.
+    fn load(&mut self, dir: &Path, _held: &[bool]) -> Result<()> {
         let path = dir.join(CHECKPOINT_FILE);
         let text =
             comlrl_scenario::files::read_text(&path, FILE_CAP, "it is not a file comlrl wrote")

@@ -14,6 +14,7 @@ pub mod iter;
 pub mod loss;
 pub mod set;
 
+use crate::dist::World;
 use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
 use crate::train::algorithms::algorithm::Algorithm;
@@ -22,6 +23,7 @@ use crate::train::rollout::pairs::PairSelection;
 use crate::train::rollout::{Node, NodeSample};
 use crate::train::run::checkpoint::CheckpointPart;
 use crate::train::update::plan::pass_plan;
+use crate::train::world::agent_values::share_agent_values;
 use comlrl_scenario::Scenario;
 use loss::{agent_grads, deltas, sequence_logprobs, LastToken};
 use rand::seq::SliceRandom;
@@ -131,20 +133,21 @@ impl Algorithm for Madpo {
         mut round: Round<'_>,
         buffer: &[NodeSample],
     ) -> Result<Vec<(usize, AgentUpdate)>> {
-        let learners = preference_learners(&mut round, buffer, self.agents, "madpo")?;
+        let team = round.team();
+        let learners = preference_learners(&mut round, buffer, "madpo")?;
         let pairs = self.set.pairs.clone();
-        self.train_pass(learners, &pairs)?;
+        self.train_pass(learners, team, &pairs)?;
         Ok(round.finish())
     }
 }
 
-/// Every agent's learner, in order, for a round of `alg` (`madpo`, `madpo_iter`), which trains
-/// on its preference set: an error where a rollout buffer came in, or where some agent is held
-/// by another process (each agent's loss reads every agent's log-probs of a mini-batch).
+/// The learners of a round of `alg` (`madpo`, `madpo_iter`), which trains on its preference
+/// set: the agents this rank holds, in order (every agent in one process; under MPI the ranks
+/// exchange each mini-batch's Δ, see [`Madpo::train_pass`]). An error where a rollout buffer
+/// came in.
 pub(crate) fn preference_learners<'r, 'a>(
     round: &'r mut Round<'a>,
     buffer: &[NodeSample],
-    agents: usize,
     alg: &str,
 ) -> Result<&'r mut [Learner<'a>]> {
     if !buffer.is_empty() {
@@ -152,24 +155,19 @@ pub(crate) fn preference_learners<'r, 'a>(
             "{alg} trains on its preference set, not on a rollout buffer"
         )));
     }
-    let learners = round.learners();
-    if learners.len() != agents {
-        return Err(Error::Config(format!(
-            "trainer.algorithm {alg} needs every agent in this process ({} of {agents} here): \
-             each agent's loss reads every agent's log-probs of a mini-batch",
-            learners.len()
-        )));
-    }
-    Ok(learners)
+    Ok(round.learners())
 }
 
 impl Madpo {
     /// One pass over `pairs` (of the set): shuffled as CoMLRL shuffles the whole list every
     /// epoch, then `train_batch_size` at a time, one AdamW step per agent and mini-batch.
-    /// `learners` are every agent's, in order.
+    /// `learners` are the agents this rank holds, in order; each mini-batch's Δ of every agent
+    /// is all-gathered over `team` (a collective: every rank holds the same set and shuffles it
+    /// with the same generator, so all take the same mini-batches).
     pub(crate) fn train_pass(
         &mut self,
         learners: &mut [Learner<'_>],
+        team: &dyn World,
         pairs: &[Pair],
     ) -> Result<()> {
         if pairs.is_empty() {
@@ -184,10 +182,12 @@ impl Madpo {
                 / b.len().max(1) as f64
         };
         let total = pairs.len() as f64;
-        for chunk in order.chunks(self.batch) {
+        for (b, chunk) in order.chunks(self.batch).enumerate() {
             let batch: Vec<Pair> = chunk.iter().map(|&i| pairs[i]).collect();
-            // Every agent's Δ of the mini-batch before any agent steps.
-            let mut rows = vec![vec![0f32; self.agents]; batch.len()];
+            // Every agent's Δ of the mini-batch before any agent steps: this rank's agents
+            // score theirs, and the ranks exchange them (one f32 per pair and agent, never
+            // token log-probs).
+            let mut mine = Vec::with_capacity(learners.len());
             for l in learners.iter() {
                 let a = l.index();
                 let lps = sequence_logprobs(
@@ -198,8 +198,21 @@ impl Madpo {
                     self.last,
                     self.micro_batch,
                 )?;
-                for (row, d) in rows.iter_mut().zip(deltas(&lps, &batch)) {
-                    row[a] = d;
+                mine.push((a, deltas(&lps, &batch)));
+            }
+            let what = format!("MADPO's Δ of mini-batch {}", b + 1);
+            let all = share_agent_values(team, &mine, self.agents, &what)?;
+            let mut rows = vec![vec![0f32; self.agents]; batch.len()];
+            for (a, d) in all.iter().enumerate() {
+                if d.len() != batch.len() {
+                    return Err(Error::Distributed(format!(
+                        "{what}: agent {a} has {} values for {} pairs",
+                        d.len(),
+                        batch.len()
+                    )));
+                }
+                for (row, &x) in rows.iter_mut().zip(d) {
+                    row[a] = x;
                 }
             }
             for l in learners.iter_mut() {
@@ -219,6 +232,11 @@ impl Madpo {
                     self.plan,
                 )
                 .map_err(|e| e.for_agent(a, None))?;
+                // The replicas' sum replaces the loss with the passes' (the weighted surrogate's
+                // value): the logged loss is the DPO loss, which every replica computed whole.
+                let mut lg = lg;
+                l.reduce(&mut lg)?;
+                lg.loss = stats.loss;
                 l.step(lg)?;
                 l.record("dpo_margin", stats.margin);
                 l.record("dpo_accuracy", stats.accuracy);
@@ -254,10 +272,9 @@ impl CheckpointPart for Madpo {
         std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
     }
 
-    fn load(&mut self, dir: &Path, held: &[bool]) -> Result<()> {
-        if !held.first().copied().unwrap_or(false) {
-            return Ok(());
-        }
+    /// Every rank reads the file (written with agent 0's): each trains its agents on the same
+    /// set, in the same order.
+    fn load(&mut self, dir: &Path, _held: &[bool]) -> Result<()> {
         let path = dir.join(CHECKPOINT_FILE);
         let text =
             comlrl_scenario::files::read_text(&path, FILE_CAP, "it is not a file comlrl wrote")

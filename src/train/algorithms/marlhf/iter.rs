@@ -76,6 +76,8 @@ pub struct MarlhfIter {
     /// The reward model, its training and the online algorithm (MARLHF's); its set holds every
     /// round's pairs.
     marlhf: Marlhf,
+    /// The scenario's agents (all of them must be in this process).
+    agents: usize,
     comparators: Comparators,
     replay: Replay,
     scoring: ScoringReward,
@@ -95,9 +97,10 @@ impl MarlhfIter {
         online: Box<dyn Algorithm>,
     ) -> Result<Self> {
         let p = &s.preference;
-        let comparators = Comparators::new(s, agents, "marlhf_iter")?;
+        let comparators = Comparators::new(s, agents)?;
         Ok(MarlhfIter {
-            marlhf: Marlhf::new(s, agents, online)?,
+            marlhf: Marlhf::new(s, online)?,
+            agents: s.agents.len(),
             comparators,
             replay: Replay {
                 mode: p.replay_mode,
@@ -248,12 +251,12 @@ impl Algorithm for MarlhfIter {
                             .into(),
                     ));
                 }
-                if round.learners().len() != self.marlhf.agents {
+                if round.learners().len() != self.agents {
                     return Err(Error::Config(format!(
                         "trainer.algorithm marlhf_iter needs every agent in this process ({} of {} here): its \
                          reward model reads every agent's answer",
                         round.learners().len(),
-                        self.marlhf.agents
+                        self.agents
                     )));
                 }
                 self.train_round(round)

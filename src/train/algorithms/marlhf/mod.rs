@@ -60,7 +60,6 @@ struct Saved {
 pub struct Marlhf {
     /// The online algorithm (the registry's MAGRPO).
     online: Box<dyn Algorithm>,
-    agents: usize,
     set: TextSet,
     rng: ChaCha8Rng,
     rm: JointRewardModel,
@@ -82,19 +81,14 @@ impl Marlhf {
     /// MARLHF as the scenario sets it up, training online with `online` (the registry's
     /// MAGRPO), with an empty set and the reward model loaded (`preference.reward_model`, else
     /// agent 0's model) with a fresh head.
-    pub fn new(
-        s: &Scenario,
-        agents: &[Option<Policy>],
-        online: Box<dyn Algorithm>,
-    ) -> Result<Self> {
-        let here = agents.iter().filter(|a| a.is_some()).count();
-        if here != s.agents.len() {
-            return Err(Error::Config(format!(
-                "trainer.algorithm marlhf needs every agent in this process ({here} of {} here): \
-                 its reward model reads every agent's answer; run it without MPI ranks",
-                s.agents.len()
-            )));
-        }
+    ///
+    /// Under MPI every rank holds its own copy of the reward model and trains it the same way:
+    /// every rank already has every agent's answers (the rollout's all-gather) and the same
+    /// pairs, so the copies stay bit-identical without an exchange, and each rank rescores its
+    /// rollouts itself instead of waiting for a broadcast every step. The copy costs no more
+    /// peak memory than one owner would: rank 0, which would own it, holds agents too, and a
+    /// machine's need is its largest rank's.
+    pub fn new(s: &Scenario, online: Box<dyn Algorithm>) -> Result<Self> {
         let p = &s.preference;
         let model = p.reward_model.as_ref().unwrap_or(&s.agents[0].model);
         let opts = LoadOptions {
@@ -108,7 +102,6 @@ impl Marlhf {
         let rm = fresh_reward_model(&rm_source, &opts, &model.spec, s.seed)?;
         Ok(Marlhf {
             online,
-            agents: s.agents.len(),
             set: TextSet::default(),
             // Its own stream: selecting and shuffling never move the sampling generator.
             rng: ChaCha8Rng::seed_from_u64(s.seed ^ 0x6d61_726c_6866_0002),
@@ -261,14 +254,6 @@ impl Algorithm for Marlhf {
                     .into(),
             ));
         }
-        if round.learners().len() != self.agents {
-            return Err(Error::Config(format!(
-                "trainer.algorithm marlhf needs every agent in this process ({} of {} here): its \
-                 reward model reads every agent's answer",
-                round.learners().len(),
-                self.agents
-            )));
-        }
         let pairs = std::mem::take(&mut self.set.pairs);
         let trained = self.train_reward_model_on(&pairs);
         self.set.pairs = pairs;
@@ -309,11 +294,10 @@ impl CheckpointPart for Marlhf {
         write_weights(&self.rm.vars(), &dir.join(WEIGHTS_FILE))
     }
 
+    /// Every rank reads the state and the reward model (written with agent 0's files): each
+    /// holds its own copy of the model (see [`Marlhf::new`]).
     fn load(&mut self, dir: &Path, held: &[bool]) -> Result<()> {
         self.online.load(dir, held)?;
-        if !held.first().copied().unwrap_or(false) {
-            return Ok(());
-        }
         let path = dir.join(STATE_FILE);
         let text =
             comlrl_scenario::files::read_text(&path, FILE_CAP, "it is not a file comlrl wrote")

@@ -92,17 +92,12 @@ pub struct Comparators {
 }
 
 impl Comparators {
-    /// The comparator of `s.preference` for `alg` (`madpo_iter`, `marlhf_iter`: for messages),
-    /// loaded (`model`) or with the initial policies saved and loaded (`history`). `agents` are
-    /// the policies as loaded; every agent must be here.
-    pub fn new(s: &Scenario, agents: &[Option<Policy>], alg: &str) -> Result<Self> {
+    /// The comparator of `s.preference`, loaded (`model`) or with the initial policies saved
+    /// and loaded (`history`). `agents` are the policies as loaded. On MPI ranks a `model`
+    /// comparator is loaded for the agents held here only; `history` and `api` are refused
+    /// there (`world::Ranks::supports`).
+    pub fn new(s: &Scenario, agents: &[Option<Policy>]) -> Result<Self> {
         let p = &s.preference;
-        if agents.iter().any(Option::is_none) {
-            return Err(Error::Config(format!(
-                "trainer.algorithm {alg} needs every agent in this process: each round pairs \
-                 every agent's answers; run it without MPI ranks"
-            )));
-        }
         let vocab = agents
             .iter()
             .flatten()
@@ -135,17 +130,18 @@ impl Comparators {
                         "preference.comparator_policy model needs comparator_model".into(),
                     )
                 })?;
-                let policy = Policy::load(&source_of(model, &s.base_dir)?, &opts).map_err(|e| {
-                    Error::from(e).within(format!("the comparator model {}", model.spec))
-                })?;
-                c.check_vocab(&policy, &model.spec)?;
+                // One frozen model serves every agent: loaded once per agent held here, so
+                // that each samples with its own copy (agents sample at the same time).
                 c.policies = (0..c.agents).map(|_| None).collect();
-                // One frozen model serves every agent: loaded once per agent so that each
-                // samples with its own copy (agents sample at the same time).
-                c.policies[0] = Some(policy);
-                for slot in c.policies.iter_mut().skip(1) {
-                    let policy = Policy::load(&source_of(model, &s.base_dir)?, &opts)?;
+                for (slot, _) in c.policies.iter_mut().zip(agents).filter(|(_, a)| a.is_some()) {
+                    let policy =
+                        Policy::load(&source_of(model, &s.base_dir)?, &opts).map_err(|e| {
+                            Error::from(e).within(format!("the comparator model {}", model.spec))
+                        })?;
                     *slot = Some(policy);
+                }
+                for p in c.policies.iter().flatten() {
+                    c.check_vocab(p, &model.spec)?;
                 }
             }
             ComparatorPolicy::History => {

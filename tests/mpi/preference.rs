@@ -148,6 +148,19 @@ fn madpo_iter_on_two_ranks_matches_one_process() {
         err.contains("preference.comparator_policy history") && err.contains("2 MPI ranks"),
         "{err}"
     );
+
+    // Iterative MARLHF's rounds are not placed on ranks: refused, naming the algorithm.
+    let iter = [
+        "trainer.algorithm=marlhf_iter",
+        "preference.num_candidates=4",
+        "preference.num_iterations=2",
+    ];
+    let (code, err) = run_np(Some(2), &tmp.path().join("marlhf_iter"), &iter, &[]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(
+        err.contains("trainer.algorithm marlhf_iter") && err.contains("2 MPI ranks"),
+        "{err}"
+    );
 }
 
 #[test]

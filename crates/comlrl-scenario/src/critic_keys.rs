@@ -248,6 +248,7 @@ pub(crate) fn check_trainer(
         ("mask_truncated_completions", t.mask_truncated_completions),
         ("top_entropy_quantile", t.top_entropy_quantile < 1.0),
         ("kl_in_loss", t.kl_in_loss != 0.0),
+        ("entropy_coef", t.entropy_coef != 0.0),
     ];
     for (key, set) in moot {
         if set {

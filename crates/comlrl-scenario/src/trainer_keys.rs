@@ -161,6 +161,15 @@ section! {
         top_entropy_quantile: f64 = 1.0, kind "number in [0, 1]",
             why "TRL: off (every token trains)",
             check unit(true, "use e.g. `top_entropy_quantile: 0.2` (the paper's), or 1 for every token");
+        /// An entropy bonus (TRL's `entropy_coef`): the loss becomes the policy loss − c · H̄,
+        /// H̄ the mean next-token entropy over the mini-batch's counted completion tokens (those
+        /// `top_entropy_quantile` keeps, when set), not rescaled by `loss_aggregation`, so c
+        /// means the same for every aggregation. Its gradient reaches every counted completion,
+        /// those of advantage 0 too (they are then computed). The entropy is that of the
+        /// distribution the loss scores (`logprob_temperature`). MAGRPO family only.
+        entropy_coef: f64 = 0.0, kind "number ≥ 0",
+            why "TRL's default; CoMLRL has none",
+            check non_negative("use 0 for no entropy bonus, or a small value such as 0.001 to 0.01");
         /// Passes over each rollout buffer (PPO's epochs; TRL's `num_iterations`): every pass
         /// takes one optimizer step per mini-batch of `train_batch_size`. More than 1 re-uses
         /// the samples off-policy and needs a probability ratio (`importance_level`). MAGRPO

@@ -14,6 +14,7 @@
 //! are kept as π_old for later passes, so a later pass compares log-probs of the same
 //! precision. A completion first computed after a step compares with its sampling-time
 //! log-probs (`AgentRollout::sampling_logprobs`).
+use super::entropy_bonus::{EntropyBonus, WithBonus};
 use super::entropy_mask::{mini_batch_mask, EntropyMask};
 use super::loss::{aggregation_factors, rows_to_score, Counted, LossShape, TokenTerms};
 use super::token_terms::{check_refs, kl_term};
@@ -171,7 +172,7 @@ pub fn clipped_loss_and_grads_terms(
 ) -> Result<Clipped> {
     let counted = Counted::new(samples, shape, policy);
     let agg = aggregation_factors(samples, shape, &counted)?;
-    let scored = rows_to_score(samples, &counted, terms.kl_in_loss != 0.0);
+    let scored = rows_to_score(samples, &counted, terms.keeps_zero_advantage());
     if terms.kl_in_loss != 0.0 {
         check_refs(samples, &scored)?;
     }
@@ -240,6 +241,7 @@ pub fn clipped_loss_and_grads_terms(
     } else {
         None
     };
+    let bonus = EntropyBonus::new(samples, &counted, mask.as_ref(), terms.entropy_coef);
     let loss = ClippedLoss {
         samples,
         old,
@@ -259,7 +261,17 @@ pub fn clipped_loss_and_grads_terms(
                 .collect(),
         ),
     };
-    let mut grads = sequence_grads(policy, vars, &groups, &loss, chunk, recompute, share, plan)?;
+    let mut grads = match &bonus {
+        // The bonus is added after the surrogate (TRL), its seeds beside the token weights.
+        Some(bonus) => {
+            let with = WithBonus {
+                policy: &loss,
+                bonus,
+            };
+            sequence_grads(policy, vars, &groups, &with, chunk, recompute, share, plan)?
+        }
+        None => sequence_grads(policy, vars, &groups, &loss, chunk, recompute, share, plan)?,
+    };
     grads.skipped = skipped;
     let (sum, n) = *loss.kl.lock().unwrap_or_else(|e| e.into_inner());
     grads.token_kl = (n > 0.0).then_some(sum / n);

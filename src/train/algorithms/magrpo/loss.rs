@@ -10,6 +10,7 @@
 //! other sequence still scores one, so the optimizer steps with zero gradients for the same
 //! parameters as always (as torch's AdamW does after `backward()` of a zero loss).
 //! The passes themselves (chunks, recompute, replicas' shares) are `train::update::passes`.
+use super::entropy_bonus::{EntropyBonus, WithBonus};
 use super::entropy_mask::mini_batch_mask;
 use super::token_terms::{check_refs, PerToken};
 use crate::error::Result;
@@ -106,6 +107,9 @@ pub struct TokenTerms {
     pub top_entropy_quantile: f64,
     /// `trainer.kl_in_loss` β: each counted token adds β · k3 to its loss (`token_terms`).
     pub kl_in_loss: f64,
+    /// `trainer.entropy_coef` c: the loss less c · the mean entropy of the tokens it acts on
+    /// (`entropy_bonus`).
+    pub entropy_coef: f64,
 }
 
 impl TokenTerms {
@@ -113,6 +117,7 @@ impl TokenTerms {
     pub const NONE: TokenTerms = TokenTerms {
         top_entropy_quantile: 1.0,
         kl_in_loss: 0.0,
+        entropy_coef: 0.0,
     };
 
     /// Whether the high-entropy mask is on.
@@ -120,9 +125,16 @@ impl TokenTerms {
         self.top_entropy_quantile < 1.0
     }
 
-    /// Whether any per-token term is on.
+    /// Whether any per-token term that weighs the log-probs is on (the entropy bonus weighs
+    /// the entropy alone: the log-probs keep their sequence weights).
     pub fn any(&self) -> bool {
         self.masks_entropy() || self.kl_in_loss != 0.0
+    }
+
+    /// Whether a term reaches completions whose advantage is 0 (the KL term, the entropy
+    /// bonus): they are then computed.
+    pub fn keeps_zero_advantage(&self) -> bool {
+        self.kl_in_loss != 0.0 || self.entropy_coef != 0.0
     }
 }
 
@@ -165,8 +177,8 @@ pub fn loss_and_grads_terms(
     terms: TokenTerms,
 ) -> Result<LossGrads> {
     let counted = Counted::new(samples, shape, policy);
-    // The KL term weighs every counted token, whatever its advantage.
-    let scored = rows_to_score(samples, &counted, terms.kl_in_loss != 0.0);
+    // The KL term and the entropy bonus weigh every counted token, whatever its advantage.
+    let scored = rows_to_score(samples, &counted, terms.keeps_zero_advantage());
     if terms.kl_in_loss != 0.0 {
         check_refs(samples, &scored)?;
     }
@@ -184,18 +196,31 @@ pub fn loss_and_grads_terms(
             rows,
         })
         .collect();
+    let mask = match terms.masks_entropy() {
+        true => Some(mini_batch_mask(
+            policy,
+            samples,
+            |i, j| counted.get(i, j),
+            terms.top_entropy_quantile,
+            chunk,
+            plan.logit_scale,
+        )?),
+        false => None,
+    };
+    let bonus = EntropyBonus::new(samples, &counted, mask.as_ref(), terms.entropy_coef);
+    let run = |loss: &dyn SequenceLoss| -> Result<LossGrads> {
+        match &bonus {
+            Some(bonus) => {
+                let with = WithBonus {
+                    policy: loss,
+                    bonus,
+                };
+                sequence_grads(policy, vars, &groups, &with, chunk, recompute, share, plan)
+            }
+            None => sequence_grads(policy, vars, &groups, loss, chunk, recompute, share, plan),
+        }
+    };
     let mut out = if terms.any() {
-        let mask = match terms.masks_entropy() {
-            true => Some(mini_batch_mask(
-                policy,
-                samples,
-                |i, j| counted.get(i, j),
-                terms.top_entropy_quantile,
-                chunk,
-                plan.logit_scale,
-            )?),
-            false => None,
-        };
         let weights = PerToken {
             samples,
             coefs: sequence_weights_of(samples, shape, &counted)?,
@@ -204,25 +229,17 @@ pub fn loss_and_grads_terms(
             beta: terms.kl_in_loss,
             kl: Default::default(),
         };
-        let mut out = sequence_grads(
-            policy, vars, &groups, &weights, chunk, recompute, share, plan,
-        )?;
+        let mut out = run(&weights)?;
         let (sum, n) = *weights.kl.lock().unwrap_or_else(|e| e.into_inner());
         out.token_kl = (n > 0.0).then_some(sum / n);
         out
     } else if shape.is_magrpo() {
-        let weights = Advantages {
+        run(&Advantages {
             samples,
             scale: 1.0 / samples.len().max(1) as f64,
-        };
-        sequence_grads(
-            policy, vars, &groups, &weights, chunk, recompute, share, plan,
-        )?
+        })?
     } else {
-        let weights = Weights(sequence_weights_of(samples, shape, &counted)?);
-        sequence_grads(
-            policy, vars, &groups, &weights, chunk, recompute, share, plan,
-        )?
+        run(&Weights(sequence_weights_of(samples, shape, &counted)?))?
     };
     out.skipped = skipped;
     Ok(out)
@@ -269,6 +286,12 @@ impl Counted {
                 })
                 .collect(),
         )
+    }
+
+    /// Given flags, `[sample][completion]` (unit tests).
+    #[cfg(test)]
+    pub(super) fn from_flags(flags: Vec<Vec<bool>>) -> Self {
+        Counted(flags)
     }
 
     /// Whether completion `j` of sample `sample` counts.

@@ -13,6 +13,7 @@
 pub mod advantage;
 pub mod aggregate;
 pub mod clip;
+mod entropy_bonus;
 pub mod entropy_mask;
 pub mod loss;
 pub mod returns;
@@ -123,6 +124,7 @@ impl Magrpo {
             terms: TokenTerms {
                 top_entropy_quantile: t.top_entropy_quantile,
                 kl_in_loss: t.kl_in_loss,
+                entropy_coef: t.entropy_coef,
             },
         }
     }
@@ -246,7 +248,7 @@ impl Algorithm for Magrpo {
                     lg.skipped,
                     crate::runtime::memory_line()
                 );
-                record_and_step(learner, lg)?;
+                record_and_step(learner, lg, self.terms)?;
             }
             Ok(())
         })
@@ -313,7 +315,7 @@ fn clipped_round(
             for (name, value) in out.stats.metrics() {
                 learner.record(name, value);
             }
-            record_and_step(learner, out.grads)?;
+            record_and_step(learner, out.grads, m.terms)?;
             stepped = true;
         }
     }
@@ -323,9 +325,13 @@ fn clipped_round(
 impl CheckpointPart for Magrpo {}
 
 /// Logs a mini-batch's entropy and per-token KL (the whole mini-batch's: summed over the
-/// agent's replicas first), then takes the optimizer step on its gradients.
-fn record_and_step(learner: &mut Learner<'_>, mut lg: LossGrads) -> Result<()> {
+/// agent's replicas first) and, with the entropy bonus, its coefficient (TRL's
+/// `entropy_coef`), then takes the optimizer step on its gradients.
+fn record_and_step(learner: &mut Learner<'_>, mut lg: LossGrads, terms: TokenTerms) -> Result<()> {
     learner.reduce(&mut lg)?;
+    if terms.entropy_coef != 0.0 {
+        learner.record("entropy_coef", terms.entropy_coef);
+    }
     if let Some(h) = lg.entropy_mean() {
         learner.record("entropy", h);
     }

@@ -1047,3 +1047,146 @@ fn entropy_and_kl_in_loss_run_end_to_end() {
         "the mask changes the update"
     );
 }
+
+/// `trainer.entropy_coef` against TRL 1.16's `compute_loss` with its `entropy_coef` 0.01
+/// (`tests/fixtures/grpo_variants/trl_entropy_coef.json`): under three aggregations, with the
+/// high-entropy mask, with truncation masking, and with a group whose advantages are all 0
+/// (those completions carry the bonus's gradient alone): the gradients on the autograd path,
+/// the recomputed one (whole passes and micro-batches of 3) and the on-policy clipped path; the
+/// bonus's value (TRL's loss − its `policy_loss`); the clipped path's loss (TRL's); the logged
+/// entropy against TRL's `entropy` (every counted completion is computed with the bonus on).
+#[test]
+fn entropy_coef_matches_trl() {
+    use comlrl::train::algorithms::magrpo::clip::{clipped_loss_and_grads_terms, Clip, Old};
+    use comlrl::train::algorithms::magrpo::loss::{loss_and_grads_terms, TokenTerms};
+    use comlrl_scenario::ImportanceLevel;
+    let f = json(&fixtures().join("grpo_variants/trl_entropy_coef.json"));
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let named = policy.vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
+    let cases = f["cases"].as_array().unwrap();
+    let aggregations: std::collections::BTreeSet<&str> = cases
+        .iter()
+        .map(|c| c["comlrl"]["loss_aggregation"].as_str().unwrap())
+        .collect();
+    assert!(aggregations.len() >= 2, "at least two aggregations");
+    assert!(cases.iter().any(|c| c.get("rewards").is_some()));
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (norm, shape, plan) = settings(case, max_new);
+        let mut fc = f.clone();
+        if let Some(r) = case.get("rewards") {
+            fc["rewards"] = r.clone();
+        }
+        let owned = samples(&fc, norm);
+        let refs: Vec<&AgentRollout> = owned.iter().collect();
+        // comlrl's advantages are TRL's (the zero-advantage group's exactly 0).
+        let want_adv = f64s(&case["advantages"]);
+        let got_adv: Vec<f64> = owned
+            .iter()
+            .flat_map(|s| s.advantages.iter().map(|&a| a as f64))
+            .collect();
+        for (a, b) in got_adv.iter().zip(&want_adv) {
+            assert!(close(*a, *b, 1.0), "{name}: advantage {a} vs TRL's {b}");
+            assert_eq!(*a == 0.0, *b == 0.0, "{name}: a zero advantage");
+        }
+        let c = case["comlrl"]["entropy_coef"].as_f64().unwrap();
+        assert_eq!(case["entropy_coef_metric"].as_f64(), Some(c));
+        let terms = TokenTerms {
+            top_entropy_quantile: case["comlrl"]["top_entropy_quantile"]
+                .as_f64()
+                .unwrap_or(1.0),
+            entropy_coef: c,
+            ..TokenTerms::NONE
+        };
+        let want_loss = case["loss"].as_f64().unwrap();
+        let want_bonus = want_loss - case["policy_loss_metric"].as_f64().unwrap();
+        assert!(want_bonus < -1e-3, "{name}: the bonus is visible in TRL's loss");
+        let want_ent = case["entropy_metric"].as_f64().unwrap();
+        for (recompute, chunk) in [(false, 0), (true, 0), (true, 3)] {
+            let what = format!("{name} (recompute {recompute}, micro-batch {chunk})");
+            let run = |terms| {
+                loss_and_grads_terms(
+                    &policy,
+                    &vars,
+                    &refs,
+                    chunk,
+                    recompute,
+                    Share::ALL,
+                    plan,
+                    shape,
+                    terms,
+                )
+                .unwrap()
+            };
+            let lg = run(terms);
+            check_grads(&what, &named, &lg.grads, case);
+            // Every counted completion is computed, whatever its advantage.
+            let truncated = f["truncated"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|g| g.as_array().unwrap())
+                .filter(|t| t.as_bool().unwrap())
+                .count();
+            let uncounted = if shape.mask_truncated { truncated } else { 0 };
+            assert_eq!(lg.skipped, uncounted, "{what}: every counted completion computed");
+            let policy_only = run(TokenTerms {
+                entropy_coef: 0.0,
+                ..terms
+            });
+            let bonus = lg.loss - policy_only.loss;
+            assert!(
+                close(bonus, want_bonus, 0.0),
+                "{what}: the bonus's value {bonus} vs TRL's {want_bonus}"
+            );
+            let got = lg.entropy_mean().expect("the entropy is logged");
+            assert!(
+                close(got, want_ent, 1.0),
+                "{what}: entropy {got} vs TRL's {want_ent}"
+            );
+        }
+        // On-policy, the clipped path (TRL's own formula): its loss is TRL's.
+        let old: Vec<Vec<Old>> = owned
+            .iter()
+            .map(|s| vec![Old::OnPolicy; s.completions.len()])
+            .collect();
+        let level = match case["trl"]["importance_sampling_level"].as_str() {
+            Some("sequence") => ImportanceLevel::Sequence,
+            _ => ImportanceLevel::Token,
+        };
+        let clip = Clip {
+            level,
+            low: 0.2,
+            high: 0.2,
+            delta: None,
+        };
+        let out = clipped_loss_and_grads_terms(
+            &policy,
+            &vars,
+            &refs,
+            &old,
+            3,
+            true,
+            Share::ALL,
+            plan,
+            shape,
+            clip,
+            0,
+            terms,
+        )
+        .unwrap();
+        let what = format!("{name} (clipped, on-policy)");
+        check_grads(&what, &named, &out.grads.grads, case);
+        let got = out.grads.loss;
+        assert!(
+            close(got, want_loss, want_bonus.abs()),
+            "{what}: loss {got} vs TRL's {want_loss}"
+        );
+    }
+}

@@ -1000,7 +1000,8 @@ fn kl_in_loss_matches_trl() {
 /// The entropy, the high-entropy mask and the KL in the loss through the whole loop on the small
 /// scenario: every logged row carries each agent's mean entropy (a positive number of nats),
 /// and with `kl_in_loss` the rollout keeps the reference log-probs the update's KL term reads
-/// (its mean k3 logged, ≥ 0); the mask changes what is learned.
+/// (its mean k3 logged, ≥ 0); the mask and the entropy bonus change what is learned, and the
+/// bonus's coefficient is logged only with the bonus on.
 #[test]
 fn entropy_and_kl_in_loss_run_end_to_end() {
     use comlrl::train::Trainer;
@@ -1010,10 +1011,11 @@ fn entropy_and_kl_in_loss_run_end_to_end() {
         "trainer.agent_learning_rate=1e-3",
         "logging.steps=2",
     ];
-    let runs: [(&str, &[&str]); 3] = [
+    let runs: [(&str, &[&str]); 4] = [
         ("plain", &[]),
         ("mask", &["trainer.top_entropy_quantile=0.3"]),
         ("kl", &["trainer.kl_in_loss=0.04"]),
+        ("bonus", &["trainer.entropy_coef=0.05"]),
     ];
     let mut rows = vec![];
     for (name, extra) in runs {
@@ -1037,6 +1039,12 @@ fn entropy_and_kl_in_loss_run_end_to_end() {
                 } else {
                     assert!(kl.is_none(), "{name}: {row}");
                 }
+                let coef = row.get(format!("agent_{i}/entropy_coef"));
+                if name == "bonus" {
+                    assert_eq!(coef.and_then(Value::as_f64), Some(0.05), "{row}");
+                } else {
+                    assert!(coef.is_none(), "{name}: {row}");
+                }
             }
         }
     }
@@ -1045,6 +1053,11 @@ fn entropy_and_kl_in_loss_run_end_to_end() {
         loss(&rows[0]),
         loss(&rows[1]),
         "the mask changes the update"
+    );
+    assert_ne!(
+        loss(&rows[0]),
+        loss(&rows[3]),
+        "the bonus changes the update"
     );
 }
 
@@ -1106,7 +1119,10 @@ fn entropy_coef_matches_trl() {
         };
         let want_loss = case["loss"].as_f64().unwrap();
         let want_bonus = want_loss - case["policy_loss_metric"].as_f64().unwrap();
-        assert!(want_bonus < -1e-3, "{name}: the bonus is visible in TRL's loss");
+        assert!(
+            want_bonus < -1e-3,
+            "{name}: the bonus is visible in TRL's loss"
+        );
         let want_ent = case["entropy_metric"].as_f64().unwrap();
         for (recompute, chunk) in [(false, 0), (true, 0), (true, 3)] {
             let what = format!("{name} (recompute {recompute}, micro-batch {chunk})");
@@ -1135,7 +1151,10 @@ fn entropy_coef_matches_trl() {
                 .filter(|t| t.as_bool().unwrap())
                 .count();
             let uncounted = if shape.mask_truncated { truncated } else { 0 };
-            assert_eq!(lg.skipped, uncounted, "{what}: every counted completion computed");
+            assert_eq!(
+                lg.skipped, uncounted,
+                "{what}: every counted completion computed"
+            );
             let policy_only = run(TokenTerms {
                 entropy_coef: 0.0,
                 ..terms

@@ -369,3 +369,42 @@ fn kl_in_loss_reads_and_refuses_what_it_cannot_do() {
     );
     assert!(msg.contains("`madpo` has none"), "{msg}");
 }
+
+/// `entropy_coef` (TRL's entropy bonus): 0 by default, a finite number ≥ 0, refused with MADPO
+/// (no policy-gradient loss to add it to) and warned about with an actor-critic.
+#[test]
+fn entropy_coef_reads_checks_and_names_where_it_does_nothing() {
+    let f = Fixture::new();
+    assert_eq!(f.ok(BASE, &[]).trainer.entropy_coef, 0.0);
+    let s = f.ok(BASE, &["trainer.entropy_coef=0.01"]);
+    assert_eq!(s.trainer.entropy_coef, 0.01);
+    let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("the resolved YAML reloads");
+    assert_eq!(again.trainer.entropy_coef, 0.01);
+    for bad in ["-0.01", ".nan", ".inf"] {
+        let (msg, _) = f.errs(BASE, &[&format!("trainer.entropy_coef={bad}")]);
+        assert!(msg.contains("trainer.entropy_coef"), "{bad}: {msg}");
+        assert!(
+            msg.contains("must be ≥ 0") || msg.contains("not a finite number"),
+            "{bad}: {msg}"
+        );
+    }
+    let (msg, _) = f.errs(
+        BASE,
+        &["trainer.algorithm=madpo", "trainer.entropy_coef=0.01"],
+    );
+    assert!(
+        msg.contains("entropy_coef") && msg.contains("`madpo` has none"),
+        "{msg}"
+    );
+    let s = f.ok(
+        BASE,
+        &["trainer.algorithm=iac", "trainer.entropy_coef=0.01"],
+    );
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("entropy_coef") && w.contains("no effect")),
+        "{:?}",
+        s.warnings
+    );
+}

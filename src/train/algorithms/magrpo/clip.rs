@@ -229,19 +229,20 @@ pub fn clipped_loss_and_grads_terms(
             rows,
         })
         .collect();
-    let mask = if terms.masks_entropy() {
-        Some(mini_batch_mask(
+    let (mask, kept_entropy) = if terms.masks_entropy() {
+        let (m, h) = mini_batch_mask(
             policy,
             samples,
             |i, j| counted.get(i, j),
             terms.top_entropy_quantile,
             chunk,
             plan.logit_scale,
-        )?)
+        )?;
+        (Some(m), h)
     } else {
-        None
+        (None, None)
     };
-    let bonus = EntropyBonus::new(samples, &counted, mask.as_ref(), terms.entropy_coef);
+    let bonus = EntropyBonus::new(samples, &counted, mask.as_ref(), terms);
     let loss = ClippedLoss {
         samples,
         old,
@@ -273,6 +274,9 @@ pub fn clipped_loss_and_grads_terms(
         None => sequence_grads(policy, vars, &groups, &loss, chunk, recompute, share, plan)?,
     };
     grads.skipped = skipped;
+    if terms.has_bonus() {
+        grads.bonus_entropy = kept_entropy;
+    }
     let (sum, n) = *loss.kl.lock().unwrap_or_else(|e| e.into_inner());
     grads.token_kl = (n > 0.0).then_some(sum / n);
     let stats = *loss.stats.lock().unwrap_or_else(|e| e.into_inner());

@@ -108,8 +108,11 @@ pub struct TokenTerms {
     /// `trainer.kl_in_loss` β: each counted token adds β · k3 to its loss (`token_terms`).
     pub kl_in_loss: f64,
     /// `trainer.entropy_coef` c: the loss less c · the mean entropy of the tokens it acts on
-    /// (`entropy_bonus`).
+    /// (`entropy_bonus`); under adaptive control, the coefficient this step applies.
     pub entropy_coef: f64,
+    /// The bonus is on even where `entropy_coef` is 0 (adaptive control, `entropy_control`):
+    /// every counted completion is computed and the entropy of the tokens it acts on measured.
+    pub entropy_on: bool,
 }
 
 impl TokenTerms {
@@ -118,6 +121,7 @@ impl TokenTerms {
         top_entropy_quantile: 1.0,
         kl_in_loss: 0.0,
         entropy_coef: 0.0,
+        entropy_on: false,
     };
 
     /// Whether the high-entropy mask is on.
@@ -134,7 +138,12 @@ impl TokenTerms {
     /// Whether a term reaches completions whose advantage is 0 (the KL term, the entropy
     /// bonus): they are then computed.
     pub fn keeps_zero_advantage(&self) -> bool {
-        self.kl_in_loss != 0.0 || self.entropy_coef != 0.0
+        self.kl_in_loss != 0.0 || self.has_bonus()
+    }
+
+    /// Whether the entropy bonus is on (at a coefficient of 0 too, under adaptive control).
+    pub fn has_bonus(&self) -> bool {
+        self.entropy_coef != 0.0 || self.entropy_on
     }
 }
 
@@ -196,18 +205,21 @@ pub fn loss_and_grads_terms(
             rows,
         })
         .collect();
-    let mask = match terms.masks_entropy() {
-        true => Some(mini_batch_mask(
-            policy,
-            samples,
-            |i, j| counted.get(i, j),
-            terms.top_entropy_quantile,
-            chunk,
-            plan.logit_scale,
-        )?),
-        false => None,
+    let (mask, kept_entropy) = match terms.masks_entropy() {
+        true => {
+            let (m, h) = mini_batch_mask(
+                policy,
+                samples,
+                |i, j| counted.get(i, j),
+                terms.top_entropy_quantile,
+                chunk,
+                plan.logit_scale,
+            )?;
+            (Some(m), h)
+        }
+        false => (None, None),
     };
-    let bonus = EntropyBonus::new(samples, &counted, mask.as_ref(), terms.entropy_coef);
+    let bonus = EntropyBonus::new(samples, &counted, mask.as_ref(), terms);
     let run = |loss: &dyn SequenceLoss| -> Result<LossGrads> {
         match &bonus {
             Some(bonus) => {
@@ -242,6 +254,9 @@ pub fn loss_and_grads_terms(
         run(&Weights(sequence_weights_of(samples, shape, &counted)?))?
     };
     out.skipped = skipped;
+    if terms.has_bonus() {
+        out.bonus_entropy = kept_entropy;
+    }
     Ok(out)
 }
 

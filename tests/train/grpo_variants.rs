@@ -1082,7 +1082,13 @@ fn entropy_coef_matches_trl() {
     let named = policy.vars();
     let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
     let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
-    let cases = f["cases"].as_array().unwrap();
+    // The adaptive cases (several calls) are `adaptive_entropy_matches_trl`'s.
+    let cases: Vec<&Value> = f["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c.get("calls").is_none())
+        .collect();
     let aggregations: std::collections::BTreeSet<&str> = cases
         .iter()
         .map(|c| c["comlrl"]["loss_aggregation"].as_str().unwrap())
@@ -1207,5 +1213,88 @@ fn entropy_coef_matches_trl() {
             close(got, want_loss, want_bonus.abs()),
             "{what}: loss {got} vs TRL's {want_loss}"
         );
+    }
+}
+
+/// `trainer.use_adaptive_entropy` against TRL 1.16's controller
+/// (`tests/fixtures/grpo_variants/trl_entropy_coef.json`, the cases with `calls`): three
+/// optimizer-step calls of TRL's `compute_loss` on the same batch and weights, the coefficient
+/// going up (to its cap), up under the high-entropy mask, and down (to its floor, never
+/// applied). Per call: comlrl's loss and gradients with the coefficient its controller applies
+/// (on both loss paths), the entropy the controller measures (TRL's `_last_world_entropy`) and
+/// the coefficient after its update (TRL's `entropy_coef`).
+#[test]
+fn adaptive_entropy_matches_trl() {
+    use comlrl::train::algorithms::magrpo::entropy_control::{
+        measured_entropy, ControlSettings, EntropyControl,
+    };
+    use comlrl::train::algorithms::magrpo::loss::{loss_and_grads_terms, TokenTerms};
+    let f = json(&fixtures().join("grpo_variants/trl_entropy_coef.json"));
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let named = policy.vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
+    let cases: Vec<&Value> = f["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c.get("calls").is_some())
+        .collect();
+    assert!(cases.len() >= 3, "up, up under the mask, down");
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (norm, shape, plan) = settings(case, max_new);
+        let owned = samples(&f, norm);
+        let refs: Vec<&AgentRollout> = owned.iter().collect();
+        let k = &case["comlrl"];
+        let num = |key: &str| k[key].as_f64().unwrap();
+        let s = ControlSettings {
+            min: num("entropy_coef_min"),
+            max: num("entropy_coef_max"),
+            delta: num("entropy_coef_delta"),
+            target: num("entropy_target"),
+        };
+        for (recompute, chunk) in [(false, 0), (true, 3)] {
+            let mut ctl = EntropyControl::new(num("entropy_coef"));
+            for (n, call) in case["calls"].as_array().unwrap().iter().enumerate() {
+                let what = format!("{name} call {n} (recompute {recompute})");
+                let terms = TokenTerms {
+                    top_entropy_quantile: k["top_entropy_quantile"].as_f64().unwrap_or(1.0),
+                    entropy_coef: ctl.applied(&s),
+                    entropy_on: true,
+                    ..TokenTerms::NONE
+                };
+                let lg = loss_and_grads_terms(
+                    &policy,
+                    &vars,
+                    &refs,
+                    chunk,
+                    recompute,
+                    Share::ALL,
+                    plan,
+                    shape,
+                    terms,
+                )
+                .unwrap();
+                check_grads(&what, &named, &lg.grads, call);
+                let h = measured_entropy(&lg);
+                let want_h = call["last_world_entropy"].as_f64().unwrap();
+                assert!(
+                    close(h, want_h, 1.0),
+                    "{what}: measured entropy {h} vs TRL's {want_h}"
+                );
+                ctl.update(&s, h);
+                let want = call["entropy_coef"].as_f64().unwrap();
+                assert!(
+                    (ctl.coef - want).abs() < 1e-12,
+                    "{what}: coefficient {} vs TRL's {want}",
+                    ctl.coef
+                );
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@
 //! from an infinite entropy: no bonus before the first measurement). The state is the run's, so
 //! checkpoints keep it (one small JSON file per agent).
 use crate::error::{Error, Result};
+use crate::train::update::LossGrads;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -30,6 +31,14 @@ pub struct EntropyControl {
     pub coef: f64,
     /// The last step's measured entropy; `None` before the first step (TRL's infinity).
     pub last_entropy: Option<f64>,
+}
+
+/// The entropy a step's controller update reads from its mini-batch (summed over the agent's
+/// replicas): the mean over the tokens the bonus acts on, the high-entropy mask's subset
+/// when it is on, else every computed (all counted) completion token; 0 without tokens (TRL's
+/// Σ(H · mask) / max(Σ mask, 1)).
+pub fn measured_entropy(lg: &LossGrads) -> f64 {
+    lg.bonus_entropy.or(lg.entropy_mean()).unwrap_or(0.0)
 }
 
 /// The most bytes a controller file may hold (a few numbers).

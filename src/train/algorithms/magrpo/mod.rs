@@ -180,8 +180,7 @@ impl Magrpo {
         }
         match &self.control {
             Some((settings, states)) => {
-                // TRL: Σ(H · mask) / max(Σ mask, 1), 0 without tokens.
-                let measured = lg.bonus_entropy.or(entropy).unwrap_or(0.0);
+                let measured = entropy_control::measured_entropy(&lg);
                 let mut state = lock(states, learner.index())?;
                 state.update(settings, measured);
                 learner.record("entropy_coef", state.coef);

@@ -1298,3 +1298,47 @@ fn adaptive_entropy_matches_trl() {
         }
     }
 }
+
+/// Adaptive entropy control through the loop: the coefficient (logged as
+/// `agent_<i>/entropy_coef`) grows step by step toward a target above the entropy, and a run
+/// interrupted mid-buffer resumes from its checkpoint (which holds each agent's controller) to
+/// the same metrics and weights as the uninterrupted one.
+#[test]
+fn adaptive_entropy_resumes_exactly() {
+    use comlrl::train::Trainer;
+    use common::tiny_run::{resume_matches, StopAt};
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let extra = [
+        "checkpoint_every=4",
+        "trainer.use_adaptive_entropy=true",
+        "trainer.entropy_coef=0.01",
+        "trainer.entropy_target=100",
+        "trainer.entropy_coef_delta=0.002",
+    ];
+    let sa = Trainer::new(common::tiny_run::load_small(&a, &extra))
+        .unwrap()
+        .run(false, &mut ())
+        .unwrap();
+    assert_eq!(sa.steps_done, 20);
+    let rows = metrics(&a);
+    for i in 0..2 {
+        let coef: Vec<f64> = rows
+            .iter()
+            .map(|r| r[format!("agent_{i}/entropy_coef")].as_f64().unwrap())
+            .collect();
+        assert!(
+            coef.windows(2).all(|w| w[1] > w[0]) && coef[0] > 0.01,
+            "agent {i}: {coef:?}"
+        );
+    }
+    let cp = a.join("checkpoints/step-00000020");
+    for i in 0..2 {
+        assert!(cp.join(format!("entropy_control.agent{i}.json")).is_file());
+    }
+    let mut t = Trainer::new(common::tiny_run::load_small(&b, &extra)).unwrap();
+    let flag = t.interrupt_flag();
+    let sb = t.run(false, &mut StopAt(7, flag)).unwrap();
+    assert!(sb.interrupted && sb.steps_done == 7);
+    resume_matches(&a, &b, &extra);
+}

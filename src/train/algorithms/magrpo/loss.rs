@@ -6,7 +6,8 @@
 //! completions (`trainer.mask_truncated_completions`); its default is the loss above, bit for
 //! bit. Every variant weighs whole sequences, so the passes are the same.
 //! A sequence whose advantage is exactly 0 adds exactly 0 to the loss and to every gradient, so
-//! it is not computed (groups whose K returns are all equal cost nothing); a mini-batch with no
+//! it is not computed (groups whose K returns are all equal cost nothing) unless a term other
+//! than the policy's reaches it (`kl_in_loss`, the entropy bonus); a mini-batch with no
 //! other sequence still scores one, so the optimizer steps with zero gradients for the same
 //! parameters as always (as torch's AdamW does after `backward()` of a zero loss).
 //! The passes themselves (chunks, recompute, replicas' shares) are `train::update::passes`.
@@ -443,7 +444,7 @@ impl SequenceLoss for Weights {
 
 /// The sequences of each sample that the loss computes: those it counts (with tokens, and not
 /// masked as truncated) with a nonzero advantage (any advantage with `keep_zero`: a per-token
-/// KL term). When that leaves the whole mini-batch empty
+/// KL term, the entropy bonus). When that leaves the whole mini-batch empty
 /// but some completion has tokens, the shortest such completion of the first sample with one is
 /// kept (its weight 0), so the gradients come out as zeros rather than missing.
 pub(super) fn rows_to_score(

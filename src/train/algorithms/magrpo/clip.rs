@@ -242,7 +242,13 @@ pub fn clipped_loss_and_grads_terms(
     } else {
         (None, None)
     };
-    let bonus = EntropyBonus::new(samples, &counted, mask.as_ref(), terms);
+    let bonus = EntropyBonus::new(
+        samples,
+        |i, j| counted.get(i, j),
+        mask.as_ref(),
+        terms.entropy_coef,
+        terms.entropy_on,
+    );
     let loss = ClippedLoss {
         samples,
         old,

@@ -10,7 +10,6 @@
 //! divided by the gradient-accumulation steps: the same when a step is one micro-batch, or
 //! when its micro-batches hold equally many tokens.
 use super::entropy_mask::EntropyMask;
-use super::loss::{Counted, TokenTerms};
 use crate::error::Result;
 use crate::model::grad::token_weights::TokenWeights;
 use crate::train::rollout::AgentRollout;
@@ -27,20 +26,21 @@ pub(super) struct EntropyBonus {
 }
 
 impl EntropyBonus {
-    /// The bonus of `terms`' coefficient over `samples` (`None` when it is off): on the tokens
-    /// of the completions `counted` keeps, where `mask` (the high-entropy mask) keeps them.
-    /// Under adaptive control it may be on at a coefficient of 0: its seeds are then 0 (the
-    /// kernel runs as without), and its tokens' entropy is still computed and measured.
+    /// The bonus of coefficient `coef` over `samples` (`None` when it is off: `coef` 0 and not
+    /// `on`): on the tokens of the completions `counted(sample, completion)` says the loss
+    /// counts, where `mask` (the high-entropy mask) keeps them. Under adaptive control it is
+    /// `on` at a coefficient of 0 too: its seeds are then 0 (the kernel runs as without), and
+    /// its tokens' entropy is still computed and measured.
     pub fn new(
         samples: &[&AgentRollout],
-        counted: &Counted,
+        counted: impl Fn(usize, usize) -> bool,
         mask: Option<&EntropyMask>,
-        terms: TokenTerms,
+        coef: f64,
+        on: bool,
     ) -> Option<Self> {
-        if !terms.has_bonus() {
+        if coef == 0.0 && !on {
             return None;
         }
-        let coef = terms.entropy_coef;
         let acts: Vec<Vec<Vec<bool>>> = samples
             .iter()
             .enumerate()
@@ -50,7 +50,7 @@ impl EntropyBonus {
                     .enumerate()
                     .map(|(j, c)| {
                         (0..c.len())
-                            .map(|t| counted.get(i, j) && mask.is_none_or(|m| m.keeps(i, j, t)))
+                            .map(|t| counted(i, j) && mask.is_none_or(|m| m.keeps(i, j, t)))
                             .collect()
                     })
                     .collect()
@@ -111,26 +111,19 @@ mod tests {
         let mut a = AgentRollout::sampled(vec![9], vec![vec![1, 2, 3], vec![4], vec![]], vec![]);
         a.advantages = vec![0.0, 1.0, 0.0];
         let samples = [&a];
-        let counted = Counted::from_flags(vec![vec![true, true, false]]);
-        let terms = |c| TokenTerms {
-            entropy_coef: c,
-            ..TokenTerms::NONE
-        };
-        let b = EntropyBonus::new(&samples, &counted, None, terms(0.02)).unwrap();
+        let flags = [true, true, false];
+        let counted = |_: usize, j: usize| flags[j];
+        let b = EntropyBonus::new(&samples, counted, None, 0.02, false).unwrap();
         let w = b.seeds(0, &[0, 1], 4);
         let h = -0.02f32 / 4.0;
         assert_eq!(w, vec![h, h, h, 0.0, h, 0.0, 0.0, 0.0]);
         let mask = EntropyMask(vec![vec![vec![true, false, true], vec![false], vec![]]]);
-        let b = EntropyBonus::new(&samples, &counted, Some(&mask), terms(0.02)).unwrap();
+        let b = EntropyBonus::new(&samples, counted, Some(&mask), 0.02, false).unwrap();
         let h = -0.02f32 / 2.0;
         assert_eq!(b.seeds(0, &[0, 1], 3), vec![h, 0.0, h, 0.0, 0.0, 0.0]);
-        assert!(EntropyBonus::new(&samples, &counted, None, terms(0.0)).is_none());
+        assert!(EntropyBonus::new(&samples, counted, None, 0.0, false).is_none());
         // On at 0 (adaptive control's closed gate): zero seeds.
-        let on = TokenTerms {
-            entropy_on: true,
-            ..terms(0.0)
-        };
-        let b = EntropyBonus::new(&samples, &counted, None, on).unwrap();
+        let b = EntropyBonus::new(&samples, counted, None, 0.0, true).unwrap();
         assert!(b.seeds(0, &[0, 1], 3).iter().all(|&w| w == 0.0));
     }
 }

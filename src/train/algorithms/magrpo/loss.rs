@@ -220,7 +220,13 @@ pub fn loss_and_grads_terms(
         }
         false => (None, None),
     };
-    let bonus = EntropyBonus::new(samples, &counted, mask.as_ref(), terms);
+    let bonus = EntropyBonus::new(
+        samples,
+        |i, j| counted.get(i, j),
+        mask.as_ref(),
+        terms.entropy_coef,
+        terms.entropy_on,
+    );
     let run = |loss: &dyn SequenceLoss| -> Result<LossGrads> {
         match &bonus {
             Some(bonus) => {
@@ -302,12 +308,6 @@ impl Counted {
                 })
                 .collect(),
         )
-    }
-
-    /// Given flags, `[sample][completion]` (unit tests).
-    #[cfg(test)]
-    pub(super) fn from_flags(flags: Vec<Vec<bool>>) -> Self {
-        Counted(flags)
     }
 
     /// Whether completion `j` of sample `sample` counts.

@@ -334,9 +334,15 @@ fn adaptive_entropy_on_replicas_matches_one_process() {
     let (code, err) = run_np(Some(4), &four, &sets, &[]);
     assert_eq!(code, Some(0), "four ranks: {err}");
     let rows = metrics_without_timing(&one);
-    assert!(rows
+    // Rows of steps without an update (mid buffer) carry no coefficient.
+    let coefs: Vec<f64> = rows
         .iter()
-        .all(|r| r["agent_0/entropy_coef"].as_f64().is_some_and(|c| c > 0.01)));
+        .filter_map(|r| r.get("agent_0/entropy_coef").and_then(|c| c.as_f64()))
+        .collect();
+    assert!(
+        !coefs.is_empty() && coefs.iter().all(|&c| c > 0.01),
+        "{coefs:?}"
+    );
     rows_close(&rows, &metrics_without_timing(&four));
     for i in 0..2 {
         let (w, _) = weights_diff(&one, &four, i);

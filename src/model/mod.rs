@@ -30,7 +30,10 @@ pub use decoder::forward::{KvStore, Mode, WeightProducts};
 pub use decoder::value_head::ValueHead;
 pub use error::{Error, Result};
 pub use grad::head_backward::chunk_bytes as head_chunk_bytes;
-pub use grad::logprob::{completion_logprobs, completion_logprobs_scaled, ScoreLayout};
+pub use grad::logprob::{
+    completion_logprobs, completion_logprobs_entropy_scaled, completion_logprobs_scaled,
+    ScoreLayout,
+};
 pub use io::footprint::ModelInfo;
 pub use io::source::ModelSource;
 pub use kernels::compute_dtype::ComputeDtype;

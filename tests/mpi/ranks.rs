@@ -314,6 +314,55 @@ fn two_replicas_per_agent_on_four_ranks_match_one_process() {
     }
 }
 
+/// The entropy bonus under adaptive control with two replicas per agent: the replicas' passes
+/// add up to the one-process run's loss, entropy (which the controller reads) and coefficient,
+/// and each agent's controller state is in the checkpoint its first replica writes.
+#[test]
+fn adaptive_entropy_on_replicas_matches_one_process() {
+    if let Err(why) = mpirun_ok() {
+        comlrl_testutil::skip(&why);
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, four) = (tmp.path().join("one"), tmp.path().join("four"));
+    let sets = [
+        "trainer.num_train_epochs=1",
+        "agents.replicas=2",
+        "checkpoint_every=5",
+        "trainer.entropy_coef=0.01",
+        "trainer.use_adaptive_entropy=true",
+        "trainer.entropy_target=100",
+        "trainer.entropy_coef_delta=0.002",
+    ];
+    let (code, err) = run_np(None, &one, &sets, &[]);
+    assert_eq!(code, Some(0), "one process: {err}");
+    let (code, err) = run_np(Some(4), &four, &sets, &[]);
+    assert_eq!(code, Some(0), "four ranks: {err}");
+    let rows = metrics_without_timing(&one);
+    // Rows of steps without an update (mid buffer) carry no coefficient.
+    let coefs: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.get("agent_0/entropy_coef").and_then(|c| c.as_f64()))
+        .collect();
+    assert!(
+        !coefs.is_empty() && coefs.iter().all(|&c| c > 0.01),
+        "{coefs:?}"
+    );
+    rows_close(&rows, &metrics_without_timing(&four));
+    for i in 0..2 {
+        let (w, _) = weights_diff(&one, &four, i);
+        assert!(
+            w <= 1e-6,
+            "agent {i}: final weights differ by {w:e} relative"
+        );
+    }
+    let ck = four.join("checkpoints").join(latest(&four));
+    for i in 0..2 {
+        let f = format!("entropy_control.agent{i}.json");
+        assert!(ck.join(&f).is_file(), "{f} missing in {}", ck.display());
+    }
+}
+
 #[test]
 fn a_world_too_small_for_the_replicas_is_refused() {
     if let Err(why) = mpirun_ok() {

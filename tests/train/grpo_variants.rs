@@ -1000,7 +1000,8 @@ fn kl_in_loss_matches_trl() {
 /// The entropy, the high-entropy mask and the KL in the loss through the whole loop on the small
 /// scenario: every logged row carries each agent's mean entropy (a positive number of nats),
 /// and with `kl_in_loss` the rollout keeps the reference log-probs the update's KL term reads
-/// (its mean k3 logged, ≥ 0); the mask changes what is learned.
+/// (its mean k3 logged, ≥ 0); the mask and the entropy bonus change what is learned, and the
+/// bonus's coefficient is logged only with the bonus on.
 #[test]
 fn entropy_and_kl_in_loss_run_end_to_end() {
     use comlrl::train::Trainer;
@@ -1010,10 +1011,11 @@ fn entropy_and_kl_in_loss_run_end_to_end() {
         "trainer.agent_learning_rate=1e-3",
         "logging.steps=2",
     ];
-    let runs: [(&str, &[&str]); 3] = [
+    let runs: [(&str, &[&str]); 4] = [
         ("plain", &[]),
         ("mask", &["trainer.top_entropy_quantile=0.3"]),
         ("kl", &["trainer.kl_in_loss=0.04"]),
+        ("bonus", &["trainer.entropy_coef=0.05"]),
     ];
     let mut rows = vec![];
     for (name, extra) in runs {
@@ -1037,6 +1039,12 @@ fn entropy_and_kl_in_loss_run_end_to_end() {
                 } else {
                     assert!(kl.is_none(), "{name}: {row}");
                 }
+                let coef = row.get(format!("agent_{i}/entropy_coef"));
+                if name == "bonus" {
+                    assert_eq!(coef.and_then(Value::as_f64), Some(0.05), "{row}");
+                } else {
+                    assert!(coef.is_none(), "{name}: {row}");
+                }
             }
         }
     }
@@ -1046,4 +1054,291 @@ fn entropy_and_kl_in_loss_run_end_to_end() {
         loss(&rows[1]),
         "the mask changes the update"
     );
+    assert_ne!(
+        loss(&rows[0]),
+        loss(&rows[3]),
+        "the bonus changes the update"
+    );
+}
+
+/// `trainer.entropy_coef` against TRL 1.16's `compute_loss` with its `entropy_coef` 0.01
+/// (`tests/fixtures/grpo_variants/trl_entropy_coef.json`): under three aggregations, with the
+/// high-entropy mask, with truncation masking, and with a group whose advantages are all 0
+/// (those completions carry the bonus's gradient alone): the gradients on the autograd path,
+/// the recomputed one (whole passes and micro-batches of 3) and the on-policy clipped path; the
+/// bonus's value (TRL's loss − its `policy_loss`); the clipped path's loss (TRL's); the logged
+/// entropy against TRL's `entropy` (every counted completion is computed with the bonus on).
+#[test]
+fn entropy_coef_matches_trl() {
+    use comlrl::train::algorithms::magrpo::clip::{clipped_loss_and_grads_terms, Clip, Old};
+    use comlrl::train::algorithms::magrpo::loss::{loss_and_grads_terms, TokenTerms};
+    use comlrl_scenario::ImportanceLevel;
+    let f = json(&fixtures().join("grpo_variants/trl_entropy_coef.json"));
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let named = policy.vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
+    // The adaptive cases (several calls) are `adaptive_entropy_matches_trl`'s.
+    let cases: Vec<&Value> = f["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c.get("calls").is_none())
+        .collect();
+    let aggregations: std::collections::BTreeSet<&str> = cases
+        .iter()
+        .map(|c| c["comlrl"]["loss_aggregation"].as_str().unwrap())
+        .collect();
+    assert!(aggregations.len() >= 2, "at least two aggregations");
+    assert!(cases.iter().any(|c| c.get("rewards").is_some()));
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (norm, shape, plan) = settings(case, max_new);
+        let mut fc = f.clone();
+        if let Some(r) = case.get("rewards") {
+            fc["rewards"] = r.clone();
+        }
+        let owned = samples(&fc, norm);
+        let refs: Vec<&AgentRollout> = owned.iter().collect();
+        // comlrl's advantages are TRL's (the zero-advantage group's exactly 0).
+        let want_adv = f64s(&case["advantages"]);
+        let got_adv: Vec<f64> = owned
+            .iter()
+            .flat_map(|s| s.advantages.iter().map(|&a| a as f64))
+            .collect();
+        for (a, b) in got_adv.iter().zip(&want_adv) {
+            assert!(close(*a, *b, 1.0), "{name}: advantage {a} vs TRL's {b}");
+            assert_eq!(*a == 0.0, *b == 0.0, "{name}: a zero advantage");
+        }
+        let c = case["comlrl"]["entropy_coef"].as_f64().unwrap();
+        assert_eq!(case["entropy_coef_metric"].as_f64(), Some(c));
+        let terms = TokenTerms {
+            top_entropy_quantile: case["comlrl"]["top_entropy_quantile"]
+                .as_f64()
+                .unwrap_or(1.0),
+            entropy_coef: c,
+            ..TokenTerms::NONE
+        };
+        let want_loss = case["loss"].as_f64().unwrap();
+        let want_bonus = want_loss - case["policy_loss_metric"].as_f64().unwrap();
+        assert!(
+            want_bonus < -1e-3,
+            "{name}: the bonus is visible in TRL's loss"
+        );
+        let want_ent = case["entropy_metric"].as_f64().unwrap();
+        for (recompute, chunk) in [(false, 0), (true, 0), (true, 3)] {
+            let what = format!("{name} (recompute {recompute}, micro-batch {chunk})");
+            let run = |terms| {
+                loss_and_grads_terms(
+                    &policy,
+                    &vars,
+                    &refs,
+                    chunk,
+                    recompute,
+                    Share::ALL,
+                    plan,
+                    shape,
+                    terms,
+                )
+                .unwrap()
+            };
+            let lg = run(terms);
+            check_grads(&what, &named, &lg.grads, case);
+            // Every counted completion is computed, whatever its advantage.
+            let truncated = f["truncated"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|g| g.as_array().unwrap())
+                .filter(|t| t.as_bool().unwrap())
+                .count();
+            let uncounted = if shape.mask_truncated { truncated } else { 0 };
+            assert_eq!(
+                lg.skipped, uncounted,
+                "{what}: every counted completion computed"
+            );
+            let policy_only = run(TokenTerms {
+                entropy_coef: 0.0,
+                ..terms
+            });
+            let bonus = lg.loss - policy_only.loss;
+            assert!(
+                close(bonus, want_bonus, 0.0),
+                "{what}: the bonus's value {bonus} vs TRL's {want_bonus}"
+            );
+            let got = lg.entropy_mean().expect("the entropy is logged");
+            assert!(
+                close(got, want_ent, 1.0),
+                "{what}: entropy {got} vs TRL's {want_ent}"
+            );
+        }
+        // On-policy, the clipped path (TRL's own formula): its loss is TRL's.
+        let old: Vec<Vec<Old>> = owned
+            .iter()
+            .map(|s| vec![Old::OnPolicy; s.completions.len()])
+            .collect();
+        let level = match case["trl"]["importance_sampling_level"].as_str() {
+            Some("sequence") => ImportanceLevel::Sequence,
+            _ => ImportanceLevel::Token,
+        };
+        let clip = Clip {
+            level,
+            low: 0.2,
+            high: 0.2,
+            delta: None,
+        };
+        let out = clipped_loss_and_grads_terms(
+            &policy,
+            &vars,
+            &refs,
+            &old,
+            3,
+            true,
+            Share::ALL,
+            plan,
+            shape,
+            clip,
+            0,
+            terms,
+        )
+        .unwrap();
+        let what = format!("{name} (clipped, on-policy)");
+        check_grads(&what, &named, &out.grads.grads, case);
+        let got = out.grads.loss;
+        assert!(
+            close(got, want_loss, want_bonus.abs()),
+            "{what}: loss {got} vs TRL's {want_loss}"
+        );
+    }
+}
+
+/// `trainer.use_adaptive_entropy` against TRL 1.16's controller
+/// (`tests/fixtures/grpo_variants/trl_entropy_coef.json`, the cases with `calls`): three
+/// optimizer-step calls of TRL's `compute_loss` on the same batch and weights, the coefficient
+/// going up (to its cap), up under the high-entropy mask, and down (to its floor, never
+/// applied). Per call: comlrl's loss and gradients with the coefficient its controller applies
+/// (on both loss paths), the entropy the controller measures (TRL's `_last_world_entropy`) and
+/// the coefficient after its update (TRL's `entropy_coef`).
+#[test]
+fn adaptive_entropy_matches_trl() {
+    use comlrl::train::algorithms::magrpo::entropy_control::{
+        measured_entropy, ControlSettings, EntropyControl,
+    };
+    use comlrl::train::algorithms::magrpo::loss::{loss_and_grads_terms, TokenTerms};
+    let f = json(&fixtures().join("grpo_variants/trl_entropy_coef.json"));
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let named = policy.vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let max_new = f["max_completion_length"].as_u64().unwrap() as usize;
+    let cases: Vec<&Value> = f["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c.get("calls").is_some())
+        .collect();
+    assert!(cases.len() >= 3, "up, up under the mask, down");
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (norm, shape, plan) = settings(case, max_new);
+        let owned = samples(&f, norm);
+        let refs: Vec<&AgentRollout> = owned.iter().collect();
+        let k = &case["comlrl"];
+        let num = |key: &str| k[key].as_f64().unwrap();
+        let s = ControlSettings {
+            min: num("entropy_coef_min"),
+            max: num("entropy_coef_max"),
+            delta: num("entropy_coef_delta"),
+            target: num("entropy_target"),
+        };
+        for (recompute, chunk) in [(false, 0), (true, 3)] {
+            let mut ctl = EntropyControl::new(num("entropy_coef"));
+            for (n, call) in case["calls"].as_array().unwrap().iter().enumerate() {
+                let what = format!("{name} call {n} (recompute {recompute})");
+                let terms = TokenTerms {
+                    top_entropy_quantile: k["top_entropy_quantile"].as_f64().unwrap_or(1.0),
+                    entropy_coef: ctl.applied(&s),
+                    entropy_on: true,
+                    ..TokenTerms::NONE
+                };
+                let lg = loss_and_grads_terms(
+                    &policy,
+                    &vars,
+                    &refs,
+                    chunk,
+                    recompute,
+                    Share::ALL,
+                    plan,
+                    shape,
+                    terms,
+                )
+                .unwrap();
+                check_grads(&what, &named, &lg.grads, call);
+                let h = measured_entropy(&lg);
+                let want_h = call["last_world_entropy"].as_f64().unwrap();
+                assert!(
+                    close(h, want_h, 1.0),
+                    "{what}: measured entropy {h} vs TRL's {want_h}"
+                );
+                ctl.update(&s, h);
+                let want = call["entropy_coef"].as_f64().unwrap();
+                assert!(
+                    (ctl.coef - want).abs() < 1e-12,
+                    "{what}: coefficient {} vs TRL's {want}",
+                    ctl.coef
+                );
+            }
+        }
+    }
+}
+
+/// Adaptive entropy control through the loop: the coefficient (logged as
+/// `agent_<i>/entropy_coef`) grows step by step toward a target above the entropy, and a run
+/// interrupted mid-buffer resumes from its checkpoint (which holds each agent's controller) to
+/// the same metrics and weights as the uninterrupted one.
+#[test]
+fn adaptive_entropy_resumes_exactly() {
+    use comlrl::train::Trainer;
+    use common::tiny_run::{resume_matches, StopAt};
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let extra = [
+        "checkpoint_every=4",
+        "trainer.use_adaptive_entropy=true",
+        "trainer.entropy_coef=0.01",
+        "trainer.entropy_target=100",
+        "trainer.entropy_coef_delta=0.002",
+    ];
+    let sa = Trainer::new(common::tiny_run::load_small(&a, &extra))
+        .unwrap()
+        .run(false, &mut ())
+        .unwrap();
+    assert_eq!(sa.steps_done, 20);
+    let rows = metrics(&a);
+    for i in 0..2 {
+        let coef: Vec<f64> = rows
+            .iter()
+            .map(|r| r[format!("agent_{i}/entropy_coef")].as_f64().unwrap())
+            .collect();
+        assert!(
+            coef.windows(2).all(|w| w[1] > w[0]) && coef[0] > 0.01,
+            "agent {i}: {coef:?}"
+        );
+    }
+    let cp = a.join("checkpoints/step-00000020");
+    for i in 0..2 {
+        assert!(cp.join(format!("entropy_control.agent{i}.json")).is_file());
+    }
+    let mut t = Trainer::new(common::tiny_run::load_small(&b, &extra)).unwrap();
+    let flag = t.interrupt_flag();
+    let sb = t.run(false, &mut StopAt(7, flag)).unwrap();
+    assert!(sb.interrupted && sb.steps_done == 7);
+    resume_matches(&a, &b, &extra);
 }

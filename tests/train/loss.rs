@@ -287,6 +287,7 @@ fn heads_first_gives_the_one_by_one_gradients() {
                     .map(|r| if (i + r) % 2 == 0 { 0.75 } else { -0.5 })
                     .collect(),
                 tokens: None,
+                entropy: None,
             })
             .collect();
         let run = |order, plan| {
@@ -374,6 +375,7 @@ fn the_pass_order_follows_the_estimated_peak() {
         layout: &layout,
         coef: vec![1.0, -1.0],
         tokens: None,
+        entropy: None,
     };
     let passes = [pass(), pass(), pass()];
     let plan = |keep_mb: usize| PassPlan {

@@ -251,6 +251,8 @@ pub(crate) fn check_trainer(
         ("mask_truncated_completions", t.mask_truncated_completions),
         ("top_entropy_quantile", t.top_entropy_quantile < 1.0),
         ("kl_in_loss", t.kl_in_loss != 0.0),
+        ("entropy_coef", t.entropy_coef != 0.0),
+        ("use_adaptive_entropy", t.use_adaptive_entropy),
     ];
     for (key, set) in moot {
         if set {

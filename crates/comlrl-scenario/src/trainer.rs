@@ -247,6 +247,30 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
             "remove `top_entropy_quantile`, or use `algorithm: magrpo`",
         );
     }
+    if t.entropy_coef_min > t.entropy_coef_max {
+        d.invalid(
+            &at("entropy_coef_min"),
+            format!(
+                "{} is above entropy_coef_max ({}): the adaptive coefficient has no room",
+                t.entropy_coef_min, t.entropy_coef_max
+            ),
+            "set entropy_coef_min ≤ entropy_coef_max (TRL's defaults: 0 and 1)",
+        );
+    }
+    if online == crate::plan::Algorithm::Madpo && t.use_adaptive_entropy {
+        d.invalid(
+            &at("use_adaptive_entropy"),
+            "the entropy bonus is a term of MAGRPO's (and its family's) policy-gradient loss; `madpo` has none",
+            "remove `use_adaptive_entropy`, or use `algorithm: magrpo`",
+        );
+    }
+    if online == crate::plan::Algorithm::Madpo && t.entropy_coef != 0.0 {
+        d.invalid(
+            &at("entropy_coef"),
+            "the entropy bonus is a term of MAGRPO's (and its family's) policy-gradient loss; `madpo` has none",
+            "remove `entropy_coef`, or use `algorithm: magrpo`",
+        );
+    }
     let fixed_mode = t.algorithm.fixed_advantage_mode();
     if let Some(fixed) = fixed_mode {
         // CoMLRL's MARLOOConfig(advantage_mode="mean") would quietly be MAGRPO under MARLOO's

@@ -163,6 +163,39 @@ section! {
         top_entropy_quantile: f64 = 1.0, kind "number in [0, 1]",
             why "TRL: off (every token trains)",
             check unit(true, "use e.g. `top_entropy_quantile: 0.2` (the paper's), or 1 for every token");
+        /// An entropy bonus (TRL's `entropy_coef`): the loss becomes the policy loss − c · H̄,
+        /// H̄ the mean next-token entropy over the mini-batch's counted completion tokens (those
+        /// `top_entropy_quantile` keeps, when set), not rescaled by `loss_aggregation`, so c
+        /// means the same for every aggregation. Its gradient reaches every counted completion,
+        /// those of advantage 0 too (they are then computed). The entropy is that of the
+        /// distribution the loss scores (`logprob_temperature`). MAGRPO family only.
+        entropy_coef: f64 = 0.0, kind "number ≥ 0",
+            why "TRL's default; CoMLRL has none",
+            check non_negative("use 0 for no entropy bonus, or a small value such as 0.001 to 0.01");
+        /// Adaptive entropy control (TRL's `use_adaptive_entropy`, from Skywork-OR1, arXiv
+        /// 2505.22312): the bonus's coefficient starts at `entropy_coef` and changes after every
+        /// optimizer step, by `entropy_coef_delta` up when the step's mean entropy (over the
+        /// tokens the bonus acts on, every replica's) was at most `entropy_target`, down
+        /// otherwise, kept within [`entropy_coef_min`, `entropy_coef_max`]; a step applies it
+        /// only when the previous step's entropy was at most `entropy_target` (none before the
+        /// first step). Per agent, kept in checkpoints. MAGRPO family only.
+        use_adaptive_entropy: bool = false, kind "bool", why "TRL's default: a constant coefficient";
+        /// The adaptive coefficient's lower bound (TRL's `entropy_coef_min`).
+        entropy_coef_min: f64 = 0.0, kind "number ≥ 0", why "TRL's default",
+            check non_negative("TRL's default: 0"), only Only::AdaptiveEntropy;
+        /// The adaptive coefficient's upper bound (TRL's `entropy_coef_max`); at least
+        /// `entropy_coef_min`.
+        entropy_coef_max: f64 = 1.0, kind "number ≥ 0", why "TRL's default",
+            check non_negative("TRL's default: 1"), only Only::AdaptiveEntropy;
+        /// The adaptive coefficient's change per optimizer step (TRL's `entropy_coef_delta`).
+        entropy_coef_delta: f64 = 0.005, kind "number ≥ 0", why "TRL's default",
+            check non_negative("TRL's default: 0.005"), only Only::AdaptiveEntropy;
+        /// The mean entropy in nats at or below which the adaptive bonus applies and grows
+        /// (TRL's `entropy_target`); set it near the entropy logged early in training
+        /// (`agent_<i>/entropy`), over the same tokens when `top_entropy_quantile` is below 1.
+        entropy_target: f64 = 0.2, kind "number ≥ 0", why "TRL's default",
+            check non_negative("TRL's default: 0.2; use a value near the agent's early logged entropy"),
+            only Only::AdaptiveEntropy;
         /// Passes over each rollout buffer (PPO's epochs; TRL's `num_iterations`): every pass
         /// takes one optimizer step per mini-batch of `train_batch_size`. More than 1 re-uses
         /// the samples off-policy and needs a probability ratio (`importance_level`). MAGRPO
@@ -404,6 +437,8 @@ pub(crate) enum Only {
     Eval,
     /// `joint_mode: cross`.
     Cross,
+    /// `use_adaptive_entropy: true`.
+    AdaptiveEntropy,
 }
 
 impl Relevance for Only {
@@ -414,6 +449,7 @@ impl Relevance for Only {
             Only::MultiTurn => t.num_turns > 1,
             Only::Eval => has_eval,
             Only::Cross => t.joint_mode == JointMode::Cross,
+            Only::AdaptiveEntropy => t.use_adaptive_entropy,
         }
     }
 
@@ -424,6 +460,9 @@ impl Relevance for Only {
             }
             Only::Eval => Some("has no effect without an evaluation set (add `dataset.eval`)"),
             Only::Cross => None,
+            Only::AdaptiveEntropy => Some(
+                "has no effect without `use_adaptive_entropy: true` (the entropy coefficient stays `entropy_coef`)",
+            ),
         }
     }
 }

@@ -29,22 +29,35 @@ pub struct HeadGrad {
     pub dh: Tensor,
     /// The entropy of each row's distribution (N), from the same logits.
     pub entropy: Vec<f32>,
+    /// Σ_r entropy_weight_r · H_r: the entropy term's value (0 without one).
+    pub entropy_term: f64,
 }
 
 /// `h`: (N, hidden) final hidden states (no graph needed), `head`: the (vocab, hidden) head
 /// prepared for products in `dt` (one preparation serves every pass of a mini-batch),
-/// `targets`: (N) u32, `weights`: (N) per-row loss weights (0 for padding). Adds d loss / d W
-/// into `w_acc` (set to it when empty) unless `w_acc` is `None` (the head is not trained).
+/// `targets`: (N) u32, `weights`: (N) per-row loss weights (0 for padding), `entropy_weights`:
+/// (N) per-row weights on each row's entropy (an entropy bonus; `None`: none). Adds d loss / d
+/// W into `w_acc` (set to it when empty) unless `w_acc` is `None` (the head is not trained).
 /// The three products (logits, d h, d W) run in `dt`; the log-softmax stays f32.
 pub fn head_backward(
     h: &Tensor,
     head: &Prepared,
     targets: &Tensor,
     weights: &Tensor,
+    entropy_weights: Option<&[f32]>,
     w_acc: Option<&mut Option<Tensor>>,
     dt: ComputeDtype,
 ) -> Result<HeadGrad> {
-    chunked(h, head, targets, weights, w_acc, chunk_elems(dt), dt)
+    chunked(
+        h,
+        head,
+        targets,
+        weights,
+        entropy_weights,
+        w_acc,
+        chunk_elems(dt),
+        dt,
+    )
 }
 
 /// log π(target) and the entropy of every row of `h` under the prepared `head`, in row chunks
@@ -93,11 +106,13 @@ pub fn chunk_bytes(dt: ComputeDtype, rows: usize, vocab: usize) -> usize {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn chunked(
     h: &Tensor,
     head: &Prepared,
     targets: &Tensor,
     weights: &Tensor,
+    entropy_weights: Option<&[f32]>,
     mut w_acc: Option<&mut Option<Tensor>>,
     chunk_elems: usize,
     dt: ComputeDtype,
@@ -105,9 +120,13 @@ fn chunked(
     let (n, _) = h.dims2()?;
     let w = head.weight();
     let (v, _) = w.dims2()?;
+    if let Some(hw) = entropy_weights.filter(|hw| hw.len() != n) {
+        candle_core::bail!("{} entropy weights for {n} rows", hw.len());
+    }
     let h = h.detach().contiguous()?;
     let rows = (chunk_elems / v.max(1)).max(1);
     let mut loss = 0f64;
+    let mut entropy_term = 0f64;
     let mut dh = Vec::with_capacity(n.div_ceil(rows));
     let mut entropy = Vec::with_capacity(n);
     let mut start = 0;
@@ -119,18 +138,38 @@ fn chunked(
             targets.narrow(0, start, len)?,
             weights.narrow(0, start, len)?,
         );
+        let hw = entropy_weights.map(|hw| &hw[start..start + len]);
         let (weighted, g) = if in_place(&logits, &wt) {
             // f32 on the CPU: the gradient overwrites the logits (no second chunk-sized buffer),
             // the entropy computed from the softmax the gradient is made of.
-            let (lp, e) = logprob_entropy_grad_in_place(&logits, &t, &wt.to_vec1::<f32>()?)?;
+            let (lp, e) = logprob_entropy_grad_in_place(&logits, &t, &wt.to_vec1::<f32>()?, hw)?;
+            if let Some(hw) = hw {
+                entropy_term += e
+                    .iter()
+                    .zip(hw)
+                    .map(|(&e, &h)| e as f64 * h as f64)
+                    .sum::<f64>();
+            }
             entropy.extend(e);
             ((lp * wt)?.sum_all()?, logits)
         } else {
             let logits = Var::from_tensor(&logits.to_dtype(reduce_dtype(logits.dtype()))?)?;
             entropy.extend(logprob_entropy_rows(logits.as_tensor(), &t)?.1);
             let lp = token_logprob_rows(logits.as_tensor(), &t)?;
-            let weighted = (lp * wt)?.sum_all()?;
-            let g = weighted
+            let weighted = (lp * &wt)?.sum_all()?;
+            let seeded = match hw {
+                None => weighted.clone(),
+                Some(hw) => {
+                    // H = −Σ p·log p through the graph, its weight fixed.
+                    let logp = candle_nn::ops::log_softmax(logits.as_tensor(), 1)?;
+                    let ent = (logp.exp()? * &logp)?.sum(1)?.neg()?;
+                    let hw = Tensor::from_slice(hw, len, ent.device())?.to_dtype(ent.dtype())?;
+                    let term = (ent * hw)?.sum_all()?;
+                    entropy_term += term.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+                    (&weighted + term)?
+                }
+            };
+            let g = seeded
                 .backward()?
                 .remove(logits.as_tensor())
                 .ok_or_else(|| candle_core::Error::Msg("no gradient reached the logits".into()))?;
@@ -152,6 +191,7 @@ fn chunked(
         loss,
         dh: Tensor::cat(&dh, 0)?,
         entropy,
+        entropy_term,
     })
 }
 
@@ -190,6 +230,7 @@ mod tests {
             &Prepared::new(w.as_tensor(), ComputeDtype::F32)?,
             &t,
             &wt,
+            None,
             Some(&mut acc),
             3 * v,
             ComputeDtype::F32,

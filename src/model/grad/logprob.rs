@@ -125,6 +125,36 @@ pub fn completion_logprobs_scaled(
     lp * mask
 }
 
+/// [`completion_logprobs_scaled`] and, in the same graph from the same logits, the entropy
+/// −Σ_j p_j·log p_j of each position's next-token distribution ((b, C), 0 at padding): what an
+/// entropy bonus differentiates on the path without recompute. The entropy holds the
+/// vocabulary-wide log-softmax in the graph (the recomputed path seeds it in the fused head
+/// backward instead); the log-probs are [`completion_logprobs_scaled`]'s bits.
+pub fn completion_logprobs_entropy_scaled(
+    model: &CausalLm,
+    layout: &ScoreLayout,
+    products: impl WeightProducts,
+    logit_scale: f64,
+) -> Result<(Tensor, Tensor)> {
+    let hidden = model.hidden(&layout.ids, &layout.pos, &layout.mask, None, products)?;
+    let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;
+    let logits = model.logits(&h)?;
+    let logits = if logit_scale == 1.0 {
+        logits
+    } else {
+        logits.affine(logit_scale, 0.0)?
+    };
+    let lp = token_logprobs(&logits, &layout.targets)?;
+    let mask = layout.target_mask.to_dtype(lp.dtype())?;
+    let wide = logits.to_dtype(crate::model::decoder::forward::reduce_dtype(logits.dtype()))?;
+    let logp = candle_nn::ops::log_softmax(&wide, candle_core::D::Minus1)?;
+    let ent = (logp.exp()? * &logp)?
+        .sum(candle_core::D::Minus1)?
+        .neg()?
+        .to_dtype(lp.dtype())?;
+    Ok(((lp * &mask)?, (ent * mask)?))
+}
+
 /// log softmax(logits)[target] for every position: logits (b, s, V), targets (b, s) u32 → (b, s).
 /// Computed in at least f32 by one fused op (see `kernels::token_logprob`), never materialising the
 /// vocabulary-wide log-probs.

@@ -30,6 +30,9 @@ pub struct Pass<'a> {
     /// Each token's weight from its current log-prob instead (a clipped ratio; see
     /// `token_weights`); `None`: `coef`.
     pub tokens: Option<Box<dyn TokenWeights + 'a>>,
+    /// Each position's weight on its entropy (rows × completion width; an entropy bonus),
+    /// seeded in the same head backward; `None`: no entropy term.
+    pub entropy: Option<Vec<f32>>,
 }
 
 /// How [`run_passes`] ordered the passes.
@@ -93,6 +96,7 @@ pub fn run_passes_in(
                     p.layout,
                     &p.coef,
                     p.tokens.as_deref(),
+                    p.entropy.as_deref(),
                     vars,
                     acc,
                     plan,
@@ -109,6 +113,7 @@ pub fn run_passes_in(
                     p.layout,
                     &p.coef,
                     p.tokens.as_deref(),
+                    p.entropy.as_deref(),
                     vars,
                     acc,
                     plan_of(i),

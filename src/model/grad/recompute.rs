@@ -123,25 +123,28 @@ pub fn weighted_logprob_grads_in(
     plan: PassPlan,
     packed: Option<&PackedWeights>,
 ) -> Result<PassStats> {
-    weighted_logprob_grads_with(model, layout, coef, None, vars, acc, plan, packed)
+    weighted_logprob_grads_with(model, layout, coef, None, None, vars, acc, plan, packed)
 }
 
 /// [`weighted_logprob_grads_in`] with each token's weight from `tokens` when given (then
-/// `coef` is not read; see `token_weights`).
+/// `coef` is not read; see `token_weights`), and each position's entropy weighted by
+/// `entropy` when given (rows × completion width, row-major: an entropy bonus's seeds).
 #[allow(clippy::too_many_arguments)]
 pub fn weighted_logprob_grads_with(
     model: &CausalLm,
     layout: &ScoreLayout,
     coef: &[f32],
     tokens: Option<&dyn TokenWeights>,
+    entropy: Option<&[f32]>,
     vars: &[Var],
     acc: &mut [Option<Tensor>],
     plan: PassPlan,
     packed: Option<&PackedWeights>,
 ) -> Result<PassStats> {
     let head = Head::new(model, plan.dtype, packed)?;
-    let pending =
-        forward_and_head_with(model, layout, coef, tokens, vars, acc, plan, &head, packed)?;
+    let pending = forward_and_head_with(
+        model, layout, coef, tokens, entropy, vars, acc, plan, &head, packed,
+    )?;
     drop(head);
     pending.backward(model, vars, acc)
 }
@@ -419,18 +422,24 @@ pub fn forward_and_head<'a>(
     head: &Prepared,
     packed: Option<&'a PackedWeights>,
 ) -> Result<Pending<'a>> {
-    forward_and_head_with(model, layout, coef, None, vars, acc, plan, head, packed)
+    forward_and_head_with(
+        model, layout, coef, None, None, vars, acc, plan, head, packed,
+    )
 }
 
 /// [`forward_and_head`] with each token's weight from `tokens` when given: the rows'
 /// log-probs are scored at the head first (one more pass of the head's logits, no gradient),
-/// and the pass's loss is the value `tokens` gives.
+/// and the pass's loss is the value `tokens` gives. With `entropy` (one weight per position,
+/// rows × completion width) each position's entropy joins the loss with that weight, its
+/// gradient seeded in the same fused head backward (`head_backward`), its value added to the
+/// pass's loss.
 #[allow(clippy::too_many_arguments)]
 pub fn forward_and_head_with<'a>(
     model: &CausalLm,
     layout: &'a ScoreLayout,
     coef: &[f32],
     tokens: Option<&dyn TokenWeights>,
+    entropy: Option<&[f32]>,
     vars: &[Var],
     acc: &mut [Option<Tensor>],
     plan: PassPlan,
@@ -442,6 +451,13 @@ pub fn forward_and_head_with<'a>(
     let (b, _) = layout.ids.dims2()?;
     if coef.len() != b {
         candle_core::bail!("{} coefficients for {b} rows", coef.len());
+    }
+    if let Some(e) = entropy.filter(|e| e.len() != b * layout.completion_width) {
+        candle_core::bail!(
+            "{} entropy weights for {b} rows of {} positions",
+            e.len(),
+            layout.completion_width
+        );
     }
     let Layers {
         products,
@@ -512,11 +528,15 @@ pub fn forward_and_head_with<'a>(
         head,
         &targets,
         &weights,
+        entropy,
         head_slot.map(|i| &mut acc[i]),
         dt,
     )?;
     if let Some(loss) = token_loss {
         hg.loss = loss;
+    }
+    if entropy.is_some() {
+        hg.loss += hg.entropy_term;
     }
     let (mut entropy_sum, mut entropy_tokens) = (0f64, 0f64);
     for (&e, &m) in hg.entropy.iter().zip(&mask_vals) {

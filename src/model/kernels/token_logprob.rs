@@ -5,7 +5,10 @@
 //! several vocabulary-sized intermediates per row, which dominate memory at a 152k vocabulary.
 //! The in-place gradient also yields each row's entropy H = Σ_j p_j·(lse − x_j) from the
 //! softmax it already computes (one more multiply-add per element, no second pass over the
-//! logits): TRL's `entropy` metric and what its high-entropy mask selects on.
+//! logits): TRL's `entropy` metric and what its high-entropy mask selects on. A row may also
+//! carry a second weight on its entropy (an entropy bonus, TRL's `entropy_coef`): d H / d x_j =
+//! −p_j·(log p_j + H) needs H before the gradient, so such a row reads its logits once more
+//! (the entropy first, then the gradient), still without a second buffer or head product.
 use super::cpu_slices::slice;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use num_traits::Float;
@@ -231,11 +234,28 @@ fn entropy_generic<T: Float>(row: &[T], lse: T) -> T {
         .fold(T::zero(), |a, &x| a + (x - lse).exp() * (lse - x))
 }
 
+/// d (g·log p_t + h·H) / d x_j without the one-hot's g (added by the caller): −p_j·(g +
+/// h·(x_j − lse + H)), the row overwritten; returns H. A second read of the row computes H
+/// first, which the gradient needs.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn softmax_grad_with_entropy_term(row: &mut [f32], lse: f32, g: f32, h: f32) -> f32 {
+    use crate::model::kernels::vector_exp::exp;
+    let ent = entropy_f32(row, lse);
+    let shift = ent - lse;
+    for x in row.iter_mut() {
+        let p = exp(*x - lse);
+        *x = -p * (g + h * (*x + shift));
+    }
+    ent
+}
+
 /// The op of [`logprob_grad_in_place`]: each row's log-prob into `lp` (and, when asked, its
 /// entropy into `entropy`), the row overwritten by its gradient.
 struct GradInPlace {
     targets: Vec<usize>,
     weights: Vec<f32>,
+    /// Each row's weight on its entropy (all 0 without an entropy term).
+    entropy_weights: Vec<f32>,
     with_entropy: bool,
     lp: std::sync::Mutex<Vec<f32>>,
     entropy: std::sync::Mutex<Vec<f32>>,
@@ -260,13 +280,24 @@ impl candle_core::InplaceOp1 for GradInPlace {
             .zip(self.targets.par_chunks(ROWS))
             .zip(self.weights.par_chunks(ROWS))
             .zip(ent.par_chunks_mut(ROWS))
-            .for_each(|((((lp, x), t), w), e)| {
-                for (r, (((lp, row), &t), &g)) in
-                    lp.iter_mut().zip(x.chunks_mut(v)).zip(t).zip(w).enumerate()
+            .zip(self.entropy_weights.par_chunks(ROWS))
+            .for_each(|(((((lp, x), t), w), e), hw)| {
+                for (r, ((((lp, row), &t), &g), &h)) in lp
+                    .iter_mut()
+                    .zip(x.chunks_mut(v))
+                    .zip(t)
+                    .zip(w)
+                    .zip(hw)
+                    .enumerate()
                 {
                     // The same values, in the same order, as the forward and backward ops.
                     *lp = row[t] - lse_f32(row);
                     let lse = row[t] - *lp;
+                    if h != 0.0 {
+                        e[r] = softmax_grad_with_entropy_term(row, lse, g, h);
+                        row[t] += g;
+                        continue;
+                    }
                     if g == 0.0 {
                         if with {
                             e[r] = entropy_f32(row, lse);
@@ -306,23 +337,27 @@ fn softmax_grad_in_place(row: &mut [f32], lse: f32, g: f32) {
 /// this is its entropy-free reference in the tests.)
 #[cfg(test)]
 pub fn logprob_grad_in_place(logits: &Tensor, targets: &Tensor, weights: &[f32]) -> Result<Tensor> {
-    Ok(grad_in_place(logits, targets, weights, false)?.0)
+    Ok(grad_in_place(logits, targets, weights, None, false)?.0)
 }
 
 /// [`logprob_grad_in_place`] that also returns each row's entropy (N), computed in the same
 /// pass over the row as its gradient; the log-probs and the gradient are the same bits.
+/// With `entropy_weights` (N), the gradient is that of Σ_r (weights_r · logprob_r +
+/// entropy_weights_r · H_r); a row whose entropy weight is 0 is computed exactly as without.
 pub fn logprob_entropy_grad_in_place(
     logits: &Tensor,
     targets: &Tensor,
     weights: &[f32],
+    entropy_weights: Option<&[f32]>,
 ) -> Result<(Tensor, Vec<f32>)> {
-    grad_in_place(logits, targets, weights, true)
+    grad_in_place(logits, targets, weights, entropy_weights, true)
 }
 
 fn grad_in_place(
     logits: &Tensor,
     targets: &Tensor,
     weights: &[f32],
+    entropy_weights: Option<&[f32]>,
     with_entropy: bool,
 ) -> Result<(Tensor, Vec<f32>)> {
     let targets: Vec<usize> = targets
@@ -339,9 +374,17 @@ fn grad_in_place(
             weights.len()
         )
     }
+    let entropy_weights = match entropy_weights {
+        Some(h) if h.len() != n => {
+            candle_core::bail!("token-logprob: {} entropy weights for {n} rows", h.len())
+        }
+        Some(h) => h.to_vec(),
+        None => vec![0.0; n],
+    };
     let op = GradInPlace {
         targets,
         weights: weights.to_vec(),
+        entropy_weights,
         with_entropy,
         lp: std::sync::Mutex::new(Vec::new()),
         entropy: std::sync::Mutex::new(Vec::new()),
@@ -511,7 +554,7 @@ mod tests {
         let plain = x.copy()?;
         let lp = logprob_grad_in_place(&plain, &t, &w)?;
         let fused = x.copy()?;
-        let (lp2, ent) = logprob_entropy_grad_in_place(&fused, &t, &w)?;
+        let (lp2, ent) = logprob_entropy_grad_in_place(&fused, &t, &w, None)?;
         assert_eq!(lp.to_vec1::<f32>()?, lp2.to_vec1::<f32>()?);
         assert_eq!(plain.to_vec2::<f32>()?, fused.to_vec2::<f32>()?);
         let (lp3, ent3) = logprob_entropy_rows(&x, &t)?;
@@ -525,6 +568,56 @@ mod tests {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// With an entropy weight per row, the in-place gradient is that of Σ w·log p + h·H
+    /// computed op by op in f64 (candle's autograd through log_softmax); a row whose entropy
+    /// weight is 0 is the bits of the entropy-free gradient, and a row with a zero log-prob
+    /// weight but an entropy weight gets the entropy's gradient.
+    #[test]
+    fn entropy_term_gradient_matches_autograd() -> Result<()> {
+        let dev = Device::Cpu;
+        let x64 = Var::from_tensor(&Tensor::randn(0f64, 3.0, (7, 75), &dev)?)?;
+        let x = x64.to_dtype(candle_core::DType::F32)?;
+        let t = Tensor::new(&[0u32, 74, 3, 3, 17, 60, 5], &dev)?;
+        let w = [0.5f32, -2.0, 0.0, 1.5, 3.0, -1.0, 0.25];
+        let h = [0.3f32, 0.0, -0.7, 1.1, 0.0, -0.05, 2.0];
+        let lp = reference(x64.as_tensor(), &t)?;
+        let logp = candle_nn::ops::log_softmax(x64.as_tensor(), D::Minus1)?;
+        let ent = (logp.exp()? * &logp)?.sum(D::Minus1)?.neg()?;
+        let w64 = Tensor::new(&w, &dev)?.to_dtype(candle_core::DType::F64)?;
+        let h64 = Tensor::new(&h, &dev)?.to_dtype(candle_core::DType::F64)?;
+        let loss = ((lp * w64)?.sum_all()? + (&ent * h64)?.sum_all()?)?;
+        let want = loss
+            .backward()?
+            .get(x64.as_tensor())
+            .unwrap()
+            .to_vec2::<f64>()?;
+        let fused = x.copy()?;
+        let (_, got_ent) = logprob_entropy_grad_in_place(&fused, &t, &w, Some(&h))?;
+        let got = fused.to_vec2::<f32>()?;
+        for (r, (g, e)) in got.iter().zip(&want).enumerate() {
+            for (a, b) in g.iter().zip(e) {
+                assert!((*a as f64 - b).abs() < 1e-5, "row {r}: {a} vs {b}");
+            }
+        }
+        let ent = ent.to_vec1::<f64>()?;
+        for (a, b) in got_ent.iter().zip(&ent) {
+            assert!((*a as f64 - b).abs() < 1e-5 * b.abs().max(1.0));
+        }
+        assert!(got[2].iter().any(|&g| g != 0.0));
+        let plain = x.copy()?;
+        logprob_grad_in_place(&plain, &t, &w)?;
+        let plain = plain.to_vec2::<f32>()?;
+        assert_eq!(got[1], plain[1]);
+        assert_eq!(got[4], plain[4]);
+        let short = [0.0f32; 3];
+        let err = logprob_entropy_grad_in_place(&x.copy()?, &t, &w, Some(&short)).unwrap_err();
+        assert!(
+            err.to_string().contains("3 entropy weights for 7 rows"),
+            "{err}"
+        );
         Ok(())
     }
 

@@ -685,7 +685,12 @@ fn agent_memory(
             );
             packed.saturating_add(chunk as u64)
         }
-        false => mul(mul(positions, v), 12),
+        // An entropy bonus on this path differentiates −Σ p·log p through the graph: the
+        // log-softmax, its exp, their product and their gradients, four more f32 tensors.
+        false => match t.entropy_coef != 0.0 || t.use_adaptive_entropy {
+            true => mul(mul(positions, v), 28),
+            false => mul(mul(positions, v), 12),
+        },
     };
     let packed = match copied <= mul(t.packed_weights_mb as u64, 1 << 20) {
         true => copied,

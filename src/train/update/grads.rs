@@ -39,6 +39,10 @@ pub struct LossGrads {
     pub reduced: bool,
     /// With `kl_in_loss`: the mean k3 over the tokens the KL term computed (TRL's `kl`).
     pub token_kl: Option<f64>,
+    /// With an entropy bonus restricted to some tokens (the high-entropy mask): the mean
+    /// entropy over the whole mini-batch's tokens it acts on, the same on every replica (the
+    /// passes' own entropy covers all their tokens).
+    pub bonus_entropy: Option<f64>,
 }
 
 impl LossGrads {

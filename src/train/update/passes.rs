@@ -19,7 +19,10 @@ use crate::model::grad::accumulators::take_grads;
 use crate::model::grad::pass_order::{run_passes, Pass};
 use crate::model::grad::recompute::{prompt_part, PassPlan};
 use crate::model::grad::token_weights::TokenWeights;
-use crate::model::{completion_logprobs_scaled, ComputeDtype, Mode, Policy, ScoreLayout};
+use crate::model::{
+    completion_logprobs_entropy_scaled, completion_logprobs_scaled, ComputeDtype, Mode, Policy,
+    ScoreLayout,
+};
 use candle_core::{Tensor, Var};
 use std::time::Instant;
 
@@ -46,6 +49,13 @@ pub trait SequenceLoss: Sync {
     /// Each token's weight from its current log-prob, for a loss that is not a constant
     /// weight on each sequence (a clipped ratio): then `coefs` and `loss` are not used.
     fn tokens(&self, _group: usize, _rows: &[usize]) -> Option<Box<dyn TokenWeights + '_>> {
+        None
+    }
+
+    /// d loss / d H of each position of a pass (`rows` of group `group`, `width` positions a
+    /// row, row-major; H the next-token entropy there): an entropy term in the loss, seeded in
+    /// the LM head's fused backward beside the log-probs' weights. `None`: no entropy term.
+    fn entropy(&self, _group: usize, _rows: &[usize], _width: usize) -> Option<Vec<f32>> {
         None
     }
 }
@@ -125,6 +135,7 @@ pub fn sequence_grads(
                 layout: &m.layout,
                 coef: weights.coefs(m.group, &m.rows),
                 tokens: weights.tokens(m.group, &m.rows),
+                entropy: weights.entropy(m.group, &m.rows, m.layout.completion_width),
             })
             .collect();
         let (order, stats) = run_passes(&policy.model, &passes, vars, &mut acc, plan)?;
@@ -144,12 +155,27 @@ pub fn sequence_grads(
     } else {
         for m in &mine {
             let t = Instant::now();
-            let lp = completion_logprobs_scaled(
-                &policy.model,
-                &m.layout,
-                Mode::Train,
-                plan.logit_scale,
-            )?;
+            let entropy = weights.entropy(m.group, &m.rows, m.layout.completion_width);
+            let (lp, ent) = match entropy {
+                None => (
+                    completion_logprobs_scaled(
+                        &policy.model,
+                        &m.layout,
+                        Mode::Train,
+                        plan.logit_scale,
+                    )?,
+                    None,
+                ),
+                Some(hw) => {
+                    let (lp, ent) = completion_logprobs_entropy_scaled(
+                        &policy.model,
+                        &m.layout,
+                        Mode::Train,
+                        plan.logit_scale,
+                    )?;
+                    (lp, Some((ent, hw)))
+                }
+            };
             let (loss, value) = match weights.tokens(m.group, &m.rows) {
                 None => {
                     let loss = weights.loss(m.group, &m.rows, &lp)?;
@@ -174,6 +200,24 @@ pub fn sequence_grads(
                     let (w, value) = tw.weights(&vals, &mask, c);
                     let w = Tensor::from_vec(w, (b, c), lp.device())?.to_dtype(lp.dtype())?;
                     ((lp * w)?.sum_all()?, value)
+                }
+            };
+            // The entropy term: Σ h·H through the graph, its value logged with the loss.
+            let (loss, value) = match ent {
+                None => (loss, value),
+                Some((ent, hw)) => {
+                    let mask = m.layout.target_mask.to_dtype(ent.dtype())?;
+                    let tokens = mask.sum_all()?.to_dtype(candle_core::DType::F64)?;
+                    let ent_sum = ent.detach().sum_all()?.to_dtype(candle_core::DType::F64)?;
+                    let (sum, n) = (ent_sum.to_scalar::<f64>()?, tokens.to_scalar::<f64>()?);
+                    out.entropy_sum += sum;
+                    out.entropy_tokens += n;
+                    out.pass_entropy.push((m.number, sum, n));
+                    let hw =
+                        Tensor::from_vec(hw, ent.shape(), ent.device())?.to_dtype(ent.dtype())?;
+                    let term = (ent * hw)?.sum_all()?;
+                    let v = term.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+                    ((loss + term)?, value + v)
                 }
             };
             out.loss += value;

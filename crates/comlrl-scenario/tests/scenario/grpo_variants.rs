@@ -369,3 +369,103 @@ fn kl_in_loss_reads_and_refuses_what_it_cannot_do() {
     );
     assert!(msg.contains("`madpo` has none"), "{msg}");
 }
+
+/// `entropy_coef` (TRL's entropy bonus): 0 by default, a finite number ≥ 0, refused with MADPO
+/// (no policy-gradient loss to add it to) and warned about with an actor-critic.
+#[test]
+fn entropy_coef_reads_checks_and_names_where_it_does_nothing() {
+    let f = Fixture::new();
+    assert_eq!(f.ok(BASE, &[]).trainer.entropy_coef, 0.0);
+    let s = f.ok(BASE, &["trainer.entropy_coef=0.01"]);
+    assert_eq!(s.trainer.entropy_coef, 0.01);
+    let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("the resolved YAML reloads");
+    assert_eq!(again.trainer.entropy_coef, 0.01);
+    for bad in ["-0.01", ".nan", ".inf"] {
+        let (msg, _) = f.errs(BASE, &[&format!("trainer.entropy_coef={bad}")]);
+        assert!(msg.contains("trainer.entropy_coef"), "{bad}: {msg}");
+        assert!(
+            msg.contains("must be ≥ 0") || msg.contains("not a finite number"),
+            "{bad}: {msg}"
+        );
+    }
+    let (msg, _) = f.errs(
+        BASE,
+        &["trainer.algorithm=madpo", "trainer.entropy_coef=0.01"],
+    );
+    assert!(
+        msg.contains("entropy_coef") && msg.contains("`madpo` has none"),
+        "{msg}"
+    );
+    let s = f.ok(
+        BASE,
+        &["trainer.algorithm=iac", "trainer.entropy_coef=0.01"],
+    );
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("entropy_coef") && w.contains("no effect")),
+        "{:?}",
+        s.warnings
+    );
+}
+
+/// Adaptive entropy control: off by default with TRL's settings; its bounds ordered; its
+/// settings warned about without it; refused with MADPO.
+#[test]
+fn adaptive_entropy_reads_checks_and_warns_when_moot() {
+    let f = Fixture::new();
+    let t = f.ok(BASE, &[]).trainer;
+    assert!(!t.use_adaptive_entropy);
+    assert_eq!(
+        (
+            t.entropy_coef_min,
+            t.entropy_coef_max,
+            t.entropy_coef_delta,
+            t.entropy_target
+        ),
+        (0.0, 1.0, 0.005, 0.2)
+    );
+    let on = [
+        "trainer.use_adaptive_entropy=true",
+        "trainer.entropy_target=1.5",
+        "trainer.entropy_coef_max=0.1",
+    ];
+    let s = f.ok(BASE, &on);
+    assert!(s.trainer.use_adaptive_entropy && s.trainer.entropy_target == 1.5);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("the resolved YAML reloads");
+    assert_eq!(again.trainer, s.trainer);
+    let (msg, _) = f.errs(
+        BASE,
+        &[
+            "trainer.use_adaptive_entropy=true",
+            "trainer.entropy_coef_min=0.5",
+            "trainer.entropy_coef_max=0.1",
+        ],
+    );
+    assert!(
+        msg.contains("trainer.entropy_coef_min") && msg.contains("above entropy_coef_max"),
+        "{msg}"
+    );
+    let (msg, _) = f.errs(BASE, &["trainer.entropy_coef_delta=-1"]);
+    assert!(msg.contains("entropy_coef_delta must be ≥ 0"), "{msg}");
+    let s = f.ok(BASE, &["trainer.entropy_target=1.5"]);
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("entropy_target") && w.contains("use_adaptive_entropy")),
+        "{:?}",
+        s.warnings
+    );
+    let (msg, _) = f.errs(
+        BASE,
+        &[
+            "trainer.algorithm=madpo",
+            "trainer.use_adaptive_entropy=true",
+        ],
+    );
+    assert!(
+        msg.contains("use_adaptive_entropy") && msg.contains("`madpo` has none"),
+        "{msg}"
+    );
+}

@@ -147,6 +147,8 @@ trainer:
   warmup_steps: 3
   lr_scheduler: cosine
   kl_coef: 0.1
+  use_adaptive_entropy: true
+  entropy_target: 1.5
   adam_beta1: 0.8
   adam_beta2: 0.99
   adam_epsilon: 1.0e-6

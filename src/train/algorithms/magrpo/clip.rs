@@ -14,6 +14,7 @@
 //! are kept as π_old for later passes, so a later pass compares log-probs of the same
 //! precision. A completion first computed after a step compares with its sampling-time
 //! log-probs (`AgentRollout::sampling_logprobs`).
+use super::entropy_bonus::{EntropyBonus, WithBonus};
 use super::entropy_mask::{mini_batch_mask, EntropyMask};
 use super::loss::{aggregation_factors, rows_to_score, Counted, LossShape, TokenTerms};
 use super::token_terms::{check_refs, kl_term};
@@ -171,7 +172,7 @@ pub fn clipped_loss_and_grads_terms(
 ) -> Result<Clipped> {
     let counted = Counted::new(samples, shape, policy);
     let agg = aggregation_factors(samples, shape, &counted)?;
-    let scored = rows_to_score(samples, &counted, terms.kl_in_loss != 0.0);
+    let scored = rows_to_score(samples, &counted, terms.keeps_zero_advantage());
     if terms.kl_in_loss != 0.0 {
         check_refs(samples, &scored)?;
     }
@@ -228,18 +229,26 @@ pub fn clipped_loss_and_grads_terms(
             rows,
         })
         .collect();
-    let mask = if terms.masks_entropy() {
-        Some(mini_batch_mask(
+    let (mask, kept_entropy) = if terms.masks_entropy() {
+        let (m, h) = mini_batch_mask(
             policy,
             samples,
             |i, j| counted.get(i, j),
             terms.top_entropy_quantile,
             chunk,
             plan.logit_scale,
-        )?)
+        )?;
+        (Some(m), h)
     } else {
-        None
+        (None, None)
     };
+    let bonus = EntropyBonus::new(
+        samples,
+        |i, j| counted.get(i, j),
+        mask.as_ref(),
+        terms.entropy_coef,
+        terms.entropy_on,
+    );
     let loss = ClippedLoss {
         samples,
         old,
@@ -259,8 +268,21 @@ pub fn clipped_loss_and_grads_terms(
                 .collect(),
         ),
     };
-    let mut grads = sequence_grads(policy, vars, &groups, &loss, chunk, recompute, share, plan)?;
+    let mut grads = match &bonus {
+        // The bonus is added after the surrogate (TRL), its seeds beside the token weights.
+        Some(bonus) => {
+            let with = WithBonus {
+                policy: &loss,
+                bonus,
+            };
+            sequence_grads(policy, vars, &groups, &with, chunk, recompute, share, plan)?
+        }
+        None => sequence_grads(policy, vars, &groups, &loss, chunk, recompute, share, plan)?,
+    };
     grads.skipped = skipped;
+    if terms.has_bonus() {
+        grads.bonus_entropy = kept_entropy;
+    }
     let (sum, n) = *loss.kl.lock().unwrap_or_else(|e| e.into_inner());
     grads.token_kl = (n > 0.0).then_some(sum / n);
     let stats = *loss.stats.lock().unwrap_or_else(|e| e.into_inner());

@@ -91,7 +91,9 @@ pub fn high_entropy_mask(entropies: &[Vec<Vec<f32>>], keep: f64) -> EntropyMask 
     )
 }
 
-/// [`high_entropy_mask`] of the mini-batch `samples`, its entropies scored first.
+/// [`high_entropy_mask`] of the mini-batch `samples`, its entropies scored first, and the mean
+/// entropy of the tokens it keeps (`None` if none): what an adaptive entropy bonus acting on
+/// those tokens measures.
 pub(super) fn mini_batch_mask(
     policy: &Policy,
     samples: &[&AgentRollout],
@@ -99,9 +101,21 @@ pub(super) fn mini_batch_mask(
     keep: f64,
     chunk: usize,
     logit_scale: f64,
-) -> Result<EntropyMask> {
+) -> Result<(EntropyMask, Option<f64>)> {
     let ent = token_entropies(policy, samples, counted, chunk, logit_scale)?;
-    Ok(high_entropy_mask(&ent, keep))
+    let mask = high_entropy_mask(&ent, keep);
+    let (mut sum, mut n) = (0f64, 0usize);
+    for (s, m) in ent.iter().zip(&mask.0) {
+        for (c, k) in s.iter().zip(m) {
+            for (&h, &keep) in c.iter().zip(k) {
+                if keep {
+                    sum += h as f64;
+                    n += 1;
+                }
+            }
+        }
+    }
+    Ok((mask, (n > 0).then(|| sum / n as f64)))
 }
 
 #[cfg(test)]

@@ -6,10 +6,12 @@
 //! completions (`trainer.mask_truncated_completions`); its default is the loss above, bit for
 //! bit. Every variant weighs whole sequences, so the passes are the same.
 //! A sequence whose advantage is exactly 0 adds exactly 0 to the loss and to every gradient, so
-//! it is not computed (groups whose K returns are all equal cost nothing); a mini-batch with no
+//! it is not computed (groups whose K returns are all equal cost nothing) unless a term other
+//! than the policy's reaches it (`kl_in_loss`, the entropy bonus); a mini-batch with no
 //! other sequence still scores one, so the optimizer steps with zero gradients for the same
 //! parameters as always (as torch's AdamW does after `backward()` of a zero loss).
 //! The passes themselves (chunks, recompute, replicas' shares) are `train::update::passes`.
+use super::entropy_bonus::{EntropyBonus, WithBonus};
 use super::entropy_mask::mini_batch_mask;
 use super::token_terms::{check_refs, PerToken};
 use crate::error::Result;
@@ -106,6 +108,12 @@ pub struct TokenTerms {
     pub top_entropy_quantile: f64,
     /// `trainer.kl_in_loss` β: each counted token adds β · k3 to its loss (`token_terms`).
     pub kl_in_loss: f64,
+    /// `trainer.entropy_coef` c: the loss less c · the mean entropy of the tokens it acts on
+    /// (`entropy_bonus`); under adaptive control, the coefficient this step applies.
+    pub entropy_coef: f64,
+    /// The bonus is on even where `entropy_coef` is 0 (adaptive control, `entropy_control`):
+    /// every counted completion is computed and the entropy of the tokens it acts on measured.
+    pub entropy_on: bool,
 }
 
 impl TokenTerms {
@@ -113,6 +121,8 @@ impl TokenTerms {
     pub const NONE: TokenTerms = TokenTerms {
         top_entropy_quantile: 1.0,
         kl_in_loss: 0.0,
+        entropy_coef: 0.0,
+        entropy_on: false,
     };
 
     /// Whether the high-entropy mask is on.
@@ -120,9 +130,21 @@ impl TokenTerms {
         self.top_entropy_quantile < 1.0
     }
 
-    /// Whether any per-token term is on.
+    /// Whether any per-token term that weighs the log-probs is on (the entropy bonus weighs
+    /// the entropy alone: the log-probs keep their sequence weights).
     pub fn any(&self) -> bool {
         self.masks_entropy() || self.kl_in_loss != 0.0
+    }
+
+    /// Whether a term reaches completions whose advantage is 0 (the KL term, the entropy
+    /// bonus): they are then computed.
+    pub fn keeps_zero_advantage(&self) -> bool {
+        self.kl_in_loss != 0.0 || self.has_bonus()
+    }
+
+    /// Whether the entropy bonus is on (at a coefficient of 0 too, under adaptive control).
+    pub fn has_bonus(&self) -> bool {
+        self.entropy_coef != 0.0 || self.entropy_on
     }
 }
 
@@ -165,8 +187,8 @@ pub fn loss_and_grads_terms(
     terms: TokenTerms,
 ) -> Result<LossGrads> {
     let counted = Counted::new(samples, shape, policy);
-    // The KL term weighs every counted token, whatever its advantage.
-    let scored = rows_to_score(samples, &counted, terms.kl_in_loss != 0.0);
+    // The KL term and the entropy bonus weigh every counted token, whatever its advantage.
+    let scored = rows_to_score(samples, &counted, terms.keeps_zero_advantage());
     if terms.kl_in_loss != 0.0 {
         check_refs(samples, &scored)?;
     }
@@ -184,18 +206,40 @@ pub fn loss_and_grads_terms(
             rows,
         })
         .collect();
-    let mut out = if terms.any() {
-        let mask = match terms.masks_entropy() {
-            true => Some(mini_batch_mask(
+    let (mask, kept_entropy) = match terms.masks_entropy() {
+        true => {
+            let (m, h) = mini_batch_mask(
                 policy,
                 samples,
                 |i, j| counted.get(i, j),
                 terms.top_entropy_quantile,
                 chunk,
                 plan.logit_scale,
-            )?),
-            false => None,
-        };
+            )?;
+            (Some(m), h)
+        }
+        false => (None, None),
+    };
+    let bonus = EntropyBonus::new(
+        samples,
+        |i, j| counted.get(i, j),
+        mask.as_ref(),
+        terms.entropy_coef,
+        terms.entropy_on,
+    );
+    let run = |loss: &dyn SequenceLoss| -> Result<LossGrads> {
+        match &bonus {
+            Some(bonus) => {
+                let with = WithBonus {
+                    policy: loss,
+                    bonus,
+                };
+                sequence_grads(policy, vars, &groups, &with, chunk, recompute, share, plan)
+            }
+            None => sequence_grads(policy, vars, &groups, loss, chunk, recompute, share, plan),
+        }
+    };
+    let mut out = if terms.any() {
         let weights = PerToken {
             samples,
             coefs: sequence_weights_of(samples, shape, &counted)?,
@@ -204,27 +248,22 @@ pub fn loss_and_grads_terms(
             beta: terms.kl_in_loss,
             kl: Default::default(),
         };
-        let mut out = sequence_grads(
-            policy, vars, &groups, &weights, chunk, recompute, share, plan,
-        )?;
+        let mut out = run(&weights)?;
         let (sum, n) = *weights.kl.lock().unwrap_or_else(|e| e.into_inner());
         out.token_kl = (n > 0.0).then_some(sum / n);
         out
     } else if shape.is_magrpo() {
-        let weights = Advantages {
+        run(&Advantages {
             samples,
             scale: 1.0 / samples.len().max(1) as f64,
-        };
-        sequence_grads(
-            policy, vars, &groups, &weights, chunk, recompute, share, plan,
-        )?
+        })?
     } else {
-        let weights = Weights(sequence_weights_of(samples, shape, &counted)?);
-        sequence_grads(
-            policy, vars, &groups, &weights, chunk, recompute, share, plan,
-        )?
+        run(&Weights(sequence_weights_of(samples, shape, &counted)?))?
     };
     out.skipped = skipped;
+    if terms.has_bonus() {
+        out.bonus_entropy = kept_entropy;
+    }
     Ok(out)
 }
 
@@ -405,7 +444,7 @@ impl SequenceLoss for Weights {
 
 /// The sequences of each sample that the loss computes: those it counts (with tokens, and not
 /// masked as truncated) with a nonzero advantage (any advantage with `keep_zero`: a per-token
-/// KL term). When that leaves the whole mini-batch empty
+/// KL term, the entropy bonus). When that leaves the whole mini-batch empty
 /// but some completion has tokens, the shortest such completion of the first sample with one is
 /// kept (its weight 0), so the gradients come out as zeros rather than missing.
 pub(super) fn rows_to_score(

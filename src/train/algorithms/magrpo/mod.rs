@@ -9,10 +9,14 @@
 //! normalize_then_sum` trains on their z-scored weighted sum (`aggregate`). With
 //! `trainer.ppo_epochs` it passes over a buffer several times, and with `importance_level` each
 //! token's loss is the clipped surrogate of its probability ratio to the sampling policy
-//! (`clip`). It keeps no network beside the agents and adds nothing to checkpoints.
+//! (`clip`). `trainer.entropy_coef` adds an entropy bonus (`entropy_bonus`), whose coefficient
+//! `use_adaptive_entropy` changes step by step (`entropy_control`: the one state MAGRPO adds to
+//! checkpoints). It keeps no network beside the agents.
 pub mod advantage;
 pub mod aggregate;
 pub mod clip;
+mod entropy_bonus;
+pub mod entropy_control;
 pub mod entropy_mask;
 pub mod loss;
 pub mod returns;
@@ -32,8 +36,11 @@ use clip::{clipped_loss_and_grads_terms, Clip, Old};
 use comlrl_scenario::{
     AdvantageMode, ImportanceLevel, LogprobTemperature, RewardAggregation, Scenario,
 };
+use entropy_control::{ControlSettings, EntropyControl};
 use loss::{loss_and_grads_terms, LossShape, TokenTerms};
 use returns::joint_returns;
+use std::path::Path;
+use std::sync::Mutex;
 
 /// MAGRPO with a scenario's settings.
 pub struct Magrpo {
@@ -68,6 +75,9 @@ pub struct Magrpo {
     clip: Option<Clip>,
     /// Per-token terms of the loss (`trainer.top_entropy_quantile`).
     terms: TokenTerms,
+    /// Adaptive entropy control (`trainer.use_adaptive_entropy`): its settings and each
+    /// agent's state.
+    control: Option<(ControlSettings, Vec<Mutex<EntropyControl>>)>,
 }
 
 impl Magrpo {
@@ -123,8 +133,64 @@ impl Magrpo {
             terms: TokenTerms {
                 top_entropy_quantile: t.top_entropy_quantile,
                 kl_in_loss: t.kl_in_loss,
+                entropy_coef: t.entropy_coef,
+                entropy_on: t.use_adaptive_entropy,
             },
+            control: t.use_adaptive_entropy.then(|| {
+                (
+                    ControlSettings {
+                        min: t.entropy_coef_min,
+                        max: t.entropy_coef_max,
+                        delta: t.entropy_coef_delta,
+                        target: t.entropy_target,
+                    },
+                    s.agents
+                        .iter()
+                        .map(|_| Mutex::new(EntropyControl::new(t.entropy_coef)))
+                        .collect(),
+                )
+            }),
         }
+    }
+
+    /// The per-token terms of agent `agent`'s next step: under adaptive control, the
+    /// coefficient its controller applies now.
+    fn terms_for(&self, agent: usize) -> Result<TokenTerms> {
+        Ok(match &self.control {
+            None => self.terms,
+            Some((settings, states)) => TokenTerms {
+                entropy_coef: lock(states, agent)?.applied(settings),
+                ..self.terms
+            },
+        })
+    }
+
+    /// Logs a mini-batch's entropy and per-token KL (the whole mini-batch's: summed over the
+    /// agent's replicas first) and, with the entropy bonus, its coefficient (TRL's
+    /// `entropy_coef`: after the adaptive controller's update, as TRL logs it), then takes the
+    /// optimizer step on its gradients.
+    fn record_and_step(&self, learner: &mut Learner<'_>, mut lg: LossGrads) -> Result<()> {
+        learner.reduce(&mut lg)?;
+        let entropy = lg.entropy_mean();
+        if let Some(h) = entropy {
+            learner.record("entropy", h);
+        }
+        if let Some(kl) = lg.token_kl {
+            learner.record("kl_in_loss", kl);
+        }
+        match &self.control {
+            Some((settings, states)) => {
+                let measured = entropy_control::measured_entropy(&lg);
+                let mut state = lock(states, learner.index())?;
+                state.update(settings, measured);
+                learner.record("entropy_coef", state.coef);
+            }
+            None if self.terms.entropy_coef != 0.0 => {
+                learner.record("entropy_coef", self.terms.entropy_coef);
+            }
+            None => {}
+        }
+        learner.step(lg)
     }
 
     /// Returns and advantages of `node` and its subtree, appended to `out` in creation order.
@@ -235,7 +301,7 @@ impl Algorithm for Magrpo {
                     learner.share(),
                     plan,
                     shape,
-                    self.terms,
+                    self.terms_for(i)?,
                 )?;
                 log::debug!(
                     "agent {i}: gradients accumulated ({} layer passes kept their \
@@ -246,7 +312,7 @@ impl Algorithm for Magrpo {
                     lg.skipped,
                     crate::runtime::memory_line()
                 );
-                record_and_step(learner, lg)?;
+                self.record_and_step(learner, lg)?;
             }
             Ok(())
         })
@@ -301,7 +367,7 @@ fn clipped_round(
                 shape,
                 clip,
                 i,
-                m.terms,
+                m.terms_for(i)?,
             )?;
             for (s, row) in out.captured.into_iter().enumerate() {
                 for (j, lp) in row.into_iter().enumerate() {
@@ -313,24 +379,52 @@ fn clipped_round(
             for (name, value) in out.stats.metrics() {
                 learner.record(name, value);
             }
-            record_and_step(learner, out.grads)?;
+            m.record_and_step(learner, out.grads)?;
             stepped = true;
         }
     }
     Ok(())
 }
 
-impl CheckpointPart for Magrpo {}
+/// The adaptive entropy controller's state, one file per agent (nothing without it).
+impl CheckpointPart for Magrpo {
+    fn files(&self, agent: usize) -> Vec<String> {
+        match self.control {
+            Some(_) => vec![EntropyControl::file(agent)],
+            None => vec![],
+        }
+    }
 
-/// Logs a mini-batch's entropy and per-token KL (the whole mini-batch's: summed over the
-/// agent's replicas first), then takes the optimizer step on its gradients.
-fn record_and_step(learner: &mut Learner<'_>, mut lg: LossGrads) -> Result<()> {
-    learner.reduce(&mut lg)?;
-    if let Some(h) = lg.entropy_mean() {
-        learner.record("entropy", h);
+    fn save(&self, dir: &Path, writes: &[bool]) -> Result<()> {
+        let Some((_, states)) = &self.control else {
+            return Ok(());
+        };
+        for (i, _) in writes.iter().enumerate().filter(|(_, &w)| w) {
+            let state = *lock(states, i)?;
+            state.save(&dir.join(EntropyControl::file(i)))?;
+        }
+        Ok(())
     }
-    if let Some(kl) = lg.token_kl {
-        learner.record("kl_in_loss", kl);
+
+    fn load(&mut self, dir: &Path, held: &[bool]) -> Result<()> {
+        let Some((_, states)) = &self.control else {
+            return Ok(());
+        };
+        for (i, _) in held.iter().enumerate().filter(|(_, &h)| h) {
+            let loaded = EntropyControl::load(&dir.join(EntropyControl::file(i)))?;
+            *lock(states, i)? = loaded;
+        }
+        Ok(())
     }
-    learner.step(lg)
+}
+
+/// Agent `agent`'s controller state.
+fn lock(
+    states: &[Mutex<EntropyControl>],
+    agent: usize,
+) -> Result<std::sync::MutexGuard<'_, EntropyControl>> {
+    let m = states.get(agent).ok_or_else(|| {
+        crate::Error::Internal(format!("agent {agent} has no entropy controller"))
+    })?;
+    Ok(m.lock().unwrap_or_else(|e| e.into_inner()))
 }

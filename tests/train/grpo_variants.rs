@@ -928,7 +928,7 @@ fn kl_in_loss_matches_trl() {
             )
             .unwrap();
             check_grads(&what, &named, &lg.grads, case);
-            let kl = lg.token_kl.expect("the KL term's mean");
+            let kl = lg.token_kl().expect("the KL term's mean");
             assert!(
                 close(kl, want_kl, 0.0),
                 "{what}: kl {kl} vs TRL's {want_kl}"

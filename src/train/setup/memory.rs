@@ -313,8 +313,7 @@ pub fn estimate(
         // MARLHF's reward model (`preference.reward_model`, by default agent 0's model): a copy
         // on every rank, counted beside the first agent the rank holds; at its training's peak
         // it has AdamW state and gradients too.
-        if Some(a.index) == first_held && s.trainer.algorithm.learns_reward_model()
-        {
+        if Some(a.index) == first_held && s.trainer.algorithm.learns_reward_model() {
             let rm = s
                 .preference
                 .reward_model

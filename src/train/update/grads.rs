@@ -37,8 +37,10 @@ pub struct LossGrads {
     pub pass_entropy: Vec<(usize, f64, f64)>,
     /// Already summed over the agent's replicas (`Learner::reduce`).
     pub reduced: bool,
-    /// With `kl_in_loss`: the mean k3 over the tokens the KL term computed (TRL's `kl`).
-    pub token_kl: Option<f64>,
+    /// With `kl_in_loss`: each pass's Σ k3 over the tokens the KL term computed and their
+    /// count, by the pass's first completion (sample, row) (so the mean is summed in one order
+    /// whichever replica computed which pass; see [`LossGrads::token_kl`]).
+    pub pass_kl: Vec<(usize, usize, f64, f64)>,
     /// With an entropy bonus restricted to some tokens (the high-entropy mask): the mean
     /// entropy over the whole mini-batch's tokens it acts on, the same on every replica (the
     /// passes' own entropy covers all their tokens).
@@ -46,6 +48,17 @@ pub struct LossGrads {
 }
 
 impl LossGrads {
+    /// With `kl_in_loss`: the mean k3 over the tokens of `pass_kl` (TRL's `kl`), summed in
+    /// the order of the passes' first completions.
+    pub fn token_kl(&self) -> Option<f64> {
+        let mut passes = self.pass_kl.clone();
+        passes.sort_by_key(|&(group, row, _, _)| (group, row));
+        let (sum, n) = passes
+            .iter()
+            .fold((0f64, 0f64), |(s, c), &(_, _, k, m)| (s + k, c + m));
+        (n > 0.0).then(|| sum / n)
+    }
+
     /// The mean entropy of the tokens this process computed, when it computed any.
     pub fn entropy_mean(&self) -> Option<f64> {
         (self.entropy_tokens > 0.0).then(|| self.entropy_sum / self.entropy_tokens)

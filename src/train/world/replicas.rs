@@ -96,8 +96,13 @@ impl Replicas {
         for &(p, h, n) in &lg.pass_entropy {
             e.usize(p).f64(h).f64(n);
         }
+        e.usize(lg.pass_kl.len());
+        for &(group, row, k, n) in &lg.pass_kl {
+            e.usize(group).usize(row).f64(k).f64(n);
+        }
         let mut all = Vec::new();
         let mut entropy = Vec::new();
+        let mut kl = Vec::new();
         for (r, packet) in g.all_gather(&e.0).iter().enumerate() {
             let what = format!("agent {i}'s pass losses from replica {r}");
             let mut d = Dec::new(packet, &what);
@@ -107,6 +112,9 @@ impl Replicas {
             for _ in 0..d.usize()? {
                 entropy.push((d.usize()?, d.f64()?, d.f64()?));
             }
+            for _ in 0..d.usize()? {
+                kl.push((d.usize()?, d.usize()?, d.f64()?, d.f64()?));
+            }
             d.end()?;
         }
         // The logged entropy is the whole mini-batch's, summed in pass order as one process
@@ -115,6 +123,8 @@ impl Replicas {
         lg.entropy_sum = entropy.iter().fold(0f64, |acc, &(_, h, _)| acc + h);
         lg.entropy_tokens = entropy.iter().fold(0f64, |acc, &(_, _, n)| acc + n);
         lg.pass_entropy = entropy;
+        // The logged KL of `kl_in_loss` is the whole mini-batch's too (`LossGrads::token_kl`).
+        lg.pass_kl = kl;
         log::debug!(
             "agent {i}: gradients all-reduced over {} replicas: {} bytes each",
             g.size(),

@@ -283,8 +283,7 @@ pub fn clipped_loss_and_grads_terms(
     if terms.has_bonus() {
         grads.bonus_entropy = kept_entropy;
     }
-    let (sum, n) = *loss.kl.lock().unwrap_or_else(|e| e.into_inner());
-    grads.token_kl = (n > 0.0).then_some(sum / n);
+    grads.pass_kl = std::mem::take(&mut *loss.kl.lock().unwrap_or_else(|e| e.into_inner()));
     let stats = *loss.stats.lock().unwrap_or_else(|e| e.into_inner());
     let captured = loss
         .captured
@@ -304,9 +303,10 @@ struct ClippedLoss<'a> {
     agg: Vec<Vec<f64>>,
     /// The high-entropy mask (`top_entropy_quantile`), when on.
     mask: Option<EntropyMask>,
-    /// β of `kl_in_loss` (0: no KL term), and Σ k3 over the computed tokens with their count.
+    /// β of `kl_in_loss` (0: no KL term), and Σ k3 over each computed pass's tokens with
+    /// their count, by the pass's first completion (`LossGrads::pass_kl`).
     beta: f64,
-    kl: Mutex<(f64, f64)>,
+    kl: Mutex<Vec<(usize, usize, f64, f64)>>,
     clip: Clip,
     stats: Mutex<ClipStats>,
     captured: Mutex<Vec<Vec<Option<Vec<f32>>>>>,
@@ -437,10 +437,10 @@ impl TokenWeights for PassWeights<'_> {
             total.units += stats.units;
             total.ratio_max = total.ratio_max.max(stats.ratio_max);
         }
-        {
+        if kl_n > 0.0 {
+            let first = self.rows.first().copied().unwrap_or(0);
             let mut kl = l.kl.lock().unwrap_or_else(|e| e.into_inner());
-            kl.0 += kl_sum;
-            kl.1 += kl_n;
+            kl.push((self.group, first, kl_sum, kl_n));
         }
         let mut keep = l.captured.lock().unwrap_or_else(|e| e.into_inner());
         for (j, v) in captured {

@@ -249,8 +249,7 @@ pub fn loss_and_grads_terms(
             kl: Default::default(),
         };
         let mut out = run(&weights)?;
-        let (sum, n) = *weights.kl.lock().unwrap_or_else(|e| e.into_inner());
-        out.token_kl = (n > 0.0).then_some(sum / n);
+        out.pass_kl = std::mem::take(&mut *weights.kl.lock().unwrap_or_else(|e| e.into_inner()));
         out
     } else if shape.is_magrpo() {
         run(&Advantages {

@@ -175,7 +175,7 @@ impl Magrpo {
         if let Some(h) = entropy {
             learner.record("entropy", h);
         }
-        if let Some(kl) = lg.token_kl {
+        if let Some(kl) = lg.token_kl() {
             learner.record("kl_in_loss", kl);
         }
         match &self.control {

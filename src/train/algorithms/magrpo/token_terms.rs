@@ -22,8 +22,9 @@ pub(super) struct PerToken<'a> {
     pub mask: Option<&'a EntropyMask>,
     /// β of `kl_in_loss` (0: no KL term).
     pub beta: f64,
-    /// Σ k3 over the computed tokens and their count (TRL's `kl` metric).
-    pub kl: Mutex<(f64, f64)>,
+    /// Σ k3 over each computed pass's tokens and their count, by the pass's first completion
+    /// (TRL's `kl` metric: `LossGrads::pass_kl`).
+    pub kl: Mutex<Vec<(usize, usize, f64, f64)>>,
 }
 
 impl SequenceLoss for PerToken<'_> {
@@ -80,9 +81,11 @@ impl TokenWeights for PerTokenPass<'_> {
                 }
             }
         }
-        let mut kl = l.kl.lock().unwrap_or_else(|e| e.into_inner());
-        kl.0 += kl_sum;
-        kl.1 += kl_n;
+        if kl_n > 0.0 {
+            let first = self.rows.first().copied().unwrap_or(0);
+            let mut kl = l.kl.lock().unwrap_or_else(|e| e.into_inner());
+            kl.push((self.group, first, kl_sum, kl_n));
+        }
         (w, value)
     }
 }

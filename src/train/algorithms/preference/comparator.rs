@@ -133,7 +133,12 @@ impl Comparators {
                 // One frozen model serves every agent: loaded once per agent held here, so
                 // that each samples with its own copy (agents sample at the same time).
                 c.policies = (0..c.agents).map(|_| None).collect();
-                for (slot, _) in c.policies.iter_mut().zip(agents).filter(|(_, a)| a.is_some()) {
+                for (slot, _) in c
+                    .policies
+                    .iter_mut()
+                    .zip(agents)
+                    .filter(|(_, a)| a.is_some())
+                {
                     let policy =
                         Policy::load(&source_of(model, &s.base_dir)?, &opts).map_err(|e| {
                             Error::from(e).within(format!("the comparator model {}", model.spec))

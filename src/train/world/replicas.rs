@@ -290,13 +290,16 @@ mod tests {
             kept_bytes_max: 0,
             passes: vec![(0, 0.5), (2, 0.125)],
             pass_entropy: vec![(0, 3.0, 4.0)],
+            // kl_in_loss: Σ k3 and the tokens of the pass that starts at completion 2.
+            pass_kl: vec![(0, 2, 0.5, 10.0)],
             skipped: 0,
             ..Default::default()
         };
-        // The other replica computed pass 1.
+        // The other replica computed pass 1 (completion 1 on).
         let mut other = Enc::default();
         other.usize(1).usize(1).f64(0.25);
         other.usize(1).usize(1).f64(1.5).f64(2.0);
+        other.usize(1).usize(0).usize(1).f64(0.25).f64(5.0);
         let r = Replicas {
             groups: vec![Some(Arc::new(Pair { other: other.0 }))],
             any: true,
@@ -313,6 +316,9 @@ mod tests {
         assert_eq!(lg.loss, 0.5 + 0.25 + 0.125);
         assert_eq!((lg.entropy_sum, lg.entropy_tokens), (4.5, 6.0));
         assert_eq!(lg.entropy_mean(), Some(0.75));
+        // The logged KL is the whole mini-batch's mean, not this replica's 0.05.
+        assert_eq!(lg.pass_kl.len(), 2);
+        assert_eq!(lg.token_kl(), Some((0.25 + 0.5) / 15.0));
         // An agent with one copy is left alone.
         let mut again = LossGrads {
             passes: vec![],

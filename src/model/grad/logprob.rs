@@ -111,18 +111,28 @@ pub fn completion_logprobs_scaled(
     products: impl WeightProducts,
     logit_scale: f64,
 ) -> Result<Tensor> {
+    let logits = completion_logits(model, layout, products, logit_scale)?;
+    let lp = token_logprobs(&logits, &layout.targets)?;
+    let mask = layout.target_mask.to_dtype(lp.dtype())?;
+    lp * mask
+}
+
+/// (b, C, V) logits at the positions that predict completion tokens, multiplied by
+/// `logit_scale`, through the LM head's graph.
+fn completion_logits(
+    model: &CausalLm,
+    layout: &ScoreLayout,
+    products: impl WeightProducts,
+    logit_scale: f64,
+) -> Result<Tensor> {
     let hidden = model.hidden(&layout.ids, &layout.pos, &layout.mask, None, products)?;
     // Position T-1+j predicts completion token j.
     let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;
     let logits = model.logits(&h)?;
-    let logits = if logit_scale == 1.0 {
-        logits
-    } else {
-        logits.affine(logit_scale, 0.0)?
-    };
-    let lp = token_logprobs(&logits, &layout.targets)?;
-    let mask = layout.target_mask.to_dtype(lp.dtype())?;
-    lp * mask
+    match logit_scale == 1.0 {
+        true => Ok(logits),
+        false => logits.affine(logit_scale, 0.0),
+    }
 }
 
 /// [`completion_logprobs_scaled`] and, in the same graph from the same logits, the entropy
@@ -136,14 +146,7 @@ pub fn completion_logprobs_entropy_scaled(
     products: impl WeightProducts,
     logit_scale: f64,
 ) -> Result<(Tensor, Tensor)> {
-    let hidden = model.hidden(&layout.ids, &layout.pos, &layout.mask, None, products)?;
-    let h = hidden.narrow(1, layout.prompt_width - 1, layout.completion_width)?;
-    let logits = model.logits(&h)?;
-    let logits = if logit_scale == 1.0 {
-        logits
-    } else {
-        logits.affine(logit_scale, 0.0)?
-    };
+    let logits = completion_logits(model, layout, products, logit_scale)?;
     let lp = token_logprobs(&logits, &layout.targets)?;
     let mask = layout.target_mask.to_dtype(lp.dtype())?;
     let wide = logits.to_dtype(crate::model::decoder::forward::reduce_dtype(logits.dtype()))?;

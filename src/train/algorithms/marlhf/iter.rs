@@ -29,6 +29,7 @@ use super::{fresh_reward_model, Marlhf};
 use crate::error::{Error, Result};
 use crate::model::Policy;
 use crate::train::algorithms::algorithm::{Algorithm, Comparison};
+use crate::train::algorithms::preference::check_round_shards;
 use crate::train::algorithms::preference::comparator::Comparators;
 use crate::train::algorithms::preference::replay::{self, Replay};
 use crate::train::algorithms::round::{AgentUpdate, Round};
@@ -305,27 +306,7 @@ impl CheckpointPart for MarlhfIter {
                 .map_err(|e| Error::io(&path, e))?;
         let saved: Saved = serde_json::from_str(&text)
             .map_err(|e| Error::checkpoint_by(&path, "not a MARLHFIter state", e))?;
-        let n = saved.set.pairs.len();
-        let mut end = 0;
-        for r in &saved.shards {
-            if r.start != end || r.end < r.start || r.end > n {
-                return Err(Error::checkpoint(
-                    &path,
-                    format!("its rounds' ranges of pairs do not tile the set ({r:?} of {n} pairs)"),
-                ));
-            }
-            end = r.end;
-        }
-        if saved.shards.len() != saved.iteration {
-            return Err(Error::checkpoint(
-                &path,
-                format!(
-                    "it records {} finished rounds but {} rounds of pairs",
-                    saved.iteration,
-                    saved.shards.len()
-                ),
-            ));
-        }
+        check_round_shards(&path, &saved.shards, saved.iteration, saved.set.pairs.len())?;
         if saved.phase == Phase::Online && saved.trained.is_none() {
             return Err(Error::checkpoint(
                 &path,

@@ -273,6 +273,49 @@ fn an_adapter_run_saves_peft_directories_and_resumes_exactly() {
     assert_ne!(adapted, plain, "the trained adapter changes the outputs");
 }
 
+/// A resume must train what the checkpoint trained: an adapter of the same shape loads under
+/// another α or onto a base held in another dtype, so the state records each agent's and the
+/// resume names what changed.
+#[test]
+fn a_resume_with_another_adapter_scaling_or_base_dtype_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let extra = [
+        "checkpoint_every=4",
+        "agents.adapter.rank=4",
+        "agents.adapter.alpha=16",
+    ];
+    let mut t = comlrl::train::Trainer::new(load_small(&out, &extra)).unwrap();
+    let flag = t.interrupt_flag();
+    assert!(t.run(false, &mut StopAt(5, flag)).unwrap().interrupted);
+    let resume = |changed: &str| {
+        let set: Vec<&str> = extra.iter().copied().chain([changed]).collect();
+        match comlrl::train::Trainer::new(load_small(&out, &set))
+            .unwrap()
+            .run(true, &mut ())
+        {
+            Ok(_) => panic!("{changed}: resumed"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let e = resume("agents.adapter.alpha=32");
+    assert!(
+        e.contains("trained[0]") && e.contains("alpha 16") && e.contains("alpha 32"),
+        "{e}"
+    );
+    let e = resume("agents.base_dtype=bf16");
+    assert!(
+        e.contains("on a f32 base") && e.contains("on a bf16 base") && e.contains("--overwrite"),
+        "{e}"
+    );
+    // Unchanged, it resumes.
+    let done = comlrl::train::Trainer::new(load_small(&out, &extra))
+        .unwrap()
+        .run(true, &mut ())
+        .unwrap();
+    assert_eq!(done.steps_done, 20);
+}
+
 /// With a KL penalty, an adapted agent's reference is its own base (the same tensors: no second
 /// copy of the model) with a fresh copy of its initial adapter: it scores exactly as the
 /// untrained policy does, and training the policy's adapter leaves it unchanged.

@@ -362,6 +362,31 @@ pub fn load(
             ),
         ));
     }
+    // Adapter weights of the same shape load under another scaling or onto a base held in
+    // another dtype without complaint, and the run would go on from different numbers.
+    if !state.trained.is_empty() {
+        let pairs = state.trained.iter().zip(&expect.trained).enumerate();
+        if let Some((i, (was, now))) = pairs.clone().find(|(_, (was, now))| was != now) {
+            return Err(Error::checkpoint(
+                &state_path,
+                format!(
+                    "field `trained[{i}]`: agent {i} trained {was}, this scenario trains {now}; \
+                     resume with `agents.adapter` and `agents.base_dtype` as the run had them \
+                     (scenario.yaml beside the checkpoint), or start a new run with --overwrite"
+                ),
+            ));
+        }
+        if state.trained.len() != expect.trained.len() {
+            return Err(Error::checkpoint(
+                &state_path,
+                format!(
+                    "field `trained` has {} entries for {} agents",
+                    state.trained.len(),
+                    expect.trained.len()
+                ),
+            ));
+        }
+    }
     let scen_path = dir.join("scenario.yaml");
     let scenario =
         comlrl_scenario::files::read_text(&scen_path, recorded("scenario.yaml"), DAMAGED)

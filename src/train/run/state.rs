@@ -32,6 +32,11 @@ pub struct TrainState {
     /// resume must place the agents the same way.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<usize>,
+    /// What each agent trains, in words (full fine-tuning, or its adapter's shape and scaling
+    /// and the dtype of the frozen base under it); a resume must train the same. Empty in
+    /// checkpoints written before it was recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trained: Vec<String>,
 }
 
 /// When an agent's completion was cut off rather than stopped by itself.

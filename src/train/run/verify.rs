@@ -26,6 +26,8 @@ pub struct Expect {
     pub vocab: Vec<usize>,
     /// Each agent's rank in a distributed run (empty: one process).
     pub ranks: Vec<usize>,
+    /// What each agent trains (`TrainState::trained`).
+    pub trained: Vec<String>,
 }
 
 /// Checks `s`, read from `path`, against `e`; the error names the field that does not fit.

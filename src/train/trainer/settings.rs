@@ -113,6 +113,30 @@ impl Settings {
             epochs: self.scenario.run_epochs(),
             vocab,
             ranks,
+            trained: self.trained(),
         }
+    }
+
+    /// What each agent trains, in words: full fine-tuning, or its adapter (rank, α, scaling,
+    /// targets) on a base of `agents.base_dtype`. Recorded in each checkpoint's state.
+    pub fn trained(&self) -> Vec<String> {
+        self.scenario
+            .agents
+            .iter()
+            .map(|a| match &a.adapter {
+                None => "full fine-tuning".to_string(),
+                Some(p) => format!(
+                    "a LoRA adapter (r {}, alpha {}{}, targets {}) on a {} base",
+                    p.rank,
+                    p.alpha,
+                    if p.rslora { ", rsLoRA scaling" } else { "" },
+                    p.targets.join(" "),
+                    serde_json::to_value(a.base_dtype)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_else(|| format!("{:?}", a.base_dtype)),
+                ),
+            })
+            .collect()
     }
 }

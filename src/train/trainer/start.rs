@@ -90,6 +90,7 @@ pub(super) fn start(
             metrics_rows: 0,
             epoch_rewards: vec![],
             ranks: strategy.recorded_ranks(),
+            trained: settings.trained(),
         },
     };
     Ok((state, lock))

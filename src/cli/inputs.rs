@@ -1,5 +1,6 @@
 //! Options shared by the model-inspection commands: which model, and text or token-id inputs.
 use anyhow::{bail, Context};
+use candle_core::DType;
 use comlrl::model::io::peft::Adapter;
 use comlrl::model::{parse_dtype, LoadOptions, ModelSource, Policy};
 
@@ -18,11 +19,17 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     pub fn load(&self) -> anyhow::Result<Policy> {
+        self.load_with_base(None)
+    }
+
+    /// As [`Self::load`], the projections' weights held in `base_dtype` when given.
+    fn load_with_base(&self, base_dtype: Option<DType>) -> anyhow::Result<Policy> {
         let cwd = std::env::current_dir().context("reading the current directory")?;
         let source = ModelSource::parse(&self.model, &cwd)?;
         let opts = LoadOptions {
             dtype: parse_dtype(&self.dtype).context("--dtype")?,
             seed: self.model_seed,
+            base_dtype,
             ..LoadOptions::default()
         };
         Ok(Policy::load(&source, &opts)?)
@@ -38,6 +45,11 @@ pub struct ModelPromptArgs {
     /// run with `agents.adapter` writes to `models/agent_i`) applied on `--model`.
     #[arg(long)]
     pub adapter: Option<std::path::PathBuf>,
+    /// The dtype the base's projections are held in under `--adapter`: f32 (default) or bf16,
+    /// as a run with `agents.base_dtype: bf16` holds them (the weights the adapter was trained
+    /// on, at half the memory).
+    #[arg(long, requires = "adapter", default_value = "f32")]
+    pub base_dtype: String,
     #[command(flatten)]
     pub prompt: PromptArgs,
 }
@@ -45,7 +57,17 @@ pub struct ModelPromptArgs {
 impl ModelPromptArgs {
     /// The loaded model (with its adapter) and the prompt's token ids.
     pub fn load(&self) -> anyhow::Result<(Policy, Vec<u32>)> {
-        let mut policy = self.model.load()?;
+        let base_dtype = match self.base_dtype.as_str() {
+            "f32" => None,
+            "bf16" if self.model.dtype == "f32" => Some(DType::BF16),
+            "bf16" => bail!(
+                "--base-dtype bf16 holds an f32 model's projections in bf16; with --dtype {} \
+                 the whole model is already in it: drop one of the two",
+                self.model.dtype
+            ),
+            other => bail!("--base-dtype: `{other}` is not f32 or bf16"),
+        };
+        let mut policy = self.model.load_with_base(base_dtype)?;
         if let Some(dir) = &self.adapter {
             let (dtype, dev) = (policy.model.dtype(), policy.model.device().clone());
             let adapter = Adapter::load(dir, &policy.config, dtype, &dev).context("--adapter")?;

@@ -393,3 +393,74 @@ fn generate_with_a_peft_adapter() {
         "{err}"
     );
 }
+
+/// `score --adapter DIR --base-dtype bf16` holds the base's projections in bf16 as a run with
+/// `agents.base_dtype: bf16` does: its log-probs are the in-process policy's loaded that way,
+/// not the f32 base's; the flag needs an adapter and an f32 `--dtype`.
+#[test]
+fn score_with_an_adapter_on_a_bf16_base() {
+    use candle_core::{DType, Device};
+    use comlrl::model::io::peft::Adapter;
+    use comlrl::model::{completion_logprobs, LoadOptions, Mode, ModelSource, Policy, ScoreLayout};
+    let model = fixtures().join("tiny-llama");
+    let adapter = fixtures().join("lora/tiny-llama/adapter");
+    let (prompt, completion) = ([5u32, 17, 230], [41u32, 999, 3, 77]);
+    let in_process = |base_dtype: Option<DType>| -> Vec<f32> {
+        let opts = LoadOptions {
+            base_dtype,
+            ..LoadOptions::default()
+        };
+        let base = Policy::load(&ModelSource::Local(model.clone()), &opts).unwrap();
+        let ad = Adapter::load(&adapter, &base.config, DType::F32, &Device::Cpu).unwrap();
+        let p = base.with_adapter(ad).unwrap();
+        let lay = ScoreLayout::new(&p.model, &[&prompt], &[&completion], p.pad_id).unwrap();
+        completion_logprobs(&p.model, &lay, p.products(Mode::Infer))
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let cli = |extra: &[&str]| {
+        let mut args = vec![
+            "score",
+            "--model",
+            model.to_str().unwrap(),
+            "--prompt-ids",
+            "5,17,230",
+            "--completion-ids",
+            "41,999,3,77",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        run(&args, &[])
+    };
+    let (ok, out, err) = cli(&[
+        "--adapter",
+        adapter.to_str().unwrap(),
+        "--base-dtype",
+        "bf16",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let got: Vec<f32> = v["logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
+    let bf16 = in_process(Some(DType::BF16));
+    assert_eq!(got, bf16);
+    assert_ne!(bf16, in_process(None), "the bf16 base rounds the weights");
+    let (ok, _, err) = cli(&["--base-dtype", "bf16"]);
+    assert!(!ok && err.contains("--adapter"), "{err}");
+    let (ok, _, err) = cli(&[
+        "--adapter",
+        adapter.to_str().unwrap(),
+        "--base-dtype",
+        "bf16",
+        "--dtype",
+        "bf16",
+    ]);
+    assert!(!ok && err.contains("--base-dtype bf16"), "{err}");
+}

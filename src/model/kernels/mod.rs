@@ -25,6 +25,7 @@ pub mod f32_decode;
 pub(crate) mod f32_panels;
 pub(crate) mod matmul_no_fill;
 mod panel_tasks;
+pub mod q8_weight;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
 pub(crate) mod row_blocking;

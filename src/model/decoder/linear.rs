@@ -25,7 +25,7 @@ impl Linear {
             Ok(w) => w,
             // Not the dense shape: the only other form a loaded W takes is Q8_0's (asking for
             // it cannot create a variable: the dense request above would have).
-            Err(dense) if in_dim % q8_weight::BLOCK == 0 => {
+            Err(dense) if in_dim.is_multiple_of(q8_weight::BLOCK) => {
                 let bytes = in_dim / q8_weight::BLOCK * q8_weight::BLOCK_BYTES;
                 match vb.get((out_dim, bytes), "weight") {
                     Ok(w) if q8_weight::is_q8_weight(&w) => w,

@@ -40,7 +40,7 @@ pub fn is_q8_weight(w: &Tensor) -> bool {
 /// (out, in) of the Q8_0 matrix `w`.
 pub fn dims(w: &Tensor) -> Result<(usize, usize)> {
     let (out, bytes) = w.dims2()?;
-    if bytes % BLOCK_BYTES != 0 {
+    if !bytes.is_multiple_of(BLOCK_BYTES) {
         candle_core::bail!(
             "Q8_0 matrix: a row of {bytes} bytes is not a whole number of {BLOCK_BYTES}-byte blocks"
         )
@@ -86,7 +86,7 @@ pub fn dequantize_row(blocks: &[u8], ys: &mut [f32]) {
 /// a time). Fails, saying so, where `in` is not a multiple of 32 (Q8_0 has no partial block).
 pub fn quantize(t: &Tensor) -> Result<Tensor> {
     let (out, k) = t.dims2()?;
-    if k % BLOCK != 0 {
+    if !k.is_multiple_of(BLOCK) {
         candle_core::bail!(
             "Q8_0: a row of {k} values is not a whole number of {BLOCK}-value blocks; \
              hold this base in bf16 or f32 instead"
@@ -109,7 +109,7 @@ pub fn quantize(t: &Tensor) -> Result<Tensor> {
 
 /// A Q8_0 matrix (out, in) from its blocks' bytes, row by row as GGUF stores them.
 pub fn from_blocks(bytes: Vec<u8>, out: usize, k: usize, dev: &Device) -> Result<Tensor> {
-    if k % BLOCK != 0 || bytes.len() != out * (k / BLOCK) * BLOCK_BYTES {
+    if !k.is_multiple_of(BLOCK) || bytes.len() != out * (k / BLOCK) * BLOCK_BYTES {
         candle_core::bail!(
             "Q8_0 matrix ({out}, {k}): {} bytes, but it takes {} ({BLOCK_BYTES} per {BLOCK} values)",
             bytes.len(),

@@ -2,7 +2,8 @@
 //! projections' weights are Q8_0 matrices (their blocks' bytes; nothing else is), quantized at
 //! load with llama.cpp's rounding (checked against the blocks `gguf`'s Python quantizer wrote
 //! into the GGUF fixtures) or, from a Q8_0 GGUF, kept bit for bit. Every product dequantizes
-//! them exactly, so the log-probs, the hand-written and autograd A/B gradients and greedy
+//! them exactly (the decode's fused kernel applies each block's scale to its sum instead, an
+//! f32 rounding apart), so the log-probs, the hand-written and autograd A/B gradients and greedy
 //! decoding equal those of an f32 base whose projections hold the dequantized values, within
 //! f32 summation order.
 use crate::common;
@@ -227,7 +228,7 @@ fn q8_0_base_outputs_equal_the_dequantized_f32_base() {
     }
 }
 
-/// Greedy decoding (the KV-cache decode's few-row products on the Q8_0 blocks, no sampling
+/// Greedy decoding (the KV-cache decode's few-row products: the fused Q8_0 kernel, no sampling
 /// copy) picks the tokens the dequantized f32 base picks.
 #[test]
 fn a_q8_0_base_samples_as_the_dequantized_f32_base() {

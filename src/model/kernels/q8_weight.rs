@@ -9,7 +9,12 @@
 //! rows as they are: f32 (or bf16 operands under `trainer.compute_dtype: bf16`, whose GEMM
 //! rounds W's panel as it rounds any f32 weight); the activations are never quantized. So the
 //! result is the f32 product with the dequantized W. Decode-shaped products (at most
-//! [`DECODE_ROWS`] rows) dequantize each W row once into a row buffer, for all rows of x.
+//! [`DECODE_ROWS`] rows, sampling's token steps, bound by reading W) run fused instead: per
+//! output, Σ over blocks of scale · Σ q·x, the int8 values widened to f32 in registers
+//! (AVX-512 where the CPU has it, else a portable loop of the same arithmetic), so W's bytes
+//! are read once and nothing is written back; the scale is applied per block rather than per
+//! weight, a rounding away from the dequantized product. Each output row is summed the same
+//! way whatever the other rows, so a row samples alike alone or batched.
 use super::compute_dtype::{add_matmul_tn, matmul, ComputeDtype};
 use super::cpu_slices::slice;
 use super::row_blocking::par_row_tasks;
@@ -155,7 +160,7 @@ pub fn x_wt(x: &Tensor, w: &Tensor, dt: ComputeDtype) -> Result<Tensor> {
     }
     let x = x.to_dtype(DType::F32)?;
     if m <= DECODE_ROWS && dt == ComputeDtype::F32 {
-        return decode_x_wt(&x, w);
+        return decode_x_wt(&x, w, Decode::Fused);
     }
     let br = block_rows(k);
     let mut cols = Vec::with_capacity(out.div_ceil(br));
@@ -202,12 +207,27 @@ pub fn dy_w(dy: &Tensor, w: &Tensor, dt: ComputeDtype) -> Result<Tensor> {
     Ok(acc)
 }
 
-/// [`x_wt`] for a few f32 rows: tasks of W rows, each row dequantized once into a buffer and
-/// dotted with every row of x.
-fn decode_x_wt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+/// How [`decode_x_wt`] reads W's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decode {
+    /// Each W row dequantized into a buffer, then dotted with every row of x.
+    Dequantize,
+    /// Blocks widened in registers, scale · Σ q·x per block (`fused`).
+    Fused,
+}
+
+/// Rows of x one pass of the fused kernel takes: one 16-lane accumulator each.
+const FUSED_ROWS: usize = 16;
+
+/// [`x_wt`] for a few f32 rows: tasks of W rows, each read once for all rows of x, as `how`
+/// says.
+pub fn decode_x_wt(x: &Tensor, w: &Tensor, how: Decode) -> Result<Tensor> {
     let (out, k) = dims(w)?;
-    let m = x.dim(0)?;
-    let x = x.contiguous()?;
+    let (m, xk) = x.dims2()?;
+    if xk != k {
+        candle_core::bail!("Q8_0 weight product: x is ({m}, {xk}) but W is ({out}, {k})")
+    }
+    let x = x.to_dtype(DType::F32)?.contiguous()?;
     let w = w.contiguous()?;
     let row_bytes = k / BLOCK * BLOCK_BYTES;
     let (xs, xl) = x.storage_and_layout();
@@ -217,17 +237,131 @@ fn decode_x_wt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     };
     let xv = slice(xc.as_slice::<f32>()?, xl, "Q8_0 weight product")?;
     let wv = slice(wc.as_slice::<u8>()?, wl, "Q8_0 weight product")?;
+    let avx512 = fused::avx512();
     let y = par_row_tasks(out, m, k, |r0, nr, o| {
-        let mut row = vec![0f32; k];
+        let mut row = match how {
+            Decode::Dequantize => vec![0f32; k],
+            Decode::Fused => Vec::new(),
+        };
         for j in 0..nr {
             let r = r0 + j;
-            dequantize_row(&wv[r * row_bytes..(r + 1) * row_bytes], &mut row);
-            for i in 0..m {
-                o[j * m + i] = dot(&row, &xv[i * k..(i + 1) * k]);
+            let blocks = &wv[r * row_bytes..(r + 1) * row_bytes];
+            let oj = &mut o[j * m..(j + 1) * m];
+            match how {
+                Decode::Dequantize => {
+                    dequantize_row(blocks, &mut row);
+                    for (i, y) in oj.iter_mut().enumerate() {
+                        *y = dot(&row, &xv[i * k..(i + 1) * k]);
+                    }
+                }
+                Decode::Fused => {
+                    for (i0, ys) in (0..m).step_by(FUSED_ROWS).zip(oj.chunks_mut(FUSED_ROWS)) {
+                        let xs = &xv[i0 * k..(i0 + ys.len()) * k];
+                        fused::row(blocks, xs, k, ys, avx512);
+                    }
+                }
             }
         }
     });
     Tensor::from_vec(y, (m, out), x.device())
+}
+
+/// The fused decode product of one W row (its blocks) with up to [`FUSED_ROWS`] rows of x.
+mod fused {
+    use super::{BLOCK, BLOCK_BYTES, FUSED_ROWS};
+    use half::f16;
+
+    /// Whether this CPU runs the AVX-512 kernel.
+    pub fn avx512() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx512f")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// ys[i] = Σ_b d_b · Σ_j q_bj · x_i[32b + j] for the rows x_i of `xs` (each `k` long, as many
+    /// as `ys` has, at most [`FUSED_ROWS`]); `avx512` from [`avx512`].
+    pub fn row(blocks: &[u8], xs: &[f32], k: usize, ys: &mut [f32], avx512: bool) {
+        let nb = k / BLOCK;
+        let n = ys.len().min(FUSED_ROWS);
+        if blocks.len() < nb * BLOCK_BYTES || xs.len() < n * k {
+            // Unreachable from `decode_x_wt`, which slices both to these sizes.
+            ys.fill(f32::NAN);
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if avx512 {
+            // SAFETY: the CPU has AVX-512F (`avx512`), and the sizes were checked above.
+            unsafe { row_avx512(blocks, xs, k, &mut ys[..n]) };
+            return;
+        }
+        let _ = avx512;
+        row_portable(blocks, xs, k, &mut ys[..n]);
+    }
+
+    /// [`row`] without SIMD intrinsics: the same sums, per block and row, in 16 lanes.
+    fn row_portable(blocks: &[u8], xs: &[f32], k: usize, ys: &mut [f32]) {
+        let mut acc = [[0f32; 16]; FUSED_ROWS];
+        for (b, blk) in blocks.chunks_exact(BLOCK_BYTES).take(k / BLOCK).enumerate() {
+            let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+            let q: [f32; BLOCK] = std::array::from_fn(|j| (blk[2 + j] as i8) as f32);
+            for (i, a) in acc.iter_mut().enumerate().take(ys.len()) {
+                let x = &xs[i * k + b * BLOCK..i * k + (b + 1) * BLOCK];
+                for l in 0..16 {
+                    let t = q[l] * x[l] + q[16 + l] * x[16 + l];
+                    a[l] += d * t;
+                }
+            }
+        }
+        for (y, a) in ys.iter_mut().zip(&acc) {
+            *y = a.iter().sum();
+        }
+    }
+
+    /// [`row`] with AVX-512F: each block's 32 int8 values widened once to two f32 vectors,
+    /// multiplied with every row's 32 values, scaled and added into that row's accumulator.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F; `blocks` must hold `k / 32` blocks and `xs` `ys.len()` rows
+    /// of `k`, with `ys.len()` ≤ [`FUSED_ROWS`].
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn row_avx512(blocks: &[u8], xs: &[f32], k: usize, ys: &mut [f32]) {
+        use std::arch::x86_64::*;
+        let n = ys.len();
+        let mut acc = [_mm512_setzero_ps(); FUSED_ROWS];
+        let (bp, xp) = (blocks.as_ptr(), xs.as_ptr());
+        for b in 0..k / BLOCK {
+            // SAFETY: block b lies within `blocks`, and row i's values 32b..32b+32 within `xs`
+            // (the caller's sizes).
+            unsafe {
+                let p = bp.add(b * BLOCK_BYTES);
+                let d = _mm512_set1_ps(f16::from_le_bytes([*p, *p.add(1)]).to_f32());
+                let q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                    p.add(2) as *const __m128i
+                )));
+                let q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                    p.add(18) as *const __m128i
+                )));
+                for (i, a) in acc.iter_mut().enumerate().take(n) {
+                    let x = xp.add(i * k + b * BLOCK);
+                    let t = _mm512_fmadd_ps(
+                        q1,
+                        _mm512_loadu_ps(x.add(16)),
+                        _mm512_mul_ps(q0, _mm512_loadu_ps(x)),
+                    );
+                    *a = _mm512_fmadd_ps(d, t, *a);
+                }
+            }
+        }
+        for (y, a) in ys.iter_mut().zip(&acc) {
+            *y = _mm512_reduce_add_ps(*a);
+        }
+    }
 }
 
 /// Σ a·b in f32 with eight independent sums (so the compiler vectorises it).
@@ -283,6 +417,45 @@ mod tests {
                 "dy·W {m}×{k}×{out}"
             );
         }
+        Ok(())
+    }
+
+    /// The fused decode (AVX-512 where the CPU has it, and the portable loop) equals the f64
+    /// product with the dequantized W within f32 rounding (it applies the scale per block, not
+    /// per weight), for 1..=33 rows (several passes of 16), and a row's result does not depend
+    /// on the other rows.
+    #[test]
+    fn the_fused_decode_equals_the_dequantized_product() -> Result<()> {
+        let dev = Device::Cpu;
+        let (k, out) = (4864, 96);
+        let w = quantize(&Tensor::randn(0f32, 1.0, (out, k), &dev)?)?;
+        let w64 = dequantize(&w)?.to_dtype(DType::F64)?;
+        let x = Tensor::randn(0f32, 1.0, (33, k), &dev)?;
+        let tol = 1e-5 * (k as f64).sqrt() * 4.0;
+        let alone = decode_x_wt(&x.narrow(0, 3, 1)?, &w, Decode::Fused)?;
+        for m in [1, 5, 16, 17, 33] {
+            let xm = x.narrow(0, 0, m)?;
+            let want = xm.to_dtype(DType::F64)?.matmul(&w64.t()?)?;
+            for how in [Decode::Fused, Decode::Dequantize] {
+                let got = decode_x_wt(&xm, &w, how)?;
+                assert!(super::super::max_diff(&got, &want)? < tol, "{how:?} {m}");
+            }
+            if m > 3 {
+                let row = decode_x_wt(&xm, &w, Decode::Fused)?.narrow(0, 3, 1)?;
+                assert_eq!(row.to_vec2::<f32>()?, alone.to_vec2::<f32>()?, "{m}");
+            }
+        }
+        // The portable loop on its own (where the CPU would take AVX-512 above).
+        let xs = x.narrow(0, 0, 5)?.flatten_all()?.to_vec1::<f32>()?;
+        let wb = w.narrow(0, 0, 1)?.flatten_all()?.to_vec1::<u8>()?;
+        let mut ys = [0f32; 5];
+        fused::row(&wb, &xs, k, &mut ys, false);
+        let want = x
+            .narrow(0, 0, 5)?
+            .to_dtype(DType::F64)?
+            .matmul(&w64.narrow(0, 0, 1)?.t()?)?;
+        let got = Tensor::from_vec(ys.to_vec(), (5, 1), &dev)?;
+        assert!(super::super::max_diff(&got, &want)? < tol, "portable");
         Ok(())
     }
 

@@ -240,3 +240,19 @@ fn a_q8_0_base_samples_as_the_dequantized_f32_base() {
         );
     }
 }
+
+/// Merging the adapter into a Q8_0 base (what `export --merge` writes) gives the f32 model the
+/// dequantized base merges into, tensor for tensor.
+#[test]
+fn merging_into_a_q8_0_base_merges_into_its_dequantized_values() {
+    let (pq, pd) = (q8("tiny-qwen2"), adapted("tiny-qwen2", None, true, false));
+    let mq = pq.merge(pq.adapter().unwrap()).unwrap();
+    let md = pd.merge(pd.adapter().unwrap()).unwrap();
+    let (vq, vd) = (mq.base_vars(), md.base_vars());
+    assert_eq!(vq.len(), vd.len());
+    for ((nq, q), (nd, d)) in vq.iter().zip(&vd) {
+        assert_eq!(nq, nd);
+        assert_eq!(q.dtype(), DType::F32, "{nq}");
+        assert!(f32s(q.as_tensor()) == f32s(d.as_tensor()), "{nq}");
+    }
+}

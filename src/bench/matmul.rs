@@ -98,6 +98,14 @@ pub struct DecodeReport {
     pub bf16_layout: String,
     /// The AVX-512 BF16 (`vdpbf16ps`) kernel alone, for comparison where AMX ran above.
     pub vdpbf16ps_gflops_per_s: f64,
+    /// A frozen bf16 base's decode (`bf16_weight`: each W row widened into a buffer), W
+    /// streamed from memory as `bf16_kernel_cold_gflops_per_s`.
+    pub bf16_base_cold_gflops_per_s: f64,
+    /// A Q8_0 base's fused decode (`q8_weight`, `Decode::Fused`), W streamed from memory.
+    pub q8_0_fused_cold_gflops_per_s: f64,
+    /// A Q8_0 base's decode through a dequantized row buffer (`Decode::Dequantize`), W
+    /// streamed from memory.
+    pub q8_0_dequantize_cold_gflops_per_s: f64,
 }
 
 fn median_secs(repeats: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
@@ -183,6 +191,38 @@ pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<Decode
         std::hint::black_box(mat.matmul_t_with(Kernel::Avx512Bf16, &xv, m));
         Ok(())
     })?;
+    // The frozen bases' decode products, each over distinct copies of W totalling 256 MiB.
+    let cold = |bytes: usize, held: &Tensor, f: &dyn Fn(&Tensor) -> Result<()>| -> Result<f64> {
+        let copies = (256usize << 20).div_ceil(bytes).max(1);
+        let ws = (0..copies)
+            .map(|_| held.copy())
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(median_secs(repeats, || {
+            for w in &ws {
+                f(w)?;
+            }
+            Ok(())
+        })? / copies as f64)
+    };
+    use crate::model::kernels::q8_weight::{self, Decode};
+    let bf16_base_s = cold(n * k * 2, &wb, &|w| {
+        std::hint::black_box(crate::model::kernels::bf16_weight::x_wt(&x, w)?);
+        Ok(())
+    })?;
+    let (q8_fused_s, q8_deq_s) = match k % q8_weight::BLOCK {
+        0 => {
+            let wq = q8_weight::quantize(&w)?;
+            let bytes = wq.elem_count();
+            let run = |how| {
+                cold(bytes, &wq, &|w| {
+                    std::hint::black_box(q8_weight::decode_x_wt(&x, w, how)?);
+                    Ok(())
+                })
+            };
+            (run(Decode::Fused)?, run(Decode::Dequantize)?)
+        }
+        _ => (f64::NAN, f64::NAN),
+    };
     Ok(DecodeReport {
         m,
         k,
@@ -199,6 +239,9 @@ pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<Decode
         bf16_kernel: format!("{:?}", Kernel::detect()),
         bf16_layout: format!("{:?}", mat.layout()),
         vdpbf16ps_gflops_per_s: flops / avx_s / 1e9,
+        bf16_base_cold_gflops_per_s: flops / bf16_base_s / 1e9,
+        q8_0_fused_cold_gflops_per_s: flops / q8_fused_s / 1e9,
+        q8_0_dequantize_cold_gflops_per_s: flops / q8_deq_s / 1e9,
     })
 }
 

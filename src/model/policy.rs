@@ -17,7 +17,7 @@ use crate::model::io::model_dir::{
 use crate::model::io::peft::Adapter;
 use crate::model::io::safetensors;
 use crate::model::io::source::ModelSource;
-use crate::model::kernels::f32_panels;
+use crate::model::kernels::{f32_panels, q8_weight};
 use crate::model::sample::copies::{CopyProducts, SamplingCopies, SamplingWeights};
 use crate::model::sample::generate::Sampler;
 use crate::model::tokenizer::{Tokenizer, BYTE_EOS_ID};
@@ -111,9 +111,11 @@ pub struct LoadOptions {
     pub copies_now: bool,
     /// The dtype the projections' weights are held in (`agents.base_dtype`): `None` as
     /// `dtype`, or bf16 for a base an adapter freezes ([`Policy::with_adapter`]; full
-    /// fine-tuning needs f32 weights, which the scenario enforces). Converted tensor by tensor
-    /// as they load; the products widen them block by block (`kernels::bf16_weight`), and
-    /// sampling reads them with no copy of its own.
+    /// fine-tuning needs f32 weights, which the scenario enforces), or `kernels::q8_weight::HELD`
+    /// for GGUF Q8_0 blocks (kept as a Q8_0 GGUF stores them, else quantized at load).
+    /// Converted tensor by tensor as they load; the products widen or dequantize them block by
+    /// block (`kernels::{bf16_weight, q8_weight}`), and sampling reads them with no copy of its
+    /// own.
     pub base_dtype: Option<DType>,
 }
 
@@ -246,7 +248,7 @@ impl Policy {
     /// A llama.cpp GGUF file: config from its metadata, tokenizer rebuilt from
     /// `tokenizer.ggml.*`, weights dequantized to `opts.dtype`.
     fn load_gguf(source: ModelSource, path: &Path, opts: &LoadOptions) -> Result<Self> {
-        let g = crate::model::io::gguf::load(path, opts.dtype, &opts.device)?;
+        let g = crate::model::io::gguf::load(path, opts.dtype, opts.base_dtype, &opts.device)?;
         let cfg = crate::model::io::gguf::read::model_config(path, &g.config)?;
         let tokenizer = Tokenizer::from_json(&g.tokenizer)
             .map_err(|e| Error::file(path, format!("tokenizer from GGUF metadata: {e}")))?;
@@ -320,10 +322,7 @@ impl Policy {
                 // A loader that read it in the model's dtype (GGUF): the base's dtype now,
                 // one tensor at a time.
                 let held = tensors::held_dtype(name, opts.dtype, opts.base_dtype);
-                let t = match t.dtype() == held {
-                    true => t,
-                    false => t.to_dtype(held)?,
-                };
+                let t = tensors::hold(&t, held)?;
                 data.insert(name.clone(), Var::from_tensor(&t)?);
             }
         }
@@ -476,8 +475,15 @@ impl Policy {
         let mut tensors: HashMap<String, Tensor> = self
             .base_vars()
             .into_iter()
-            .map(|(n, v)| (n, v.as_tensor().detach()))
-            .collect();
+            .map(|(n, v)| {
+                // A base held as Q8_0 blocks merges (and exports) its dequantized values.
+                let t = v.as_tensor().detach();
+                match q8_weight::is_q8_weight(&t) {
+                    true => Ok((n, q8_weight::dequantize(&t)?.to_dtype(self.model.dtype())?)),
+                    false => Ok((n, t)),
+                }
+            })
+            .collect::<Result<_>>()?;
         for (l, m, ab, _) in adapter.spec.tensors(&self.config) {
             if ab != "lora_A" {
                 continue;
@@ -686,8 +692,15 @@ impl Policy {
         let tensors: BTreeMap<String, Tensor> = self
             .vars()
             .into_iter()
-            .map(|(n, v)| (n, v.as_tensor().detach()))
-            .collect();
+            .map(|(n, v)| {
+                // A base held as Q8_0 blocks merges (and exports) its dequantized values.
+                let t = v.as_tensor().detach();
+                match q8_weight::is_q8_weight(&t) {
+                    true => Ok((n, q8_weight::dequantize(&t)?.to_dtype(self.model.dtype())?)),
+                    false => Ok((n, t)),
+                }
+            })
+            .collect::<Result<_>>()?;
         safetensors::save_tensors(&tensors, &out.join("model.safetensors"))?;
         write_json(&out.join("config.json"), &self.saved_config()?)?;
         let src_gen = self.dir.as_ref().map(|d| d.join("generation_config.json"));

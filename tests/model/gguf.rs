@@ -149,7 +149,7 @@ fn python_written_qwen2_gguf_matches_the_reference() {
 /// error (a q/k row permutation left in place would be off by whole weights).
 fn check_against_checkpoint(fixture: &str) -> serde_json::Value {
     let path = fixtures().join(format!("gguf/{fixture}.q8_0.gguf"));
-    let m = g::load(&path, DType::F32, &Device::Cpu).expect("gguf load");
+    let m = g::load(&path, DType::F32, None, &Device::Cpu).expect("gguf load");
     let st = load_st(&fixtures().join(fixture).join("model.safetensors"));
     let mut names: Vec<&String> = st.keys().collect();
     names.sort();

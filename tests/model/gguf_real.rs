@@ -30,7 +30,7 @@ fn real_gguf_from_env() {
         return;
     };
     let path = std::path::PathBuf::from(path);
-    let m = g::load(&path, DType::F32, &Device::Cpu).expect("load real gguf");
+    let m = g::load(&path, DType::F32, None, &Device::Cpu).expect("load real gguf");
     println!("config: {}", m.config);
     println!("special tokens: {:?}", m.special_tokens);
     println!(

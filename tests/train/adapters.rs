@@ -1,7 +1,7 @@
 //! Training LoRA adapters on a frozen base (issue 43): the optimizer holds only the adapters,
 //! the base stays bit for bit after 10 AdamW steps, agents on one base share its tensors and
 //! training one never changes another's outputs; a run writes each agent as a PEFT adapter
-//! directory and resumes exactly.
+//! directory and resumes exactly; a base held in bf16 or as Q8_0 blocks likewise.
 use crate::common;
 use candle_core::{DType, Device, Storage, Tensor, Var};
 use comlrl::model::decoder::adapted::projection_weights;
@@ -468,6 +468,119 @@ fn a_run_on_a_bf16_base_trains_the_adapters() {
             "agents.adapter.rank=4",
             "agents.adapter.alpha=16",
             "agents.base_dtype=bf16",
+            "trainer.agent_learning_rate=1e-3",
+        ];
+        sets.extend(extra);
+        let s = load_small(tmp.path(), &sets);
+        let done = comlrl::train::Trainer::new(s)
+            .unwrap()
+            .run(false, &mut ())
+            .unwrap();
+        assert_eq!(done.steps_done, 20, "{extra:?}");
+        let base = Policy::load(
+            &ModelSource::Builtin("tiny".into()),
+            &LoadOptions::default(),
+        )
+        .unwrap();
+        for i in 0..2 {
+            let dir = tmp.path().join(format!("models/agent_{i}"));
+            let ad = Adapter::load(&dir, &base.config, DType::F32, &Device::Cpu).unwrap();
+            let b_sum: f32 = ad
+                .vars()
+                .iter()
+                .filter(|(n, _)| n.contains("lora_B"))
+                .map(|(_, v)| f32s(v.as_tensor()).iter().map(|x| x.abs()).sum::<f32>())
+                .sum();
+            assert!(b_sum > 0.0, "{extra:?} agent {i}: B did not train");
+        }
+    }
+}
+
+/// Where a Q8_0 matrix's bytes start in memory.
+fn u8_ptr(t: &Tensor) -> usize {
+    let (st, l) = t.storage_and_layout();
+    match &*st {
+        Storage::Cpu(c) => c.as_slice::<u8>().unwrap()[l.start_offset()..].as_ptr() as usize,
+        _ => panic!("not a CPU tensor"),
+    }
+}
+
+/// A base held as Q8_0 blocks (`agents.base_dtype: q8_0`): shared by two agents (one copy of
+/// the blocks in memory), byte for byte the same after 10 AdamW steps of one agent's adapter,
+/// which trains, while the other agent's outputs stay as they were.
+#[test]
+fn ten_adamw_steps_on_a_q8_0_base_leave_it_bit_for_bit() {
+    use comlrl::model::kernels::q8_weight;
+    let opts = LoadOptions {
+        base_dtype: Some(q8_weight::HELD),
+        ..LoadOptions::default()
+    };
+    let base = Policy::load(&ModelSource::Local(fixtures().join("tiny-qwen2")), &opts).unwrap();
+    let init =
+        |seed| Adapter::init(spec(), 0.0, &base.config, seed, DType::F32, &Device::Cpu).unwrap();
+    let (a1, a2) = (init(1), init(2));
+    let p1 = base.with_adapter(a1).unwrap();
+    let p2 = p1.share_base(a2).unwrap();
+    for (x, y) in projection_weights(&p1.model)
+        .iter()
+        .zip(projection_weights(&p2.model))
+    {
+        assert!(q8_weight::is_q8_weight(x));
+        assert_eq!(u8_ptr(x), u8_ptr(&y), "the Q8_0 base is not shared");
+    }
+    let state = |p: &Policy| -> Vec<(String, Vec<u8>)> {
+        p.base_vars()
+            .into_iter()
+            .map(|(n, v)| {
+                let t = v.as_tensor();
+                let b = match t.dtype() {
+                    DType::U8 => t.flatten_all().unwrap().to_vec1::<u8>().unwrap(),
+                    _ => f32s(t).iter().flat_map(|x| x.to_le_bytes()).collect(),
+                };
+                (n, b)
+            })
+            .collect()
+    };
+    let before = state(&p1);
+    let (first_before, other_before) = (logprobs(&p1), logprobs(&p2));
+    let vars = p1.vars();
+    let mut opt = AdamW::new(
+        vars.clone(),
+        AdamWConfig {
+            lr: 1e-2,
+            ..AdamWConfig::default()
+        },
+    );
+    let vs: Vec<Var> = vars.iter().map(|(_, v)| v.clone()).collect();
+    let ids: Vec<u32> = vec![5, 17, 230, 41, 999, 3, 77];
+    let lay = ScoreLayout::new(&p1.model, &[&ids[..2]], &[&ids[2..]], p1.pad_id).unwrap();
+    for _ in 0..10 {
+        let mut acc: Vec<Option<Tensor>> = vec![None; vs.len()];
+        weighted_logprob_grads(&p1.model, &lay, &[-1.0], &vs, &mut acc).unwrap();
+        opt.step_grads(&acc, 1e-2, None).unwrap();
+        p1.weights_changed().unwrap();
+    }
+    assert_ne!(logprobs(&p1), first_before, "the adapter trained");
+    assert!(
+        state(&p1) == before,
+        "the Q8_0 base or its f32 tensors changed"
+    );
+    assert!(logprobs(&p2) == other_before, "agent 2 changed");
+}
+
+/// Tiny runs on a Q8_0 base, in f32 products and in bf16 products with bf16 sampling: every
+/// step runs, and each agent's adapter trains.
+#[test]
+fn a_run_on_a_q8_0_base_trains_the_adapters() {
+    for extra in [
+        &[][..],
+        &["trainer.compute_dtype=bf16", "agents.sampling_dtype=bf16"][..],
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut sets = vec![
+            "agents.adapter.rank=4",
+            "agents.adapter.alpha=16",
+            "agents.base_dtype=q8_0",
             "trainer.agent_learning_rate=1e-3",
         ];
         sets.extend(extra);

@@ -89,14 +89,17 @@ section! {
         sampling_copies: bool = true, kind "bool",
             why "faster f32 decoding, in memory the update round needs anyway";
         /// How the frozen base of an agent with an `adapter` holds its projections' weights in
-        /// memory: `f32`, or `bf16` (half the bytes, stored once and shared by the agents on
-        /// that base; the products read the bf16 values widened to f32 block by block, and
-        /// sampling decodes from them with no copy of its own). Embeddings, the LM head, norms
-        /// and biases stay f32; the adapters, their gradients and AdamW state are f32 either
-        /// way. Needs `adapter` (full fine-tuning updates f32 weights); `q8_0` is not
-        /// implemented yet. See [adapters.md](adapters.md).
-        base_dtype: BaseDtype = BaseDtype::F32, kind "`f32` \\| `bf16`",
-            why "the base exactly as it loads", check base_precision;
+        /// memory: `f32`, `bf16` (half the bytes; the products read the bf16 values widened to
+        /// f32 block by block) or `q8_0` (GGUF's Q8_0 blocks, 34 bytes per 32 weights, about a
+        /// quarter of f32: a Q8_0 GGUF's blocks kept bit for bit, any other source quantized
+        /// at load; the products dequantize them exactly panel by panel into f32, the
+        /// activations never quantized, at the cost of that dequantization in every product).
+        /// Either is stored once and shared by the agents on that base, and sampling decodes
+        /// from it with no copy of its own. Embeddings, the LM head, norms and biases stay
+        /// f32; the adapters, their gradients and AdamW state are f32 either way. Needs
+        /// `adapter` (full fine-tuning updates f32 weights). See [adapters.md](adapters.md).
+        base_dtype: BaseDtype = BaseDtype::F32, kind "`f32` \\| `bf16` \\| `q8_0`",
+            why "the base exactly as it loads";
         /// This agent's AdamW learning rate, e.g. a smaller one for a larger model.
         learning_rate: f64 = cx.default_lr, kind "number > 0",
             shown "`trainer.agent_learning_rate`", why "", check lr_check;
@@ -190,14 +193,6 @@ fn sampling_precision(_key: &str, d: &Dtype) -> Option<Bad> {
         hint:
             "use `sampling_dtype: f32` (the weights themselves) or `bf16` (bf16 copies, f32 sums)"
                 .into(),
-    })
-}
-
-/// `base_dtype`: f32 or bf16; Q8_0 blocks are not implemented yet.
-fn base_precision(_key: &str, d: &BaseDtype) -> Option<Bad> {
-    (*d == BaseDtype::Q8_0).then(|| Bad {
-        message: "base_dtype q8_0 is not implemented yet".into(),
-        hint: "use `base_dtype: bf16` (half the bytes of f32) or `f32`".into(),
     })
 }
 

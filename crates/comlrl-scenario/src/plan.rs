@@ -125,7 +125,8 @@ pub enum BaseDtype {
     F32,
     /// bfloat16: half the bytes; the products widen them to f32 block by block.
     Bf16,
-    /// GGUF's Q8_0 blocks (32 int8 values and an f16 scale): not implemented yet, refused.
+    /// GGUF's Q8_0 blocks (32 int8 values and an f16 scale): 34 bytes per 32 weights; the
+    /// products dequantize them block by block.
     #[serde(rename = "q8_0")]
     Q8_0,
 }

@@ -38,13 +38,13 @@ pub fn attach(model: &CausalLm, spec: &LoraSpec, vars: &HashMap<LoraKey, Var>) -
                     })
             };
             let (ta, tb) = (get("lora_A")?, get("lora_B")?);
-            let (out_dim, in_dim) = lin.weight.dims2()?;
+            let (out_dim, in_dim) = lin.dims()?;
             if ta.dims() != [spec.rank, in_dim] || tb.dims() != [out_dim, spec.rank] {
                 candle_core::bail!(
                     "layer {l} {name}: lora_A {:?} / lora_B {:?} do not fit W {:?} at rank {}",
                     ta.dims(),
                     tb.dims(),
-                    lin.weight.dims(),
+                    (out_dim, in_dim),
                     spec.rank
                 );
             }

@@ -4,7 +4,8 @@
 //! positions). The decoder defines them and `Mode` is the plain strategy, on the weights as
 //! the checkpoint stores them; sampling implements both with its weight copies and its KV
 //! cache (`model::sample`), so the layers know nothing of either.
-use crate::model::kernels::{bf16_weight, f32_decode};
+use crate::model::kernels::compute_dtype::ComputeDtype;
+use crate::model::kernels::{bf16_weight, f32_decode, q8_weight};
 use candle_core::{DType, Result, Tensor};
 
 /// Which kernels a forward pass may use.
@@ -54,6 +55,15 @@ impl WeightProducts for Mode {
         // the autograd path (where the hand-written backward does not apply): W widened whole,
         // which its graph keeps until the backward; scoring and sampling widen it block by
         // block, or row by row for a decode step (`bf16_weight`).
+        // A frozen base held as Q8_0 blocks: the same, W dequantized whole for `Train`, panel
+        // by panel or row by row otherwise (`q8_weight`), in f32 whatever x's dtype.
+        if q8_weight::is_q8_weight(w) {
+            let y = match self {
+                Mode::Train => x.matmul(&q8_weight::dequantize(w)?.to_dtype(x.dtype())?.t()?)?,
+                Mode::Infer | Mode::Sample => q8_weight::x_wt(x, w, ComputeDtype::F32)?,
+            };
+            return y.to_dtype(x.dtype());
+        }
         if bf16_weight::is_bf16_weight(w) && x.dtype() == DType::F32 {
             return match self {
                 Mode::Train => x.matmul(&w.to_dtype(DType::F32)?.t()?),

@@ -1,8 +1,10 @@
 //! A linear layer `y = x·Wᵀ (+ b)` over any leading dims, with W stored as in the checkpoint (out, in),
-//! plus a low-rank adapter's s·(x·Aᵀ)·Bᵀ where it carries one (`lora`).
+//! plus a low-rank adapter's s·(x·Aᵀ)·Bᵀ where it carries one (`lora`). A frozen base's W may be
+//! held in bf16 or as Q8_0 blocks (`agents.base_dtype`; `kernels::{bf16_weight, q8_weight}`).
 use super::forward::{Mode, WeightProducts};
 use super::lora::Lora;
 use super::trace::{self, Op};
+use crate::model::kernels::q8_weight;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
@@ -16,9 +18,22 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// Reads `weight` (and `bias` when asked) from `vb`.
+    /// Reads `weight` (and `bias` when asked) from `vb`: (out, in), or a Q8_0 matrix of those
+    /// dims (its blocks' bytes, (out, in / 32 · 34) U8).
     pub fn new(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Self> {
-        let weight = vb.get((out_dim, in_dim), "weight")?;
+        let weight = match vb.get((out_dim, in_dim), "weight") {
+            Ok(w) => w,
+            // Not the dense shape: the only other form a loaded W takes is Q8_0's (asking for
+            // it cannot create a variable: the dense request above would have).
+            Err(dense) if in_dim.is_multiple_of(q8_weight::BLOCK) => {
+                let bytes = in_dim / q8_weight::BLOCK * q8_weight::BLOCK_BYTES;
+                match vb.get((out_dim, bytes), "weight") {
+                    Ok(w) if q8_weight::is_q8_weight(&w) => w,
+                    _ => return Err(dense),
+                }
+            }
+            Err(dense) => return Err(dense),
+        };
         let bias = if bias {
             Some(vb.get(out_dim, "bias")?)
         } else {
@@ -34,6 +49,11 @@ impl Linear {
     /// The weight W (out, in).
     pub fn weight(&self) -> &Tensor {
         &self.weight
+    }
+
+    /// (out, in) of W, whichever form it is held in.
+    pub fn dims(&self) -> Result<(usize, usize)> {
+        q8_weight::logical_dims(&self.weight)
     }
 
     /// The op this projection is in a trace.

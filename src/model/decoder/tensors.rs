@@ -3,6 +3,7 @@
 //! architecture's switches), and seeded random weights for built-in models.
 use super::config::ModelConfig;
 use crate::model::error::{Error, Result};
+use crate::model::kernels::q8_weight;
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
@@ -72,12 +73,25 @@ pub fn is_projection_weight(name: &str) -> bool {
     name.starts_with("model.layers.") && name.ends_with("_proj.weight")
 }
 
-/// The dtype tensor `name` is held in: `base` (where set) for a projection's weight, else
-/// `dtype`.
+/// The dtype tensor `name` is held in: `base` (where set; `q8_weight::HELD` for Q8_0 blocks)
+/// for a projection's weight, else `dtype`.
 pub fn held_dtype(name: &str, dtype: DType, base: Option<DType>) -> DType {
     match (is_projection_weight(name), base) {
         (true, Some(b)) => b,
         _ => dtype,
+    }
+}
+
+/// `t` in the form `held` names: Q8_0 blocks (`q8_weight::HELD`, quantized at load; a Q8_0
+/// matrix stays as it is), else `held`'s dtype (a Q8_0 matrix dequantized, never its bytes
+/// reinterpreted).
+pub fn hold(t: &Tensor, held: DType) -> candle_core::Result<Tensor> {
+    match (q8_weight::is_q8_weight(t), held == q8_weight::HELD) {
+        (true, true) => Ok(t.clone()),
+        (false, true) => q8_weight::quantize(t),
+        (true, false) => q8_weight::dequantize(t)?.to_dtype(held),
+        (false, false) if t.dtype() == held => Ok(t.clone()),
+        (false, false) => t.to_dtype(held),
     }
 }
 
@@ -101,7 +115,7 @@ pub fn random_tensors(
             Init::Normal(std) => (0..n).map(|_| (normal(&mut rng) * std) as f32).collect(),
         };
         let held = held_dtype(&name, dtype, base);
-        out.insert(name, Tensor::from_vec(data, shape, dev)?.to_dtype(held)?);
+        out.insert(name, hold(&Tensor::from_vec(data, shape, dev)?, held)?);
     }
     Ok(out)
 }

@@ -23,11 +23,12 @@ use crate::model::decoder::layer::DecoderLayer;
 use crate::model::decoder::norm::RmsNorm;
 use crate::model::decoder::trace::{self, Op};
 use crate::model::kernels::swiglu::{swiglu, swiglu_backward};
-use crate::model::kernels::{bf16_weight, fusable};
+use crate::model::kernels::{bf16_weight, fusable, q8_weight};
 use candle_core::{Result, Tensor};
 
 /// Whether `layer` can take the hand-written path for input `x` (f32 weights and input, CPU;
-/// a projection's W may also be a frozen base held in bf16, which its products widen).
+/// a projection's W may also be a frozen base held in bf16 or as Q8_0 blocks, which its products
+/// widen or dequantize).
 pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
     let a = &layer.self_attn;
     let norms = [
@@ -38,7 +39,7 @@ pub fn supported(layer: &DecoderLayer, x: &Tensor) -> bool {
     ];
     let mut ws = vec![x];
     for l in layer.linears() {
-        if !bf16_weight::is_bf16_weight(&l.weight) {
+        if !bf16_weight::is_bf16_weight(&l.weight) && !q8_weight::is_q8_weight(&l.weight) {
             ws.push(&l.weight);
         }
         ws.extend(l.bias.as_ref());

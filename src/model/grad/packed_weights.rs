@@ -8,8 +8,8 @@
 //! Wᵀ in f32), so they are kept only within `trainer.packed_weights_mb`; the products are the
 //! same bit for bit with and without them.
 use crate::model::decoder::causal_lm::CausalLm;
-use crate::model::kernels::bf16_weight;
 use crate::model::kernels::compute_dtype::{matmul, ComputeDtype, Prepared};
+use crate::model::kernels::{bf16_weight, q8_weight};
 use candle_core::{Result, Tensor, TensorId};
 use std::collections::HashMap;
 
@@ -93,14 +93,15 @@ impl std::ops::Deref for Head<'_> {
 
 /// The matrices a pass multiplies by: each layer's projections, then the LM head; a frozen
 /// base held in bf16 (`agents.base_dtype: bf16`) is left out: its prepared copies would take
-/// twice its own bytes (an f32 Wᵀ, or two bf16 panels), the memory that base is for.
+/// twice its own bytes (an f32 Wᵀ, or two bf16 panels), the memory that base is for; so is
+/// one held as Q8_0 blocks (`q8_0`), for the same reason at four times the bytes.
 fn matrices(model: &CausalLm) -> impl Iterator<Item = &Tensor> {
     model
         .layers
         .iter()
         .flat_map(|l| l.linears().map(|l| &l.weight))
         .chain(std::iter::once(model.lm_head()))
-        .filter(|w| !bf16_weight::is_bf16_weight(w))
+        .filter(|w| !bf16_weight::is_bf16_weight(w) && !q8_weight::is_q8_weight(w))
 }
 
 /// How a pass's weight products run: in `dt`, with the mini-batch's packed weights where
@@ -132,6 +133,7 @@ impl<'a> Products<'a> {
     pub fn x_wt(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         match self.packed.and_then(|p| p.get(w)) {
             Some(p) => p.x_wt(x),
+            None if q8_weight::is_q8_weight(w) => q8_weight::x_wt(x, w, self.dt),
             None if self.widens(w) => bf16_weight::x_wt(x, w),
             None => matmul(x, &w.detach().t()?, self.dt),
         }
@@ -141,6 +143,7 @@ impl<'a> Products<'a> {
     pub fn dy_w(&self, dy: &Tensor, w: &Tensor) -> Result<Tensor> {
         match self.packed.and_then(|p| p.get(w)) {
             Some(p) => p.dy_w(dy),
+            None if q8_weight::is_q8_weight(w) => q8_weight::dy_w(dy, w, self.dt),
             None if self.widens(w) => bf16_weight::dy_w(dy, w),
             None => matmul(dy, &w.detach(), self.dt),
         }

@@ -91,6 +91,12 @@ impl ModelInfo {
         (c.num_hidden_layers as u64).saturating_mul(per_layer)
     }
 
+    /// Bytes of `params` weights held as GGUF Q8_0 blocks: 34 per 32 (an f16 scale and 32
+    /// int8 values), the whole blocks a row of a multiple of 32 takes.
+    pub fn q8_0_bytes(params: u64) -> u64 {
+        params.div_ceil(32).saturating_mul(34)
+    }
+
     /// Bytes of the LM head's weight in f32 (vocabulary × hidden, tied or not).
     pub fn head_bytes(&self) -> u64 {
         let c = &self.config;

@@ -3,8 +3,9 @@
 //! training dtype) with errors that name the tensor and file, and writing them back.
 use super::shard::Shard;
 use crate::model::decoder::config::ModelConfig;
-use crate::model::decoder::tensors::expected_tensors;
+use crate::model::decoder::tensors::{self, expected_tensors};
 use crate::model::error::{Error, Result};
+use crate::model::kernels::q8_weight;
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -142,7 +143,11 @@ pub fn load_tensors(
     let mut out = HashMap::with_capacity(wanted.len());
     for (name, i) in wanted {
         let held = crate::model::decoder::tensors::held_dtype(&name, dtype, base_dtype);
-        let t = shards[i].read_var(&name, held, dev)?;
+        // Q8_0 blocks are quantized from the tensor read in the model's dtype (one matrix).
+        let t = match held == q8_weight::HELD {
+            true => tensors::hold(&shards[i].read_var(&name, dtype, dev)?, held)?,
+            false => shards[i].read_var(&name, held, dev)?,
+        };
         out.insert(name, t);
     }
     Ok(out)

@@ -10,7 +10,8 @@
 //! - products: f32 without candle's zero-fill (`matmul_no_fill`), added in place into an
 //!   accumulator (`add_matmul_tn`), in the update's compute dtype (`compute_dtype`), the bf16
 //!   GEMM (`bf16_gemm`) and the decode-shaped sampling products (`f32_decode`, `f32_panels`,
-//!   `bf16_matmul`, `amx`), and those with a frozen weight held in bf16 (`bf16_weight`);
+//!   `bf16_matmul`, `amx`), and those with a frozen weight held in bf16 (`bf16_weight`) or as
+//!   GGUF Q8_0 blocks (`q8_weight`, with its fused decode);
 //! - in-place adds (`add_in_place`) and the checked views of CPU storage they all use
 //!   (`cpu_slices`).
 pub(crate) mod add_in_place;
@@ -25,6 +26,7 @@ pub mod f32_decode;
 pub(crate) mod f32_panels;
 pub(crate) mod matmul_no_fill;
 mod panel_tasks;
+pub mod q8_weight;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
 pub(crate) mod row_blocking;

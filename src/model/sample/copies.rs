@@ -8,10 +8,10 @@
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::forward::{Mode, WeightProducts};
 use crate::model::kernels::bf16_matmul::Bf16Matrix;
-use crate::model::kernels::bf16_weight;
 use crate::model::kernels::cpu_slices::f32s;
 use crate::model::kernels::f32_panels::F32Panels;
 use crate::model::kernels::transpose::transposed;
+use crate::model::kernels::{bf16_weight, q8_weight};
 use candle_core::{DType, Result, Storage, Tensor, TensorId};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -55,9 +55,10 @@ pub struct SamplingSlot(Arc<RwLock<Option<SamplingCopy>>>);
 impl SamplingSlot {
     /// Rebuilds the copy of `weight` (out, in) for `kind` (or drops it).
     pub fn refresh(&self, weight: &Tensor, kind: SamplingWeights) -> Result<()> {
-        // A frozen base held in bf16 (`agents.base_dtype`) is sampled from as it is: any copy
-        // would take more memory than the base it saves (`kernels::bf16_weight` reads it).
-        let kind = match bf16_weight::is_bf16_weight(weight) {
+        // A frozen base held in bf16 or Q8_0 (`agents.base_dtype`) is sampled from as it is:
+        // any copy would take more memory than the base it saves (`kernels::bf16_weight` and
+        // `kernels::q8_weight` read it).
+        let kind = match bf16_weight::is_bf16_weight(weight) || q8_weight::is_q8_weight(weight) {
             true => SamplingWeights::Checkpoint,
             false => kind,
         };

@@ -38,7 +38,7 @@ pub struct AgentMemory {
     /// The agent whose base this one shares (adapters on one base): its weights are counted
     /// there, not here.
     pub shares_base_of: Option<usize>,
-    /// The dtype its frozen base holds the projections in (`agents.base_dtype`): "f32" or
+    /// The dtype its frozen base holds the projections in (`agents.base_dtype`): "f32", "q8_0" or
     /// "bf16".
     pub base_dtype: &'static str,
     /// Held for the whole run: (what, bytes).
@@ -560,20 +560,29 @@ fn agent_memory(
         true => RolloutCopies::Auto,
         false => RolloutCopies::Never,
     };
-    // A bf16 base (`agents.base_dtype`) holds the projections in 2 bytes a parameter; sampling
-    // and the update make no copies of them (only of the f32 LM head).
-    let bf16_base = super::models::base_dtype(a) == Some(candle_core::DType::BF16);
-    let (w, copied) = match bf16_base {
-        true => (
-            w.saturating_sub(info.projection_parameters().saturating_mul(2)),
-            info.head_bytes(),
-        ),
-        false => (w, w),
+    // A bf16 base (`agents.base_dtype`) holds the projections in 2 bytes a parameter, a Q8_0
+    // one in 34 bytes per 32 (`ModelInfo::q8_0_bytes`); sampling and the update make no
+    // copies of them (only of the f32 LM head).
+    let base = super::models::base_dtype(a);
+    let frozen_base = base.is_some();
+    let (w, copied) = match base {
+        Some(d) => {
+            let proj = info.projection_parameters();
+            let held = match d == crate::model::kernels::q8_weight::HELD {
+                true => ModelInfo::q8_0_bytes(proj),
+                false => mul(proj, d.size_in_bytes() as u64),
+            };
+            (
+                w.saturating_sub(mul(proj, 4)).saturating_add(held),
+                info.head_bytes(),
+            )
+        }
+        None => (w, w),
     };
     let transposed = f32_sampling && copies.wanted(usize::try_from(w).unwrap_or(usize::MAX));
     let panels = f32_sampling
         && !transposed
-        && !bf16_base
+        && !frozen_base
         && copies.large(&candle_core::Device::Cpu) == crate::model::SamplingWeights::MlpPanels;
     // With an adapter only its parameters have gradients and AdamW state (f32).
     let trainable = trainable.min(info.parameters());
@@ -707,9 +716,10 @@ fn agent_memory(
         parameters: info.parameters(),
         trainable,
         shares_base_of: None,
-        base_dtype: match bf16_base {
-            true => "bf16",
-            false => "f32",
+        base_dtype: match base {
+            Some(d) if d == crate::model::kernels::q8_weight::HELD => "q8_0",
+            Some(_) => "bf16",
+            None => "f32",
         },
         resident,
         sampling,
@@ -990,6 +1000,25 @@ mod tests {
         let mixed = "agents:\n  - {model: builtin:small, adapter: {rank: 4}}\n  - {model: builtin:small, adapter: {rank: 4}, base_dtype: bf16}\n";
         let e = peak(dir.path(), mixed);
         assert!(e.agents.iter().all(|a| a.shares_base_of.is_none()));
+    }
+
+    /// A Q8_0 base holds the projections in 34 bytes per 32 weights, once for the agents on
+    /// it, with no sampling or packed copies of them; `check`'s line says so.
+    #[test]
+    fn a_q8_0_base_holds_the_projections_in_34_bytes_per_32() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = "agents: {count: 2, model: builtin:small, max_new_tokens: 16, adapter: {rank: 4}, base_dtype: q8_0}\n";
+        let e = peak(dir.path(), agents);
+        let bf = peak(dir.path(), &agents.replace("q8_0", "bf16"));
+        let info = ModelInfo::builtin("small").unwrap();
+        let (w, proj) = (info.weight_bytes(), info.projection_parameters());
+        let a0 = &e.agents[0];
+        assert_eq!(part(&a0.resident, "weights"), w - 4 * proj + proj / 32 * 34);
+        assert_eq!(part(&a0.sampling, "MLP panels"), 0);
+        assert!(part(&a0.update, "packed weights") <= info.head_bytes());
+        assert_eq!(e.agents[1].shares_base_of, Some(0));
+        assert!(e.peak < bf.peak, "{} vs {}", e.peak, bf.peak);
+        assert!(e.report().contains("q8_0 base"), "{}", e.report());
     }
 
     #[test]

@@ -141,12 +141,6 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
             )))
         }
     }
-    if a.base_dtype == BaseDtype::Q8_0 {
-        return Err(Error::Config(format!(
-            "agent {}: base_dtype q8_0 is not implemented yet; use `base_dtype: bf16` or `f32`",
-            a.index
-        )));
-    }
     let src = model_source(a, &s.base_dir)?;
     let sampling_dtype = match a.sampling_dtype {
         Dtype::Bf16 if sampling => candle_core::DType::BF16,
@@ -175,11 +169,13 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
     }
 }
 
-/// The dtype agent `a`'s projections' weights are held in: bf16 under an adapter with
-/// `base_dtype: bf16` (the scenario refuses it without one), else `None`: the model's dtype.
+/// The dtype agent `a`'s projections' weights are held in: bf16 or Q8_0 blocks
+/// (`q8_weight::HELD`) under an adapter with `base_dtype: bf16` / `q8_0` (the scenario refuses
+/// them without one), else `None`: the model's dtype.
 pub(crate) fn base_dtype(a: &AgentPlan) -> Option<candle_core::DType> {
     match (a.adapter.is_some(), a.base_dtype) {
         (true, BaseDtype::Bf16) => Some(candle_core::DType::BF16),
+        (true, BaseDtype::Q8_0) => Some(crate::model::kernels::q8_weight::HELD),
         _ => None,
     }
 }

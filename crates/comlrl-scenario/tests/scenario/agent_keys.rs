@@ -250,8 +250,8 @@ fn adapter_defaults_and_checks() {
     assert!(msg.contains("come from the `init` directory"), "{msg}");
 }
 
-/// `agents.base_dtype`: f32 by default; bf16 with an adapter; refused, naming the key, without
-/// one (full fine-tuning trains f32 weights) and as q8_0 (not implemented).
+/// `agents.base_dtype`: f32 by default; bf16 or q8_0 with an adapter; refused, naming the key,
+/// without one (full fine-tuning trains f32 weights).
 #[test]
 fn base_dtype_needs_an_adapter() {
     use comlrl_scenario::BaseDtype;
@@ -268,7 +268,9 @@ fn base_dtype_needs_an_adapter() {
     let (msg, d) = f.one(&with("  base_dtype: bf16"), &[]);
     assert_eq!(d.key, "agents.base_dtype", "{msg}");
     assert!(msg.contains("needs an `adapter`"), "{msg}");
-    let (msg, d) = f.one(&with("  adapter: {}\n  base_dtype: q8_0"), &[]);
+    let s = f.ok(&with("  adapter: {}\n  base_dtype: q8_0"), &[]);
+    assert_eq!(s.agents[0].base_dtype, BaseDtype::Q8_0);
+    let (msg, d) = f.one(&with("  base_dtype: q8_0"), &[]);
     assert_eq!(d.key, "agents.base_dtype", "{msg}");
-    assert!(msg.contains("not implemented"), "{msg}");
+    assert!(msg.contains("needs an `adapter`"), "{msg}");
 }

@@ -4,8 +4,11 @@
 use super::meta::{opt_str, opt_strings, Meta};
 use super::{config, names, rope_freqs, tokenizer};
 use crate::model::decoder::config::ModelConfig;
+use crate::model::decoder::tensors;
 use crate::model::error::{Error, Result};
+use crate::model::kernels::q8_weight;
 use candle_core::quantized::gguf_file::Content;
+use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::io::{Seek, SeekFrom};
@@ -112,10 +115,12 @@ pub fn model_config(path: &Path, cfg: &serde_json::Value) -> Result<ModelConfig>
     Ok(c)
 }
 
-/// Reads a whole GGUF checkpoint: header, then every decoder tensor dequantized to `dtype`.
-/// The config and every tensor's name and shape are checked against the file's tensor table
-/// before any tensor is read.
-pub fn load(path: &Path, dtype: DType, dev: &Device) -> Result<GgufModel> {
+/// Reads a whole GGUF checkpoint: header, then every decoder tensor dequantized to `dtype`,
+/// the projections' weights held as `base` says where set (`tensors::held_dtype`): a Q8_0
+/// base takes a Q8_0 tensor's blocks as they are (no requantization) and quantizes any other
+/// type, one tensor at a time. The config and every tensor's name and shape are checked
+/// against the file's tensor table before any tensor is read.
+pub fn load(path: &Path, dtype: DType, base: Option<DType>, dev: &Device) -> Result<GgufModel> {
     let (content, mut f) = read_header(path)?;
     let mut model = describe(path, &content, &mut f)?;
     let cfg = model_config(path, &model.config)?;
@@ -125,19 +130,30 @@ pub fn load(path: &Path, dtype: DType, dev: &Device) -> Result<GgufModel> {
         let q = content
             .tensor(&mut f, &g, &Device::Cpu)
             .map_err(|e| Error::file(path, format!("tensor `{g}`: {e}")))?;
-        let mut t = q.dequantize(&Device::Cpu).map_err(|e| {
-            Error::file(
-                path,
-                format!("tensor `{g}` ({:?}): cannot dequantize: {e}", q.dtype()),
-            )
-        })?;
+        let held = tensors::held_dtype(&hf, dtype, base);
+        let mut t = match (held == q8_weight::HELD, q.dtype()) {
+            (true, GgmlDType::Q8_0) => {
+                let (out, k) = q.shape().dims2()?;
+                let bytes = q.data()?.into_owned();
+                q8_weight::from_blocks(bytes, out, k, &Device::Cpu)
+                    .map_err(|e| Error::file(path, format!("tensor `{g}`: {e}")))?
+            }
+            _ => q.dequantize(&Device::Cpu).map_err(|e| {
+                Error::file(
+                    path,
+                    format!("tensor `{g}` ({:?}): cannot dequantize: {e}", q.dtype()),
+                )
+            })?,
+        };
         if arch == "llama" {
             if let Some(n) = names::permuted_heads(&hf, heads, kv_heads) {
                 t = names::unpermute(&t, n)
                     .map_err(|e| Error::file(path, format!("tensor `{g}`: {e}")))?;
             }
         }
-        model.tensors.insert(hf, t.to_dtype(dtype)?.to_device(dev)?);
+        let t =
+            tensors::hold(&t, held).map_err(|e| Error::file(path, format!("tensor `{g}`: {e}")))?;
+        model.tensors.insert(hf, t.to_device(dev)?);
     }
     Ok(model)
 }
@@ -227,13 +243,18 @@ pub fn take_expected(
                 ),
             )
         })?;
-        if t.dims() != shape.as_slice() {
+        // A Q8_0 matrix (a Q8_0 base) is checked by the dims its blocks hold.
+        let dims = match q8_weight::is_q8_weight(&t) {
+            true => q8_weight::dims(&t).map(|(o, i)| vec![o, i])?,
+            false => t.dims().to_vec(),
+        };
+        if dims != shape {
             return Err(Error::file(
                 path,
                 format!(
                     "tensor `{}` has shape {:?} (HF layout) but the metadata implies {:?}",
                     names::gguf_name(&name).unwrap_or_default(),
-                    t.dims(),
+                    dims,
                     shape
                 ),
             ));

@@ -45,9 +45,9 @@ pub struct ModelPromptArgs {
     /// run with `agents.adapter` writes to `models/agent_i`) applied on `--model`.
     #[arg(long)]
     pub adapter: Option<std::path::PathBuf>,
-    /// The dtype the base's projections are held in under `--adapter`: f32 (default) or bf16,
-    /// as a run with `agents.base_dtype: bf16` holds them (the weights the adapter was trained
-    /// on, at half the memory).
+    /// The dtype the base's projections are held in under `--adapter`: f32 (default), bf16 or
+    /// q8_0, as a run with `agents.base_dtype` holds them (the weights the adapter was trained
+    /// on, in less memory).
     #[arg(long, requires = "adapter", default_value = "f32")]
     pub base_dtype: String,
     #[command(flatten)]
@@ -59,13 +59,14 @@ impl ModelPromptArgs {
     pub fn load(&self) -> anyhow::Result<(Policy, Vec<u32>)> {
         let base_dtype = match self.base_dtype.as_str() {
             "f32" => None,
-            "bf16" if self.model.dtype == "f32" => Some(DType::BF16),
-            "bf16" => bail!(
-                "--base-dtype bf16 holds an f32 model's projections in bf16; with --dtype {} \
-                 the whole model is already in it: drop one of the two",
+            held @ ("bf16" | "q8_0") if self.model.dtype != "f32" => bail!(
+                "--base-dtype {held} holds an f32 model's projections in {held}; with --dtype {} \
+                 the model is not f32: drop one of the two",
                 self.model.dtype
             ),
-            other => bail!("--base-dtype: `{other}` is not f32 or bf16"),
+            "bf16" => Some(DType::BF16),
+            "q8_0" => Some(comlrl::model::kernels::q8_weight::HELD),
+            other => bail!("--base-dtype: `{other}` is not f32, bf16 or q8_0"),
         };
         let mut policy = self.model.load_with_base(base_dtype)?;
         if let Some(dir) = &self.adapter {

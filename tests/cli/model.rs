@@ -394,8 +394,8 @@ fn generate_with_a_peft_adapter() {
     );
 }
 
-/// `score --adapter DIR --base-dtype bf16` holds the base's projections in bf16 as a run with
-/// `agents.base_dtype: bf16` does: its log-probs are the in-process policy's loaded that way,
+/// `score --adapter DIR --base-dtype bf16|q8_0` holds the base's projections as a run with
+/// `agents.base_dtype` does: its log-probs are the in-process policy's loaded that way,
 /// not the f32 base's; the flag needs an adapter and an f32 `--dtype`.
 #[test]
 fn score_with_an_adapter_on_a_bf16_base() {
@@ -452,6 +452,23 @@ fn score_with_an_adapter_on_a_bf16_base() {
     let bf16 = in_process(Some(DType::BF16));
     assert_eq!(got, bf16);
     assert_ne!(bf16, in_process(None), "the bf16 base rounds the weights");
+    let (ok, out, err) = cli(&[
+        "--adapter",
+        adapter.to_str().unwrap(),
+        "--base-dtype",
+        "q8_0",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let got: Vec<f32> = v["logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
+    let q8 = in_process(Some(comlrl::model::kernels::q8_weight::HELD));
+    assert_eq!(got, q8);
+    assert_ne!(q8, bf16, "q8_0 blocks are not bf16 weights");
     let (ok, _, err) = cli(&["--base-dtype", "bf16"]);
     assert!(!ok && err.contains("--adapter"), "{err}");
     let (ok, _, err) = cli(&[

@@ -98,8 +98,8 @@ section! {
         dpo_beta: f64 = 0.1, kind "number > 0", why "CoMLRL",
             check positive("use e.g. `dpo_beta: 0.1`"), only Only::Preference;
         /// `decentralized`: each agent its own policy over its own prompt. CoMLRL's
-        /// `centralized` (one policy writing every role's part) is not ported yet and is an
-        /// error.
+        /// `centralized` (one policy writing every role's part) is ported for MAGRPO
+        /// (`trainer.collaboration_mode`), not yet for the preference trainers: an error here.
         collaboration_mode: CollaborationMode = CollaborationMode::Decentralized,
             kind "`decentralized`", why "CoMLRL", only Only::Preference;
         /// Count environment steps as `environment_steps_per_pair` per trained pair (the
@@ -436,7 +436,7 @@ pub(crate) fn resolve(
     if plan.collaboration_mode == CollaborationMode::Centralized {
         d.invalid(
             &p.key("collaboration_mode"),
-            format!("`centralized` {name} is not ported yet"),
+            format!("`centralized` {name} is not ported yet (it is for MAGRPO: `trainer.collaboration_mode`)"),
             "use `collaboration_mode: decentralized`",
         );
     }

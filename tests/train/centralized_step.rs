@@ -255,3 +255,19 @@ fn centralized_is_refused_where_comlrl_has_none() {
         );
     }
 }
+
+#[test]
+fn another_agents_unused_settings_are_warned_about() {
+    let quiet = comlrl_scenario::load(&scenario_path(), &[]).unwrap();
+    assert!(quiet.warnings.is_empty(), "{:?}", quiet.warnings);
+    let set =
+        "agents=[{model: ../models/tiny-story}, {model: ../models/tiny-story, temperature: 0.3}]";
+    let s = comlrl_scenario::load(&scenario_path(), &[set.to_string()]).unwrap();
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("agent 1: only its `template` is read")),
+        "{:?}",
+        s.warnings
+    );
+}

@@ -127,71 +127,7 @@ fn check_step(recompute: bool) {
         .collect();
     let lg = loss_and_grads(&policy, &vars, &[&sample], 0, recompute, Share::ALL).unwrap();
     close("loss", lg.loss, meta["loss"].as_f64().unwrap());
-    let grad_params = strs(&meta["grad_params"]);
-    let norms = meta["grad_norms"].as_object().unwrap();
-    let mut sq = 0.0;
-    for ((name, _), g) in named.iter().zip(&lg.grads) {
-        let g = as_f64s(
-            g.as_ref()
-                .unwrap_or_else(|| panic!("no gradient for {name}")),
-        );
-        let n2: f64 = g.iter().map(|x| x * x).sum();
-        sq += n2;
-        if grad_params.contains(name) {
-            close_all(
-                &format!("grad {name}"),
-                &g,
-                &as_f64s(&t[&format!("grad.{name}")]),
-            );
-        }
-        // k_proj's bias gets a gradient of rounding noise only (softmax is shift-invariant).
-        if !name.ends_with("k_proj.bias") {
-            let want = norms[name].as_f64().unwrap();
-            assert!(
-                (n2.sqrt() - want).abs() <= 1e-4 * want + 1e-7,
-                "‖grad {name}‖ {} vs {want}",
-                n2.sqrt()
-            );
-        }
-    }
-    close(
-        "grad norm",
-        sq.sqrt(),
-        meta["grad_global_norm"].as_f64().unwrap(),
-    );
-    let lr = meta["config"]["agent_learning_rate"].as_f64().unwrap();
-    let mut opt = AdamW::new(
-        named.clone(),
-        AdamWConfig {
-            lr,
-            ..AdamWConfig::default()
-        },
-    );
-    opt.step_grads(&lg.grads, lr, None).unwrap();
-    let deltas = meta["update_delta_norms"].as_object().unwrap();
-    for (name, var) in &named {
-        if let Some(w) = t.get(&format!("after.{name}")) {
-            close_all(
-                &format!("{name} after"),
-                &as_f64s(var.as_tensor()),
-                &as_f64s(w),
-            );
-        }
-        if name.ends_with("k_proj.bias") {
-            continue;
-        }
-        let d: f64 = as_f64s(var.as_tensor())
-            .iter()
-            .zip(as_f64s(&before[name]))
-            .map(|(x, y)| (x - y) * (x - y))
-            .sum::<f64>()
-            .sqrt();
-        let want = deltas[name].as_f64().unwrap();
-        assert!(
-            (d - want).abs() <= 1e-3 * want + 1e-9,
-            "{name}: ‖Δ‖ {d} vs {want}"
-        );
-    }
+    check_grads_and_step(&meta, &t, &named, &before, &lg.grads);
 }
 
 #[test]
@@ -238,7 +174,14 @@ fn the_scenario_trains_one_actor_whose_reward_reads_every_role() {
 #[test]
 fn centralized_is_refused_where_comlrl_has_none() {
     for (set, needle) in [
-        ("trainer.algorithm=iac", "MAGRPO and its family only"),
+        (
+            "trainer.algorithm=iac",
+            "MAGRPO and its family and for MADPO only",
+        ),
+        (
+            "trainer.algorithm=marlhf",
+            "MAGRPO and its family and for MADPO only",
+        ),
         ("trainer.num_turns=2", "single-turn"),
         (
             "agents=[{model: ../models/tiny-story}]",
@@ -270,4 +213,271 @@ fn another_agents_unused_settings_are_warned_about() {
         "{:?}",
         s.warnings
     );
+}
+
+/// Centralized MADPO against CoMLRL's own `MADPOTrainer(collaboration_mode="centralized")`
+/// (`madpo/centralized_madpo_step_tiny.*`, from `scripts/fixtures/make_centralized_madpo.py`):
+/// the same actor, prompt and answers; the `reward_gap` pairs, every sequence log-prob (every
+/// token: CoMLRL's `joint_sequence_log_prob`, also under `compat_last_token`), the loss,
+/// gradients and the weights after one AdamW step.
+fn check_madpo_step(recompute: bool) {
+    use comlrl::model::grad::recompute::PassPlan;
+    use comlrl::model::ComputeDtype;
+    use comlrl::train::algorithms::madpo::loss::{
+        agent_grads, deltas, sequence_logprobs, LastToken,
+    };
+    use comlrl::train::algorithms::madpo::set::PreferenceSet;
+    use comlrl::train::algorithms::madpo::Madpo;
+    use comlrl::train::rollout::pairs::PairSelection;
+    use comlrl::train::rollout::NodeSample;
+    use rand::SeedableRng;
+
+    let dir = fixtures().join("madpo");
+    let meta = json(&dir.join("centralized_madpo_step_tiny.json"));
+    let t = load_st(&dir.join("centralized_madpo_step_tiny.safetensors"));
+    let k = meta["answers"].as_array().unwrap().len();
+    let sets = [
+        "trainer.algorithm=madpo".to_string(),
+        "preference.collaboration_mode=centralized".to_string(),
+        "trainer.collaboration_mode=decentralized".to_string(),
+        "preference.compat_last_token=true".to_string(),
+        format!("preference.num_candidates={k}"),
+        format!("trainer.num_generations={k}"),
+        "preference.pairs_per_sample=4".to_string(),
+    ];
+    let s = comlrl_scenario::load(&scenario_path(), &sets).unwrap();
+    // `preference.collaboration_mode` is the trainer's, whatever the trainer's key said.
+    assert_eq!(roles(&s), Some(2));
+    let actor = actor_scenario(&s).unwrap();
+    let madpo = Madpo::new(&actor);
+    assert_eq!(madpo.last_token(), LastToken::Counted);
+    let row = comlrl_scenario::Row {
+        prompt: meta["item"]["prompt"].as_str().unwrap().into(),
+        fields: Default::default(),
+    };
+    assert_eq!(
+        actor.agents[0].template.render(&row),
+        meta["prompt"].as_str().unwrap()
+    );
+    let policy = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let completions: Vec<Vec<u32>> = meta["answer_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(ids)
+        .collect();
+    let rewards: Vec<f32> = meta["rewards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_f64().unwrap() as f32)
+        .collect();
+    let node = NodeSample {
+        turn: 0,
+        agents: vec![AgentRollout::sampled(
+            ids(&meta["prompt_ids"]),
+            completions.clone(),
+            vec![],
+        )],
+        rewards,
+        components: vec![],
+    };
+    let mut set = PreferenceSet::default();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    set.add(&node, PairSelection::RewardGap, Some(4), &mut rng)
+        .unwrap();
+    let batch = set.pairs.clone();
+    let want_pairs = meta["pairs"].as_array().unwrap();
+    assert_eq!(batch.len(), want_pairs.len());
+    for (p, want) in batch.iter().zip(want_pairs) {
+        let e = &set.entries[p.entry].agents[0];
+        assert_eq!(
+            e.candidates[p.winner],
+            completions[want[0].as_u64().unwrap() as usize]
+        );
+        assert_eq!(
+            e.candidates[p.loser],
+            completions[want[1].as_u64().unwrap() as usize]
+        );
+    }
+    let last = madpo.last_token();
+    let lps = sequence_logprobs(&policy, &set, &batch, 0, last, 0).unwrap();
+    for (b, (p, want)) in batch
+        .iter()
+        .zip(meta["sequence_logprobs"].as_array().unwrap())
+        .enumerate()
+    {
+        close(
+            &format!("pair {b} winner"),
+            lps[&(p.entry, p.winner)] as f64,
+            want["winner"].as_f64().unwrap(),
+        );
+        close(
+            &format!("pair {b} loser"),
+            lps[&(p.entry, p.loser)] as f64,
+            want["loser"].as_f64().unwrap(),
+        );
+    }
+    let rows: Vec<Vec<f32>> = deltas(&lps, &batch).into_iter().map(|d| vec![d]).collect();
+    for (b, (row, want)) in rows
+        .iter()
+        .zip(meta["detached_deltas"].as_array().unwrap())
+        .enumerate()
+    {
+        close(
+            &format!("delta {b}"),
+            row[0] as f64,
+            want[0].as_f64().unwrap(),
+        );
+    }
+    let named = policy.vars();
+    let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let before: HashMap<String, Tensor> = named
+        .iter()
+        .map(|(n, v)| (n.clone(), v.as_tensor().copy().unwrap()))
+        .collect();
+    let beta = meta["config"]["dpo_beta"].as_f64().unwrap();
+    let (lg, _) = agent_grads(
+        &policy,
+        &vars,
+        &set,
+        &batch,
+        &rows,
+        0,
+        beta,
+        last,
+        0,
+        recompute,
+        Share::ALL,
+        PassPlan::rerun_all(ComputeDtype::F32),
+    )
+    .unwrap();
+    close("loss", lg.loss, meta["loss"].as_f64().unwrap());
+    check_grads_and_step(&meta, &t, &named, &before, &lg.grads);
+}
+
+/// The gradients and the weights after one AdamW step against a fixture's.
+fn check_grads_and_step(
+    meta: &serde_json::Value,
+    t: &HashMap<String, Tensor>,
+    named: &[(String, Var)],
+    before: &HashMap<String, Tensor>,
+    grads: &[Option<Tensor>],
+) {
+    let grad_params = strs(&meta["grad_params"]);
+    let norms = meta["grad_norms"].as_object().unwrap();
+    let mut sq = 0.0;
+    for ((name, _), g) in named.iter().zip(grads) {
+        let g = as_f64s(
+            g.as_ref()
+                .unwrap_or_else(|| panic!("no gradient for {name}")),
+        );
+        let n2: f64 = g.iter().map(|x| x * x).sum();
+        sq += n2;
+        if grad_params.contains(name) {
+            close_all(
+                &format!("grad {name}"),
+                &g,
+                &as_f64s(&t[&format!("grad.{name}")]),
+            );
+        }
+        // k_proj's bias gets a gradient of rounding noise only (softmax is shift-invariant).
+        if !name.ends_with("k_proj.bias") {
+            let want = norms[name].as_f64().unwrap();
+            assert!(
+                (n2.sqrt() - want).abs() <= 1e-4 * want + 1e-7,
+                "‖grad {name}‖ {} vs {want}",
+                n2.sqrt()
+            );
+        }
+    }
+    close(
+        "grad norm",
+        sq.sqrt(),
+        meta["grad_global_norm"].as_f64().unwrap(),
+    );
+    let lr = meta["config"]["agent_learning_rate"].as_f64().unwrap();
+    let mut opt = AdamW::new(
+        named.to_vec(),
+        AdamWConfig {
+            lr,
+            ..AdamWConfig::default()
+        },
+    );
+    opt.step_grads(grads, lr, None).unwrap();
+    let deltas = meta["update_delta_norms"].as_object().unwrap();
+    for (name, var) in named {
+        if let Some(w) = t.get(&format!("after.{name}")) {
+            close_all(
+                &format!("{name} after"),
+                &as_f64s(var.as_tensor()),
+                &as_f64s(w),
+            );
+        }
+        if name.ends_with("k_proj.bias") {
+            continue;
+        }
+        let d: f64 = as_f64s(var.as_tensor())
+            .iter()
+            .zip(as_f64s(&before[name]))
+            .map(|(x, y)| (x - y) * (x - y))
+            .sum::<f64>()
+            .sqrt();
+        let want = deltas[name].as_f64().unwrap();
+        assert!(
+            (d - want).abs() <= 1e-3 * want + 1e-9,
+            "{name}: ‖Δ‖ {d} vs {want}"
+        );
+    }
+}
+
+#[test]
+fn centralized_madpo_step_matches_comlrl_recomputed() {
+    check_madpo_step(true);
+}
+
+#[test]
+fn centralized_madpo_step_matches_comlrl_autograd() {
+    check_madpo_step(false);
+}
+
+#[test]
+fn centralized_madpo_runs_one_actor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("count.rhai");
+    std::fs::write(
+        &script,
+        "fn reward(completions, ctx) { completions.len().to_float() }\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("run");
+    let sets = [
+        format!("output_dir={}", out.display()),
+        format!("reward={{rhai: {}}}", script.display()),
+        "reward_processors=[]".to_string(),
+        "trainer.algorithm=madpo".to_string(),
+        "trainer.num_train_epochs=2".to_string(),
+        "preference.num_candidates=4".to_string(),
+        "trainer.num_generations=4".to_string(),
+        "logging.steps=5".to_string(),
+    ];
+    let s = comlrl_scenario::load(&scenario_path(), &sets).unwrap();
+    assert_eq!(
+        s.preference.collaboration_mode,
+        comlrl_scenario::CollaborationMode::Centralized
+    );
+    let summary = comlrl::train::Trainer::new(s)
+        .unwrap()
+        .run(false, &mut ())
+        .unwrap();
+    assert_eq!(summary.steps_done, 20);
+    let rows = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(rows.lines().next().unwrap()).unwrap();
+    // Every answer is handed to the reward as two outputs; equal rewards give no pair.
+    assert_eq!(first["reward_mean"].as_f64(), Some(2.0), "{first}");
+    assert!(out.join("models/agent_0").is_dir() && !out.join("models/agent_1").exists());
 }

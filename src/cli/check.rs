@@ -53,17 +53,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // (prompt lengths): a scenario that passes `check` does not fail them. `check` never
     // downloads: with a Hub model that is not cached, `run` makes these checks.
     check_joint_actions(&s)?;
+    // A centralized actor is checked as it runs: one model, agent 0's, with the joint prompt.
+    let roles = comlrl::train::setup::centralized::roles(&s);
+    let run_as = match roles {
+        Some(_) => comlrl::train::setup::centralized::actor_scenario(&s)?,
+        None => s.clone(),
+    };
     let on_this_machine = |a: &comlrl_scenario::AgentPlan| -> anyhow::Result<bool> {
         let src = models::model_source(a, &s.base_dir)?;
         Ok(!matches!(src, ModelSource::Hub { .. }) || src.cached_dir()?.is_some())
     };
     let mut local = true;
-    for a in &s.agents {
+    for a in &run_as.agents {
         local &= on_this_machine(a)?;
     }
     // Before any model is loaded: a scenario that cannot fit is refused here as `run` would.
     let memory = comlrl::train::setup::memory::estimate(
-        &s,
+        &run_as,
         |_| true,
         |_| true,
         comlrl::train::setup::memory::Lookup::Local,
@@ -71,14 +77,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     eprintln!("{}", memory.report());
     comlrl::train::setup::memory::enforce(memory)?;
     if local {
-        let policies = models::load_policies(&s, true)?;
-        check_prompt_lengths(&s, &policies)?;
+        let policies = models::load_policies(&run_as, true)?;
+        check_prompt_lengths(&run_as, &policies)?;
     } else {
         eprintln!(
             "note: a model is not in the Hugging Face cache; prompt lengths are checked by `comlrl run` once it is downloaded"
         );
     }
-    let first = first_prompts(&s)?;
+    let first = first_prompts(&run_as)?;
     if a.print {
         print!("{}", s.to_yaml());
         for (i, p) in first.iter().enumerate() {
@@ -96,9 +102,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     eprintln!(
-        "{}: ok — {} agents, {} training prompts, {} epochs, K = {}, rewards: {}",
+        "{}: ok — {} agents{}, {} training prompts, {} epochs, K = {}, rewards: {}",
         a.scenario.scenario.display(),
         s.agents.len(),
+        if roles.is_some() {
+            " (one centralized actor: agent 0's model)"
+        } else {
+            ""
+        },
         s.dataset.train.rows.len(),
         s.run_epochs(),
         s.trainer.num_generations,

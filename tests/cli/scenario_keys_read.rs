@@ -122,14 +122,17 @@ fn every_logging_key_is_read_under_src() {
 }
 
 /// Preference keys the scenario loader consumes (key, why): `num_candidates` becomes
-/// `trainer.num_generations`, and the only `collaboration_mode` the loader lets through is the
-/// one the trainer runs.
+/// `trainer.num_generations`, and `collaboration_mode` becomes `trainer.collaboration_mode`
+/// (its alias), which the run reads.
 const PREFERENCE_BY_THE_LOADER: &[(&str, &str)] = &[
     (
         "num_candidates",
         "trainer.num_generations = plan.num_candidates",
     ),
-    ("collaboration_mode", "CollaborationMode::Centralized"),
+    (
+        "collaboration_mode",
+        "trainer.collaboration_mode = CollaborationMode::Centralized",
+    ),
 ];
 
 #[test]

@@ -217,3 +217,20 @@ fn marlhf_on_two_ranks_matches_one_process_and_resumes() {
     );
     same_file(&one, &two, "models/critic/value_head.safetensors", "maac");
 }
+
+#[test]
+fn centralized_is_refused_on_ranks() {
+    if let Err(why) = mpirun_ok() {
+        comlrl_testutil::skip(&why);
+        return;
+    }
+    // One policy for every role: nothing to place on ranks (CoMLRL has no distributed form).
+    let tmp = tempfile::tempdir().unwrap();
+    let sets = ["trainer.collaboration_mode=centralized"];
+    let (code, err) = run_np(Some(2), &tmp.path().join("run"), &sets, &[]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(
+        err.contains("trainer.collaboration_mode centralized") && err.contains("2 MPI ranks"),
+        "{err}"
+    );
+}

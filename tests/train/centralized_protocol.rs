@@ -4,7 +4,7 @@
 //! agents' outputs (tags in other cases and with spaces, out of order, repeated, missing,
 //! nested, unclosed, `agent_12` beside `agent_1`, none at all), exactly.
 use crate::common::{fixtures, json};
-use comlrl::train::algorithms::preference::centralized::{build_prompt, parse, split};
+use comlrl::train::rollout::centralized::{build_prompt, parse, split};
 
 fn strs(v: &serde_json::Value) -> Vec<String> {
     v.as_array()

@@ -10,6 +10,7 @@ mod ac_turns_step;
 mod adapters;
 mod algorithm_aliases;
 mod centralized_protocol;
+mod centralized_step;
 mod code_exec_run;
 mod e2e;
 mod failures;

@@ -409,13 +409,14 @@ impl RlAlgorithm {
     }
 }
 
-/// How the agents of a preference trainer are laid out (`preference.collaboration_mode`).
+/// How the agents are laid out (`trainer.collaboration_mode`; `preference.collaboration_mode`
+/// for the preference trainers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CollaborationMode {
     /// One policy per agent, each over its own prompt.
     Decentralized,
-    /// One policy writing every agent's part (CoMLRL; not ported).
+    /// One policy writing every agent's part (CoMLRL; ported for MAGRPO and its family).
     Centralized,
 }
 

@@ -97,11 +97,12 @@ section! {
         /// β of the DPO loss −log σ(β·(Δ_i + Σ_{j≠i} sg(Δ_j))) (CoMLRL `dpo_beta`).
         dpo_beta: f64 = 0.1, kind "number > 0", why "CoMLRL",
             check positive("use e.g. `dpo_beta: 0.1`"), only Only::Preference;
-        /// `decentralized`: each agent its own policy over its own prompt. CoMLRL's
-        /// `centralized` (one policy writing every role's part) is not ported yet and is an
-        /// error.
+        /// `decentralized`: each agent its own policy over its own prompt; `centralized`: one
+        /// policy writes every agent's part (CoMLRL's field of `MADPOConfig`): the same as
+        /// `trainer.collaboration_mode`, which it sets (and follows). Ported for `madpo`; an
+        /// error under `marlhf`, `madpo_iter` and `marlhf_iter`.
         collaboration_mode: CollaborationMode = CollaborationMode::Decentralized,
-            kind "`decentralized`", why "CoMLRL", only Only::Preference;
+            kind "`decentralized` \\| `centralized`", why "CoMLRL", only Only::Preference;
         /// Count environment steps as `environment_steps_per_pair` per trained pair (the
         /// `preference/env_steps` metric); `false` counts none (CoMLRL `use_environment_step`,
         /// its W&B step).
@@ -112,7 +113,8 @@ section! {
             only Only::Preference;
         /// CoMLRL 1.4.3's sequence log-prob cuts a candidate at its first pad token and then
         /// leaves out its last token; comlrl counts every sampled token (EOS included), as its
-        /// MAGRPO loss does. `true` reproduces CoMLRL.
+        /// MAGRPO loss does. `true` reproduces CoMLRL (whose centralized MADPO counts every
+        /// token: nothing to reproduce there).
         compat_last_token: bool = false, kind "bool",
             why "the fix (CoMLRL 1.4.3 drops the last token)", only Only::Preference;
         /// MARLHF's online algorithm against the frozen reward model (CoMLRL `rl_algorithm`):
@@ -434,11 +436,25 @@ pub(crate) fn resolve(
         );
     }
     if plan.collaboration_mode == CollaborationMode::Centralized {
-        d.invalid(
-            &p.key("collaboration_mode"),
-            format!("`centralized` {name} is not ported yet"),
-            "use `collaboration_mode: decentralized`",
-        );
+        if plan.iter || plan.marlhf {
+            d.invalid(
+                &p.key("collaboration_mode"),
+                format!("`centralized` {name} is not ported yet (it is for MADPO and MAGRPO)"),
+                "use `collaboration_mode: decentralized`",
+            );
+        } else if num_agents < 2 {
+            d.invalid(
+                &p.key("collaboration_mode"),
+                format!("`centralized` writes the outputs of two or more agents in one answer, and the scenario has {num_agents}"),
+                "give `agents` two or more entries, or use `collaboration_mode: decentralized`",
+            );
+        } else {
+            // An alias of `trainer.collaboration_mode` (CoMLRL has the field on both configs),
+            // which the run reads.
+            trainer.collaboration_mode = CollaborationMode::Centralized;
+        }
+    } else if trainer.collaboration_mode == CollaborationMode::Centralized {
+        plan.collaboration_mode = CollaborationMode::Centralized;
     }
     if trainer.num_turns != 1 {
         d.invalid(

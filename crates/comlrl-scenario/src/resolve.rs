@@ -129,6 +129,23 @@ pub(crate) fn resolve(
             d.warn(&rp.key("agents"), "temperature 0 (greedy) makes all generations of a prompt identical, so every group advantage is 0 and nothing is learned; use a temperature > 0");
         }
     }
+    if let (Some(list), crate::plan::CollaborationMode::Centralized) =
+        (&agents, trainer.collaboration_mode)
+    {
+        // One actor, agent 0, acts for every agent: another agent's settings but its template
+        // would be silently unused.
+        for a in list.iter().skip(1) {
+            let mut as_first = a.clone();
+            as_first.index = list[0].index;
+            as_first.template = list[0].template.clone();
+            if as_first != list[0] {
+                d.warn(&rp.key("agents"), format!(
+                    "agent {}: only its `template` is read under `trainer.collaboration_mode: centralized` (agent 0's model, sampling settings and learning rate act for every agent)",
+                    a.index
+                ));
+            }
+        }
+    }
     let reward = rewards::resolve(d, top.reward, top.reward_processors, &base, opts);
     if let Some(r) = &reward {
         trainer::check_reward_aggregation(d, &trainer, r);

@@ -343,6 +343,7 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
             "set `gradient_checkpointing: true` (the default), or `compute_dtype: f32`",
         );
     }
+    check_centralized(d, &p, &raw, &t, cx.num_agents);
     let max_joint_actions = t.max_joint_actions;
     if joint_mode == JointMode::Cross && cx.num_agents > 1 {
         // Checked: num_generations^agents overflows usize long before it stops being absurd.
@@ -363,6 +364,53 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
     }
 
     t
+}
+
+/// `collaboration_mode: centralized`: CoMLRL's centralized trainers are MAGRPO's and MADPO's
+/// (ported; MARLHF's and the iterative ones are not), single-turn, and split one answer into
+/// two or more agents' outputs.
+fn check_centralized(d: &mut Diags, p: &KeyPath, raw: &RawTrainer, t: &TrainerPlan, agents: usize) {
+    use crate::plan::{Algorithm as A, CollaborationMode};
+    if t.collaboration_mode != CollaborationMode::Centralized {
+        return;
+    }
+    let at = p.key("collaboration_mode");
+    if !matches!(
+        t.algorithm,
+        A::Magrpo | A::Mareinforce | A::Marloo | A::Maremax | A::Madpo
+    ) {
+        d.invalid(
+            &at,
+            format!(
+                "`centralized` is ported for MAGRPO and its family and for MADPO only, and trainer.algorithm is `{}`",
+                t.algorithm.name()
+            ),
+            "use `algorithm: magrpo` (or `mareinforce`, `marloo`, `maremax`, `madpo`), or `collaboration_mode: decentralized`",
+        );
+    }
+    if t.num_turns != 1 {
+        d.invalid(
+            &at,
+            format!(
+                "`centralized` trains single-turn answers (CoMLRL: num_turns=1 only), and num_turns is {}",
+                t.num_turns
+            ),
+            "set `num_turns: 1`, or use `collaboration_mode: decentralized`",
+        );
+    }
+    if agents < 2 {
+        d.invalid(
+            &at,
+            format!("`centralized` writes the outputs of two or more agents in one answer, and the scenario has {agents}"),
+            "give `agents` two or more entries (each one's `template` is its part of the prompt), or use `collaboration_mode: decentralized`",
+        );
+    }
+    if raw.joint_mode == Some(JointMode::Cross) {
+        d.warn(
+            &p.key("joint_mode"),
+            "has no effect with `collaboration_mode: centralized`: one policy writes each joint answer whole",
+        );
+    }
 }
 
 pub(crate) fn mode_name(m: AdvantageMode) -> &'static str {

@@ -18,9 +18,9 @@ use crate::keys::{
     at_least, if_set, learning_rate, non_negative, positive, section, unit, Bad, Relevance,
 };
 use crate::plan::{
-    AdvantageMode, AdvantageScale, AdvantageStd, Algorithm, CodeSource, Dtype, ImportanceLevel,
-    JointMode, LogprobTemperature, LossAggregation, LrScheduler, Preset, RewardAggregation,
-    TransitionPlan,
+    AdvantageMode, AdvantageScale, AdvantageStd, Algorithm, CodeSource, CollaborationMode, Dtype,
+    ImportanceLevel, JointMode, LogprobTemperature, LossAggregation, LrScheduler, Preset,
+    RewardAggregation, TransitionPlan,
 };
 use crate::positions::KeyPath;
 use crate::raw::RawTransition;
@@ -397,6 +397,19 @@ section! {
         max_joint_actions: usize = 4096, kind "integer ≥ 1", why "seconds per node",
             check at_least(1, "use e.g. `max_joint_actions: 4096`; `cross` scores at least one joint action"),
             only Only::Cross;
+        /// `decentralized`: each agent its own policy over its own prompt. `centralized`
+        /// (CoMLRL's `CentralizedMAGRPOTrainer`): one policy, agent 0's model, sampling and
+        /// learning rate, acts for every agent (the other agents give only their `template`):
+        /// its prompt asks for every agent's output in `<agent_i>` tags, built from each
+        /// agent's own prompt; each of its K joint answers is split into the agents' outputs
+        /// only for the reward, and the update is MAGRPO's (or, under `madpo`, MADPO's with the
+        /// answers as joint candidates) on the joint answer's tokens (every token, EOS included,
+        /// as CoMLRL scores it). An answer with no tag at all gives every agent `""` (CoMLRL).
+        /// Single turn, `magrpo` and its family or `madpo`, 2 or more agents; set too by
+        /// `preference.collaboration_mode`. See docs/algorithms.md.
+        collaboration_mode: CollaborationMode = CollaborationMode::Decentralized,
+            kind "`decentralized` \\| `centralized`",
+            why "CoMLRL (`MAGRPOConfig`'s default)";
     }
     resolved {
         /// Required iff `num_turns > 1`: `{rhai: path}` plus optional `params`, the script that

@@ -2,10 +2,12 @@
 //! completions are sampled (`generate`, ahead for a whole buffer where it can), how the agents'
 //! completions form joint actions (`joint`), and the rollout tree of a prompt, scored by the
 //! reward stack, with next-turn prompts from the transition and the reference KL (`tree`,
-//! `kl`), and the preference pairs of a scored node's candidates (`pairs`). What leaves a rollout is [`Node`]; what the buffer keeps is [`NodeSample`].
+//! `kl`), the preference pairs of a scored node's candidates (`pairs`), and CoMLRL's centralized
+//! protocol (`centralized`: one policy's tagged prompt for every agent, its answers split). What leaves a rollout is [`Node`]; what the buffer keeps is [`NodeSample`].
 //!
-//! Files, lowest first: `samples`, `pairs`, `joint`, `prompt`, `exchange`, `spec`, `generate`, `kl`,
+//! Files, lowest first: `centralized`, `samples`, `pairs`, `joint`, `prompt`, `exchange`, `spec`, `generate`, `kl`,
 //! `tree`. Imports `train::report` only (for phase timings).
+pub mod centralized;
 pub mod exchange;
 pub mod generate;
 pub mod joint;

@@ -43,6 +43,10 @@ pub struct RolloutSpec<'a> {
     /// Each agent's logit scale for the sampling-time log-probs kept with its completions
     /// (`AgentRollout::sampling_logprobs`), when the loss needs them.
     pub sampling_logprobs: Option<&'a [f64]>,
+    /// A centralized actor's number of roles: its one policy's answers are split into that
+    /// many outputs (`centralized::split`) for the joint reward; `None`: each agent's
+    /// completion is its own output.
+    pub roles: Option<usize>,
 }
 
 impl RolloutSpec<'_> {

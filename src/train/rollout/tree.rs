@@ -157,15 +157,23 @@ fn build(
         .rollouts(&local, mine, &mut prompts, &mut phases.comm)?;
     let prompts = &prompts[..];
     let joint = joint_actions(n, spec.k, spec.cross);
-    let batch: Vec<JointSample> = joint
-        .iter()
-        .map(|combo| JointSample {
-            prompt: row.prompt.to_string(),
-            completions: combo
+    // A centralized actor's answer is split into its roles' outputs for the reward alone
+    // (CoMLRL's `CentralizedCollaboration.__call__`); what trains is the answer whole.
+    let outputs = |combo: &Vec<usize>| -> Vec<String> {
+        match spec.roles {
+            Some(roles) => super::centralized::split(&agents[0].texts[combo[0]], roles),
+            None => combo
                 .iter()
                 .enumerate()
                 .map(|(a, &c)| agents[a].texts[c].clone())
                 .collect(),
+        }
+    };
+    let batch: Vec<JointSample> = joint
+        .iter()
+        .map(|combo| JointSample {
+            prompt: row.prompt.to_string(),
+            completions: outputs(combo),
             fields: row.fields.clone(),
         })
         .collect();

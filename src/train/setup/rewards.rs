@@ -12,6 +12,10 @@ pub struct Rewards {
     pub transition: Option<Box<dyn TransitionFn>>,
     /// The reward terms' names, in order (metrics columns `reward/<name>`).
     pub names: Vec<String>,
+    /// A centralized actor's number of roles: each of its answers is split into that many
+    /// outputs for the joint reward (`trainer.collaboration_mode: centralized`); `None`: each
+    /// agent's completion is its own output.
+    pub roles: Option<usize>,
 }
 
 impl Rewards {
@@ -28,6 +32,7 @@ impl Rewards {
             stack,
             transition,
             names,
+            roles: super::centralized::roles(s),
         })
     }
 }

@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::train::algorithms::{registry, Algorithm};
 use crate::train::rollout::joint::check_joint_actions;
 use crate::train::run::dir::{check_output_dir, guard_output_dir, RunLock};
-use crate::train::setup::{Agents, Rewards};
+use crate::train::setup::{centralized, Agents, Rewards};
 use crate::train::world::{strategy, Strategy};
 use comlrl_scenario::Scenario;
 use std::sync::atomic::AtomicBool;
@@ -50,12 +50,20 @@ impl Trainer {
     }
 
     /// [`Trainer::new`] as one rank of `world`: loads only the agents placed on this rank.
+    /// A centralized actor (`trainer.collaboration_mode: centralized`) trains as the one agent
+    /// of `setup::centralized::actor_scenario`, its reward splitting each answer into the
+    /// scenario's agents' outputs; checkpoints keep the scenario as written.
     pub fn in_world(scenario: Scenario, world: Arc<dyn World>) -> Result<Self> {
         guard_output_dir(&scenario)?;
         check_output_dir(&scenario.output_dir)?;
         check_joint_actions(&scenario)?;
-        let placement = Placement::new(&scenario, world.as_ref())?;
         let rewards = Rewards::load(&scenario)?;
+        let yaml = scenario.to_yaml();
+        let scenario = match rewards.roles {
+            Some(_) => centralized::actor_scenario(&scenario)?,
+            None => scenario,
+        };
+        let placement = Placement::new(&scenario, world.as_ref())?;
         let mut agents = Agents::load(&scenario, &placement)?;
         // Every rank counts every agent's cut-off completions in the metrics.
         crate::train::world::run::share_ends(world.as_ref(), &mut agents.ends)?;
@@ -63,7 +71,7 @@ impl Trainer {
         strategy.supports(&scenario)?;
         let algorithm = registry::build(&scenario, &agents.policies)?;
         Ok(Self {
-            settings: Settings::new(scenario),
+            settings: Settings::with_yaml(scenario, yaml),
             agents,
             rewards,
             strategy,

@@ -154,6 +154,7 @@ impl Loop<'_> {
             exchange: self.strategy,
             samples: &agents.samples,
             sampling_logprobs: agents.sampling_logprobs.as_deref(),
+            roles: self.rewards.roles,
         }
     }
 

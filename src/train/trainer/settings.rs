@@ -28,6 +28,12 @@ impl Settings {
     /// Settings for `scenario`, not interrupted, not yet claimed.
     pub fn new(scenario: Scenario) -> Self {
         let yaml = scenario.to_yaml();
+        Self::with_yaml(scenario, yaml)
+    }
+
+    /// [`Settings::new`] recording `yaml` as the scenario (a centralized actor's run keeps the
+    /// scenario as written, not its single-agent form).
+    pub fn with_yaml(scenario: Scenario, yaml: String) -> Self {
         Settings {
             scenario,
             yaml,

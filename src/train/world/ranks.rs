@@ -125,6 +125,15 @@ impl Strategy for Ranks {
     /// and read by every rank between two collectives) and `api` comparator (asked once per rank
     /// for the same answers) are refused on ranks, and so is iterative MARLHF.
     fn supports(&self, scenario: &Scenario) -> Result<()> {
+        if scenario.trainer.collaboration_mode == comlrl_scenario::CollaborationMode::Centralized {
+            // One policy for every role: nothing to place on several ranks (CoMLRL's centralized
+            // trainer has no distributed form either).
+            return Err(Error::Config(format!(
+                "trainer.collaboration_mode centralized is not supported on {} MPI ranks: run it \
+                 in one process, or use collaboration_mode decentralized",
+                self.part.world.size()
+            )));
+        }
         if scenario.trainer.algorithm == comlrl_scenario::Algorithm::MarlhfIter {
             // Its rounds' reward models and comparator samples have not been placed on ranks.
             return Err(Error::Config(format!(

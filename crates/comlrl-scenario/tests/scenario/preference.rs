@@ -1,7 +1,8 @@
 //! The `preference` section and `trainer.algorithm: madpo`: CoMLRL's `MADPOConfig` defaults,
 //! `num_candidates` as the rollout's `num_generations`, and the errors for what MADPO cannot
 //! run (cross joint actions, several turns, a contradicting `num_generations`, a pair limit
-//! under `all`, an unbounded candidate count, centralized agents); the keys warn under another
+//! under `all`, an unbounded candidate count); centralized MADPO as an alias of the trainer's
+//! switch; the keys warn under another
 //! algorithm; the resolved YAML reads back to the same plan. `madpo_iter`: `MADPOIterConfig`'s
 //! defaults, its rounds as the run's epochs, and CoMLRL's checks of the replay and comparator
 //! keys. `marlhf_iter`: `MARLHFIterConfig`'s defaults, each round a collecting epoch and its
@@ -62,7 +63,7 @@ fn defaults_are_comlrls_and_candidates_are_the_generations() {
 #[test]
 fn what_madpo_cannot_run_is_an_error() {
     let f = Fixture::new();
-    let cases: [(&str, &str, &str); 7] = [
+    let cases: [(&str, &str, &str); 6] = [
         (
             "  joint_mode: cross\n",
             "trainer.joint_mode",
@@ -89,11 +90,6 @@ fn what_madpo_cannot_run_is_an_error() {
             "preference.num_candidates",
             "2..=1024",
         ),
-        (
-            "preference:\n  collaboration_mode: centralized\n",
-            "preference.collaboration_mode",
-            "not ported",
-        ),
     ];
     assert_eq!(MAX_CANDIDATES, 1024);
     for (extra, key, part) in cases {
@@ -114,6 +110,40 @@ fn what_madpo_cannot_run_is_an_error() {
         let (msg, _) = f.errs(&madpo(&format!("preference:\n  {bad}\n")), &[]);
         assert!(msg.contains(bad.split(':').next().unwrap()), "{msg}");
     }
+}
+
+#[test]
+fn centralized_madpo_is_the_trainers_switch() {
+    let f = Fixture::new();
+    let s = f.ok(
+        &madpo("preference:\n  collaboration_mode: centralized\n"),
+        &[],
+    );
+    assert_eq!(s.trainer.collaboration_mode, CollaborationMode::Centralized);
+    let s = f.ok(&madpo("  collaboration_mode: centralized\n"), &[]);
+    assert_eq!(
+        s.preference.collaboration_mode,
+        CollaborationMode::Centralized
+    );
+    // The resolved YAML reads back to the same plan.
+    let again = f.ok(&s.to_yaml(), &[]);
+    assert_eq!(again.trainer, s.trainer);
+    assert_eq!(again.preference, s.preference);
+    let one =
+        madpo("preference:\n  collaboration_mode: centralized\n").replace("count: 2", "count: 1");
+    let (msg, _) = f.errs(&one, &[]);
+    assert!(msg.contains("two or more agents"), "{msg}");
+    let marlhf = format!(
+        "{}  algorithm: marlhf\npreference:\n  collaboration_mode: centralized\n",
+        BASE.replace("  num_generations: 8\n", "")
+    );
+    let (msg, ds) = f.errs(&marlhf, &[]);
+    assert!(
+        ds.iter()
+            .any(|d| d.key == "preference.collaboration_mode" && d.kind == InvalidValue),
+        "{msg}"
+    );
+    assert!(msg.contains("not ported"), "{msg}");
 }
 
 #[test]

@@ -74,7 +74,10 @@ impl Madpo {
             beta: p.dpo_beta,
             selection: p.pair_selection,
             limit: p.pairs_per_sample,
-            last: if p.compat_last_token {
+            // CoMLRL's centralized MADPO scores with `joint_sequence_log_prob`, every token.
+            last: if p.compat_last_token
+                && t.collaboration_mode != comlrl_scenario::CollaborationMode::Centralized
+            {
                 LastToken::Dropped
             } else {
                 LastToken::Counted
@@ -98,6 +101,11 @@ impl Madpo {
     /// The preference set built so far.
     pub fn set(&self) -> &PreferenceSet {
         &self.set
+    }
+
+    /// Which tokens of a candidate its sequence log-prob counts.
+    pub fn last_token(&self) -> LastToken {
+        self.last
     }
 }
 

@@ -14,10 +14,10 @@
 //! re-encodes the text with the agent's tokenizer), so it must share the agents' tokenizer,
 //! which the vocabulary size checks.
 use super::api::{ApiComparator, ApiSettings, Sampling};
-use super::centralized;
 use crate::error::{Error, Result};
 use crate::model::{LoadOptions, Policy};
 use crate::train::algorithms::algorithm::{ComparatorSource, Comparison, TextComparator};
+use crate::train::rollout::centralized;
 use crate::train::setup::models::source_of;
 use comlrl_scenario::{ComparatorGenerationMode, ComparatorPolicy, Scenario};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,6 @@
 //! are compared with (`comparator`, its `api` endpoint in `api`) and the replay of earlier rounds'
 //! pairs (`replay`), and the check of a saved state's rounds.
 pub mod api;
-pub mod centralized;
 pub mod comparator;
 pub mod replay;
 

@@ -3,13 +3,17 @@
 //! which is then split into the agents' outputs. CoMLRL uses it for a centralized comparator
 //! (`comparator_generation_mode: centralized`) and a centralized actor (`collaboration_mode:
 //! centralized`); this is its deterministic part, the prompt and the split, checked against
-//! CoMLRL's own adapter (`tests/train/centralized_protocol.rs`).
+//! CoMLRL's own adapter (`tests/train/centralized_protocol.rs`). The centralized actor's prompt
+//! is [`joint_template`]: the agents' templates inside the tagged prompt, one template that
+//! renders what [`build_prompt`] makes of the rendered ones.
 //!
 //! The prompt numbers agents from 0 and asks for one `<agent_i>…</agent_i>` section each. The
 //! split reads agent i's output as Python's `re.search(r"<\s*agent_i\s*>(.*?)<\s*/\s*agent_i\s*>",
 //! completion, IGNORECASE | DOTALL)` does (the first opening tag, then the first closing tag
 //! after it), stripped of surrounding whitespace; an agent without a section gets `""`, and an
 //! answer with no section at all is every agent's `""` (CoMLRL's parse error, caught).
+
+use comlrl_scenario::Template;
 
 /// The one prompt asking for every agent's output, from each agent's own prompt (its template,
 /// no chat template).
@@ -33,6 +37,14 @@ pub fn build_prompt(agent_prompts: &[&str]) -> String {
          Return exactly one section for each agent in this format:\n\
          {outputs}\n"
     )
+}
+
+/// The one template of a centralized actor: [`build_prompt`] around the agents' templates as
+/// written, so that rendering it for a row gives `build_prompt` of each agent's rendered prompt
+/// (the tagged prompt's own text has no brace for the template to read).
+pub fn joint_template(templates: &[Template]) -> std::result::Result<Template, String> {
+    let texts: Vec<&str> = templates.iter().map(Template::as_str).collect();
+    Template::parse(&build_prompt(&texts))
 }
 
 /// The `agents` outputs of one centralized answer; `None` when it has no agent's section
@@ -99,5 +111,25 @@ mod tests {
         );
         assert_eq!(parse("no tags", 2), None);
         assert_eq!(split("<agent_0>open only", 2), ["", ""]);
+    }
+
+    #[test]
+    fn the_joint_template_renders_the_joint_prompt() {
+        let t: Vec<Template> = ["Say {prompt} {{x}}", "{topic}: {prompt}!"]
+            .iter()
+            .map(|t| Template::parse(t).unwrap())
+            .collect();
+        let mut fields = serde_json::Map::new();
+        fields.insert("topic".into(), "cats".into());
+        let row = comlrl_scenario::Row {
+            prompt: "hi {y}".into(),
+            fields,
+        };
+        let rendered: Vec<String> = t.iter().map(|t| t.render(&row)).collect();
+        let refs: Vec<&str> = rendered.iter().map(String::as_str).collect();
+        assert_eq!(
+            joint_template(&t).unwrap().render(&row),
+            build_prompt(&refs)
+        );
     }
 }

@@ -109,8 +109,9 @@ fn decode_x_wt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     Tensor::from_vec(y, (m, out), x.device())
 }
 
-/// Σ a·b in f32 with eight independent sums (so the compiler vectorises it).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+/// Σ a·b in f32 with eight independent sums (so the compiler vectorises it). The Q8_0 base's
+/// row-buffer products use it too, so both frozen bases sum a row in the same order.
+pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut s = [0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ac

@@ -15,6 +15,7 @@
 //! are read once and nothing is written back; the scale is applied per block rather than per
 //! weight, a rounding away from the dequantized product. Each output row is summed the same
 //! way whatever the other rows, so a row samples alike alone or batched.
+use super::bf16_weight::dot;
 use super::compute_dtype::{add_matmul_tn, matmul, ComputeDtype};
 use super::cpu_slices::slice;
 use super::row_blocking::par_row_tasks;
@@ -362,24 +363,6 @@ mod fused {
             *y = _mm512_reduce_add_ps(*a);
         }
     }
-}
-
-/// Σ a·b in f32 with eight independent sums (so the compiler vectorises it).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut s = [0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac
-        .remainder()
-        .iter()
-        .zip(bc.remainder())
-        .map(|(p, q)| p * q)
-        .sum();
-    for (p, q) in ac.zip(bc) {
-        for l in 0..8 {
-            s[l] += p[l] * q[l];
-        }
-    }
-    s.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]

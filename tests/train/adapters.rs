@@ -455,22 +455,28 @@ fn ten_adamw_steps_on_a_bf16_base_leave_it_bit_for_bit() {
     assert!(logprobs(&p2) == other_before, "agent 2 changed");
 }
 
-/// Tiny runs on a bf16 base, in f32 products and in bf16 products with bf16 sampling: every
-/// step runs, and each agent's adapter trains.
+/// Tiny runs on a bf16 and on a Q8_0 base, in f32 products and in bf16 products with bf16
+/// sampling: every step runs, and each agent's adapter trains.
 #[test]
-fn a_run_on_a_bf16_base_trains_the_adapters() {
-    for extra in [
+fn a_run_on_a_bf16_or_q8_0_base_trains_the_adapters() {
+    let extras = [
         &[][..],
         &["trainer.compute_dtype=bf16", "agents.sampling_dtype=bf16"][..],
-    ] {
+    ];
+    for (base_dtype, extra) in ["agents.base_dtype=bf16", "agents.base_dtype=q8_0"]
+        .into_iter()
+        .flat_map(|b| extras.map(|e| (b, e)))
+    {
+        let extra: Vec<&str> = std::iter::once(base_dtype)
+            .chain(extra.iter().copied())
+            .collect();
         let tmp = tempfile::tempdir().unwrap();
         let mut sets = vec![
             "agents.adapter.rank=4",
             "agents.adapter.alpha=16",
-            "agents.base_dtype=bf16",
             "trainer.agent_learning_rate=1e-3",
         ];
-        sets.extend(extra);
+        sets.extend(&extra);
         let s = load_small(tmp.path(), &sets);
         let done = comlrl::train::Trainer::new(s)
             .unwrap()
@@ -566,45 +572,4 @@ fn ten_adamw_steps_on_a_q8_0_base_leave_it_bit_for_bit() {
         "the Q8_0 base or its f32 tensors changed"
     );
     assert!(logprobs(&p2) == other_before, "agent 2 changed");
-}
-
-/// Tiny runs on a Q8_0 base, in f32 products and in bf16 products with bf16 sampling: every
-/// step runs, and each agent's adapter trains.
-#[test]
-fn a_run_on_a_q8_0_base_trains_the_adapters() {
-    for extra in [
-        &[][..],
-        &["trainer.compute_dtype=bf16", "agents.sampling_dtype=bf16"][..],
-    ] {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut sets = vec![
-            "agents.adapter.rank=4",
-            "agents.adapter.alpha=16",
-            "agents.base_dtype=q8_0",
-            "trainer.agent_learning_rate=1e-3",
-        ];
-        sets.extend(extra);
-        let s = load_small(tmp.path(), &sets);
-        let done = comlrl::train::Trainer::new(s)
-            .unwrap()
-            .run(false, &mut ())
-            .unwrap();
-        assert_eq!(done.steps_done, 20, "{extra:?}");
-        let base = Policy::load(
-            &ModelSource::Builtin("tiny".into()),
-            &LoadOptions::default(),
-        )
-        .unwrap();
-        for i in 0..2 {
-            let dir = tmp.path().join(format!("models/agent_{i}"));
-            let ad = Adapter::load(&dir, &base.config, DType::F32, &Device::Cpu).unwrap();
-            let b_sum: f32 = ad
-                .vars()
-                .iter()
-                .filter(|(n, _)| n.contains("lora_B"))
-                .map(|(_, v)| f32s(v.as_tensor()).iter().map(|x| x.abs()).sum::<f32>())
-                .sum();
-            assert!(b_sum > 0.0, "{extra:?} agent {i}: B did not train");
-        }
-    }
 }

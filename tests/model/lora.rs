@@ -18,9 +18,9 @@ use common::grad::{central_difference, f64s};
 use common::*;
 use std::collections::HashMap;
 
-const MODELS: [&str; 3] = ["tiny-qwen2", "tiny-llama", "tiny-qwen3"];
+pub(crate) const MODELS: [&str; 3] = ["tiny-qwen2", "tiny-llama", "tiny-qwen3"];
 
-fn opts(dtype: DType) -> LoadOptions {
+pub(crate) fn opts(dtype: DType) -> LoadOptions {
     LoadOptions {
         dtype,
         ..LoadOptions::default()
@@ -37,7 +37,7 @@ fn adapted(name: &str, dtype: DType) -> Policy {
     p
 }
 
-fn reference(name: &str) -> HashMap<String, Tensor> {
+pub(crate) fn reference(name: &str) -> HashMap<String, Tensor> {
     load_st(
         &fixtures()
             .join("lora")
@@ -47,7 +47,7 @@ fn reference(name: &str) -> HashMap<String, Tensor> {
 }
 
 /// The fixture's sequences as layout rows: the first token as the prompt, the rest scored.
-fn layout(policy: &Policy, r: &HashMap<String, Tensor>) -> ScoreLayout {
+pub(crate) fn layout(policy: &Policy, r: &HashMap<String, Tensor>) -> ScoreLayout {
     let ids = rows_i64(&r["ids"]);
     let ids: Vec<Vec<u32>> = ids
         .iter()
@@ -59,12 +59,12 @@ fn layout(policy: &Policy, r: &HashMap<String, Tensor>) -> ScoreLayout {
 }
 
 /// The fixture's per-row loss weights.
-fn coefs(r: &HashMap<String, Tensor>) -> Vec<f32> {
+pub(crate) fn coefs(r: &HashMap<String, Tensor>) -> Vec<f32> {
     let w = r["weights"].to_vec2::<f32>().unwrap();
     w.iter().map(|row| row[0]).collect()
 }
 
-fn close(what: &str, got: &[f32], want: &[f32], abs: f32, rel: f32) {
+pub(crate) fn close(what: &str, got: &[f32], want: &[f32], abs: f32, rel: f32) {
     assert_eq!(got.len(), want.len(), "{what}: size");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert!(

@@ -349,8 +349,8 @@ fn kv_cache_decode_applies_the_adapters() {
 }
 
 /// A fresh adapter is PEFT's init: B zero (the adapted model is the base), A within
-/// ±1/√in, and a rank beyond a projection's size
-/// or a dropout above 0 (not implemented yet) is refused.
+/// ±1/√in, and a rank beyond a projection's size or a dropout outside [0, 1) is refused; with
+/// a dropout in [0, 1) the adapted model scores as the base (scoring runs without dropout).
 #[test]
 fn fresh_adapters_start_at_the_base() {
     let base = Policy::load(&ModelSource::Builtin("tiny".into()), &opts(DType::F32)).unwrap();
@@ -385,8 +385,15 @@ fn fresh_adapters_start_at_the_base() {
     };
     let e = Adapter::init(big, 0.0, &base.config, 3, DType::F32, &Device::Cpu).unwrap_err();
     assert!(e.to_string().contains("rank"), "{e}");
-    let e = Adapter::init(spec, 0.1, &base.config, 3, DType::F32, &Device::Cpu).unwrap_err();
-    assert!(e.to_string().contains("dropout"), "{e}");
+    for p in [1.0, -0.1, f64::NAN] {
+        let e =
+            Adapter::init(spec.clone(), p, &base.config, 3, DType::F32, &Device::Cpu).unwrap_err();
+        assert!(e.to_string().contains("dropout"), "{e}");
+    }
+    let a = Adapter::init(spec, 0.1, &base.config, 3, DType::F32, &Device::Cpu).unwrap();
+    let dropped = base.share_base(a).unwrap();
+    let scored = f32s(&completion_logprobs(&dropped.model, &lay(&dropped), Mode::Train).unwrap());
+    assert_eq!(before, scored);
 }
 
 /// `Policy::merge` (what `comlrl export --merge` writes): each targeted W becomes W + s·B·A

@@ -732,3 +732,51 @@ fn ten_adamw_steps_with_dropout_leave_the_base_bit_for_bit() {
         assert!(b == &f32s(v.as_tensor()), "{n} changed");
     }
 }
+
+/// An `init` adapter directory with `lora_dropout` 0.2 trains with it unless the scenario sets
+/// `dropout`, which replaces it (0 included); every agent's masks have a key of their own.
+#[test]
+fn an_init_adapter_keeps_its_dropout_unless_the_scenario_sets_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("adapter");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = fixtures().join("lora/tiny-qwen2/adapter");
+    std::fs::copy(
+        src.join("adapter_model.safetensors"),
+        dir.join("adapter_model.safetensors"),
+    )
+    .unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("adapter_config.json")).unwrap())
+            .unwrap();
+    cfg["lora_dropout"] = serde_json::json!(0.2);
+    std::fs::write(dir.join("adapter_config.json"), cfg.to_string()).unwrap();
+    let base = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let model = format!("agents.model={}", fixtures().join("tiny-qwen2").display());
+    let init = format!("agents.adapter.init={}", dir.display());
+    for (set, want) in [
+        (None, 0.2),
+        (Some("agents.adapter.dropout=0"), 0.0),
+        (Some("agents.adapter.dropout=0.05"), 0.05),
+    ] {
+        let mut sets = vec![model.as_str(), init.as_str()];
+        sets.extend(set);
+        let s = load_small(&tmp.path().join("run"), &sets);
+        let keys: Vec<u64> = s
+            .agents
+            .iter()
+            .map(|a| {
+                let ad = comlrl::train::setup::models::agent_adapter(&s, a, &base)
+                    .unwrap()
+                    .expect("an adapter");
+                assert_eq!(ad.dropout, want, "{set:?}");
+                ad.dropout_key
+            })
+            .collect();
+        assert_ne!(keys[0], keys[1], "two agents draw the same masks");
+    }
+}

@@ -10,8 +10,9 @@
 //! (gradient checkpointing) and the hand-written backward draw exactly the mask the first
 //! forward drew, whichever rows share a pass, and a resumed run the one an uninterrupted run
 //! drew. A mask tensor exists only while its product runs, the size of the input it masks.
-use super::lora::PROJECTIONS;
+// The scenario's list, as `lora` re-exports it (not through `lora`, which imports this file).
 use candle_core::{DType, Device, Result, Tensor};
+use comlrl_scenario::PROJECTIONS;
 use rayon::prelude::*;
 use std::collections::HashMap;
 

@@ -3,7 +3,8 @@
 //! log-probs, logits and A/B gradients are PEFT's, through autograd and the hand-written
 //! backward; the A/B gradients under a fixed mask equal f64 finite differences; the masks a
 //! pass draws are the same in the first forward, a recomputed one, kept activations and the
-//! autograd path; p = 0 is the path without dropout bit for bit; scoring runs without dropout.
+//! autograd path; p = 0 is the path without dropout bit for bit; scoring runs without dropout;
+//! a saved adapter records `lora_dropout` and PEFT reads it.
 use crate::common;
 use crate::lora::{close, coefs, layout, opts, reference, MODELS};
 use candle_core::{DType, Device, Tensor, Var};
@@ -304,4 +305,48 @@ fn zero_dropout_is_the_path_without_dropout_bit_for_bit() {
     assert!(before.1 == after.1 && before.0 == after.0);
     let lp0 = f32s(&completion_logprobs(&pol.model, &lay, TrainWithDropout(&d)).unwrap());
     assert!(lp == lp0);
+}
+
+/// An adapter with dropout saves `lora_dropout` p, reads back with it, and PEFT loads the
+/// directory (its eval mode drops nothing) to this model's scoring outputs.
+#[test]
+fn an_adapter_with_dropout_saves_lora_dropout_and_peft_reads_it() {
+    let name = "tiny-qwen2";
+    let p = adapted(name, DType::F32, 0.25);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("agent");
+    p.save(&dir).unwrap();
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("adapter_config.json")).unwrap())
+            .unwrap();
+    assert_eq!(cfg["lora_dropout"], 0.25);
+    let back = Adapter::load(&dir, &p.config, DType::F32, &Device::Cpu).unwrap();
+    assert_eq!(back.dropout, 0.25);
+    let Some(py) = common::python_with(&["peft", "torch", "transformers"]) else {
+        return;
+    };
+    let r = reference(name);
+    let lay = layout(&p, &r);
+    let mut ours = std::collections::BTreeMap::new();
+    let lp = completion_logprobs(&p.model, &lay, Mode::Train).unwrap();
+    ours.insert("logprobs".to_string(), lp);
+    ours.insert("last_logits".to_string(), last_logits(&p, &r, Mode::Train));
+    let expected = tmp.path().join("ours.safetensors");
+    comlrl::model::io::safetensors::save_tensors(&ours, &expected).unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fixtures/make_lora.py");
+    let out = std::process::Command::new(py)
+        .arg(&script)
+        .arg("check")
+        .arg(fixtures().join(name))
+        .arg(&dir)
+        .arg(&expected)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "PEFT check failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

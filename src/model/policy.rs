@@ -8,6 +8,7 @@ use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::config::ModelConfig;
 use crate::model::decoder::forward::Mode;
 use crate::model::decoder::lora;
+use crate::model::decoder::lora_dropout::LoraDropout;
 use crate::model::decoder::tensors;
 use crate::model::error::{Error, Result};
 use crate::model::io::gguf::export::{self, Exported, Quant};
@@ -168,6 +169,9 @@ pub struct Policy {
     /// `sampling_weights` says, so [`Policy::weights_changed`] has nothing to rebuild. Shared,
     /// with the copies, by the policies of [`Policy::share_base`].
     base_copies_built: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The optimizer step the next update's gradients are for, as the trainer set it: with an
+    /// adapter's dropout, which masks the update draws ([`Policy::lora_dropout`]).
+    update_step: std::sync::atomic::AtomicU64,
 }
 
 impl Policy {
@@ -394,6 +398,7 @@ impl Policy {
             tokenizer_config: None,
             adapter: None,
             base_copies_built: Default::default(),
+            update_step: Default::default(),
         })
     }
 
@@ -443,6 +448,7 @@ impl Policy {
             tokenizer_config: self.tokenizer_config.clone(),
             adapter: Some(adapter),
             base_copies_built: built,
+            update_step: Default::default(),
         })
     }
 
@@ -455,6 +461,7 @@ impl Policy {
             &self.model,
             &adapter.spec,
             &adapter.by_key(),
+            adapter.dropout,
         )?)
     }
 
@@ -536,6 +543,24 @@ impl Policy {
     /// The LoRA adapter, if the policy has one.
     pub fn adapter(&self) -> Option<&Adapter> {
         self.adapter.as_ref()
+    }
+
+    /// Sets the optimizer step the next update's gradients are for (the trainer, before each
+    /// mini-batch): it keys the masks of the adapter's dropout, so a resumed run draws the
+    /// masks an uninterrupted one drew.
+    pub fn set_update_step(&self, step: u64) {
+        self.update_step
+            .store(step, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The masks of an update pass over the sequences `seqs` (one stable id each within the
+    /// mini-batch), `width` positions each, where the adapter has a dropout (else `None`):
+    /// keyed by the adapter's dropout key and the update step ([`Policy::set_update_step`]).
+    pub fn lora_dropout(&self, seqs: Vec<u64>, width: usize) -> Option<LoraDropout> {
+        let ad = self.adapter.as_ref().filter(|a| a.dropout > 0.0)?;
+        let step = self.update_step.load(std::sync::atomic::Ordering::Relaxed);
+        let key = crate::model::decoder::lora_dropout::stream_key(ad.dropout_key, step);
+        Some(LoraDropout::hashed(key, seqs, width))
     }
 
     /// The base model's weights as loaded, in checkpoint order (the trainable variables when

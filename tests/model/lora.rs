@@ -18,9 +18,9 @@ use common::grad::{central_difference, f64s};
 use common::*;
 use std::collections::HashMap;
 
-const MODELS: [&str; 3] = ["tiny-qwen2", "tiny-llama", "tiny-qwen3"];
+pub(crate) const MODELS: [&str; 3] = ["tiny-qwen2", "tiny-llama", "tiny-qwen3"];
 
-fn opts(dtype: DType) -> LoadOptions {
+pub(crate) fn opts(dtype: DType) -> LoadOptions {
     LoadOptions {
         dtype,
         ..LoadOptions::default()
@@ -37,7 +37,7 @@ fn adapted(name: &str, dtype: DType) -> Policy {
     p
 }
 
-fn reference(name: &str) -> HashMap<String, Tensor> {
+pub(crate) fn reference(name: &str) -> HashMap<String, Tensor> {
     load_st(
         &fixtures()
             .join("lora")
@@ -47,7 +47,7 @@ fn reference(name: &str) -> HashMap<String, Tensor> {
 }
 
 /// The fixture's sequences as layout rows: the first token as the prompt, the rest scored.
-fn layout(policy: &Policy, r: &HashMap<String, Tensor>) -> ScoreLayout {
+pub(crate) fn layout(policy: &Policy, r: &HashMap<String, Tensor>) -> ScoreLayout {
     let ids = rows_i64(&r["ids"]);
     let ids: Vec<Vec<u32>> = ids
         .iter()
@@ -59,12 +59,12 @@ fn layout(policy: &Policy, r: &HashMap<String, Tensor>) -> ScoreLayout {
 }
 
 /// The fixture's per-row loss weights.
-fn coefs(r: &HashMap<String, Tensor>) -> Vec<f32> {
+pub(crate) fn coefs(r: &HashMap<String, Tensor>) -> Vec<f32> {
     let w = r["weights"].to_vec2::<f32>().unwrap();
     w.iter().map(|row| row[0]).collect()
 }
 
-fn close(what: &str, got: &[f32], want: &[f32], abs: f32, rel: f32) {
+pub(crate) fn close(what: &str, got: &[f32], want: &[f32], abs: f32, rel: f32) {
     assert_eq!(got.len(), want.len(), "{what}: size");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert!(
@@ -349,8 +349,8 @@ fn kv_cache_decode_applies_the_adapters() {
 }
 
 /// A fresh adapter is PEFT's init: B zero (the adapted model is the base), A within
-/// ±1/√in, and a rank beyond a projection's size
-/// or a dropout above 0 (not implemented yet) is refused.
+/// ±1/√in, and a rank beyond a projection's size or a dropout outside [0, 1) is refused; with
+/// a dropout in [0, 1) the adapted model scores as the base (scoring runs without dropout).
 #[test]
 fn fresh_adapters_start_at_the_base() {
     let base = Policy::load(&ModelSource::Builtin("tiny".into()), &opts(DType::F32)).unwrap();
@@ -385,8 +385,15 @@ fn fresh_adapters_start_at_the_base() {
     };
     let e = Adapter::init(big, 0.0, &base.config, 3, DType::F32, &Device::Cpu).unwrap_err();
     assert!(e.to_string().contains("rank"), "{e}");
-    let e = Adapter::init(spec, 0.1, &base.config, 3, DType::F32, &Device::Cpu).unwrap_err();
-    assert!(e.to_string().contains("dropout"), "{e}");
+    for p in [1.0, -0.1, f64::NAN] {
+        let e =
+            Adapter::init(spec.clone(), p, &base.config, 3, DType::F32, &Device::Cpu).unwrap_err();
+        assert!(e.to_string().contains("dropout"), "{e}");
+    }
+    let a = Adapter::init(spec, 0.1, &base.config, 3, DType::F32, &Device::Cpu).unwrap();
+    let dropped = base.share_base(a).unwrap();
+    let scored = f32s(&completion_logprobs(&dropped.model, &lay(&dropped), Mode::Train).unwrap());
+    assert_eq!(before, scored);
 }
 
 /// `Policy::merge` (what `comlrl export --merge` writes): each targeted W becomes W + s·B·A

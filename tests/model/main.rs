@@ -16,6 +16,7 @@ mod io;
 mod kernels_bf16_gemm;
 mod lora;
 mod lora_bf16_base;
+mod lora_dropout;
 mod lora_q8_base;
 mod reference;
 mod sample_batch;

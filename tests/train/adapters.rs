@@ -573,3 +573,210 @@ fn ten_adamw_steps_on_a_q8_0_base_leave_it_bit_for_bit() {
     );
     assert!(logprobs(&p2) == other_before, "agent 2 changed");
 }
+
+/// LoRA dropout in a run (`agents.adapter.dropout: 0.1`): every step's rewards are finite, the
+/// adapters train and differ from a run without dropout (the masks are applied), the saved
+/// directories record `lora_dropout` 0.1, and an interrupted run resumed from its checkpoint
+/// draws the same masks: it ends bit for bit where the uninterrupted one does. The same with
+/// the autograd path (`gradient_checkpointing: false`), whose masks are the recomputed path's.
+#[test]
+fn a_run_with_adapter_dropout_trains_and_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dirs = ["a", "b", "none", "autograd"].map(|d| tmp.path().join(d));
+    let [a, b, none, autograd] = &dirs;
+    let extra = [
+        "checkpoint_every=4",
+        "agents.adapter.rank=4",
+        "agents.adapter.alpha=16",
+        "agents.adapter.dropout=0.1",
+        "trainer.agent_learning_rate=1e-3",
+    ];
+    let run = |dir: &std::path::Path, sets: &[&str]| {
+        comlrl::train::Trainer::new(load_small(dir, sets))
+            .unwrap()
+            .run(false, &mut ())
+            .unwrap()
+    };
+    assert_eq!(run(a, &extra).steps_done, 20);
+    let mut t = comlrl::train::Trainer::new(load_small(b, &extra)).unwrap();
+    let flag = t.interrupt_flag();
+    assert!(t.run(false, &mut StopAt(7, flag)).unwrap().interrupted);
+    let done = comlrl::train::Trainer::new(load_small(b, &extra))
+        .unwrap()
+        .run(true, &mut ())
+        .unwrap();
+    assert_eq!(done.steps_done, 20);
+    assert_eq!(metrics_without_timing(a), metrics_without_timing(b));
+    let rows = metrics(a);
+    assert!(!rows.is_empty());
+    for r in &rows {
+        let reward = r["reward_mean"]
+            .as_f64()
+            .or_else(|| r["rewards/mean"].as_f64());
+        if let Some(x) = reward {
+            assert!(x.is_finite(), "reward {x}");
+        }
+        for (k, v) in r.as_object().unwrap() {
+            if let Some(x) = v.as_f64() {
+                assert!(x.is_finite(), "{k} = {x}");
+            }
+        }
+    }
+    let no_dropout: Vec<&str> = extra
+        .iter()
+        .copied()
+        .filter(|s| !s.contains("dropout"))
+        .collect();
+    run(none, &no_dropout);
+    let ckpt_off: Vec<&str> = extra
+        .iter()
+        .copied()
+        .chain(["trainer.gradient_checkpointing=false"])
+        .collect();
+    run(autograd, &ckpt_off);
+    let base = Policy::load(
+        &ModelSource::Builtin("tiny".into()),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    for i in 0..2 {
+        let file = format!("models/agent_{i}/adapter_model.safetensors");
+        let read = |d: &std::path::Path| std::fs::read(d.join(&file)).unwrap();
+        assert!(read(a) == read(b), "agent {i}: resumed adapter differs");
+        assert!(read(a) != read(none), "agent {i}: dropout changed nothing");
+        let dir = a.join(format!("models/agent_{i}"));
+        let cfg: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("adapter_config.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(cfg["lora_dropout"], 0.1);
+        let ad = Adapter::load(&dir, &base.config, DType::F32, &Device::Cpu).unwrap();
+        assert_eq!(ad.dropout, 0.1);
+        let b_sum: f32 = ad
+            .vars()
+            .iter()
+            .filter(|(n, _)| n.contains("lora_B"))
+            .map(|(_, v)| f32s(v.as_tensor()).iter().map(|x| x.abs()).sum::<f32>())
+            .sum();
+        assert!(b_sum > 0.0, "agent {i}: B did not train");
+        // The autograd path drew the same masks: its adapters are the recomputed run's up to
+        // float rounding (20 steps of it), far closer than to the run without dropout.
+        let load = |d: &std::path::Path| {
+            let ad = Adapter::load(
+                &d.join(format!("models/agent_{i}")),
+                &base.config,
+                DType::F32,
+                &Device::Cpu,
+            )
+            .unwrap();
+            ad.vars()
+                .iter()
+                .flat_map(|(_, v)| f32s(v.as_tensor()))
+                .collect::<Vec<f32>>()
+        };
+        let (x, y, z) = (load(a), load(autograd), load(none));
+        let dist = |p: &[f32], q: &[f32]| {
+            p.iter()
+                .zip(q)
+                .map(|(u, v)| (u - v).abs())
+                .fold(0f32, f32::max)
+        };
+        assert!(
+            dist(&x, &y) < 0.1 * dist(&x, &z),
+            "agent {i}: autograd {} vs no dropout {}",
+            dist(&x, &y),
+            dist(&x, &z)
+        );
+    }
+}
+
+/// A fresh agent's adapter with dropout 0.1 on a shared base: 10 AdamW steps on gradients with
+/// the masks of each step leave the base bit for bit and train the adapter.
+#[test]
+fn ten_adamw_steps_with_dropout_leave_the_base_bit_for_bit() {
+    let base = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let mut ad = Adapter::init(spec(), 0.1, &base.config, 1, DType::F32, &Device::Cpu).unwrap();
+    ad.dropout_key = 5;
+    let p = base.with_adapter(ad).unwrap();
+    let base_before: Vec<Vec<f32>> = p
+        .base_vars()
+        .iter()
+        .map(|(_, v)| f32s(v.as_tensor()))
+        .collect();
+    let before = logprobs(&p);
+    let vars = p.vars();
+    let mut opt = AdamW::new(
+        vars.clone(),
+        AdamWConfig {
+            lr: 1e-2,
+            ..AdamWConfig::default()
+        },
+    );
+    let vs: Vec<Var> = vars.iter().map(|(_, v)| v.clone()).collect();
+    let ids: Vec<u32> = vec![5, 17, 230, 41, 999, 3, 77];
+    let mut lay = ScoreLayout::new(&p.model, &[&ids[..2]], &[&ids[2..]], p.pad_id).unwrap();
+    let width = lay.ids.dim(1).unwrap();
+    for step in 0..10 {
+        p.set_update_step(step);
+        lay.dropout = p.lora_dropout(vec![0], width);
+        let mut acc: Vec<Option<Tensor>> = vec![None; vs.len()];
+        weighted_logprob_grads(&p.model, &lay, &[-1.0], &vs, &mut acc).unwrap();
+        opt.step_grads(&acc, 1e-2, None).unwrap();
+    }
+    assert_ne!(logprobs(&p), before, "the adapter trained");
+    for (b, (n, v)) in base_before.iter().zip(p.base_vars()) {
+        assert!(b == &f32s(v.as_tensor()), "{n} changed");
+    }
+}
+
+/// An `init` adapter directory with `lora_dropout` 0.2 trains with it unless the scenario sets
+/// `dropout`, which replaces it (0 included); every agent's masks have a key of their own.
+#[test]
+fn an_init_adapter_keeps_its_dropout_unless_the_scenario_sets_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("adapter");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = fixtures().join("lora/tiny-qwen2/adapter");
+    std::fs::copy(
+        src.join("adapter_model.safetensors"),
+        dir.join("adapter_model.safetensors"),
+    )
+    .unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("adapter_config.json")).unwrap())
+            .unwrap();
+    cfg["lora_dropout"] = serde_json::json!(0.2);
+    std::fs::write(dir.join("adapter_config.json"), cfg.to_string()).unwrap();
+    let base = Policy::load(
+        &ModelSource::Local(fixtures().join("tiny-qwen2")),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let model = format!("agents.model={}", fixtures().join("tiny-qwen2").display());
+    let init = format!("agents.adapter.init={}", dir.display());
+    for (set, want) in [
+        (None, 0.2),
+        (Some("agents.adapter.dropout=0"), 0.0),
+        (Some("agents.adapter.dropout=0.05"), 0.05),
+    ] {
+        let mut sets = vec![model.as_str(), init.as_str()];
+        sets.extend(set);
+        let s = load_small(&tmp.path().join("run"), &sets);
+        let keys: Vec<u64> = s
+            .agents
+            .iter()
+            .map(|a| {
+                let ad = comlrl::train::setup::models::agent_adapter(&s, a, &base)
+                    .unwrap()
+                    .expect("an adapter");
+                assert_eq!(ad.dropout, want, "{set:?}");
+                ad.dropout_key
+            })
+            .collect();
+        assert_ne!(keys[0], keys[1], "two agents draw the same masks");
+    }
+}

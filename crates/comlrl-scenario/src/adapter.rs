@@ -1,7 +1,9 @@
 //! `agents.adapter`: a LoRA adapter on the agent's frozen base (the model's `decoder::lora`),
 //! its defaults (PEFT's `LoraConfig` where it has one) and checks. With `init` the rank, α,
 //! targets and rsLoRA come from that PEFT directory's `adapter_config.json` (read when the model
-//! loads, checked against the base there), so setting them as well is an error.
+//! loads, checked against the base there), so setting them as well is an error; `dropout` may
+//! be set next to `init` (it overrides the directory's `lora_dropout`: a training setting, not
+//! a property of the weights).
 use crate::collect::Diags;
 use crate::paths;
 use crate::plan::{AdapterPlan, BaseDtype};
@@ -23,7 +25,8 @@ pub const PROJECTIONS: [&str; 7] = [
 /// The largest rank accepted (the model's `lora::MAX_RANK`; a rank sizes A and B).
 pub const MAX_RANK: usize = 4096;
 
-/// PEFT's `LoraConfig` defaults: r 8, α 8, dropout 0.
+/// PEFT's `LoraConfig` defaults: r 8, α 8, dropout 0 (unset `dropout` is 0, or with `init`
+/// the directory's `lora_dropout`).
 pub const DEFAULT_RANK: usize = 8;
 /// See [`DEFAULT_RANK`].
 pub const DEFAULT_ALPHA: f64 = 8.0;
@@ -67,14 +70,21 @@ pub(crate) fn resolve(
             );
         }
     }
-    let dropout = raw.dropout.unwrap_or(0.0);
-    if dropout != 0.0 {
-        d.invalid(
-            &p.key("dropout"),
-            format!("dropout {dropout} is not implemented yet"),
-            "use `dropout: 0` (adapters train without dropout)",
-        );
+    if let Some(q) = raw.dropout {
+        // 1 would drop every input of the branch (and scale by 1 / 0).
+        if !(0.0..1.0).contains(&q) {
+            d.invalid(
+                &p.key("dropout"),
+                format!("dropout {q} is outside [0, 1)"),
+                "use e.g. `dropout: 0.05` (PEFT's lora_dropout), or 0 for none",
+            );
+        }
     }
+    // Without `init` unset is PEFT's default 0; with it, the directory's `lora_dropout`.
+    let dropout = match raw.init {
+        None => Some(raw.dropout.unwrap_or(0.0)),
+        Some(_) => raw.dropout,
+    };
     let targets: Vec<String> = match &raw.targets {
         None => PROJECTIONS.iter().map(|s| s.to_string()).collect(),
         Some(t) => {
@@ -142,13 +152,13 @@ pub(crate) fn emit(a: &Option<AdapterPlan>) -> Option<RawAdapter> {
     Some(match &a.init {
         Some(dir) => RawAdapter {
             init: Some(dir.clone()),
-            dropout: Some(a.dropout),
+            dropout: a.dropout,
             ..RawAdapter::default()
         },
         None => RawAdapter {
             rank: Some(a.rank),
             alpha: Some(a.alpha),
-            dropout: Some(a.dropout),
+            dropout: a.dropout,
             targets: Some(a.targets.clone()),
             init: None,
             rslora: Some(a.rslora),

@@ -164,7 +164,11 @@ section! {
         /// [adapters.md](adapters.md)): `{rank, alpha, dropout, targets, init, rslora}`.
         /// `rank` (default 8, PEFT's; at most 4096 and the projection's smaller dimension),
         /// `alpha` (default 8, PEFT's; the term is scaled by alpha / rank, alpha / √rank with
-        /// `rslora: true`, default false), `dropout` (0, the only value implemented yet),
+        /// `rslora: true`, default false), `dropout` (PEFT's `lora_dropout` p in [0, 1): in the
+        /// update's passes the low-rank branch reads the input with each element zeroed with
+        /// probability p and the rest scaled by 1 / (1 − p); sampling, scoring and the KL
+        /// reference run without it; default 0, PEFT's, which also lets a pass compute a
+        /// shared prompt once; with `init` unset means the directory's `lora_dropout`),
         /// `targets` (default all seven projections `q_proj`, `k_proj`, `v_proj`, `o_proj`,
         /// `gate_proj`, `up_proj`, `down_proj`, as QLoRA adapts every linear layer), `init` (a
         /// PEFT adapter directory to start from, relative to the scenario; its config then

@@ -649,8 +649,9 @@ pub struct AdapterPlan {
     pub rank: usize,
     /// α (with `init`, the directory's).
     pub alpha: f64,
-    /// Dropout on the adapter's input: 0 (the only value implemented).
-    pub dropout: f64,
+    /// PEFT's `lora_dropout` p in [0, 1) on the low-rank branch's input in the update's
+    /// passes (0 unless set: PEFT's default); `None` only with `init`: the directory's.
+    pub dropout: Option<f64>,
     /// The projections that carry adapters (with `init`, the directory's).
     pub targets: Vec<String>,
     /// A PEFT adapter directory (absolute) to start from instead of PEFT's fresh init.

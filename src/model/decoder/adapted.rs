@@ -9,8 +9,17 @@ use std::collections::HashMap;
 
 /// A copy of `model` with adapters on the projections `spec` targets, A and B from `vars` (by
 /// [`LoraKey`], every tensor of [`LoraSpec::tensors`]): the base's tensors are the same tensors
-/// (shared storage), so any number of adapted copies cost one base.
-pub fn attach(model: &CausalLm, spec: &LoraSpec, vars: &HashMap<LoraKey, Var>) -> Result<CausalLm> {
+/// (shared storage), so any number of adapted copies cost one base. `dropout` is PEFT's
+/// `lora_dropout`, applied only in training passes (`lora_dropout`).
+pub fn attach(
+    model: &CausalLm,
+    spec: &LoraSpec,
+    vars: &HashMap<LoraKey, Var>,
+    dropout: f64,
+) -> Result<CausalLm> {
+    if !(0.0..1.0).contains(&dropout) {
+        candle_core::bail!("lora dropout {dropout} is outside [0, 1)");
+    }
     let mut out = frozen(model);
     let scale = spec.scale();
     for (l, layer) in out.layers.iter_mut().enumerate() {
@@ -52,6 +61,8 @@ pub fn attach(model: &CausalLm, spec: &LoraSpec, vars: &HashMap<LoraKey, Var>) -
                 a: ta,
                 b: tb,
                 scale,
+                dropout,
+                site: (l, name),
             });
         }
     }

@@ -4,6 +4,7 @@
 //! positions). The decoder defines them and `Mode` is the plain strategy, on the weights as
 //! the checkpoint stores them; sampling implements both with its weight copies and its KV
 //! cache (`model::sample`), so the layers know nothing of either.
+use super::lora_dropout::LoraDropout;
 use crate::model::kernels::compute_dtype::ComputeDtype;
 use crate::model::kernels::{bf16_weight, f32_decode, q8_weight};
 use candle_core::{DType, Result, Tensor};
@@ -38,6 +39,30 @@ pub trait WeightProducts {
     /// x (rows, in) · Wᵀ for `w` (out, in), a projection's or the LM head's weight as the
     /// checkpoint stores it.
     fn x_wt(&self, x: &Tensor, w: &Tensor) -> Result<Tensor>;
+
+    /// The LoRA dropout masks of a training pass (PEFT's train mode); `None`, every forward
+    /// but an update's, is PEFT's eval mode: no dropout.
+    fn lora_dropout(&self) -> Option<&LoraDropout> {
+        None
+    }
+}
+
+/// `Mode::Train` with LoRA dropout: the update's forward on the path without recompute.
+#[derive(Debug, Clone, Copy)]
+pub struct TrainWithDropout<'a>(pub &'a LoraDropout);
+
+impl WeightProducts for TrainWithDropout<'_> {
+    fn mode(&self) -> Mode {
+        Mode::Train
+    }
+
+    fn x_wt(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        Mode::Train.x_wt(x, w)
+    }
+
+    fn lora_dropout(&self) -> Option<&LoraDropout> {
+        Some(self.0)
+    }
 }
 
 /// The products on the checkpoint-layout weights themselves: `Train` through a transposed view

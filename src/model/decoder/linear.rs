@@ -80,7 +80,7 @@ impl Linear {
             None => y,
         };
         let y = match &self.lora {
-            Some(l) => l.add_to(&x2, &y)?,
+            Some(l) => l.add_to(&x2, &y, products.lora_dropout())?,
             None => y,
         };
         let mut out = dims.to_vec();

@@ -5,6 +5,7 @@
 //! base tensors; [`init_tensors`] draws PEFT's initialisation (A Kaiming-uniform with a = √5, that is
 //! U(±1/√in); B zeros), seeded.
 use super::config::ModelConfig;
+use super::lora_dropout::{LoraDropout, LoraSite};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -148,7 +149,7 @@ pub fn init_tensors(
     Ok(out)
 }
 
-/// One projection's low-rank term s·(x·Aᵀ)·Bᵀ.
+/// One projection's low-rank term s·(drop(x)·Aᵀ)·Bᵀ.
 #[derive(Debug, Clone)]
 pub struct Lora {
     /// A (r, in).
@@ -157,11 +158,35 @@ pub struct Lora {
     pub(crate) b: Tensor,
     /// s.
     pub(crate) scale: f64,
+    /// PEFT's `lora_dropout` p: drop(x) in a training pass handed a [`LoraDropout`], x itself
+    /// in every other.
+    pub(crate) dropout: f64,
+    /// Where this adapter sits (its dropout masks' key).
+    pub(crate) site: LoraSite,
 }
 
 impl Lora {
-    /// y + s·(x·Aᵀ)·Bᵀ for x (rows, in), y (rows, out), differentiable in A and B (and x).
-    pub fn add_to(&self, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+    /// The branch's input for x (rows, in): x ⊙ the mask of `dropout` where this adapter has
+    /// a dropout and the pass hands one, else x itself; with the mask used (to scale d x).
+    pub(crate) fn branch_input(
+        &self,
+        x: &Tensor,
+        dropout: Option<&LoraDropout>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        match dropout {
+            Some(d) if self.dropout > 0.0 => {
+                let (rows, in_dim) = x.dims2()?;
+                let m = d.mask(self.site, self.dropout, rows, in_dim, x.dtype(), x.device())?;
+                Ok(((x * &m)?, Some(m)))
+            }
+            _ => Ok((x.clone(), None)),
+        }
+    }
+
+    /// y + s·(drop(x)·Aᵀ)·Bᵀ for x (rows, in), y (rows, out), differentiable in A and B (and
+    /// x); drop as [`Lora::branch_input`].
+    pub fn add_to(&self, x: &Tensor, y: &Tensor, dropout: Option<&LoraDropout>) -> Result<Tensor> {
+        let (x, _) = self.branch_input(x, dropout)?;
         let u = x.matmul(&self.a.t()?)?;
         let d = (u.matmul(&self.b.t()?)? * self.scale)?;
         y + d

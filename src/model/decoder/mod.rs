@@ -13,6 +13,7 @@ pub(crate) mod forward;
 pub(crate) mod layer;
 pub(crate) mod linear;
 pub mod lora;
+pub mod lora_dropout;
 pub(crate) mod mlp;
 pub(crate) mod norm;
 pub(crate) mod rope;

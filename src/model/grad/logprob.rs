@@ -4,6 +4,7 @@
 use crate::model::decoder::batch::{causal_mask, position_ids};
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::forward::WeightProducts;
+use crate::model::decoder::lora_dropout::LoraDropout;
 use candle_core::{Result, Tensor};
 
 /// A prompt/completion batch laid out for scoring.
@@ -26,6 +27,9 @@ pub struct ScoreLayout {
     /// Every row continues the same prompt (a node sample's completions): the update may
     /// compute the prompt once (see `recompute`).
     pub shared_prompt: bool,
+    /// An update pass's LoRA dropout masks over these rows (PEFT's train mode; see
+    /// `decoder::lora_dropout`): read by the recomputed pass; `None` (scoring) drops nothing.
+    pub dropout: Option<LoraDropout>,
 }
 
 impl ScoreLayout {
@@ -88,6 +92,7 @@ impl ScoreLayout {
             prompt_width: t,
             completion_width: c,
             shared_prompt: prompts.windows(2).all(|w| w[0] == w[1]),
+            dropout: None,
         })
     }
 }

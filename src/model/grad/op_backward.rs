@@ -24,7 +24,8 @@ pub(crate) fn lin(x: &Tensor, l: &Linear, pr: Products) -> Result<Tensor> {
     };
     match &l.lora {
         Some(lo) => {
-            let u = f32_mm(x, &lo.a.detach().t()?)?;
+            let (xd, _) = lo.branch_input(x, pr.dropout)?;
+            let u = f32_mm(&xd, &lo.a.detach().t()?)?;
             y + (f32_mm(&u, &lo.b.detach().t()?)? * lo.scale)?
         }
         None => Ok(y),
@@ -58,7 +59,8 @@ fn acc_tn(
 /// Backward of [`lin`]: accumulates d W = dyᵀ · x (the first one written, not added to
 /// zeros) and d b = Σ dy where they have slots, returns d x = dy · W (both products as `pr`
 /// says). With an adapter, also d B = s·dyᵀ·(x·Aᵀ) and d A = s·(dy·B)ᵀ·x, and d x gains
-/// s·(dy·B)·A (in f32): a frozen W (no slot) costs only its d x product.
+/// s·(dy·B)·A (in f32): a frozen W (no slot) costs only its d x product. With LoRA dropout
+/// (`pr.dropout`) x is drop(x) in d A and d B, and d x's low-rank part is masked the same way.
 pub(crate) fn lin_back(
     dy: &Tensor,
     x: &Tensor,
@@ -80,13 +82,20 @@ pub(crate) fn lin_back(
     };
     let f32 = ComputeDtype::F32;
     let (a, b) = (lo.a.detach(), lo.b.detach());
+    // With dropout the branch read drop(x) = x ⊙ m: the same mask, drawn again (`lora_dropout`).
+    let (xd, m) = lo.branch_input(x, pr.dropout)?;
     if slots.slot(acc, &lo.b).is_some() {
-        let us = (f32_mm(x, &a.t()?)? * lo.scale)?;
+        let us = (f32_mm(&xd, &a.t()?)? * lo.scale)?;
         acc_tn(slots, acc, &lo.b, dy, &us, f32)?;
     }
     let gs = (f32_mm(dy, &b)? * lo.scale)?;
-    acc_tn(slots, acc, &lo.a, &gs, x, f32)?;
-    dx + f32_mm(&gs, &a)?
+    acc_tn(slots, acc, &lo.a, &gs, &xd, f32)?;
+    drop(xd);
+    let dxd = f32_mm(&gs, &a)?;
+    match m {
+        Some(m) => dx + (dxd * m)?,
+        None => dx + dxd,
+    }
 }
 
 /// RMSNorm over the rows of x (rows, h), without a graph.

@@ -8,6 +8,7 @@
 //! Wᵀ in f32), so they are kept only within `trainer.packed_weights_mb`; the products are the
 //! same bit for bit with and without them.
 use crate::model::decoder::causal_lm::CausalLm;
+use crate::model::decoder::lora_dropout::LoraDropout;
 use crate::model::kernels::compute_dtype::{matmul, ComputeDtype, Prepared};
 use crate::model::kernels::{bf16_weight, q8_weight};
 use candle_core::{Result, Tensor, TensorId};
@@ -111,17 +112,32 @@ pub struct Products<'a> {
     /// The operand type.
     pub dt: ComputeDtype,
     packed: Option<&'a PackedWeights>,
+    /// The pass's LoRA dropout masks (a training pass of an adapter with dropout).
+    pub dropout: Option<&'a LoraDropout>,
 }
 
 impl<'a> Products<'a> {
     /// Products in `dt`, each packing its weight (bf16) itself.
     pub fn new(dt: ComputeDtype) -> Self {
-        Self { dt, packed: None }
+        Self {
+            dt,
+            packed: None,
+            dropout: None,
+        }
     }
 
     /// Products in `dt` that take their weights from `packed` (where it has them).
     pub fn with(dt: ComputeDtype, packed: Option<&'a PackedWeights>) -> Self {
-        Self { dt, packed }
+        Self {
+            dt,
+            packed,
+            dropout: None,
+        }
+    }
+
+    /// These products with the pass's LoRA dropout masks.
+    pub fn dropping(self, dropout: Option<&'a LoraDropout>) -> Self {
+        Self { dropout, ..self }
     }
 
     /// The packed LM head, if the mini-batch packed one.

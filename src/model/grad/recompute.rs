@@ -305,7 +305,7 @@ fn forward_layers<'a>(
     packed: Option<&'a PackedWeights>,
 ) -> Result<Layers<'a>> {
     let dt = plan.dtype;
-    let products = Products::with(dt, packed);
+    let products = Products::with(dt, packed).dropping(layout.dropout.as_ref());
     let embedding = candle_nn::Embedding::new(model.embed_tokens.clone(), model.cfg.hidden_size);
     // With a shared prompt part of P tokens the rows below are the last S = T + C − P columns.
     let split = prompt_part(model, layout, plan.share_prompt)?;

@@ -73,7 +73,15 @@ impl PromptPart {
 /// activations and a second small attention, so even short prompts gain.
 pub fn prompt_part(model: &CausalLm, layout: &ScoreLayout, share: bool) -> Result<Option<usize>> {
     let (b, _) = layout.ids.dims2()?;
-    if !share || !layout.shared_prompt || b < 2 || layout.prompt_width < 2 {
+    // Under LoRA dropout each row draws its own masks over the prompt's positions too (as
+    // K whole rows do in PEFT), so the rows' prompt activations differ: nothing to share.
+    let dropped = layout.dropout.is_some()
+        && model
+            .layers
+            .iter()
+            .flat_map(|l| l.linears())
+            .any(|l| l.lora.as_ref().is_some_and(|lo| lo.dropout > 0.0));
+    if !share || !layout.shared_prompt || dropped || b < 2 || layout.prompt_width < 2 {
         return Ok(None);
     }
     let p = layout.prompt_width - 1;

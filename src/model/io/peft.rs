@@ -36,21 +36,25 @@ pub fn base_weight_name(layer: usize, module: &str) -> String {
     format!("model.layers.{layer}.{block}.{module}.weight")
 }
 
-/// One agent's LoRA adapter: its spec, dropout (as recorded; training runs with 0) and the A
-/// and B of every targeted projection as trainable variables.
+/// One agent's LoRA adapter: its spec, dropout and the A and B of every targeted projection
+/// as trainable variables.
 #[derive(Debug, Clone)]
 pub struct Adapter {
     /// Rank, α, rsLoRA and targets.
     pub spec: LoraSpec,
-    /// PEFT's `lora_dropout` (kept for the directory written back).
+    /// PEFT's `lora_dropout` p in [0, 1): applied in the update's passes only
+    /// (`decoder::lora_dropout`), written back to the directory.
     pub dropout: f64,
+    /// Which masks the dropout draws (`lora_dropout::agent_key`: the run's seed and the
+    /// agent); 0 until the trainer sets it.
+    pub dropout_key: u64,
     /// In [`LoraSpec::tensors`] order.
     vars: Vec<(LoraKey, Var)>,
 }
 
 impl Adapter {
-    /// PEFT's initialisation (A Kaiming-uniform, B zero) from `seed`, for a base with `cfg`.
-    /// Only `dropout` 0 is implemented: any other value is refused.
+    /// PEFT's initialisation (A Kaiming-uniform, B zero) from `seed`, for a base with `cfg`;
+    /// `dropout` must be in [0, 1).
     pub fn init(
         spec: LoraSpec,
         dropout: f64,
@@ -61,12 +65,7 @@ impl Adapter {
     ) -> Result<Self> {
         spec.validate(cfg)
             .map_err(|e| Error::Invalid(format!("adapter: {e}")))?;
-        if dropout != 0.0 {
-            return Err(Error::Invalid(format!(
-                "adapter: dropout {dropout} is not implemented yet (adapters train without \
-                 dropout): set dropout: 0"
-            )));
-        }
+        check_dropout(dropout).map_err(|e| Error::Invalid(format!("adapter: {e}")))?;
         let vars = init_tensors(&spec, cfg, seed, dtype, dev)?
             .into_iter()
             .map(|(k, t)| Ok((k, Var::from_tensor(&t)?)))
@@ -74,6 +73,7 @@ impl Adapter {
         Ok(Self {
             spec,
             dropout,
+            dropout_key: 0,
             vars,
         })
     }
@@ -141,6 +141,7 @@ impl Adapter {
         Ok(Self {
             spec,
             dropout,
+            dropout_key: 0,
             vars,
         })
     }
@@ -244,7 +245,7 @@ pub fn read_spec(dir: &Path) -> Result<(LoraSpec, f64)> {
     parse_config(&json).map_err(|e| Error::file(&cpath, e))
 }
 
-/// Dropout must be a probability below 1; only 0 is trained (see `docs/adapters.md`).
+/// Dropout must be a probability below 1 (1 would drop every input; see `docs/adapters.md`).
 fn check_dropout(p: f64) -> std::result::Result<(), String> {
     if !(0.0..1.0).contains(&p) {
         return Err(format!("dropout {p} is outside [0, 1)"));

@@ -131,6 +131,8 @@ impl<'a> Learner<'a> {
         );
         let norm = self.opt.step_grads(&lg.grads, lr, r.max_grad_norm)?;
         drop(lg.grads);
+        // The next mini-batch's LoRA dropout masks are the next step's.
+        self.policy.set_update_step(self.opt.step);
         if self.copies_follow {
             self.policy.weights_changed()?;
         }
@@ -196,6 +198,12 @@ impl<'a> Round<'a> {
             .zip(optims.iter_mut())
             .enumerate()
             .filter_map(|(i, (p, o))| Some((i, p.as_ref()?, o.as_mut()?)))
+            .map(|(index, policy, opt)| {
+                // The round's first mini-batch draws the LoRA dropout masks of the agent's
+                // next optimizer step (restored on resume with the optimizer).
+                policy.set_update_step(opt.step);
+                (index, policy, opt)
+            })
             .map(|(index, policy, opt)| Learner {
                 index,
                 policy,

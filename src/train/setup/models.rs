@@ -203,8 +203,11 @@ pub fn agent_adapter(s: &Scenario, a: &AgentPlan, base: &Policy) -> Result<Optio
     let adapter = match &plan.init {
         Some(dir) => {
             let mut ad = Adapter::load(dir, &base.config, dtype, dev).map_err(err)?;
-            // Trained without dropout whatever the directory recorded (`dropout` is 0).
-            ad.dropout = plan.dropout;
+            // The scenario's dropout where it sets one (a training setting), else the
+            // directory's `lora_dropout` (checked in [0, 1) as it was read).
+            if let Some(p) = plan.dropout {
+                ad.dropout = p;
+            }
             ad
         }
         None => {
@@ -215,9 +218,12 @@ pub fn agent_adapter(s: &Scenario, a: &AgentPlan, base: &Policy) -> Result<Optio
                 targets: plan.targets.clone(),
             };
             let seed = s.seed ^ (0x1057_u64 << 32) ^ a.index as u64;
-            Adapter::init(spec, plan.dropout, &base.config, seed, dtype, dev).map_err(err)?
+            let p = plan.dropout.unwrap_or(0.0);
+            Adapter::init(spec, p, &base.config, seed, dtype, dev).map_err(err)?
         }
     };
+    let mut adapter = adapter;
+    adapter.dropout_key = crate::model::decoder::lora_dropout::agent_key(s.seed, a.index as u64);
     Ok(Some(adapter))
 }
 

@@ -21,7 +21,7 @@ use crate::model::grad::recompute::{prompt_part, PassPlan};
 use crate::model::grad::token_weights::TokenWeights;
 use crate::model::{
     completion_logprobs_entropy_scaled, completion_logprobs_scaled, ComputeDtype, Mode, Policy,
-    ScoreLayout,
+    ScoreLayout, TrainWithDropout,
 };
 use candle_core::{Tensor, Var};
 use std::time::Instant;
@@ -111,8 +111,16 @@ pub fn sequence_grads(
                 .iter()
                 .map(|&j| group.completions[j].as_slice())
                 .collect();
-            let layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
+            let mut layout = ScoreLayout::new(&policy.model, &prompts, &comps, policy.pad_id)?;
             let (rows, width) = layout.ids.dims2()?;
+            // PEFT's train mode: an adapter's dropout masks, each row's drawn from its place in
+            // the mini-batch (group, completion), so the mask does not depend on the chunking,
+            // the replica or recomputation.
+            let seqs = part
+                .iter()
+                .map(|&j| ((g as u64) << 32) | j as u64)
+                .collect();
+            layout.dropout = policy.lora_dropout(seqs, width);
             let c = layout.completion_width;
             out.flops += match prompt_part(&policy.model, &layout, plan.share_prompt && recompute)?
             {
@@ -156,8 +164,8 @@ pub fn sequence_grads(
         for m in &mine {
             let t = Instant::now();
             let entropy = weights.entropy(m.group, &m.rows, m.layout.completion_width);
-            let (lp, ent) = match entropy {
-                None => (
+            let (lp, ent) = match (entropy, &m.layout.dropout) {
+                (None, None) => (
                     completion_logprobs_scaled(
                         &policy.model,
                         &m.layout,
@@ -166,13 +174,30 @@ pub fn sequence_grads(
                     )?,
                     None,
                 ),
-                Some(hw) => {
-                    let (lp, ent) = completion_logprobs_entropy_scaled(
+                (None, Some(d)) => (
+                    completion_logprobs_scaled(
                         &policy.model,
                         &m.layout,
-                        Mode::Train,
+                        TrainWithDropout(d),
                         plan.logit_scale,
-                    )?;
+                    )?,
+                    None,
+                ),
+                (Some(hw), d) => {
+                    let (lp, ent) = match d {
+                        None => completion_logprobs_entropy_scaled(
+                            &policy.model,
+                            &m.layout,
+                            Mode::Train,
+                            plan.logit_scale,
+                        )?,
+                        Some(d) => completion_logprobs_entropy_scaled(
+                            &policy.model,
+                            &m.layout,
+                            TrainWithDropout(d),
+                            plan.logit_scale,
+                        )?,
+                    };
                     (lp, Some((ent, hw)))
                 }
             };

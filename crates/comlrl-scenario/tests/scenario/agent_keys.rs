@@ -195,7 +195,18 @@ fn adapter_defaults_and_checks() {
         &[],
     );
     let a = s.agents[0].adapter.clone().expect("an adapter");
-    assert_eq!((a.rank, a.alpha, a.dropout, a.rslora), (8, 8.0, 0.0, false));
+    assert_eq!(
+        (a.rank, a.alpha, a.dropout, a.rslora),
+        (8, 8.0, Some(0.0), false)
+    );
+    let s = f.ok(
+        &BASE.replace(
+            "model: builtin:tiny",
+            "model: builtin:tiny\n  adapter: {dropout: 0.1}",
+        ),
+        &[],
+    );
+    assert_eq!(s.agents[0].adapter.as_ref().unwrap().dropout, Some(0.1));
     assert_eq!(a.targets.len(), 7);
     assert_eq!(a.init, None);
     let s = f.ok(&shared(), &[]);
@@ -206,10 +217,11 @@ fn adapter_defaults_and_checks() {
         ("{rank: 0}", "agents.adapter.rank", "outside 1..=4096"),
         ("{rank: 5000}", "agents.adapter.rank", "outside"),
         ("{alpha: -1}", "agents.adapter.alpha", "positive"),
+        ("{dropout: 1}", "agents.adapter.dropout", "outside [0, 1)"),
         (
-            "{dropout: 0.05}",
+            "{dropout: -0.1}",
             "agents.adapter.dropout",
-            "not implemented",
+            "outside [0, 1)",
         ),
         (
             "{targets: [lm_head]}",

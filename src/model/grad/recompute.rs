@@ -16,7 +16,9 @@
 //! A critic's pass ([`value_forward`], [`ValuePass::backward`]) runs the same forward and
 //! layers' backward with a value head on top instead of the LM head: the values at one chosen
 //! row per sequence, then, from the caller's seeds d loss / d v, the head's backward by hand
-//! (`value_backward`) and the final norm's at those rows only.
+//! (`value_backward`) and the final norm's at those rows only. A value head on the actor's own
+//! backbone is read in the log-prob pass instead (`value::ValueTop`, [`forward_and_head_with`]):
+//! its gradient joins the LM head's at the final hidden state, so one backward serves both.
 use super::accumulators::{take_grads, GradSlots};
 use super::head_backward::{head_backward, head_logprobs};
 use super::layer_backward::{self, LayerInput};

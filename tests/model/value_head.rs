@@ -3,13 +3,17 @@
 //! loss's gradients through the hand-written backward (value head, final norm at those rows,
 //! layers): against CoMLRL 1.4.3's own `CausalLMWithValueHead` / `ValueHead` on the tiny Qwen2
 //! fixture (`actor_critic/value_tiny.*`), and against candle's f64 autograd through the whole
-//! graph on every architecture's switches.
+//! graph on every architecture's switches; a value head read in the actor's own pass (the
+//! shared head's joined backward) against f64 autograd of the log-probs' and value's sum.
 use crate::common;
 use candle_core::{DType, Tensor, Var};
 use comlrl::model::decoder::value_head::ValueHead;
+use comlrl::model::grad::pass_order::{run_passes, Pass};
 use comlrl::model::grad::recompute::{value_forward, PassPlan};
-use comlrl::model::grad::value::{hidden_at, value_columns, values, ValueAt};
-use comlrl::model::{ComputeDtype, LoadOptions, Mode, ModelSource, Policy, ScoreLayout};
+use comlrl::model::grad::value::{hidden_at, value_columns, values, ValueAt, ValueSeeds, ValueTop};
+use comlrl::model::{
+    completion_logprobs, ComputeDtype, LoadOptions, Mode, ModelSource, Policy, ScoreLayout,
+};
 use common::*;
 use std::collections::HashMap;
 
@@ -402,6 +406,123 @@ fn critic_backward_matches_f64_autograd() {
                         let err = relative(&as_f64(g), &as_f64(w));
                         assert!(err < 1e-4, "{what}: {name} off by {err} (relative)");
                     }
+                }
+            }
+        }
+    }
+}
+
+/// The squared error's seeds coef · 2 (v − t) / n of each value, for a joined pass.
+struct Squared<'a> {
+    targets: &'a [f64],
+}
+
+impl ValueSeeds for Squared<'_> {
+    fn seeds(&self, v: &[f32]) -> Vec<f32> {
+        let n = v.len() as f32;
+        v.iter()
+            .zip(self.targets)
+            .map(|(&v, &t)| COEF as f32 * 2.0 * (v - t as f32) / n)
+            .collect()
+    }
+}
+
+/// A value head on the actor's own backbone read in the actor's pass (the shared head's one
+/// backbone pass, `value::ValueTop`): the hand-written f32 gradient of Σ_r c_r · Σ_t log π +
+/// coef · mean((t − V)²), the value's gradient joined with the log-probs' before the final
+/// norm, against f64 autograd of the same sum (two forwards on one graph) on every
+/// architecture's switches, both heads, V and Q, with a shared prompt part where the rows
+/// allow, with and without kept activations.
+#[test]
+fn joined_log_prob_and_value_backward_matches_f64_autograd() {
+    let f = fixture();
+    let shared_rows: Vec<(Vec<u32>, Vec<u32>)> = f
+        .rows
+        .iter()
+        .map(|(_, c)| (f.rows[0].0.clone(), c.clone()))
+        .collect();
+    let coefs: Vec<f32> = (0..f.rows.len())
+        .map(|r| if r % 2 == 0 { 0.7 } else { -0.4 })
+        .collect();
+    for model in ["tiny-qwen2", "tiny-llama", "tiny-qwen3"] {
+        let p32 = load(model, DType::F32);
+        let p64 = load(model, DType::F64);
+        let hidden = p32.config.hidden_size;
+        for (d, seed) in [(None, 7), (Some(16), 8)] {
+            let h32 =
+                ValueHead::init(hidden, d, seed, DType::F32, &candle_core::Device::Cpu).unwrap();
+            let h64 = ValueHead::from_tensors(
+                h32.vars()
+                    .into_iter()
+                    .map(|(n, v)| (n, v.as_tensor().to_dtype(DType::F64).unwrap()))
+                    .collect(),
+                hidden,
+            )
+            .unwrap();
+            for kind in [ValueAt::PromptEnd, ValueAt::SequenceEnd] {
+                for (rows, share, keep) in [
+                    (&f.rows, false, 0),
+                    (&shared_rows, true, 0),
+                    (&shared_rows, true, 1 << 30),
+                ] {
+                    let what = format!(
+                        "{model}, head {d:?}, {kind:?}, shared prompt {share}, kept {keep}"
+                    );
+                    // Prompt + response laid out for both: the actor's pass.
+                    let lay32 = layout(&p32, rows, ValueAt::SequenceEnd);
+                    let lay64 = layout(&p64, rows, ValueAt::SequenceEnd);
+                    let plan = PassPlan {
+                        share_prompt: share,
+                        keep_bytes: keep,
+                        ..PassPlan::rerun_all(ComputeDtype::F32)
+                    };
+                    let named = named_vars(&p32, &h32);
+                    let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
+                    let mut acc = vec![None; vars.len()];
+                    let pass = Pass {
+                        layout: &lay32,
+                        coef: coefs.clone(),
+                        tokens: None,
+                        entropy: None,
+                        value: Some(ValueTop {
+                            head: &h32,
+                            at: kind,
+                            seeds: Box::new(Squared {
+                                targets: &f.targets,
+                            }),
+                        }),
+                    };
+                    let (_, stats) =
+                        run_passes(&p32.model, &[pass], &vars, &mut acc, plan).unwrap();
+                    let got_v: Vec<f64> = stats[0].values.iter().map(|&v| v as f64).collect();
+
+                    let cols = value_columns(&lay64, kind).unwrap();
+                    let v = values(&p64.model, &h64, &lay64, &cols, Mode::Train).unwrap();
+                    let t = Tensor::new(&f.targets[..], v.device()).unwrap();
+                    let value_loss =
+                        ((t - &v).unwrap().sqr().unwrap().mean_all().unwrap() * COEF).unwrap();
+                    let lp = completion_logprobs(&p64.model, &lay64, Mode::Train).unwrap();
+                    let c: Vec<f64> = coefs.iter().map(|&c| c as f64).collect();
+                    let c = Tensor::new(c, lp.device()).unwrap();
+                    let lp_loss = (lp.sum(1).unwrap() * c).unwrap().sum_all().unwrap();
+                    let grads = (lp_loss + value_loss).unwrap().backward().unwrap();
+                    assert!(
+                        relative(&got_v, &as_f64(&v)) < 1e-5,
+                        "{what}: values {got_v:?} vs {v}"
+                    );
+                    let mut compared = 0;
+                    for ((name, var), g) in named_vars(&p64, &h64).iter().zip(&acc) {
+                        let Some(want) = grads.get(var.as_tensor()) else {
+                            continue;
+                        };
+                        let g = g
+                            .as_ref()
+                            .unwrap_or_else(|| panic!("{what}: no gradient for {name}"));
+                        let err = relative(&as_f64(g), &as_f64(want));
+                        assert!(err < 1e-4, "{what}: {name} off by {err} (relative)");
+                        compared += 1;
+                    }
+                    assert_eq!(compared, vars.len(), "{what}: every tensor compared");
                 }
             }
         }

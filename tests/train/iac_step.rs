@@ -11,7 +11,12 @@ use comlrl::model::grad::value::ValueAt;
 use comlrl::model::{ComputeDtype, LoadOptions, ModelSource, Policy, ValueHead};
 use comlrl::train::algorithms::actor_critic::actor::{actor_grads, ActorSample};
 use comlrl::train::algorithms::actor_critic::advantage::advantages;
-use comlrl::train::algorithms::actor_critic::critic::{Critic, Row};
+use comlrl::train::algorithms::actor_critic::critic::{
+    head_vars, Clip, Critic, Row, ValueLoss, ValueOn,
+};
+use comlrl::train::algorithms::actor_critic::shared::{
+    passes, shared_grads, Passes, SharedBatch, Two,
+};
 use comlrl::train::optim::{AdamW, AdamWConfig};
 use comlrl::train::update::Share;
 use common::*;
@@ -220,10 +225,11 @@ fn one_update_round_matches_comlrl() {
 /// Shared mode (`use_separate_critic: False`, `actor_critic/iac_shared_tiny.*`): the value head
 /// on the actor's backbone, one AdamW over both, the value clipped to V_old ± 0.2 (active for
 /// some rows: the buffer's V_old are offset from the true values). The value gradient's backbone
-/// part is summed into the actor's (two passes, as the algorithm does) before the one step.
+/// part joins the actor's before the one step, in one backbone pass per sequence (the
+/// algorithm's `shared_grads` as `passes` picks it; the two-pass sum is checked against it
+/// below).
 #[test]
 fn a_shared_head_update_round_matches_comlrl() {
-    use comlrl::train::algorithms::actor_critic::critic::{head_vars, Clip, ValueOn};
     let dir = fixtures().join("actor_critic");
     let meta = json(&dir.join("iac_shared_tiny.json"));
     let t = load_st(&dir.join("iac_shared_tiny.safetensors"));
@@ -266,7 +272,7 @@ fn a_shared_head_update_round_matches_comlrl() {
         let mut named = actor_named.clone();
         named.extend(head_vars(&head));
         let actor_vars: Vec<Var> = actor_named.iter().map(|(_, v)| v.clone()).collect();
-        let value_vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
+        let head_only: Vec<Var> = head_vars(&head).into_iter().map(|(_, v)| v).collect();
         let mut opt = AdamW::new(
             named,
             AdamWConfig {
@@ -311,22 +317,39 @@ fn a_shared_head_update_round_matches_comlrl() {
                     advantage: norm[i],
                 })
                 .collect();
-            let lg = actor_grads(&actor, &actor_vars, &samples, true, Share::ALL, plan).unwrap();
+            let batch: Vec<Row> = idx.iter().map(|&i| all[i]).collect();
+            let targets: Vec<f32> = idx.iter().map(|&i| rewards[i]).collect();
+            let batch_old: Vec<f32> = idx.iter().map(|&i| old[i]).collect();
+            let shared = SharedBatch {
+                view,
+                samples: &samples,
+                rows: &batch,
+                loss: ValueLoss {
+                    targets: &targets,
+                    coef,
+                    clip: Some(Clip {
+                        old: &batch_old,
+                        range,
+                    }),
+                },
+            };
+            let how = passes(&samples, &batch, at, true, Share::ALL);
+            assert_eq!(how, Passes::Joined, "{key}: one pass serves V and Q here");
+            let (lg, cg) = shared_grads(
+                &shared,
+                &actor_vars,
+                &head_only,
+                true,
+                Share::ALL,
+                plan,
+                how,
+            )
+            .unwrap();
             close(
                 &format!("{key} step {s} actor loss"),
                 lg.loss,
                 step["actor_loss"].as_f64().unwrap(),
             );
-            let batch: Vec<Row> = idx.iter().map(|&i| all[i]).collect();
-            let targets: Vec<f32> = idx.iter().map(|&i| rewards[i]).collect();
-            let batch_old: Vec<f32> = idx.iter().map(|&i| old[i]).collect();
-            let clip = Clip {
-                old: &batch_old,
-                range,
-            };
-            let cg = view
-                .loss_and_grads(&batch, &targets, coef, Some(clip), &value_vars, plan)
-                .unwrap();
             close_all(
                 &format!("{key} step {s} values"),
                 &as64(&cg.values),
@@ -340,18 +363,9 @@ fn a_shared_head_update_round_matches_comlrl() {
                 cg.loss,
                 step["critic_loss"].as_f64().unwrap(),
             );
-            // The backbone's value gradient joins the actor's; the head's follows.
-            let n = actor_vars.len();
-            let mut grads: Vec<Option<Tensor>> = lg
-                .grads
-                .into_iter()
-                .zip(cg.grads[..n].iter().cloned())
-                .map(|(a, b)| match (a, b) {
-                    (Some(a), Some(b)) => Some((a + b).unwrap()),
-                    (a, b) => a.or(b),
-                })
-                .collect();
-            grads.extend(cg.grads[n..].iter().cloned());
+            // One AdamW over the backbone (the actor's and the value's gradient) and the head.
+            let mut grads = lg.grads;
+            grads.extend(cg.grads);
             opt.step_grads(&grads, lr, None).unwrap();
         }
         assert!(
@@ -392,4 +406,173 @@ fn a_shared_head_update_round_matches_comlrl() {
         }
     }
     assert_eq!(cases, 2, "a V and a Q head");
+}
+
+/// ‖a − b‖ / ‖b‖ of two gradients, and ‖b‖.
+fn rel_diff(a: &Tensor, b: &Tensor) -> (f64, f64) {
+    let (a, b) = (as_f64s(a), as_f64s(b));
+    assert_eq!(a.len(), b.len());
+    let d = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y) * (x - y))
+        .sum::<f64>();
+    let n = b.iter().map(|y| y * y).sum::<f64>().sqrt();
+    (d.sqrt() / n.max(f64::MIN_POSITIVE), n)
+}
+
+/// The shared head's one backbone pass per sequence gives the two passes' numbers (they are
+/// mathematically the same): on the shared fixture's weights and mini-batches, V and Q heads,
+/// the clip active for some rows, the actor loss, the values, the value loss and every
+/// gradient (backbone: actor + value; head) within 1e-5 relative. V stays joined when CoMLRL's
+/// pad cut shortens the responses (its row is the last prompt token); Q then takes two passes.
+#[test]
+fn a_shared_head_one_pass_equals_two_passes() {
+    let dir = fixtures().join("actor_critic");
+    let meta = json(&dir.join("iac_shared_tiny.json"));
+    let t = load_st(&dir.join("iac_shared_tiny.safetensors"));
+    let rows: Vec<(Vec<u32>, Vec<Vec<u32>>)> = meta["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (ids(&r["prompt"]), vec![ids(&r["completion"])]))
+        .collect();
+    let rewards: Vec<f32> = nums(&meta["rewards"]).iter().map(|&r| r as f32).collect();
+    let cfg = &meta["config"];
+    let coef = cfg["value_loss_coef"].as_f64().unwrap();
+    let range = cfg["value_clip_range"].as_f64().unwrap();
+    let actor = load();
+    let actor_named = actor.vars();
+    let actor_vars: Vec<Var> = actor_named.iter().map(|(_, v)| v.clone()).collect();
+    // Responses as CoMLRL's pad cut leaves them: the last token dropped (the EOS where the
+    // pad is the EOS), so V's row stays inside the actor's sequence and Q's does not.
+    let cut: Vec<Vec<Vec<u32>>> = rows
+        .iter()
+        .map(|(_, c)| vec![c[0][..c[0].len() - 1].to_vec()])
+        .collect();
+    let plans = [
+        PassPlan::rerun_all(ComputeDtype::F32),
+        PassPlan {
+            keep_bytes: 1 << 30,
+            ..PassPlan::rerun_all(ComputeDtype::F32)
+        },
+    ];
+    let (mut compared, mut clipped) = (0, 0);
+    for (key, case) in meta["cases"].as_object().unwrap() {
+        let at = match case["critic_type"].as_str().unwrap() {
+            "v" => ValueAt::PromptEnd,
+            _ => ValueAt::SequenceEnd,
+        };
+        let prefix = format!("{key}.head.");
+        let head = ValueHead::from_tensors(
+            t.iter()
+                .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_string(), v.clone())))
+                .collect(),
+            actor.config.hidden_size,
+        )
+        .unwrap();
+        let head_named = head_vars(&head);
+        let head_only: Vec<Var> = head_named.iter().map(|(_, v)| v.clone()).collect();
+        let view = ValueOn {
+            policy: &actor,
+            head: &head,
+            at,
+        };
+        let old: Vec<f32> = as_f64s(&t[&format!("{key}.old_values")])
+            .iter()
+            .map(|&x| x as f32)
+            .collect();
+        let (_, norm) = advantages(&rewards, &old, true);
+        let all: Vec<Row> = rows.iter().map(|(p, c)| (&p[..], &c[0][..])).collect();
+        for step in case["steps"].as_array().unwrap() {
+            let idx: Vec<usize> = step["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_u64().unwrap() as usize)
+                .collect();
+            let batch: Vec<Row> = idx.iter().map(|&i| all[i]).collect();
+            let targets: Vec<f32> = idx.iter().map(|&i| rewards[i]).collect();
+            let batch_old: Vec<f32> = idx.iter().map(|&i| old[i]).collect();
+            for (responses, pad_cut) in [(&None, false), (&Some(&cut), true)] {
+                let samples: Vec<ActorSample> = idx
+                    .iter()
+                    .map(|&i| ActorSample {
+                        prompt: &rows[i].0,
+                        response: match responses {
+                            Some(cut) => &cut[i],
+                            None => &rows[i].1,
+                        },
+                        advantage: norm[i],
+                    })
+                    .collect();
+                let how = passes(&samples, &batch, at, true, Share::ALL);
+                if pad_cut && at == ValueAt::SequenceEnd {
+                    assert_eq!(how, Passes::Two(Two::ValueRowCut), "{key}");
+                    continue;
+                }
+                assert_eq!(how, Passes::Joined, "{key}, pad cut {pad_cut}");
+                assert_eq!(
+                    passes(&samples, &batch, at, false, Share::ALL),
+                    Passes::Two(Two::Autograd)
+                );
+                for plan in plans {
+                    let what = format!("{key}, pad cut {pad_cut}, {plan:?}");
+                    let shared = SharedBatch {
+                        view,
+                        samples: &samples,
+                        rows: &batch,
+                        loss: ValueLoss {
+                            targets: &targets,
+                            coef,
+                            clip: Some(Clip {
+                                old: &batch_old,
+                                range,
+                            }),
+                        },
+                    };
+                    let run = |how| {
+                        shared_grads(
+                            &shared,
+                            &actor_vars,
+                            &head_only,
+                            true,
+                            Share::ALL,
+                            plan,
+                            how,
+                        )
+                        .unwrap()
+                    };
+                    let (one_lg, one_cg) = run(Passes::Joined);
+                    let (two_lg, two_cg) = run(Passes::Two(Two::ValueRowCut));
+                    close(&format!("{what}: actor loss"), one_lg.loss, two_lg.loss);
+                    close(&format!("{what}: value loss"), one_cg.loss, two_cg.loss);
+                    let as64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+                    close_all(
+                        &format!("{what}: values"),
+                        &as64(&one_cg.values),
+                        &as64(&two_cg.values),
+                    );
+                    for (v, o) in one_cg.values.iter().zip(&batch_old) {
+                        clipped += usize::from(((v - o) as f64).abs() > range);
+                    }
+                    let names = actor_named.iter().chain(&head_named).map(|(n, _)| n);
+                    let one = one_lg.grads.iter().chain(&one_cg.grads);
+                    let two = two_lg.grads.iter().chain(&two_cg.grads);
+                    assert_eq!(one_cg.grads.len(), head_only.len(), "{what}: head only");
+                    for ((name, a), b) in names.zip(one).zip(two) {
+                        let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+                        let (rel, size) = rel_diff(a, b);
+                        assert!(
+                            rel < 1e-5,
+                            "{what}: {name} off by {rel} (relative; ‖b‖ {size})"
+                        );
+                        compared += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(compared > 0);
+    assert!(clipped >= 2, "the clip was active for {clipped} rows");
 }

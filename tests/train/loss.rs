@@ -288,6 +288,7 @@ fn heads_first_gives_the_one_by_one_gradients() {
                     .collect(),
                 tokens: None,
                 entropy: None,
+                value: None,
             })
             .collect();
         let run = |order, plan| {
@@ -376,6 +377,7 @@ fn the_pass_order_follows_the_estimated_peak() {
         coef: vec![1.0, -1.0],
         tokens: None,
         entropy: None,
+        value: None,
     };
     let passes = [pass(), pass(), pass()];
     let plan = |keep_mb: usize| PassPlan {

@@ -2,7 +2,8 @@
 //! the decoder layer and of the LM head, recomputation (gradient checkpointing) with kept
 //! activations and shared prompts, the order of a mini-batch's passes, weights packed once per
 //! mini-batch, and the accumulators gradients go into; a critic's forward at chosen rows
-//! (`value`) and its value head's backward (`value_backward`).
+//! (`value`, and `value::ValueTop`: a value head read in a log-prob pass) and its value head's
+//! backward (`value_backward`).
 pub(crate) mod accumulators;
 pub(crate) mod attention_backward;
 pub(crate) mod head_backward;

@@ -16,6 +16,7 @@ use super::logprob::ScoreLayout;
 use super::packed_weights::{Head, PackedWeights};
 use super::recompute::{forward_and_head_with, weighted_logprob_grads_with, PassPlan, PassStats};
 use super::token_weights::TokenWeights;
+use super::value::ValueTop;
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::kernels::bf16_gemm;
 use crate::model::kernels::compute_dtype::ComputeDtype;
@@ -33,6 +34,9 @@ pub struct Pass<'a> {
     /// Each position's weight on its entropy (rows × completion width; an entropy bonus),
     /// seeded in the same head backward; `None`: no entropy term.
     pub entropy: Option<Vec<f32>>,
+    /// A value head read from the same final hidden state, its loss's gradient joined with
+    /// the log-probs' (see `value::ValueTop`); `None`: none.
+    pub value: Option<ValueTop<'a>>,
 }
 
 /// How [`run_passes`] ordered the passes.
@@ -97,6 +101,7 @@ pub fn run_passes_in(
                     &p.coef,
                     p.tokens.as_deref(),
                     p.entropy.as_deref(),
+                    p.value.as_ref(),
                     vars,
                     acc,
                     plan,
@@ -114,6 +119,7 @@ pub fn run_passes_in(
                     &p.coef,
                     p.tokens.as_deref(),
                     p.entropy.as_deref(),
+                    p.value.as_ref(),
                     vars,
                     acc,
                     plan_of(i),

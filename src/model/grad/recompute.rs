@@ -16,7 +16,9 @@
 //! A critic's pass ([`value_forward`], [`ValuePass::backward`]) runs the same forward and
 //! layers' backward with a value head on top instead of the LM head: the values at one chosen
 //! row per sequence, then, from the caller's seeds d loss / d v, the head's backward by hand
-//! (`value_backward`) and the final norm's at those rows only.
+//! (`value_backward`) and the final norm's at those rows only. A value head on the actor's own
+//! backbone is read in the log-prob pass instead (`value::ValueTop`, [`forward_and_head_with`]):
+//! its gradient joins the LM head's at the final hidden state, so one backward serves both.
 use super::accumulators::{take_grads, GradSlots};
 use super::head_backward::{head_backward, head_logprobs};
 use super::layer_backward::{self, LayerInput};
@@ -25,7 +27,7 @@ use super::packed_weights::{Head, PackedWeights, Products};
 pub use super::shared_prompt::prompt_part;
 use super::shared_prompt::PromptPart;
 use super::token_weights::TokenWeights;
-use super::value::flat_rows;
+use super::value::{flat_rows, value_columns, ValueTop};
 use super::value_backward::value_head_backward;
 use crate::model::decoder::attention::AttnInputs;
 use crate::model::decoder::causal_lm::CausalLm;
@@ -37,7 +39,7 @@ use crate::model::kernels::compute_dtype::{ComputeDtype, Prepared};
 use candle_core::{Module, Result, Tensor, Var};
 
 /// What one recomputed pass reports.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct PassStats {
     /// The loss value.
     pub loss: f64,
@@ -55,6 +57,8 @@ pub struct PassStats {
     pub entropy_sum: f64,
     /// See `entropy_sum`.
     pub entropy_tokens: f64,
+    /// The values a [`ValueTop`] read in this pass, one per row (empty without one).
+    pub values: Vec<f32>,
 }
 
 /// How a recomputed pass runs.
@@ -123,12 +127,16 @@ pub fn weighted_logprob_grads_in(
     plan: PassPlan,
     packed: Option<&PackedWeights>,
 ) -> Result<PassStats> {
-    weighted_logprob_grads_with(model, layout, coef, None, None, vars, acc, plan, packed)
+    weighted_logprob_grads_with(
+        model, layout, coef, None, None, None, vars, acc, plan, packed,
+    )
 }
 
 /// [`weighted_logprob_grads_in`] with each token's weight from `tokens` when given (then
-/// `coef` is not read; see `token_weights`), and each position's entropy weighted by
-/// `entropy` when given (rows × completion width, row-major: an entropy bonus's seeds).
+/// `coef` is not read; see `token_weights`), each position's entropy weighted by `entropy`
+/// when given (rows × completion width, row-major: an entropy bonus's seeds), and a value head
+/// read from the same final hidden state when `value` is given (its loss's gradient joined
+/// before the final norm's backward; see [`forward_and_head_with`]).
 #[allow(clippy::too_many_arguments)]
 pub fn weighted_logprob_grads_with(
     model: &CausalLm,
@@ -136,6 +144,7 @@ pub fn weighted_logprob_grads_with(
     coef: &[f32],
     tokens: Option<&dyn TokenWeights>,
     entropy: Option<&[f32]>,
+    value: Option<&ValueTop>,
     vars: &[Var],
     acc: &mut [Option<Tensor>],
     plan: PassPlan,
@@ -143,7 +152,7 @@ pub fn weighted_logprob_grads_with(
 ) -> Result<PassStats> {
     let head = Head::new(model, plan.dtype, packed)?;
     let pending = forward_and_head_with(
-        model, layout, coef, tokens, entropy, vars, acc, plan, &head, packed,
+        model, layout, coef, tokens, entropy, value, vars, acc, plan, &head, packed,
     )?;
     drop(head);
     pending.backward(model, vars, acc)
@@ -423,7 +432,7 @@ pub fn forward_and_head<'a>(
     packed: Option<&'a PackedWeights>,
 ) -> Result<Pending<'a>> {
     forward_and_head_with(
-        model, layout, coef, None, None, vars, acc, plan, head, packed,
+        model, layout, coef, None, None, None, vars, acc, plan, head, packed,
     )
 }
 
@@ -432,7 +441,10 @@ pub fn forward_and_head<'a>(
 /// and the pass's loss is the value `tokens` gives. With `entropy` (one weight per position,
 /// rows × completion width) each position's entropy joins the loss with that weight, its
 /// gradient seeded in the same fused head backward (`head_backward`), its value added to the
-/// pass's loss.
+/// pass's loss. With `value` a value head reads the same final hidden state at one column per
+/// row (the stats' `values`) and its loss's gradient d loss / d h, from the seeds `value` makes
+/// of those values, is added to the LM head's before the final norm's backward: one backward
+/// through the norm and the layers for both losses, the head's own gradients into `acc`.
 #[allow(clippy::too_many_arguments)]
 pub fn forward_and_head_with<'a>(
     model: &CausalLm,
@@ -440,6 +452,7 @@ pub fn forward_and_head_with<'a>(
     coef: &[f32],
     tokens: Option<&dyn TokenWeights>,
     entropy: Option<&[f32]>,
+    value: Option<&ValueTop>,
     vars: &[Var],
     acc: &mut [Option<Tensor>],
     plan: PassPlan,
@@ -548,8 +561,17 @@ pub fn forward_and_head_with<'a>(
     trace::backward(|| Op::Head(model.lm_head.id()));
     let forward_s = start.elapsed().as_secs_f64();
     let start = std::time::Instant::now();
+    let (value_term, values) = match value {
+        Some(top) => value_top(model, top, layout, &hidden, p, vars, acc)?,
+        None => (None, Vec::new()),
+    };
     trace::backward(|| model.norm.op());
     let surrogate = (h * hg.dh.reshape((b, c, hd))?)?.sum_all()?;
+    // The value's gradient joins the log-probs' at the final hidden state: one norm backward.
+    let surrogate = match value_term {
+        Some(v) => (surrogate + v)?,
+        None => surrogate,
+    };
     let mut grads = surrogate.backward()?;
     drop(surrogate);
     let g = grads
@@ -574,8 +596,41 @@ pub fn forward_and_head_with<'a>(
             kept_bytes,
             entropy_sum,
             entropy_tokens,
+            values,
         },
     })
+}
+
+/// A [`ValueTop`] on a pass's final-normed hidden state `hidden` (b, S, hidden; S the columns
+/// after a shared prompt part of `p`): the values at each row's column, the head's backward
+/// from `top`'s seeds (its gradients into `acc`), and Σ (h_v · d loss / d h_v) over the value
+/// rows, the term whose backward carries the value loss through the final norm.
+fn value_top(
+    model: &CausalLm,
+    top: &ValueTop,
+    layout: &ScoreLayout,
+    hidden: &Tensor,
+    p: usize,
+    vars: &[Var],
+    acc: &mut [Option<Tensor>],
+) -> Result<(Option<Tensor>, Vec<f32>)> {
+    let (b, s, hd) = hidden.dims3()?;
+    let cols = value_columns(layout, top.at)?;
+    let idx = Tensor::new(flat_rows(&cols, s, p)?, model.device())?;
+    // RMSNorm normalises each row alone: these are the rows a value pass would norm.
+    let h = hidden.reshape((b * s, hd))?.index_select(&idx, 0)?;
+    let values: Vec<f32> = top
+        .head
+        .forward(&h.detach())?
+        .to_dtype(candle_core::DType::F32)?
+        .to_vec1()?;
+    let seeds = top.seeds.seeds(&values);
+    if seeds.len() != values.len() {
+        candle_core::bail!("{} value seeds for {} values", seeds.len(), values.len());
+    }
+    let dv = Tensor::new(seeds, model.device())?;
+    let dh = value_head_backward(top.head, &h, &dv, &GradSlots::new(vars), acc)?;
+    Ok((Some((h * dh)?.sum_all()?), values))
 }
 
 /// A critic's recomputed pass whose forward has run: the values at the chosen rows, and what

@@ -21,6 +21,30 @@ pub enum ValueAt {
     SequenceEnd,
 }
 
+/// d loss / d v of the values a pass reads, from the values themselves: a value loss seeded in
+/// the pass that reads it ([`ValueTop`]). Each seed may depend only on its own row's value (a
+/// mean over a mini-batch of passes divides by a count the caller knows).
+pub trait ValueSeeds {
+    /// One seed per value, in the pass's row order.
+    fn seeds(&self, values: &[f32]) -> Vec<f32>;
+}
+
+/// A value head read on top of a log-prob pass (a value head on the actor's own backbone):
+/// the pass's final hidden state is computed once, the head reads it at the column `at` gives
+/// each row, and its gradient joins the LM head's at the final hidden state, before the final
+/// norm's backward, so one backward through the layers serves both losses
+/// (`recompute::forward_and_head_with`). Every value row must lie inside the pass's rows: V's
+/// last prompt token always does; Q's last token does where the pass's completion is the one
+/// the value reads.
+pub struct ValueTop<'a> {
+    /// The value head.
+    pub head: &'a ValueHead,
+    /// Which token of each row it reads.
+    pub at: ValueAt,
+    /// The value loss's seeds.
+    pub seeds: Box<dyn ValueSeeds + 'a>,
+}
+
 /// The column of each row of `layout` that a value `at` reads.
 pub fn value_columns(layout: &ScoreLayout, at: ValueAt) -> Result<Vec<usize>> {
     let (b, _) = layout.ids.dims2()?;

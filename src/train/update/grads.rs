@@ -41,6 +41,9 @@ pub struct LossGrads {
     /// count, by the pass's first completion (sample, row) (so the mean is summed in one order
     /// whichever replica computed which pass; see [`LossGrads::token_kl`]).
     pub pass_kl: Vec<(usize, usize, f64, f64)>,
+    /// The values a value head read in the passes computed here (`SequenceLoss::value`), as
+    /// (group, row, value).
+    pub values: Vec<(usize, usize, f32)>,
     /// With an entropy bonus restricted to some tokens (the high-entropy mask): the mean
     /// entropy over the whole mini-batch's tokens it acts on, the same on every replica (the
     /// passes' own entropy covers all their tokens).

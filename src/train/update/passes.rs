@@ -19,6 +19,7 @@ use crate::model::grad::accumulators::take_grads;
 use crate::model::grad::pass_order::{run_passes, Pass};
 use crate::model::grad::recompute::{prompt_part, PassPlan};
 use crate::model::grad::token_weights::TokenWeights;
+use crate::model::grad::value::ValueTop;
 use crate::model::{
     completion_logprobs_entropy_scaled, completion_logprobs_scaled, ComputeDtype, Mode, Policy,
     ScoreLayout, TrainWithDropout,
@@ -56,6 +57,14 @@ pub trait SequenceLoss: Sync {
     /// row, row-major; H the next-token entropy there): an entropy term in the loss, seeded in
     /// the LM head's fused backward beside the log-probs' weights. `None`: no entropy term.
     fn entropy(&self, _group: usize, _rows: &[usize], _width: usize) -> Option<Vec<f32>> {
+        None
+    }
+
+    /// A value head read from the same pass as `rows` of group `group`, its loss's gradient
+    /// joined with the log-probs' before the final norm (a value head on the actor's own
+    /// backbone; see `value::ValueTop`): the values come back in [`LossGrads::values`]. Only
+    /// the recomputed passes read one (`recompute: true`). `None`: no value.
+    fn value(&self, _group: usize, _rows: &[usize]) -> Option<ValueTop<'_>> {
         None
     }
 }
@@ -144,6 +153,7 @@ pub fn sequence_grads(
                 coef: weights.coefs(m.group, &m.rows),
                 tokens: weights.tokens(m.group, &m.rows),
                 entropy: weights.entropy(m.group, &m.rows, m.layout.completion_width),
+                value: weights.value(m.group, &m.rows),
             })
             .collect();
         let (order, stats) = run_passes(&policy.model, &passes, vars, &mut acc, plan)?;
@@ -159,9 +169,22 @@ pub fn sequence_grads(
             out.entropy_tokens += st.entropy_tokens;
             out.pass_entropy
                 .push((m.number, st.entropy_sum, st.entropy_tokens));
+            out.values.extend(
+                m.rows
+                    .iter()
+                    .zip(&st.values)
+                    .map(|(&r, &v)| (m.group, r, v)),
+            );
         }
     } else {
         for m in &mine {
+            if weights.value(m.group, &m.rows).is_some() {
+                return Err(crate::error::Error::Internal(
+                    "a value head joined with the log-probs' pass needs the recomputed passes \
+                     (gradient_checkpointing)"
+                        .into(),
+                ));
+            }
             let t = Instant::now();
             let entropy = weights.entropy(m.group, &m.rows, m.layout.completion_width);
             let (lp, ent) = match (entropy, &m.layout.dropout) {

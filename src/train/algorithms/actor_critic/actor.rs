@@ -39,7 +39,22 @@ pub fn actor_grads(
     share: Share,
     plan: PassPlan,
 ) -> Result<LossGrads> {
-    let groups: Vec<Group> = samples
+    let loss = Weights::of(samples);
+    sequence_grads(
+        policy,
+        vars,
+        &groups(samples),
+        &loss,
+        0,
+        recompute,
+        share,
+        plan,
+    )
+}
+
+/// One group per sample, in order, its one response the row (none where it is empty).
+pub(super) fn groups<'a>(samples: &[ActorSample<'a>]) -> Vec<Group<'a>> {
+    samples
         .iter()
         .map(|s| Group {
             prompt: s.prompt,
@@ -50,19 +65,24 @@ pub fn actor_grads(
                 .filter(|&r| !s.response[r].is_empty())
                 .collect(),
         })
-        .collect();
-    let loss = Weights {
-        samples,
-        scale: 1.0 / samples.len().max(1) as f64,
-    };
-    sequence_grads(policy, vars, &groups, &loss, 0, recompute, share, plan)
+        .collect()
 }
 
 /// Each response weighs −Â/B.
-struct Weights<'a> {
+pub(super) struct Weights<'a> {
     samples: &'a [ActorSample<'a>],
     /// 1/B.
     scale: f64,
+}
+
+impl<'a> Weights<'a> {
+    /// The actor's loss over `samples`.
+    pub(super) fn of(samples: &'a [ActorSample<'a>]) -> Self {
+        Weights {
+            samples,
+            scale: 1.0 / samples.len().max(1) as f64,
+        }
+    }
 }
 
 impl SequenceLoss for Weights<'_> {

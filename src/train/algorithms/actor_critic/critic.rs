@@ -89,6 +89,59 @@ pub struct Clip<'a> {
     pub range: f64,
 }
 
+/// A critic mini-batch's loss `coef` · mean_b(e_b) over its rows, e = (target − V)², or with
+/// `clip` max((t − V)², (t − V_clip)²).
+#[derive(Clone, Copy)]
+pub struct ValueLoss<'a> {
+    /// Each row's target.
+    pub targets: &'a [f32],
+    /// `value_loss_coef`.
+    pub coef: f64,
+    /// A shared head's value clipping.
+    pub clip: Option<Clip<'a>>,
+}
+
+impl ValueLoss<'_> {
+    /// Row `j`'s error at value `v`, and d (coef · mean e) / d v over `n` rows, in f32 as
+    /// torch computes them.
+    pub fn row(&self, j: usize, v: f32, n: f32) -> (f32, f32) {
+        let t = self.targets[j];
+        let (e, d) = match self.clip {
+            None => ((t - v) * (t - v), -2.0 * (t - v)),
+            Some(c) => clipped(v, t, c.old[j], c.range as f32),
+        };
+        (e, self.coef as f32 * d / n)
+    }
+
+    /// coef · mean(e) at `values` (one per row); a non-finite loss is an error, as in CoMLRL.
+    pub fn loss(&self, values: &[f32]) -> Result<f64> {
+        let n = values.len() as f32;
+        let sum: f64 = values
+            .iter()
+            .enumerate()
+            .map(|(j, &v)| self.row(j, v, n).0 as f64)
+            .sum();
+        let loss = self.coef * sum / values.len().max(1) as f64;
+        if !loss.is_finite() {
+            return Err(Error::Diverged(format!(
+                "the critic's loss is {loss} (values {values:?}): lower critic_learning_rate"
+            )));
+        }
+        Ok(loss)
+    }
+
+    /// Checks that every row has a target (and a V_old with `clip`).
+    pub(super) fn check(&self, rows: usize) -> Result<()> {
+        if self.targets.len() != rows || self.clip.is_some_and(|c| c.old.len() != rows) {
+            return Err(Error::Internal(format!(
+                "{} critic targets for {rows} rows",
+                self.targets.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// A value head on a backbone: a separate critic's, or the actor's own.
 #[derive(Clone, Copy)]
 pub struct ValueOn<'a> {
@@ -136,36 +189,22 @@ impl ValueOn<'_> {
         vars: &[Var],
         plan: PassPlan,
     ) -> Result<CriticGrads> {
-        if targets.len() != rows.len() || clip.is_some_and(|c| c.old.len() != rows.len()) {
-            return Err(Error::Internal(format!(
-                "{} critic targets for {} rows",
-                targets.len(),
-                rows.len()
-            )));
-        }
+        let value_loss = ValueLoss {
+            targets,
+            coef,
+            clip,
+        };
+        value_loss.check(rows.len())?;
         let layout = self.layout(rows)?;
         let cols = value_columns(&layout, self.at)?;
         let pass = value_forward(&self.policy.model, self.head, &layout, &cols, plan, None)?;
         let v: Vec<f32> = pass.values().to_dtype(candle_core::DType::F32)?.to_vec1()?;
-        let n = v.len() as f32;
-        // Per row: the error and d(error)/dV, in f32 as torch computes them.
-        let (errors, dv): (Vec<f32>, Vec<f32>) = v
-            .iter()
-            .zip(targets)
-            .enumerate()
-            .map(|(j, (&v, &t))| match clip {
-                None => ((t - v) * (t - v), -2.0 * (t - v)),
-                Some(c) => clipped(v, t, c.old[j], c.range as f32),
-            })
-            .unzip();
-        let loss = coef * errors.iter().map(|&e| e as f64).sum::<f64>() / v.len().max(1) as f64;
-        if !loss.is_finite() {
-            return Err(Error::Diverged(format!(
-                "the critic's loss is {loss} (values {v:?}): lower critic_learning_rate"
-            )));
-        }
+        let loss = value_loss.loss(&v)?;
         // d/dV of coef · mean(e).
-        let dv: Vec<f32> = dv.iter().map(|&d| coef as f32 * d / n).collect();
+        let n = v.len() as f32;
+        let dv: Vec<f32> = (v.iter().enumerate())
+            .map(|(j, &v)| value_loss.row(j, v, n).1)
+            .collect();
         let dv = Tensor::new(dv, self.policy.model.device())?;
         let mut grads = vec![None; vars.len()];
         pass.backward(&self.policy.model, self.head, &dv, vars, &mut grads)?;

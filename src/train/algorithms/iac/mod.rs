@@ -28,7 +28,8 @@ use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
 use crate::train::algorithms::actor_critic::actor::{actor_grads, trained_tokens, ActorSample};
 use crate::train::algorithms::actor_critic::advantage::advantages;
-use crate::train::algorithms::actor_critic::critic::{self, Clip, Row};
+use crate::train::algorithms::actor_critic::critic::{self, Clip, CriticGrads, Row, ValueLoss};
+use crate::train::algorithms::actor_critic::shared::{self, shared_grads, SharedBatch};
 use crate::train::algorithms::actor_critic::targets::{
     episode, single_turn, steps_per_round, td_targets, turn_groups,
 };
@@ -37,8 +38,10 @@ use crate::train::algorithms::round::{AgentUpdate, Learner, Round};
 use crate::train::optim::schedule::lr_at;
 use crate::train::rollout::{Node, NodeSample};
 use crate::train::update::plan::pass_plan;
+use crate::train::update::LossGrads;
+use candle_core::Var;
 use comlrl_scenario::Scenario;
-use critics::Critics;
+use critics::{CriticSlot, Critics};
 
 /// IAC with a scenario's settings and the critics this rank holds.
 pub struct Iac {
@@ -102,8 +105,8 @@ impl Iac {
 
     /// One agent's part of an update round: V_old of its buffered completions, the
     /// advantages, then per mini-batch an actor step and a critic step (shared: the value
-    /// gradient's backbone part summed into the actor's before its step, the head stepped by
-    /// its own AdamW at the agent's learning rate).
+    /// gradient's backbone part joined with the actor's before its step, in one backbone pass
+    /// where it can serve; the head stepped by its own AdamW at the agent's learning rate).
     fn train_agent(&self, learner: &mut Learner<'_>, buffer: &[NodeSample]) -> Result<()> {
         let i = learner.index();
         let slot = self.critics.slot(i)?;
@@ -168,16 +171,6 @@ impl Iac {
                 (adv[j], norm[j]) = (a[k], z[k]);
             }
         }
-        // The value pass's variables: the critic's own (backbone and head), or the agent's
-        // backbone (the actor's order) followed by the head.
-        let head_vars: Vec<candle_core::Var> = critic::head_vars(&slot.head)
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect();
-        let value_vars: Vec<candle_core::Var> = match shared {
-            true => learner.vars().iter().cloned().chain(head_vars).collect(),
-            false => slot.opt.params.iter().map(|p| p.var.clone()).collect(),
-        };
         let per_batch = self.batch * self.k.max(1);
         let rule = learner.rule();
         let batches: Vec<(usize, Vec<usize>)> = groups
@@ -203,14 +196,29 @@ impl Iac {
                 })
                 .collect();
             let step = learner.opt_steps() + 1;
-            let mut lg = actor_grads(
-                actor,
-                learner.vars(),
-                &samples,
-                self.recompute,
-                learner.share(),
-                self.plan,
-            )?;
+            let batch_rows: Vec<Row> = idx.iter().map(|&j| rows[j]).collect();
+            let batch_targets: Vec<f32> = idx.iter().map(|&j| targets[j]).collect();
+            let batch_old: Vec<f32> = idx.iter().map(|&j| old[j]).collect();
+            let loss = ValueLoss {
+                targets: &batch_targets,
+                coef: self.value_loss_coef,
+                clip: match (shared, self.value_clip) {
+                    (true, Some(range)) => Some(Clip {
+                        old: &batch_old,
+                        range,
+                    }),
+                    _ => None,
+                },
+            };
+            let (lg, cg) = self
+                .batch_grads(learner, slot, &samples, &batch_rows, loss)
+                .map_err(|e| match e {
+                    Error::Diverged(m) => Error::Diverged(format!(
+                        "agent {i}, optimizer step {step} (mini-batch {}): {m}",
+                        b + 1
+                    )),
+                    e => e,
+                })?;
             if !lg.loss.is_finite() {
                 return Err(Error::Diverged(format!(
                     "agent {i}, optimizer step {step} (mini-batch {} of the round): the actor's \
@@ -220,49 +228,8 @@ impl Iac {
                     lg.loss
                 )));
             }
-            let batch_rows: Vec<Row> = idx.iter().map(|&j| rows[j]).collect();
-            let batch_targets: Vec<f32> = idx.iter().map(|&j| targets[j]).collect();
-            let batch_old: Vec<f32> = idx.iter().map(|&j| old[j]).collect();
-            let clip = match (shared, self.value_clip) {
-                (true, Some(range)) => Some(Clip {
-                    old: &batch_old,
-                    range,
-                }),
-                _ => None,
-            };
-            let cg = slot
-                .on(actor)
-                .loss_and_grads(
-                    &batch_rows,
-                    &batch_targets,
-                    self.value_loss_coef,
-                    clip,
-                    &value_vars,
-                    self.plan,
-                )
-                .map_err(|e| match e {
-                    Error::Diverged(m) => Error::Diverged(format!(
-                        "agent {i}, optimizer step {step} (mini-batch {}): {m}",
-                        b + 1
-                    )),
-                    e => e,
-                })?;
-            let mut value_grads = cg.grads;
-            if shared {
-                // The backbone's part joins the actor's gradient (on the agent's first replica
-                // only: the replicas' sum counts it once); the head's stays for its optimizer.
-                let head_grads = value_grads.split_off(learner.vars().len());
-                if learner.share().index == 0 {
-                    for (g, v) in lg.grads.iter_mut().zip(value_grads) {
-                        *g = match (g.take(), v) {
-                            (Some(a), Some(b)) => Some((a + b)?),
-                            (a, b) => a.or(b),
-                        };
-                    }
-                }
-                value_grads = head_grads;
-            }
             learner.step(lg)?;
+            let value_grads = cg.grads;
             let opt = &mut slot.opt;
             let lr = lr_at(
                 opt.cfg.lr,
@@ -290,6 +257,53 @@ impl Iac {
             }
         }
         Ok(())
+    }
+
+    /// One mini-batch's gradients: the actor's loss over `samples` and the value loss over
+    /// `rows`. A separate critic: the actor's passes, then the critic's own (its backbone and
+    /// head). A head on the agent's backbone: the value gradient's backbone part joined with
+    /// the actor's, in one pass per sequence where it can serve (`actor_critic::shared`, which
+    /// says where it cannot), the head's gradient alone in the critic's part.
+    fn batch_grads(
+        &self,
+        learner: &Learner<'_>,
+        slot: &CriticSlot,
+        samples: &[ActorSample],
+        rows: &[Row],
+        loss: ValueLoss,
+    ) -> Result<(LossGrads, CriticGrads)> {
+        let actor = learner.policy();
+        let view = slot.on(actor);
+        let share = learner.share();
+        match slot.own {
+            None => {
+                let head: Vec<Var> = critic::head_vars(&slot.head)
+                    .into_iter()
+                    .map(|(_, v)| v)
+                    .collect();
+                let how = shared::passes(samples, rows, slot.at, self.recompute, share);
+                log::debug!(
+                    "agent {}: the shared head's mini-batch in {how:?}",
+                    learner.index()
+                );
+                let batch = SharedBatch {
+                    view,
+                    samples,
+                    rows,
+                    loss,
+                };
+                let vars = learner.vars();
+                shared_grads(&batch, vars, &head, self.recompute, share, self.plan, how)
+            }
+            Some(_) => {
+                let vars = learner.vars();
+                let lg = actor_grads(actor, vars, samples, self.recompute, share, self.plan)?;
+                let own: Vec<Var> = slot.opt.params.iter().map(|p| p.var.clone()).collect();
+                let l = loss;
+                let cg = view.loss_and_grads(rows, l.targets, l.coef, l.clip, &own, self.plan)?;
+                Ok((lg, cg))
+            }
+        }
     }
 }
 

@@ -178,8 +178,8 @@ impl Bf16Matrix {
     /// (out, in), never written while it is read. `None` where `w` is not a contiguous 2-D bf16
     /// CPU tensor or `in` is not a multiple of 32 (rows padded to 32 would need a copy; the
     /// caller keeps its own product there). Whatever [`Layout::detect`] prefers: on CPUs that
-    /// prefer panels (AVX-512 without AMX) the rows kernel runs (`vdpbf16ps`), since panels
-    /// would be a second copy of the base.
+    /// prefer panels (AVX-512 without AMX) the rows kernels run (`vdpbf16ps`, or the portable
+    /// loop without AVX-512 BF16), since panels would be a second copy of the base.
     pub fn in_place(w: &Tensor) -> Option<Self> {
         let (rows, cols) = w.dims2().ok()?;
         let usable = w.dtype() == DType::BF16
@@ -257,7 +257,7 @@ impl Bf16Matrix {
 
     /// [`Bf16Matrix::matmul_t`] with a chosen kernel ([`Kernel::Avx512Bf16`] falls back to the
     /// portable one on CPUs without it); over panels, the bf16 GEMM backend of the same name.
-    /// Fails only where x does not hold m rows of `cols`.
+    /// Fails where x does not hold m rows of `cols`.
     pub fn matmul_t_with(
         &self,
         kernel: Kernel,

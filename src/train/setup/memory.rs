@@ -1025,15 +1025,6 @@ mod tests {
         assert_eq!(part(&a0.resident, "weights"), w - 4 * proj + proj / 32 * 34);
         assert_eq!(part(&a0.sampling, "MLP panels"), 0);
         assert!(part(&a0.update, "packed weights") <= info.head_bytes());
-        // bf16 sampling reads the bf16 projections in place: the head's copy alone.
-        let bs = peak(
-            dir.path(),
-            &agents.replace("bf16}", "bf16, sampling_dtype: bf16}"),
-        );
-        assert_eq!(
-            part(&bs.agents[0].sampling, "bf16 copies"),
-            info.head_bytes() / 2
-        );
         assert_eq!(e.agents[1].shares_base_of, Some(0));
         assert!(e.peak < bf.peak, "{} vs {}", e.peak, bf.peak);
         assert!(e.report().contains("q8_0 base"), "{}", e.report());

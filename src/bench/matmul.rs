@@ -101,6 +101,10 @@ pub struct DecodeReport {
     /// A frozen bf16 base's decode (`bf16_weight`: each W row widened into a buffer), W
     /// streamed from memory as `bf16_kernel_cold_gflops_per_s`.
     pub bf16_base_cold_gflops_per_s: f64,
+    /// A frozen bf16 base read in place by the bf16 sampling kernel (`Bf16Matrix::in_place`,
+    /// `agents.sampling_dtype: bf16`), W streamed from memory; NaN where `in` is not a multiple
+    /// of 32.
+    pub bf16_base_in_place_cold_gflops_per_s: f64,
     /// A Q8_0 base's fused decode (`q8_weight`, `Decode::Fused`), W streamed from memory.
     pub q8_0_fused_cold_gflops_per_s: f64,
     /// A Q8_0 base's decode through a dequantized row buffer (`Decode::Dequantize`), W
@@ -175,20 +179,20 @@ pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<Decode
     })?;
     let mat = Bf16Matrix::from_f32(&wv, n, k);
     let kern_s = median_secs(repeats, || {
-        std::hint::black_box(mat.matmul_t(&xv, m));
+        std::hint::black_box(mat.matmul_t(&xv, m)?);
         Ok(())
     })?;
     let copies = (256usize << 20).div_ceil(n * k * 2).max(1);
     let mats = vec![mat.clone(); copies];
     let cold_s = median_secs(repeats, || {
         for m2 in &mats {
-            std::hint::black_box(m2.matmul_t(&xv, m));
+            std::hint::black_box(m2.matmul_t(&xv, m)?);
         }
         Ok(())
     })? / copies as f64;
     drop(mats);
     let avx_s = median_secs(repeats, || {
-        std::hint::black_box(mat.matmul_t_with(Kernel::Avx512Bf16, &xv, m));
+        std::hint::black_box(mat.matmul_t_with(Kernel::Avx512Bf16, &xv, m)?);
         Ok(())
     })?;
     // The frozen bases' decode products, each over distinct copies of W totalling 256 MiB.
@@ -209,6 +213,17 @@ pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<Decode
         std::hint::black_box(crate::model::kernels::bf16_weight::x_wt(&x, w)?);
         Ok(())
     })?;
+    // The same base read in place by the bf16 copies' kernel (sampling_dtype: bf16); NaN
+    // where `in` is not a multiple of 32 (that base keeps the widening decode).
+    let bf16_in_place_s = match Bf16Matrix::in_place(&wb) {
+        Some(_) => cold(n * k * 2, &wb, &|w| {
+            if let Some(mat) = Bf16Matrix::in_place(w) {
+                std::hint::black_box(mat.matmul_t(&xv, m)?);
+            }
+            Ok(())
+        })?,
+        None => f64::NAN,
+    };
     let (q8_fused_s, q8_deq_s) = match k % q8_weight::BLOCK {
         0 => {
             let wq = q8_weight::quantize(&w)?;
@@ -240,6 +255,7 @@ pub fn run_decode(m: usize, k: usize, n: usize, repeats: usize) -> Result<Decode
         bf16_layout: format!("{:?}", mat.layout()),
         vdpbf16ps_gflops_per_s: flops / avx_s / 1e9,
         bf16_base_cold_gflops_per_s: flops / bf16_base_s / 1e9,
+        bf16_base_in_place_cold_gflops_per_s: flops / bf16_in_place_s / 1e9,
         q8_0_fused_cold_gflops_per_s: flops / q8_fused_s / 1e9,
         q8_0_dequantize_cold_gflops_per_s: flops / q8_deq_s / 1e9,
     })

@@ -151,14 +151,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     })?;
                 let r = comlrl::bench::matmul::run_decode(d[0], d[1], d[2], m.repeats.max(3) * 4)?;
                 eprintln!(
-                    "decode {}x{} . ({}x{})^T: f32 {:.1} GFLOP/s ({:.1} GB/s of weights, cold {:.1} GFLOP/s; gemm {:.1}; f32 panels cold {:.1} GFLOP/s, {:.1} GB/s), candle bf16 {:.1} GFLOP/s, bf16 kernel ({}) {:.1} GFLOP/s ({:.1} GB/s, cold {:.1} GFLOP/s), vdpbf16ps alone {:.1} GFLOP/s; frozen bases, cold: bf16 {:.1}, q8_0 fused {:.1}, q8_0 via a dequantized row {:.1} GFLOP/s",
+                    "decode {}x{} . ({}x{})^T: f32 {:.1} GFLOP/s ({:.1} GB/s of weights, cold {:.1} GFLOP/s; gemm {:.1}; f32 panels cold {:.1} GFLOP/s, {:.1} GB/s), candle bf16 {:.1} GFLOP/s, bf16 kernel ({}) {:.1} GFLOP/s ({:.1} GB/s, cold {:.1} GFLOP/s), vdpbf16ps alone {:.1} GFLOP/s; frozen bases, cold: bf16 {:.1} (read in place by the bf16 kernel {:.1}), q8_0 fused {:.1}, q8_0 via a dequantized row {:.1} GFLOP/s",
                     r.m, r.k, r.n, r.k, r.f32_gflops_per_s, r.f32_weight_gb_per_s, r.f32_cold_gflops_per_s,
                     r.f32_gemm_gflops_per_s, r.f32_panels_cold_gflops_per_s,
                     r.f32_panels_cold_gflops_per_s * 4.0 / (2.0 * r.m as f64),
                     r.candle_bf16_gflops_per_s,
                     r.bf16_kernel, r.bf16_kernel_gflops_per_s, r.bf16_kernel_weight_gb_per_s,
                     r.bf16_kernel_cold_gflops_per_s, r.vdpbf16ps_gflops_per_s,
-                    r.bf16_base_cold_gflops_per_s, r.q8_0_fused_cold_gflops_per_s,
+                    r.bf16_base_cold_gflops_per_s, r.bf16_base_in_place_cold_gflops_per_s,
+                    r.q8_0_fused_cold_gflops_per_s,
                     r.q8_0_dequantize_cold_gflops_per_s
                 );
                 decode.push(r);

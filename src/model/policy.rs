@@ -116,7 +116,8 @@ pub struct LoadOptions {
     /// for GGUF Q8_0 blocks (kept as a Q8_0 GGUF stores them, else quantized at load).
     /// Converted tensor by tensor as they load; the products widen or dequantize them block by
     /// block (`kernels::{bf16_weight, q8_weight}`), and sampling reads them with no copy of its
-    /// own.
+    /// own (with `sampling_dtype` bf16, a bf16 base through the bf16 copies' kernel, in place:
+    /// `sample::copies`).
     pub base_dtype: Option<DType>,
 }
 

@@ -194,3 +194,131 @@ fn a_bf16_base_samples_as_the_rounded_f32_base() {
         assert_eq!(got, greedy(&adapted(name, DType::F32, true)), "{name}");
     }
 }
+
+/// [`adapted`] sampling with `sampling_dtype` (f32 or bf16).
+fn adapted_sampling(name: &str, base: DType, round: bool, sampling_dtype: DType) -> Policy {
+    let opts = LoadOptions {
+        base_dtype: Some(base),
+        sampling_dtype,
+        ..LoadOptions::default()
+    };
+    let p = Policy::load(&ModelSource::Local(fixtures().join(name)), &opts).unwrap();
+    if round {
+        for (n, v) in p.base_vars() {
+            if n.ends_with("_proj.weight") {
+                let r = v.as_tensor().to_dtype(DType::BF16).unwrap();
+                v.set(&r.to_dtype(DType::F32).unwrap()).unwrap();
+            }
+        }
+    }
+    let dir = fixtures().join("lora").join(name).join("adapter");
+    let adapter = Adapter::load(&dir, &p.config, DType::F32, &Device::Cpu).unwrap();
+    let p = p.with_adapter(adapter).unwrap();
+    p.weights_changed().unwrap();
+    p
+}
+
+/// The last hidden state and the logits of a 12-token prompt through `products` (a prefill:
+/// every row at once), as bits.
+fn prefill(p: &Policy, products: impl comlrl::model::WeightProducts + Copy) -> [Vec<u32>; 2] {
+    use comlrl::model::decoder::batch::{causal_mask, position_ids};
+    let ids: Vec<u32> = (0..12u32).map(|i| (i * 37 + 5) % 3000).collect();
+    let valid = vec![vec![true; 12]];
+    let ids = Tensor::from_vec(ids, (1, 12), &Device::Cpu).unwrap();
+    let pos = position_ids(&valid, 12, &Device::Cpu).unwrap();
+    let mask = causal_mask(&valid, 12, &Device::Cpu).unwrap();
+    let h = p.model.hidden(&ids, &pos, &mask, None, products).unwrap();
+    let l = p.model.logits_mode(&h, products).unwrap();
+    let bits = |t: &Tensor| f32s(t).iter().map(|v| v.to_bits()).collect();
+    [bits(&h), bits(&l)]
+}
+
+/// How many of two equally long bit vectors' values differ.
+fn differing(a: &[u32], b: &[u32]) -> usize {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).filter(|(x, y)| x != y).count()
+}
+
+/// Two prompts, three completions each, drawn at temperature 1 from one seed.
+fn drawn(p: &Policy) -> Vec<Vec<Vec<u32>>> {
+    let prompts: [&[u32]; 2] = [&[5, 17, 230, 41], &[61, 2, 150]];
+    let params = SamplingParams {
+        max_new_tokens: 10,
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: 0,
+        ignore_eos: true,
+        ..SamplingParams::default()
+    };
+    let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(7);
+    generate(
+        p.sampler(),
+        &prompts,
+        3,
+        &params,
+        &p.eos_ids,
+        p.pad_id,
+        &mut rng,
+    )
+    .unwrap()
+}
+
+/// With `sampling_dtype: bf16` a bf16 base is read in place by the bf16 copies' kernel: the
+/// prefill's logits, greedy tokens and drawn tokens are bit for bit those of the f32 base
+/// holding the same (bf16-representable) projections with its bf16 sampling copies, adapters
+/// (PEFT's, B nonzero) included: the same bf16 bytes, the same kernel and rounding of x, and
+/// the low-rank term added in f32 on the same path. And nothing is copied: the projections are
+/// read in place, the only bf16 copy is the f32 LM head's, so the copies' bytes are the f32
+/// base's less every projection's bf16 bytes. (Bit equality needs the f32 base's copies in the
+/// rows layout, which the in-place read always uses: CPUs that prefer panels skip it.)
+#[test]
+fn bf16_sampling_reads_a_bf16_base_in_place_as_the_f32_base_copy() {
+    use comlrl::model::kernels::bf16_matmul::Layout;
+    if Layout::detect() != Layout::Rows {
+        comlrl_testutil::skip(
+            "this CPU keeps bf16 sampling copies in panels (AVX-512 without AMX): an f32 \
+             base's copies then sum in another order than the bf16 base read in rows",
+        );
+        return;
+    }
+    for name in MODELS {
+        let p16 = adapted_sampling(name, DType::BF16, false, DType::BF16);
+        let pr = adapted_sampling(name, DType::F32, true, DType::BF16);
+        let got = prefill(&p16, p16.products(Mode::Sample));
+        let want = prefill(&pr, pr.products(Mode::Sample));
+        for (what, a, b) in [("hidden", &got[0], &want[0]), ("logits", &got[1], &want[1])] {
+            assert_eq!(differing(a, b), 0, "{name}: prefill {what}");
+        }
+        assert_eq!(greedy(&p16), greedy(&pr), "{name}: greedy");
+        assert_eq!(drawn(&p16), drawn(&pr), "{name}: drawn");
+        // The in-place read rounds x to bf16: not the widening product's logits.
+        let widened = prefill(&p16, Mode::Sample);
+        assert!(
+            differing(&got[0], &widened[0]) > 0,
+            "{name}: the bf16 base was not read by the bf16 kernel"
+        );
+        let ws = projection_weights(&p16.model);
+        let (bytes16, in_place) = p16.sampler().copies.bf16_footprint();
+        let (bytes32, none) = pr.sampler().copies.bf16_footprint();
+        assert_eq!((in_place, none), (ws.len(), 0), "{name}");
+        let proj: usize = ws.iter().map(|w| w.elem_count() * 2).sum();
+        assert_eq!(bytes16 + proj, bytes32, "{name}: copy bytes");
+    }
+}
+
+/// With `sampling_dtype: f32` (the default) a bf16 base keeps no sampling copy of its
+/// projections and decodes exactly as before: sampling's products by the projections are the
+/// plain `Mode::Sample` ones (`bf16_weight`'s widening decode), bit for bit, so the hidden
+/// state is (the f32 LM head keeps its own copies, as before).
+#[test]
+fn f32_sampling_on_a_bf16_base_decodes_as_before() {
+    for name in MODELS {
+        let p = adapted_sampling(name, DType::BF16, false, DType::F32);
+        assert_eq!(p.sampler().copies.bf16_footprint(), (0, 0), "{name}");
+        let (got, plain) = (
+            prefill(&p, p.products(Mode::Sample)),
+            prefill(&p, Mode::Sample),
+        );
+        assert_eq!(differing(&got[0], &plain[0]), 0, "{name}");
+    }
+}

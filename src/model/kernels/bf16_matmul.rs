@@ -5,9 +5,14 @@
 //! (padded to 32) for the AMX row kernel and the portable loop, or the bf16 GEMM's packed panels
 //! of Wᵀ where the CPU has AVX-512 without AMX (see [`Layout`] for the measurements), read by
 //! `vdpbf16ps` or, where that is slow, by FMAs over the widened pairs ([`Kernel`]).
+//! A frozen base already held in bf16 (`agents.base_dtype: bf16`) is read in place
+//! ([`Bf16Matrix::in_place`]): its (out, in) storage is the rows layout when `in` is a multiple
+//! of 32, so nothing is copied.
 use super::amx;
 use super::bf16_gemm::{Backend, PackedB};
+use super::cpu_slices::slice;
 use super::row_blocking;
+use candle_core::{DType, Storage, Tensor};
 use half::bf16;
 use rayon::prelude::*;
 
@@ -48,8 +53,14 @@ impl Layout {
 
 #[derive(Debug, Clone)]
 enum Stored {
-    Rows { data: Vec<bf16>, stride: usize },
+    Rows {
+        data: Vec<bf16>,
+        stride: usize,
+    },
     Panels(PackedB),
+    /// The rows layout in a bf16 tensor's own storage (row stride = `cols`, a multiple of 32):
+    /// the tensor keeps the storage alive; nothing is copied.
+    InPlace(Tensor),
 }
 
 /// Which implementation [`Bf16Matrix::matmul_t`] runs.
@@ -163,8 +174,28 @@ impl Bf16Matrix {
         Self { rows, cols, stored }
     }
 
+    /// The rows layout over `w`'s own bf16 storage, without a copy: a frozen base's weight
+    /// (out, in), never written while it is read. `None` where `w` is not a contiguous 2-D bf16
+    /// CPU tensor or `in` is not a multiple of 32 (rows padded to 32 would need a copy; the
+    /// caller keeps its own product there). Whatever [`Layout::detect`] prefers: on CPUs that
+    /// prefer panels (AVX-512 without AMX) the rows kernels run (`vdpbf16ps`, or the portable
+    /// loop without AVX-512 BF16), since panels would be a second copy of the base.
+    pub fn in_place(w: &Tensor) -> Option<Self> {
+        let (rows, cols) = w.dims2().ok()?;
+        let usable = w.dtype() == DType::BF16
+            && w.device().is_cpu()
+            && cols.is_multiple_of(KB)
+            && w.layout().contiguous_offsets().is_some();
+        usable.then(|| Self {
+            rows,
+            cols,
+            stored: Stored::InPlace(w.clone()),
+        })
+    }
+
     /// Overwrites the values with a new (rows, cols) f32 matrix of the same shape (after a
-    /// weight update); false, untouched, when the shape differs.
+    /// weight update); false, untouched, when the shape differs or the values are a frozen
+    /// tensor's, read in place.
     pub fn refill(&mut self, w: &[f32], rows: usize, cols: usize) -> bool {
         if (rows, cols) != (self.rows, self.cols) || w.len() != rows * cols {
             return false;
@@ -172,6 +203,7 @@ impl Bf16Matrix {
         match &mut self.stored {
             Stored::Rows { data, stride } => round_rows(w, cols, data, *stride),
             Stored::Panels(p) => p.refill_weight_rows(w, (rows, cols)),
+            Stored::InPlace(_) => return false,
         }
         true
     }
@@ -186,51 +218,84 @@ impl Bf16Matrix {
         self.cols
     }
 
-    /// The layout the values are held in.
+    /// The layout the values are held in (a frozen tensor read in place is in rows).
     pub fn layout(&self) -> Layout {
         match self.stored {
-            Stored::Rows { .. } => Layout::Rows,
+            Stored::Rows { .. } | Stored::InPlace(_) => Layout::Rows,
             Stored::Panels(_) => Layout::Panels,
         }
     }
 
-    /// Bytes held.
-    #[cfg(test)]
-    pub fn bytes(&self) -> usize {
+    /// Bytes this matrix allocated for its values: none for a tensor read in place
+    /// ([`Bf16Matrix::in_place`]), whose storage is the tensor's.
+    pub fn owned_bytes(&self) -> usize {
         match &self.stored {
             Stored::Rows { data, .. } => data.len() * 2,
             Stored::Panels(p) => p.bytes(),
+            Stored::InPlace(_) => 0,
+        }
+    }
+
+    /// Whether the values are a tensor's storage read in place ([`Bf16Matrix::in_place`]).
+    pub fn is_in_place(&self) -> bool {
+        matches!(self.stored, Stored::InPlace(_))
+    }
+
+    /// Whether the values are `w`'s own bf16 storage, read in place (the same memory, not an
+    /// equal copy).
+    pub fn reads_in_place(&self, w: &Tensor) -> bool {
+        match &self.stored {
+            Stored::InPlace(t) => first_value(t).is_some() && first_value(t) == first_value(w),
+            _ => false,
         }
     }
 
     /// y (m, rows) = x (m, cols) · Wᵀ, with the CPU's fastest kernel.
-    pub fn matmul_t(&self, x: &[f32], m: usize) -> Vec<f32> {
+    pub fn matmul_t(&self, x: &[f32], m: usize) -> candle_core::Result<Vec<f32>> {
         self.matmul_t_with(Kernel::detect(), x, m)
     }
 
     /// [`Bf16Matrix::matmul_t`] with a chosen kernel ([`Kernel::Avx512Bf16`] falls back to the
     /// portable one on CPUs without it); over panels, the bf16 GEMM backend of the same name.
-    pub fn matmul_t_with(&self, kernel: Kernel, x: &[f32], m: usize) -> Vec<f32> {
-        assert_eq!(
-            x.len(),
-            m * self.cols,
-            "Bf16Matrix: x does not match (m, cols)"
-        );
-        match &self.stored {
+    /// Fails where x does not hold m rows of `cols`.
+    pub fn matmul_t_with(
+        &self,
+        kernel: Kernel,
+        x: &[f32],
+        m: usize,
+    ) -> candle_core::Result<Vec<f32>> {
+        if x.len() != m * self.cols {
+            candle_core::bail!(
+                "bf16 product: x has {} values, not {m} rows of {}",
+                x.len(),
+                self.cols
+            )
+        }
+        Ok(match &self.stored {
             Stored::Rows { data, stride } => self.rows_matmul_t(kernel, data, *stride, x, m),
+            Stored::InPlace(w) => {
+                let (st, l) = w.storage_and_layout();
+                let Storage::Cpu(c) = &*st else {
+                    candle_core::bail!(
+                        "bf16 product: a frozen base read in place must be on the CPU"
+                    )
+                };
+                let data = slice(c.as_slice::<bf16>()?, l, "bf16 product")?;
+                self.rows_matmul_t(kernel, data, self.cols, x, m)
+            }
             Stored::Panels(p) => {
                 let backend = match kernel {
                     Kernel::Amx => Backend::Amx,
                     Kernel::Avx512Bf16 => Backend::Avx512Bf16,
                     Kernel::Avx512Fma => match p.matmul_rows_fma(x, m) {
-                        Some(y) => return y,
+                        Some(y) => return Ok(y),
                         None => Backend::Portable,
                     },
                     Kernel::Portable => Backend::Portable,
                 };
                 p.matmul_rows(backend, x, m)
             }
-        }
+        })
     }
 
     /// [`Bf16Matrix::matmul_t_with`] over the rows layout (`data`, row stride `sd`).
@@ -280,6 +345,14 @@ impl Bf16Matrix {
     }
 }
 
+/// The address of a contiguous bf16 CPU tensor's first value (which storage it reads).
+fn first_value(t: &Tensor) -> Option<*const bf16> {
+    let (st, l) = t.storage_and_layout();
+    let Storage::Cpu(c) = &*st else { return None };
+    let v = slice(c.as_slice::<bf16>().ok()?, l, "bf16 storage").ok()?;
+    Some(v.as_ptr())
+}
+
 /// The rows of a row-major f32 matrix with `cols` columns, rounded to bf16 into rows of `stride`
 /// (zero-padded).
 fn round_rows(src: &[f32], cols: usize, dst: &mut [bf16], stride: usize) {
@@ -288,7 +361,10 @@ fn round_rows(src: &[f32], cols: usize, dst: &mut [bf16], stride: usize) {
         .for_each(|(d, s)| round_row(s, d));
 }
 
-/// out[j * m + i] = Σ_k w[j][k] · x[i][k] for the `nr` rows of `w` (stride `sd`).
+/// out[j * m + i] = Σ_k w[j][k] · x[i][k] for the `nr` rows of `w` (stride `sd`), each W row
+/// widened once and summed in eight lanes (`bf16_weight::dot`, which vectorises): a frozen bf16
+/// base read in place runs this on CPUs without AVX-512 BF16, and must not be slower there than
+/// the widening decode it replaces.
 fn portable_rows(w: &[bf16], x: &[bf16], sd: usize, nr: usize, m: usize, out: &mut [f32]) {
     let mut wf = vec![0f32; sd];
     let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
@@ -298,7 +374,7 @@ fn portable_rows(w: &[bf16], x: &[bf16], sd: usize, nr: usize, m: usize, out: &m
         }
         for i in 0..m {
             let xr = &xf[i * sd..(i + 1) * sd];
-            out[j * m + i] = wf.iter().zip(xr).map(|(a, b)| a * b).sum();
+            out[j * m + i] = super::bf16_weight::dot(&wf, xr);
         }
     }
 }
@@ -334,7 +410,7 @@ mod tests {
     fn check(layout: Layout, kernel: Kernel, n: usize, k: usize, m: usize) {
         let (w, x) = (data(n * k, 1), data(m * k, 2));
         let mat = Bf16Matrix::from_f32_in(layout, &w, n, k);
-        let y = mat.matmul_t_with(kernel, &x, m);
+        let y = mat.matmul_t_with(kernel, &x, m).unwrap();
         let want = reference(&w, &x, n, k, m);
         for (a, b) in y.iter().zip(&want) {
             // Exact products, f32 sums of ≤ k terms of magnitude ≤ 1.
@@ -377,11 +453,11 @@ mod tests {
         let (n, k, m) = (300, 896, 16);
         let (w, x) = (data(n * k, 3), data(m * k, 4));
         let rows = Bf16Matrix::from_f32_in(Layout::Rows, &w, n, k);
-        let b = rows.matmul_t_with(Kernel::Portable, &x, m);
+        let b = rows.matmul_t_with(Kernel::Portable, &x, m).unwrap();
         for layout in [Layout::Rows, Layout::Panels] {
             let mat = Bf16Matrix::from_f32_in(layout, &w, n, k);
             for kernel in [Kernel::Amx, Kernel::Avx512Bf16, Kernel::Avx512Fma] {
-                let a = mat.matmul_t_with(kernel, &x, m);
+                let a = mat.matmul_t_with(kernel, &x, m).unwrap();
                 let worst = a
                     .iter()
                     .zip(&b)
@@ -391,9 +467,9 @@ mod tests {
             }
         }
         // Half the f32 bytes (rows padded to 32 elements of K, panels to 32 rows of W).
-        assert_eq!(rows.bytes(), n * 896 * 2);
+        assert_eq!(rows.owned_bytes(), n * 896 * 2);
         let panels = Bf16Matrix::from_f32_in(Layout::Panels, &w, n, k);
-        assert_eq!(panels.bytes(), n.div_ceil(32) * 32 * 896 * 2);
+        assert_eq!(panels.owned_bytes(), n.div_ceil(32) * 32 * 896 * 2);
     }
 
     /// The FMA kernel adds what `vdpbf16ps` adds, in its order: the same sums bit for bit, over
@@ -413,8 +489,8 @@ mod tests {
         ] {
             let (w, x) = (data(n * k, 8), data(m * k, 9));
             let mat = Bf16Matrix::from_f32_in(Layout::Panels, &w, n, k);
-            let a = mat.matmul_t_with(Kernel::Avx512Fma, &x, m);
-            let b = mat.matmul_t_with(Kernel::Avx512Bf16, &x, m);
+            let a = mat.matmul_t_with(Kernel::Avx512Fma, &x, m).unwrap();
+            let b = mat.matmul_t_with(Kernel::Avx512Bf16, &x, m).unwrap();
             let differ = a
                 .iter()
                 .zip(&b)
@@ -439,9 +515,58 @@ mod tests {
             let mut mat = Bf16Matrix::from_f32_in(layout, &w0, n, k);
             assert!(mat.refill(&w1, n, k));
             let fresh = Bf16Matrix::from_f32_in(layout, &w1, n, k);
-            assert_eq!(mat.matmul_t(&x, m), fresh.matmul_t(&x, m), "{layout:?}");
+            assert_eq!(
+                mat.matmul_t(&x, m).unwrap(),
+                fresh.matmul_t(&x, m).unwrap(),
+                "{layout:?}"
+            );
             assert!(!mat.refill(&w1[..k], 1, k), "{layout:?}");
             assert_eq!(mat.layout(), layout);
         }
+    }
+
+    /// A bf16 tensor read in place gives the bits of a rows-layout copy of the same values,
+    /// kernel for kernel, at every decode row count 1..=32 and a prefill's 40, with no bytes of
+    /// its own; also from a view that starts inside its storage. Where `in` is not a multiple of
+    /// 32 it is refused (the caller keeps its widening product).
+    #[test]
+    fn a_tensor_read_in_place_equals_its_rows_copy() -> candle_core::Result<()> {
+        let dev = candle_core::Device::Cpu;
+        for (n, k) in [(48, 32), (70, 96), (130, 896), (17, 160)] {
+            let w =
+                Tensor::from_vec(data((n + 1) * k, 11), (n + 1, k), &dev)?.to_dtype(DType::BF16)?;
+            // A view from row 1: contiguous, its first value inside the storage.
+            let view = w.narrow(0, 1, n)?;
+            for t in [w.narrow(0, 0, n)?, view] {
+                let Some(mat) = Bf16Matrix::in_place(&t) else {
+                    panic!("{n}x{k}: not read in place")
+                };
+                assert!(mat.reads_in_place(&t) && mat.owned_bytes() == 0);
+                assert_eq!((mat.rows(), mat.cols(), mat.layout()), (n, k, Layout::Rows));
+                let wf = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let copy = Bf16Matrix::from_f32_in(Layout::Rows, &wf, n, k);
+                assert!(!copy.reads_in_place(&t));
+                for kernel in [Kernel::detect(), Kernel::Portable] {
+                    for m in (1..=32).chain([40]) {
+                        let x = data(m * k, m as u32);
+                        let (a, b) = (
+                            mat.matmul_t_with(kernel, &x, m)?,
+                            copy.matmul_t_with(kernel, &x, m)?,
+                        );
+                        let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
+                        assert!(same, "{kernel:?} n={n} k={k} m={m}");
+                    }
+                }
+            }
+        }
+        for (n, k) in [(16, 40), (5, 31), (9, 200)] {
+            let w = Tensor::from_vec(data(n * k, 12), (n, k), &dev)?.to_dtype(DType::BF16)?;
+            assert!(Bf16Matrix::in_place(&w).is_none(), "{n}x{k}");
+        }
+        // Not bf16, or not contiguous: refused too.
+        let w = Tensor::from_vec(data(64 * 32, 13), (64, 32), &dev)?;
+        assert!(Bf16Matrix::in_place(&w).is_none());
+        assert!(Bf16Matrix::in_place(&w.to_dtype(DType::BF16)?.t()?).is_none());
+        Ok(())
     }
 }

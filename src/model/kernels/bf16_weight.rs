@@ -5,7 +5,9 @@
 //! every sum stay f32. So the result is the f32 product with the bf16-rounded W, whatever the
 //! CPU (the bf16 GEMM, used instead under `trainer.compute_dtype: bf16`, also rounds x).
 //! Decode-shaped products (at most [`DECODE_ROWS`] rows: sampling's token steps) read each W
-//! row once, widened into a row buffer, for all rows of x.
+//! row once, widened into a row buffer, for all rows of x. Under `agents.sampling_dtype: bf16`
+//! sampling does not come here: the bf16 copies' kernel reads W in place
+//! (`bf16_matmul::Bf16Matrix::in_place`, x rounded to bf16), where `in` is a multiple of 32.
 use super::cpu_slices::slice;
 use super::matmul_no_fill;
 use super::row_blocking::par_row_tasks;

@@ -18,7 +18,7 @@ pub(crate) mod add_in_place;
 pub(crate) mod add_matmul_tn;
 pub(crate) mod amx;
 pub mod bf16_gemm;
-pub(crate) mod bf16_matmul;
+pub mod bf16_matmul;
 pub(crate) mod bf16_weight;
 pub mod compute_dtype;
 pub(crate) mod cpu_slices;

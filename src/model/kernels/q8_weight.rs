@@ -14,7 +14,10 @@
 //! (AVX-512 where the CPU has it, else a portable loop of the same arithmetic), so W's bytes
 //! are read once and nothing is written back; the scale is applied per block rather than per
 //! weight, a rounding away from the dequantized product. Each output row is summed the same
-//! way whatever the other rows, so a row samples alike alone or batched.
+//! way whatever the other rows, so a row samples alike alone or batched. `agents.sampling_dtype:
+//! bf16` does not change this decode (a bf16 base is read by the bf16 kernel instead,
+//! `bf16_matmul::Bf16Matrix::in_place`): the bf16 kernel would need a bf16 copy of W, about
+//! twice its Q8_0 bytes, the memory this base is chosen to save.
 use super::bf16_weight::dot;
 use super::compute_dtype::{add_matmul_tn, matmul, ComputeDtype};
 use super::cpu_slices::slice;

@@ -1,7 +1,8 @@
 //! The weight copies sampling decodes with, next to the trained weights: none (products
 //! against the checkpoint-layout weight), a contiguous transposed f32 copy, f32 copies of the
 //! MLP's weights packed in panels, or a bf16 copy multiplied with f32 accumulation
-//! (`agents.sampling_dtype: bf16`). Rebuilt after every weight update. A forward reads them
+//! (`agents.sampling_dtype: bf16`; a frozen bf16 base's own storage, read in place, takes the
+//! copy's place). Rebuilt after every weight update. A forward reads them
 //! through [`CopyProducts`], the decoder's `WeightProducts` strategy: the transposed copies in
 //! `Mode::Infer` and `Mode::Sample`, the bf16 copies and the panels in `Mode::Sample` only
 //! (scoring stays in the weights' dtype), never in `Mode::Train`.
@@ -42,7 +43,7 @@ pub enum SamplingWeights {
 pub enum SamplingCopy {
     /// W transposed to (in, out), contiguous.
     Transposed(Tensor),
-    /// W in bf16, (out, in).
+    /// W in bf16, (out, in): a copy, or a frozen bf16 base's own storage read in place.
     Bf16(Arc<Bf16Matrix>),
     /// W in f32 panels (`kernels::f32_panels`).
     Panels(Arc<F32Panels>),
@@ -56,12 +57,25 @@ impl SamplingSlot {
     /// Rebuilds the copy of `weight` (out, in) for `kind` (or drops it).
     pub fn refresh(&self, weight: &Tensor, kind: SamplingWeights) -> Result<()> {
         // A frozen base held in bf16 or Q8_0 (`agents.base_dtype`) is sampled from as it is:
-        // any copy would take more memory than the base it saves (`kernels::bf16_weight` and
-        // `kernels::q8_weight` read it).
-        let kind = match bf16_weight::is_bf16_weight(weight) || q8_weight::is_q8_weight(weight) {
-            true => SamplingWeights::Checkpoint,
-            false => kind,
-        };
+        // any copy would take more memory than the base it saves. With bf16 sampling a bf16
+        // base is read in place by the bf16 copies' own kernel (its storage is their rows
+        // layout where `in` is a multiple of 32): the same kernel and rounding as a bf16 copy,
+        // none of its bytes. Otherwise (f32 sampling, another `in`, a Q8_0 base) no slot is
+        // filled and the products read the base through `kernels::bf16_weight` /
+        // `kernels::q8_weight`; a Q8_0 base already has its fused decode, and the bf16 kernel
+        // would need a bf16 copy of it.
+        if bf16_weight::is_bf16_weight(weight) || q8_weight::is_q8_weight(weight) {
+            let copy = match kind {
+                SamplingWeights::Bf16 => {
+                    Bf16Matrix::in_place(weight).map(|m| SamplingCopy::Bf16(Arc::new(m)))
+                }
+                _ => None,
+            };
+            if let Ok(mut slot) = self.0.write() {
+                *slot = copy;
+            }
+            return Ok(());
+        }
         let copy = match kind {
             SamplingWeights::Checkpoint => None,
             SamplingWeights::Transposed => Some(SamplingCopy::Transposed(transposed(weight)?)),
@@ -196,6 +210,19 @@ impl SamplingCopies {
         self.slots.get(&w.id()).and_then(SamplingSlot::get)
     }
 
+    /// Bytes the bf16 copies allocated (a frozen bf16 base read in place allocates none), and
+    /// how many weights are read in place: what bf16 sampling costs in memory.
+    pub fn bf16_footprint(&self) -> (usize, usize) {
+        let (mut bytes, mut in_place) = (0, 0);
+        for slot in self.slots.values() {
+            if let Some(SamplingCopy::Bf16(m)) = slot.get() {
+                bytes += m.owned_bytes();
+                in_place += usize::from(m.is_in_place());
+            }
+        }
+        (bytes, in_place)
+    }
+
     /// The products of a forward in `mode` that reads these copies where they serve `mode`.
     pub fn products(&self, mode: Mode) -> CopyProducts<'_> {
         CopyProducts { copies: self, mode }
@@ -241,7 +268,7 @@ pub fn matmul_bf16(x: &Tensor, w: &Bf16Matrix) -> Result<Tensor> {
         );
     }
     let xv = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    let y = w.matmul_t(&xv, rows);
+    let y = w.matmul_t(&xv, rows)?;
     Tensor::from_vec(y, (rows, w.rows()), x.device())?.to_dtype(x.dtype())
 }
 
@@ -263,6 +290,7 @@ pub fn matmul_panels(x: &Tensor, w: &F32Panels) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::kernels::bf16_matmul::Layout;
     use candle_core::Device;
 
     /// A refresh after the weights changed (in place, same shape) serves the new values, and
@@ -294,6 +322,65 @@ mod tests {
         assert!(err < 0.1, "stale or wrong copy: {err}");
         let moved = (&y1 - &y0)?.abs()?.max_all()?.to_scalar::<f32>()?;
         assert!(moved > 0.5, "the copy did not change: {moved}");
+        Ok(())
+    }
+
+    /// A frozen bf16 base's slot: with bf16 sampling, its own storage read in place (no bytes
+    /// of its own), whose decode and prefill products are a bf16 copy's bit for bit; with any
+    /// other kind, or an `in` that is not a multiple of 32, no copy, and the products are
+    /// `bf16_weight`'s widening ones, as before. Scoring (`Infer`) never reads the slot.
+    #[test]
+    fn a_bf16_base_is_read_in_place_only_for_bf16_sampling() -> Result<()> {
+        let dev = Device::Cpu;
+        for (out, k, in_place) in [(96, 64, true), (40, 896, true), (24, 40, false)] {
+            let w = Tensor::randn(0f32, 1.0, (out, k), &dev)?.to_dtype(DType::BF16)?;
+            let slot = SamplingSlot::default();
+            let copies = SamplingCopies {
+                slots: HashMap::from([(w.id(), slot.clone())]),
+            };
+            for kind in [
+                SamplingWeights::Checkpoint,
+                SamplingWeights::Transposed,
+                SamplingWeights::MlpPanels,
+                SamplingWeights::Bf16,
+            ] {
+                slot.refresh(&w, kind)?;
+                let read = match slot.get() {
+                    Some(SamplingCopy::Bf16(m)) => {
+                        assert!(m.reads_in_place(&w) && m.owned_bytes() == 0);
+                        true
+                    }
+                    Some(other) => panic!("{kind:?}: a copy of the base: {other:?}"),
+                    None => false,
+                };
+                assert_eq!(
+                    read,
+                    in_place && kind == SamplingWeights::Bf16,
+                    "{kind:?} {k}"
+                );
+                for rows in [1, 8, 32, 40] {
+                    let x = Tensor::randn(0f32, 1.0, (rows, k), &dev)?;
+                    let got = copies.products(Mode::Sample).x_wt(&x, &w)?;
+                    let want = match read {
+                        true => {
+                            let wf = w.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                            matmul_bf16(&x, &Bf16Matrix::from_f32_in(Layout::Rows, &wf, out, k))?
+                        }
+                        false => bf16_weight::x_wt(&x, &w)?,
+                    };
+                    let bits = |t: &Tensor| -> Result<Vec<u32>> {
+                        Ok(t.flatten_all()?
+                            .to_vec1::<f32>()?
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .collect())
+                    };
+                    assert_eq!(bits(&got)?, bits(&want)?, "{kind:?} {rows}x{k}");
+                    let scored = copies.products(Mode::Infer).x_wt(&x, &w)?;
+                    assert_eq!(bits(&scored)?, bits(&bf16_weight::x_wt(&x, &w)?)?);
+                }
+            }
+        }
         Ok(())
     }
 }

@@ -562,7 +562,7 @@ fn agent_memory(
     };
     // A bf16 base (`agents.base_dtype`) holds the projections in 2 bytes a parameter, a Q8_0
     // one in 34 bytes per 32 (`ModelInfo::q8_0_bytes`); sampling and the update make no
-    // copies of them (only of the f32 LM head).
+    // copies of them (only of the f32 LM head; bf16 sampling reads a bf16 base in place).
     let base = super::models::base_dtype(a);
     let frozen_base = base.is_some();
     let (w, copied) = match base {
@@ -992,6 +992,15 @@ mod tests {
         let copies = part(&a0.resident, "transposed sampling copies");
         assert!(copies == 0 || copies == info.head_bytes(), "{copies}");
         assert!(part(&a0.update, "packed weights") <= info.head_bytes());
+        // bf16 sampling reads the bf16 projections in place: the head's copy alone.
+        let bs = peak(
+            dir.path(),
+            &agents.replace("bf16}", "bf16, sampling_dtype: bf16}"),
+        );
+        assert_eq!(
+            part(&bs.agents[0].sampling, "bf16 copies"),
+            info.head_bytes() / 2
+        );
         assert_eq!(e.agents[1].shares_base_of, Some(0));
         assert_eq!(part(&e.agents[1].resident, "weights"), 0);
         assert!(e.peak < f32e.peak, "{} vs {}", e.peak, f32e.peak);

@@ -137,6 +137,45 @@ fn matmul_reads_transposed_strided_and_bf16_views() {
             got_b.to_vec2::<f32>().unwrap(),
             got_f.to_vec2::<f32>().unwrap()
         );
+        // Strided bf16 views (widened over the span they cover, strides kept): a transposed
+        // bf16 tensor, a bf16 column window at an offset, and a frozen base's W as w.t().
+        let a16 = at.to_dtype(DType::BF16).unwrap().t().unwrap();
+        let b16 = wide.to_dtype(DType::BF16).unwrap().narrow(1, 7, n).unwrap();
+        assert!(!a16.is_contiguous() && !b16.is_contiguous());
+        let got_b = bf16_gemm::matmul_with(backend, &a16, &b16).unwrap();
+        assert_eq!(
+            got_b.to_vec2::<f32>().unwrap(),
+            got_f.to_vec2::<f32>().unwrap()
+        );
+        let w16 = w.to_dtype(DType::BF16).unwrap();
+        let got_b = bf16_gemm::matmul_with(backend, &a16, &w16.t().unwrap()).unwrap();
+        let got_f = bf16_gemm::matmul_with(backend, &a, &w.t().unwrap()).unwrap();
+        assert_eq!(
+            got_b.to_vec2::<f32>().unwrap(),
+            got_f.to_vec2::<f32>().unwrap()
+        );
+    }
+    // A bf16 weight larger than one widening chunk (2^16 elements), as w.t() and as w.
+    let (m, k, n) = (9, 700, 300);
+    let (x, w) = (tensor(m, k, 8), tensor(n, k, 9));
+    let w16 = w.to_dtype(DType::BF16).unwrap();
+    let dy = tensor(m, n, 10);
+    for backend in backends() {
+        for (got, want) in [
+            (
+                bf16_gemm::matmul_with(backend, &x, &w16.t().unwrap()),
+                bf16_gemm::matmul_with(backend, &x, &w.t().unwrap()),
+            ),
+            (
+                bf16_gemm::matmul_with(backend, &dy, &w16),
+                bf16_gemm::matmul_with(backend, &dy, &w),
+            ),
+        ] {
+            assert_eq!(
+                got.unwrap().to_vec2::<f32>().unwrap(),
+                want.unwrap().to_vec2::<f32>().unwrap()
+            );
+        }
     }
 }
 

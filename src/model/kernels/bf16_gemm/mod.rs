@@ -308,22 +308,57 @@ fn with_view<R>(t: &Tensor, what: &str, f: impl FnOnce(View<'_>) -> R) -> Result
             t.device()
         )
     }
-    let t = match t.dtype() {
-        DType::F32 => t.clone(),
-        DType::BF16 => t.to_dtype(DType::F32)?,
-        d => bail!("bf16_gemm: {what} must be f32 or bf16, not {d:?}"),
-    };
     let (st, l) = t.storage_and_layout();
     let Storage::Cpu(cs) = &*st else {
         bail!("bf16_gemm: {what} must be a CPU tensor")
     };
-    let data = cs.as_slice::<f32>()?;
     let dims = l.shape().dims2()?;
     let s = l.stride();
-    let Some(v) = View::new(data, l.start_offset(), dims, (s[0], s[1])) else {
-        bail!("bf16_gemm: {what}'s layout {l:?} reaches past its storage")
+    let view = |data, off| match View::new(data, off, dims, (s[0], s[1])) {
+        Some(v) => Ok(v),
+        None => bail!("bf16_gemm: {what}'s layout {l:?} reaches past its storage"),
     };
-    Ok(f(v))
+    match t.dtype() {
+        DType::F32 => Ok(f(view(cs.as_slice::<f32>()?, l.start_offset())?)),
+        DType::BF16 => {
+            // A bf16 operand (a frozen bf16 base's weight, multiplied for every pass of an
+            // update) is widened over the span its layout covers, on every core, strides
+            // kept: the same f32 values as candle's `to_dtype`, which widens on one thread
+            // into a contiguous copy.
+            let data = cs.as_slice::<half::bf16>()?;
+            let (lo, hi) = span(l.start_offset(), dims, (s[0], s[1]));
+            let Some(src) = data.get(lo..hi) else {
+                bail!("bf16_gemm: {what}'s layout {l:?} reaches past its storage")
+            };
+            let wide = widened(src);
+            Ok(f(view(&wide, 0)?))
+        }
+        d => bail!("bf16_gemm: {what} must be f32 or bf16, not {d:?}"),
+    }
+}
+
+/// The elements a 2-D layout at `off` with `dims` and strides reaches: `off..last + 1` (empty
+/// for an empty operand).
+fn span(off: usize, (rows, cols): (usize, usize), (rs, cs): (usize, usize)) -> (usize, usize) {
+    match rows == 0 || cols == 0 {
+        true => (off, off),
+        false => (off, off + (rows - 1) * rs + (cols - 1) * cs + 1),
+    }
+}
+
+/// `src` widened to f32 (exact), in chunks across the rayon pool.
+fn widened(src: &[half::bf16]) -> Vec<f32> {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 16;
+    let mut out = vec![0f32; src.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .for_each(|(d, s)| {
+            for (d, s) in d.iter_mut().zip(s) {
+                *d = s.to_f32();
+            }
+        });
+    out
 }
 
 /// `acc += A · B` from packed operands, as an in-place op on the accumulator's storage.

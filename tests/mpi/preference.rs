@@ -3,7 +3,7 @@
 //! rank holds a copy of the reward model and trains it alike) give the one-process run's
 //! metrics rows and final weights bit for bit on two ranks, resume included (iterative MADPO
 //! with its comparator the current policy or a frozen model; MARLHF online with MAGRPO and with
-//! MAAC; iterative MARLHF, each rank with its copy of every round's reward model); MADPO with
+//! MAAC, the latter with replicas too; iterative MARLHF, each rank with its copy of every round's reward model); MADPO with
 //! two replicas per agent agrees up to f32 rounding; the comparators not supported on ranks are
 //! refused, naming the key.
 use crate::common;
@@ -326,6 +326,29 @@ fn marlhf_on_two_ranks_matches_one_process_and_resumes() {
         "{rows:?}"
     );
     same_file(&one, &two, "models/critic/value_head.safetensors", "maac");
+
+    // With two replicas per agent on four ranks (ignored by the one-process run above): the
+    // critic on agent 0's first replica scores against the reward model each rank holds; the
+    // one-process run up to the replicas' rounding of the actors' gradient sums.
+    let four = tmp.path().join("four_maac");
+    let mut replicated = maac.clone();
+    replicated.push("agents.replicas=2");
+    let (code, err) = run_np(Some(4), &four, &replicated, &[]);
+    assert_eq!(code, Some(0), "maac, four ranks: {err}");
+    rows_close(&rows, &metrics_without_timing(&four));
+    for i in 0..2 {
+        let (w, _) = weights_diff(&one, &four, i);
+        assert!(
+            w <= 1e-6,
+            "maac, four ranks: agent {i} differs by {w:e} relative"
+        );
+    }
+    same_file(
+        &one,
+        &four,
+        "models/critic/value_head.safetensors",
+        "maac replicas",
+    );
 }
 
 #[test]

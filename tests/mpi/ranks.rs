@@ -644,12 +644,12 @@ fn maac_critic_on_agent_0s_rank_matches_one_process() {
 /// agent 1 on ranks 2-3): the one critic on agent 0's first replica (rank 0) reads V_old and
 /// trains as in one process, its advantages reach all four ranks, and each agent's replicas
 /// split the actor's passes and sum their gradients. Against the one-process run, with
-/// `compat_critic_steps` off (a V critic) and on (a Q critic, one critic step per agent): the
-/// metrics rows up to the replicas' rounding (`rows_close`), the actors within 1e-6 relative,
-/// the critic within 1e-6 relative (bit for bit while the samples are the same: the critic reads
-/// only tokens and rewards). Only rank 0 writes the critic; a resume on four ranks from the
-/// step-15 checkpoint (rank 1, agent 0's second replica, loads no critic) ends as the
-/// uninterrupted four-rank run.
+/// `compat_critic_steps` off (a V critic) and on (a Q critic, one critic step per agent), and
+/// two-turn episodes (TD(0) targets): the metrics rows up to the replicas' rounding
+/// (`rows_close`), the actors within 1e-6 relative, the critic within 1e-6 relative (bit for
+/// bit while the samples are the same: the critic reads only tokens and rewards). Only rank 0
+/// writes the critic; a resume on four ranks from the step-15 checkpoint (rank 1, agent 0's
+/// second replica, loads no critic) ends as the uninterrupted four-rank run.
 #[test]
 fn maac_replicas_on_four_ranks_match_one_process() {
     if let Err(why) = mpirun_ok() {
@@ -671,7 +671,25 @@ fn maac_replicas_on_four_ranks_match_one_process() {
         "trainer.critic.type=q",
         "trainer.critic.compat_critic_steps=true",
     ]);
-    for (name, sets) in [("v", base.to_vec()), ("q_compat", q)] {
+    // Two turns, one completion per agent and turn: each sample's one sequence is its own
+    // pass, the passes dealt to the replicas; TD(0) targets on the critic's rank.
+    let script = tmp.path().join("revise.rhai");
+    std::fs::write(
+        &script,
+        "fn transition(ctx) {\n    let out = [];\n    for i in 0..ctx.agent_count {\n        out.push(`Improve: ${ctx.response_history[i][-1]}`);\n    }\n    out\n}\n",
+    )
+    .unwrap();
+    let transition = format!("trainer.external_transition={{rhai: {}}}", script.display());
+    let mut turns = base.to_vec();
+    turns.extend([
+        "trainer.num_generations=1",
+        "trainer.num_turns=2",
+        "trainer.discount=0.9",
+        "trainer.early_termination_threshold=null",
+        "agents.max_new_tokens=8",
+        transition.as_str(),
+    ]);
+    for (name, sets) in [("v", base.to_vec()), ("q_compat", q), ("turns", turns)] {
         let (one, four) = (
             tmp.path().join(format!("one_{name}")),
             tmp.path().join(name),

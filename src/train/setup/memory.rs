@@ -282,13 +282,14 @@ pub fn estimate(
             infos.insert(spec.clone(), info);
         }
         // A separate critic (`trainer.critic`) beside the agent: its own model's parts. MAAC's
-        // one critic (agent 0's model by default) is counted beside agent 0.
+        // one critic (agent 0's model by default) is counted beside agent 0, on the rank of
+        // its first replica only (the one that holds it).
         let maac = one_critic(s);
         let critic = s
             .trainer
             .critic
             .as_ref()
-            .filter(|c| c.separate && (!maac || a.index == 0));
+            .filter(|c| c.separate && (!maac || (a.index == 0 && samples(0))));
         let critic_spec = critic.map(|c| c.model.as_ref().unwrap_or(&a.model));
         if let Some(m) = critic_spec.filter(|m| !infos.contains_key(&m.spec)) {
             let src = super::models::source_of(m, &s.base_dir)?;
@@ -925,6 +926,22 @@ mod tests {
             .iter()
             .any(|(n, _)| n.starts_with("critic")));
         assert!(maac.peak < iac.peak, "one critic, not two");
+        // A second replica of agent 0 (it trains agent 0, another rank samples it) holds no
+        // critic: the one copy sits on the first replica.
+        let replica = estimate(
+            &scenario(
+                dir.path(),
+                &format!("{agents}trainer: {{algorithm: maac}}\n"),
+            ),
+            |i| i == 0,
+            |_| false,
+            Lookup::Local,
+        )
+        .unwrap();
+        assert!(!replica.agents[0]
+            .resident
+            .iter()
+            .any(|(n, _)| n.starts_with("critic")));
         assert!(maac
             .remedies
             .iter()

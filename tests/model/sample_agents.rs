@@ -288,7 +288,8 @@ fn a_decode_on_another_base_is_refused() {
 
 /// A run of three adapter agents on one bf16 base (bf16 sampling: the in-place kernel), each
 /// with its own temperature, top-p and length, is the same run with the agents decoding
-/// together and each alone: the same metrics (timing aside) and the same trained adapters.
+/// together and each alone: the same metrics (timing aside) and the same trained adapters;
+/// single-turn and with a second turn from a transition.
 #[test]
 fn training_run_is_the_same_with_and_without_batched_agent_sampling() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -316,23 +317,48 @@ fn training_run_is_the_same_with_and_without_batched_agent_sampling() {
     );
     let scenario = tmp.path().join("three.yaml");
     std::fs::write(&scenario, yaml).unwrap();
-    let run = |out: &std::path::Path, on: bool| {
+    let run = |out: &std::path::Path, on: bool, extra: &[String]| {
         let (code, err) = comlrl(&["run", &scenario.display().to_string(), "--quiet"])
             .set(format!("output_dir={}", out.display()))
             .set(format!("trainer.batch_agent_sampling={on}"))
+            .sets(extra)
             .output()
             .code_and_stderr();
         assert_eq!(code, Some(0), "{err}");
     };
-    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-    run(&a, true);
-    run(&b, false);
-    let (ma, mb) = (metrics_without_timing(&a), metrics_without_timing(&b));
-    assert_eq!(ma.len(), 8);
-    assert_eq!(ma, mb);
-    for i in 0..3 {
-        let file = format!("models/agent_{i}/adapter_model.safetensors");
-        let (wa, wb) = (std::fs::read(a.join(&file)), std::fs::read(b.join(&file)));
-        assert!(wa.unwrap() == wb.unwrap(), "agent {i}: adapters differ");
+    // Single-turn (the buffer's prompts sampled together), then two turns, the second turn's
+    // prompts from a transition (each agent its own prompt per node).
+    let script = tmp.path().join("revise.rhai");
+    std::fs::write(
+        &script,
+        "fn transition(ctx) {\n    let out = [];\n    for i in 0..ctx.agent_count {\n        \
+         out.push(`Turn ${ctx.turn}: improve \"${ctx.response_history[i][-1]}\"`);\n    }\n    \
+         out\n}\n",
+    )
+    .unwrap();
+    let two_turns = [
+        "trainer.num_turns=2".to_string(),
+        format!("trainer.external_transition={{rhai: {}}}", script.display()),
+        "trainer.num_train_epochs=1".to_string(),
+        "trainer.early_termination_threshold=null".to_string(),
+    ];
+    for (what, extra, rows) in [("one turn", &[][..], 8), ("two turns", &two_turns[..], 4)] {
+        let (a, b) = (
+            tmp.path().join(format!("{what} a")),
+            tmp.path().join(format!("{what} b")),
+        );
+        run(&a, true, extra);
+        run(&b, false, extra);
+        let (ma, mb) = (metrics_without_timing(&a), metrics_without_timing(&b));
+        assert_eq!(ma.len(), rows, "{what}");
+        assert_eq!(ma, mb, "{what}");
+        for i in 0..3 {
+            let file = format!("models/agent_{i}/adapter_model.safetensors");
+            let (wa, wb) = (std::fs::read(a.join(&file)), std::fs::read(b.join(&file)));
+            assert!(
+                wa.unwrap() == wb.unwrap(),
+                "{what}: agent {i}: adapters differ"
+            );
+        }
     }
 }

@@ -343,7 +343,21 @@ pub fn estimate(
         }
     };
     let resident = phase(&AgentMemory::resident_bytes, true);
-    let sampling = phase(&AgentMemory::sampling_bytes, t.parallel_sampling);
+    // Agents on one base decode together (`batch_agent_sampling`): their sampling parts are
+    // held at once even when the agents' groups sample one after the other.
+    let sampling = match t.parallel_sampling || !t.batch_agent_sampling {
+        true => phase(&AgentMemory::sampling_bytes, t.parallel_sampling),
+        false => {
+            let mut by_base: std::collections::BTreeMap<usize, u64> = Default::default();
+            for a in &agents {
+                let at = by_base
+                    .entry(a.shares_base_of.unwrap_or(a.index))
+                    .or_default();
+                *at = at.saturating_add(a.sampling_bytes());
+            }
+            by_base.into_values().max().unwrap_or(0)
+        }
+    };
     let update = phase(&AgentMemory::update_bytes, t.parallel_updates);
     let peak = resident.saturating_add(sampling.max(update));
     Ok(MemoryEstimate {

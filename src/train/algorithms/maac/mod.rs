@@ -101,7 +101,7 @@ impl Maac {
             )));
         }
         let central = match agents.first() {
-            Some(Some(_)) => Some(Central::load(s, c)?),
+            Some(Some(_)) => Some(Central::load(s, c, agents)?),
             _ => None,
         };
         Ok(Maac {

@@ -13,8 +13,8 @@ use crate::collect::Diags;
 use crate::keys::SectionContext;
 use crate::keys::{at_least, if_set, learning_rate, non_negative, positive, section};
 use crate::plan::{AdapterPlan, Algorithm, BaseDtype, ModelRef, ModelSource};
-use crate::raw::RawAdapter;
 use crate::positions::KeyPath;
+use crate::raw::RawAdapter;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 

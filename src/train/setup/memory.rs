@@ -84,7 +84,10 @@ impl AgentMemory {
     fn key(&self) -> (String, u64, Option<usize>, Vec<(&'static str, u64)>) {
         let parts = [&self.resident[..], &self.sampling, &self.update].concat();
         (
-            format!("{} {} {:?}", self.model, self.base_dtype, self.critic_adapter),
+            format!(
+                "{} {} {:?}",
+                self.model, self.base_dtype, self.critic_adapter
+            ),
             self.trainable,
             self.shares_base_of,
             parts,
@@ -188,7 +191,8 @@ impl MemoryEstimate {
                 Some((n, on)) => format!(
                     "{shared}; critic with adapters, {:.3}M trainable{}",
                     *n as f64 / 1e6,
-                    on.as_ref().map_or(String::new(), |w| format!(", on the base of {w}"))
+                    on.as_ref()
+                        .map_or(String::new(), |w| format!(", on the base of {w}"))
                 ),
                 None => shared,
             };
@@ -317,7 +321,8 @@ pub fn estimate(
             (Some(info), Some(Some(c))) => {
                 let trainable = trainable_parameters(a, info)?;
                 let mut m = agent_memory(s, a, info, samples(a.index), trainable);
-                let plan = critic.ok_or_else(|| Error::Internal("a critic without a plan".into()))?;
+                let plan =
+                    critic.ok_or_else(|| Error::Internal("a critic without a plan".into()))?;
                 let model = critic_spec
                     .ok_or_else(|| Error::Internal("a critic without a model".into()))?;
                 let on = critic_base(s, plan, model, a.index, &holds, maac);
@@ -1017,6 +1022,68 @@ mod tests {
             .remedies
             .iter()
             .any(|r| r.contains("maac's one critic")));
+    }
+
+    /// A critic with adapters (`trainer.critic.adapter`) holds AdamW state and gradients for
+    /// its adapters and head only; on an adapted agent's base it holds no weights of its own,
+    /// and IAC's critics on one model share one base; the report names both.
+    #[test]
+    fn critics_with_adapters_count_their_adapters_and_a_shared_base_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = "agents: {count: 2, model: builtin:small, max_new_tokens: 16}\n";
+        let full = peak(
+            dir.path(),
+            &format!("{agents}trainer: {{algorithm: iac}}\n"),
+        );
+        let w = 4 * full.agents[0].parameters;
+        let critic = "trainer: {algorithm: iac, critic: {adapter: {rank: 4}}}\n";
+        // Full fine-tuned agents: critic 0 loads a base, critic 1 shares it.
+        let own = peak(dir.path(), &format!("{agents}{critic}"));
+        let (c0, c1) = (&own.agents[0], &own.agents[1]);
+        assert_eq!(part(&c0.resident, "critic weights"), w);
+        assert_eq!(part(&c1.resident, "critic weights"), 0);
+        let (q, on) = c0.critic_adapter.clone().unwrap();
+        assert!(q > 0 && q < c0.parameters / 10, "{q}");
+        assert_eq!(on, None);
+        assert_eq!(part(&c0.resident, "critic AdamW state"), 8 * q);
+        assert_eq!(part(&c0.update, "critic gradients"), 4 * q);
+        assert_eq!(
+            c1.critic_adapter.as_ref().unwrap().1.as_deref(),
+            Some("agent 0's critic")
+        );
+        // Adapted agents: every critic sits on agent 0's base, which agent 1 shares too.
+        let adapted = agents.replace("}", ", adapter: {rank: 4}}");
+        let shared = peak(dir.path(), &format!("{adapted}{critic}"));
+        for a in &shared.agents {
+            assert_eq!(part(&a.resident, "critic weights"), 0);
+            assert_eq!(
+                a.critic_adapter.as_ref().unwrap().1.as_deref(),
+                Some("agent 0")
+            );
+        }
+        assert!(shared.peak < own.peak && own.peak < full.peak);
+        let report = shared.report();
+        assert!(
+            report.contains("critic with adapters") && report.contains("on the base of agent 0"),
+            "{report}"
+        );
+        // A critic base in bf16 is not the f32 agents' base: held once, in bf16.
+        let bf16 = peak(
+            dir.path(),
+            &format!("{adapted}trainer: {{algorithm: iac, critic: {{adapter: {{rank: 4}}, base_dtype: bf16}}}}\n"),
+        );
+        let held = part(&bf16.agents[0].resident, "critic weights");
+        assert!(held > 0 && held < w, "{held} vs {w}");
+        assert_eq!(part(&bf16.agents[1].resident, "critic weights"), 0);
+        // The way out is named where critics have no adapters.
+        assert!(full
+            .remedies
+            .iter()
+            .any(|r| r.contains("trainer.critic.adapter")));
+        assert!(!own
+            .remedies
+            .iter()
+            .any(|r| r.contains("trainer.critic.adapter")));
     }
 
     /// Agents with adapters on one base count its weights once (the first agent carries

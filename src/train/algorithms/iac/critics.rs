@@ -147,7 +147,14 @@ fn load_one(
     earlier: &[&Policy],
 ) -> Result<CriticSlot> {
     let own = match c.separate {
-        true => Some(load_critic(s, c, CriticId::Agent(i), model, agents, earlier)?),
+        true => Some(load_critic(
+            s,
+            c,
+            CriticId::Agent(i),
+            model,
+            agents,
+            earlier,
+        )?),
         false => None,
     };
     let backbone = own.as_ref().unwrap_or(agent);

@@ -335,3 +335,42 @@ fn a_shared_head_trains_on_the_agents_adapted_backbone() {
         assert!(!out.join(format!("models/critic_{i}")).exists());
     }
 }
+
+/// A critic adapter of the same shape would load under another scaling or base dtype: a resume
+/// with another `trainer.critic.adapter` or `base_dtype` is refused, naming what each trained.
+#[test]
+fn a_resume_with_another_critic_adapter_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let base = sets("trainer.algorithm=iac", &[]);
+    let mut t = Trainer::new(load_small(&out, &base)).unwrap();
+    let flag = t.interrupt_flag();
+    assert!(t.run(false, &mut StopAt(5, flag)).unwrap().interrupted);
+    let resume = |extra: &'static str| {
+        let mut s = base.clone();
+        s.push(extra);
+        let err = match Trainer::new(load_small(&out, &s)) {
+            Ok(mut t) => t.run(true, &mut ()).err().expect("the resume is refused"),
+            Err(e) => e,
+        };
+        err.chain()
+    };
+    let e = resume("trainer.critic.adapter.alpha=16");
+    assert!(
+        e.contains("critics: a LoRA adapter (r 4, alpha 8")
+            && e.contains("alpha 16")
+            && e.contains("trainer.critic"),
+        "{e}"
+    );
+    let e = resume("trainer.critic.base_dtype=bf16");
+    assert!(
+        e.contains("on a bf16 base") && e.contains("--overwrite"),
+        "{e}"
+    );
+    // As the run had it, the resume goes on to the end.
+    let done = Trainer::new(load_small(&out, &base))
+        .unwrap()
+        .run(true, &mut ())
+        .unwrap();
+    assert_eq!(done.steps_done, 20);
+}

@@ -350,7 +350,10 @@ fn a_resume_with_another_critic_adapter_is_refused() {
         let mut s = base.clone();
         s.push(extra);
         let err = match Trainer::new(load_small(&out, &s)) {
-            Ok(mut t) => t.run(true, &mut ()).err().expect("the resume is refused"),
+            Ok(mut t) => match t.run(true, &mut ()) {
+                Ok(_) => panic!("the resume is not refused"),
+                Err(e) => e,
+            },
             Err(e) => e,
         };
         err.chain()

@@ -528,3 +528,98 @@ fn joined_log_prob_and_value_backward_matches_f64_autograd() {
         }
     }
 }
+
+/// A critic with LoRA adapters (`trainer.critic.adapter`): its backbone the fixture model
+/// frozen with PEFT's adapter for it (B ≠ 0, so A has a gradient), the head on top. The
+/// hand-written f32 pass gives f64 autograd's values and the gradients of exactly the
+/// adapters' and the head's tensors (the frozen base gets none), and f64 autograd's adapter
+/// gradients equal f64 central differences, on every projection of Qwen2, Llama and Qwen3.
+#[test]
+fn a_critic_with_adapters_gives_f64_autograd_and_finite_difference_gradients() {
+    use comlrl::model::io::peft::Adapter;
+    let f = fixture();
+    let adapted = |model: &str, dtype: DType| {
+        let base = load(model, dtype);
+        let dir = fixtures().join("lora").join(model).join("adapter");
+        let ad = Adapter::load(&dir, &base.config, dtype, &candle_core::Device::Cpu).unwrap();
+        base.with_adapter(ad).unwrap()
+    };
+    for model in ["tiny-qwen2", "tiny-llama", "tiny-qwen3"] {
+        let (p32, p64) = (adapted(model, DType::F32), adapted(model, DType::F64));
+        let hidden = p32.config.hidden_size;
+        let h32 =
+            ValueHead::init(hidden, Some(8), 7, DType::F32, &candle_core::Device::Cpu).unwrap();
+        let h64 = ValueHead::from_tensors(
+            h32.vars()
+                .into_iter()
+                .map(|(n, v)| (n, v.as_tensor().to_dtype(DType::F64).unwrap()))
+                .collect(),
+            hidden,
+        )
+        .unwrap();
+        let adapter_tensors = p32.adapter().unwrap().vars().len();
+        for kind in [ValueAt::PromptEnd, ValueAt::SequenceEnd] {
+            let what = format!("{model} with adapters, {kind:?}");
+            let plan = PassPlan::rerun_all(ComputeDtype::F32);
+            let got = hand_written(&p32, &h32, &f.rows, kind, &f.targets, plan);
+            let want = autograd(&p64, &h64, &f.rows, kind, &f.targets);
+            assert!(
+                relative(&got.values, &want.values) < 1e-5,
+                "{what}: values {:?} vs {:?}",
+                got.values,
+                want.values
+            );
+            // The adapters' and the head's tensors, nothing of the frozen base.
+            assert_eq!(
+                got.grads.len(),
+                adapter_tensors + h32.vars().len(),
+                "{what}"
+            );
+            assert_eq!(want.grads.len(), got.grads.len(), "{what}: tensors");
+            for (name, w) in &want.grads {
+                let g = (got.grads.get(name)).unwrap_or_else(|| panic!("{what}: no {name}"));
+                let err = relative(&as_f64(g), &as_f64(w));
+                assert!(err < 1e-4, "{what}: {name} off by {err} (relative)");
+            }
+        }
+        // f64 autograd against central differences on one entry of every adapter tensor.
+        let kind = ValueAt::SequenceEnd;
+        let want = autograd(&p64, &h64, &f.rows, kind, &f.targets);
+        let loss = || autograd_loss(&p64, &h64, &f.rows, kind, &f.targets);
+        let mut projections = std::collections::BTreeSet::new();
+        for (name, var) in p64.vars() {
+            let g = as_f64(&want.grads[&name]);
+            let idx = (0..g.len())
+                .max_by(|&x, &y| g[x].abs().total_cmp(&g[y].abs()))
+                .unwrap();
+            let numeric = common::grad::central_difference(&var, idx, 1e-5, loss);
+            assert!(
+                (numeric - g[idx]).abs() < 1e-8 + 1e-5 * g[idx].abs(),
+                "{model} {name}[{idx}]: numeric {numeric} vs analytic {}",
+                g[idx]
+            );
+            let p = [
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            ];
+            projections.insert(p.iter().position(|p| name.contains(p)).unwrap());
+        }
+        assert_eq!(projections.len(), 7, "{model}: every projection checked");
+    }
+}
+
+/// coef · mean((t − V)²) through f64 autograd's forward only (for finite differences).
+fn autograd_loss(
+    policy: &Policy,
+    head: &ValueHead,
+    rows: &[(Vec<u32>, Vec<u32>)],
+    kind: ValueAt,
+    targets: &[f64],
+) -> f64 {
+    autograd(policy, head, rows, kind, targets).loss
+}

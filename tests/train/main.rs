@@ -12,6 +12,7 @@ mod algorithm_aliases;
 mod centralized_protocol;
 mod centralized_step;
 mod code_exec_run;
+mod critic_adapters;
 mod e2e;
 mod failures;
 mod grpo_variants;

@@ -12,8 +12,9 @@ use crate::agents::model_ref;
 use crate::collect::Diags;
 use crate::keys::SectionContext;
 use crate::keys::{at_least, if_set, learning_rate, non_negative, positive, section};
-use crate::plan::{Algorithm, ModelRef, ModelSource};
+use crate::plan::{AdapterPlan, Algorithm, BaseDtype, ModelRef, ModelSource};
 use crate::positions::KeyPath;
+use crate::raw::RawAdapter;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -85,6 +86,13 @@ section! {
         /// comlrl's MAGRPO. `true` reproduces CoMLRL.
         compat_pad_cut: bool = false, kind "bool",
             why "the fix (CoMLRL 1.4.3 leaves a pad-equal EOS out of the actor's loss)";
+        /// How a separate critic with an `adapter` holds its frozen base's projections, as
+        /// `agents.base_dtype` does for an agent: `f32`, `bf16` or `q8_0`. A critic whose model
+        /// and base dtype are those of an adapted agent's base shares that base (one copy in
+        /// memory); critics with adapters on the same model and base dtype share one base among
+        /// themselves. Needs `adapter`.
+        base_dtype: BaseDtype = BaseDtype::F32, kind "`f32` \\| `bf16` \\| `q8_0`",
+            why "the base exactly as it loads";
     }
     resolved {
         /// The critic's causal LM, written as an agent's `model` (`builtin:tiny`, a local
@@ -95,6 +103,18 @@ section! {
         model: String => Option<ModelRef>, kind "string", shown "the agent's model", why "",
             via |d, p, raw| raw.map(|spec| model_ref(d, &p.key("model"), spec, cx.base)),
             emit model_setting;
+        /// LoRA adapters on a separate critic's frozen backbone (`separate: true`): the same
+        /// settings as `agents.adapter` (`{rank, alpha, dropout, targets, init, rslora}`, the
+        /// same defaults and checks). Only the adapters and the value head train, with AdamW
+        /// state for those alone; the critic saves as a PEFT adapter directory beside its
+        /// `value_head.safetensors`. A critic on the model of an adapted agent (same file, same
+        /// `base_dtype`) shares that agent's base. With `separate: false` there is no critic
+        /// model to adapt (the head reads the agent's backbone, adapted when the agent is):
+        /// an error. See [algorithms.md](algorithms.md#critics-with-adapters-trainercriticadapter).
+        adapter: RawAdapter => Option<AdapterPlan>, kind "mapping", shown "none",
+            why "a critic fully fine-tuned, as CoMLRL trains its critics",
+            via |d, p, raw| crate::adapter::resolve(d, p, raw, cx.base, base_dtype.to_owned()),
+            emit crate::adapter::emit;
     }
 }
 
@@ -151,6 +171,17 @@ pub(crate) fn resolve(
                 );
             }
         }
+    }
+    // `maac`'s `separate: false` is refused above; a head on the agent has no model to adapt.
+    if !plan.separate && plan.adapter.is_some() && algorithm != Algorithm::Maac {
+        d.invalid(
+            &p.key("adapter"),
+            "a value head on the agent's backbone (`separate: false`) has no critic model \
+             of its own to adapt: it trains on the agent's backbone, adapted when the agent \
+             has `agents.adapter`",
+            "remove `trainer.critic.adapter` (and give the agents an `adapter`), or set \
+             `separate: true`",
+        );
     }
     Some(plan)
 }

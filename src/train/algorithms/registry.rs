@@ -37,7 +37,7 @@ pub fn build(
         // Iterative MARLHF's online phase: the MAGRPO family only (the scenario crate refuses
         // the actor-critics there).
         A::MarlhfIter => Box::new(MarlhfIter::new(s, agents, online(s, agents, samples)?)?),
-        A::Maac => Box::new(Maac::new(s, samples)?),
+        A::Maac => Box::new(Maac::new(s, agents, samples)?),
         A::MadpoIter => Box::new(MadpoIter::new(s, agents)?),
     })
 }
@@ -50,6 +50,6 @@ fn online(s: &Scenario, agents: &[Option<Policy>], samples: &[bool]) -> Result<B
     Ok(match s.preference.rl_algorithm {
         R::Magrpo | R::Mareinforce | R::Marloo | R::Maremax => Box::new(Magrpo::new(s)),
         R::Iac => Box::new(Iac::new(s, agents)?),
-        R::Maac => Box::new(Maac::new(s, samples)?),
+        R::Maac => Box::new(Maac::new(s, agents, samples)?),
     })
 }

@@ -371,7 +371,8 @@ pub fn load(
                 &state_path,
                 format!(
                     "field `trained[{i}]`: agent {i} trained {was}, this scenario trains {now}; \
-                     resume with `agents.adapter` and `agents.base_dtype` as the run had them \
+                     resume with `agents.adapter`, `agents.base_dtype` and `trainer.critic`'s \
+                     `adapter` and `base_dtype` as the run had them \
                      (scenario.yaml beside the checkpoint), or start a new run with --overwrite"
                 ),
             ));

@@ -15,7 +15,7 @@
 //! (`shares_base_of`); everything else (tokenizer, KV cache, adapters) is per agent, as loaded.
 use crate::error::{Error, Result};
 use crate::model::{ModelInfo, ModelSource, RolloutCopies};
-use comlrl_scenario::{AgentPlan, Dtype, Scenario};
+use comlrl_scenario::{AgentPlan, CriticPlan, Dtype, ModelRef, Scenario};
 use std::collections::HashMap;
 
 /// The environment variable that turns a refusal into a warning.
@@ -47,6 +47,10 @@ pub struct AgentMemory {
     pub sampling: Vec<(&'static str, u64)>,
     /// Added while it updates.
     pub update: Vec<(&'static str, u64)>,
+    /// A separate critic with adapters beside it (`trainer.critic.adapter`): its trainable
+    /// parameters (adapters and value head) and, where it holds no base of its own, what
+    /// holds the base it shares.
+    pub critic_adapter: Option<(u64, Option<String>)>,
 }
 
 fn sum(parts: &[(&'static str, u64)]) -> u64 {
@@ -80,7 +84,10 @@ impl AgentMemory {
     fn key(&self) -> (String, u64, Option<usize>, Vec<(&'static str, u64)>) {
         let parts = [&self.resident[..], &self.sampling, &self.update].concat();
         (
-            format!("{} {}", self.model, self.base_dtype),
+            format!(
+                "{} {} {:?}",
+                self.model, self.base_dtype, self.critic_adapter
+            ),
             self.trainable,
             self.shares_base_of,
             parts,
@@ -179,6 +186,15 @@ impl MemoryEstimate {
             let shared = match a.base_dtype {
                 "f32" => shared,
                 d => format!("{shared}, {d} base"),
+            };
+            let shared = match &a.critic_adapter {
+                Some((n, on)) => format!(
+                    "{shared}; critic with adapters, {:.3}M trainable{}",
+                    *n as f64 / 1e6,
+                    on.as_ref()
+                        .map_or(String::new(), |w| format!(", on the base of {w}"))
+                ),
+                None => shared,
             };
             out += &format!(
                 "  agent{} {} ({}, {:.1}M parameters{trainable}{shared}): {} per agent at its peak\n    held: {}\n    while sampling: {}\n    while updating: {}\n",
@@ -306,7 +322,13 @@ pub fn estimate(
             (Some(info), Some(Some(c))) => {
                 let trainable = trainable_parameters(a, info)?;
                 let mut m = agent_memory(s, a, info, samples(a.index), trainable);
-                add_critic(&mut m, s, c);
+                let plan =
+                    critic.ok_or_else(|| Error::Internal("a critic without a plan".into()))?;
+                let model = critic_spec
+                    .ok_or_else(|| Error::Internal("a critic without a model".into()))?;
+                let on = critic_base(s, plan, model, a.index, &holds, maac);
+                add_critic(&mut m, s, plan, c, on)
+                    .map_err(|e| e.for_agent(a.index, Some(format!("critic {}", model.spec))))?;
                 agents.push(m);
             }
             _ => unknown.push(a.index),
@@ -441,6 +463,14 @@ fn remedies(s: &Scenario, n: usize) -> Vec<String> {
     if t.kl_coef != 0.0 || t.kl_in_loss != 0.0 {
         out.push("`trainer.kl_coef: 0` / `kl_in_loss: 0` (no frozen reference copy)".into());
     }
+    let critic_adapter = t.critic.as_ref().is_some_and(|c| c.adapter.is_some());
+    if t.critic.as_ref().is_some_and(|c| c.separate) && !critic_adapter {
+        out.push(
+            "`trainer.critic.adapter: {rank: 16}` (LoRA adapters on the critic's frozen base, \
+             shared with agents that have `agents.adapter` on the same model)"
+                .into(),
+        );
+    }
     if one_critic(s) {
         out.push("a smaller `trainer.critic.model` (maac's one critic)".into());
     } else if t.critic.as_ref().is_some_and(|c| c.separate) {
@@ -471,18 +501,74 @@ fn longest_prompt_bytes(s: &Scenario, a: &AgentPlan) -> usize {
     }
 }
 
+/// Where a separate critic with adapters (`trainer.critic.adapter`) finds a base already in
+/// memory (`setup::critics::load_critic`): an adapted agent this rank holds on the same model,
+/// f32 weights and base dtype, else (IAC) the critic of an earlier agent held here on the same
+/// model; `None`: a base of its own (also without adapters).
+fn critic_base(
+    s: &Scenario,
+    c: &CriticPlan,
+    model: &ModelRef,
+    agent: usize,
+    holds: &impl Fn(usize) -> bool,
+    maac: bool,
+) -> Option<String> {
+    c.adapter.as_ref()?;
+    let on_agent = s.agents.iter().find(|b| {
+        holds(b.index)
+            && b.adapter.is_some()
+            && b.model.source == model.source
+            && matches!(b.dtype, Dtype::Auto | Dtype::F32)
+            && b.base_dtype == c.base_dtype
+    });
+    if let Some(b) = on_agent {
+        return Some(format!("agent {}", b.index));
+    }
+    if maac {
+        return None;
+    }
+    s.agents
+        .iter()
+        .take_while(|b| b.index < agent)
+        .find(|b| holds(b.index) && c.model.as_ref().unwrap_or(&b.model).source == model.source)
+        .map(|b| format!("agent {}'s critic", b.index))
+}
+
 /// A separate critic's parts beside its agent's: its weights and AdamW state for the whole run;
 /// in an update round its gradients and one value pass over a mini-batch (each layer's input
 /// kept, one layer's activations with their gradients: the recomputed pass). Read at the
-/// prompt's or the response's end, over the longest sequence.
-fn add_critic(m: &mut AgentMemory, s: &Scenario, info: &ModelInfo) {
+/// prompt's or the response's end, over the longest sequence. With adapters only they (and the
+/// head) have AdamW state and gradients, and the base is counted where it is held: here unless
+/// `on` names what holds it.
+fn add_critic(
+    m: &mut AgentMemory,
+    s: &Scenario,
+    plan: &CriticPlan,
+    info: &ModelInfo,
+    on: Option<String>,
+) -> Result<()> {
     let t = &s.trainer;
     let c = &info.config;
     let mul = |x: u64, y: u64| x.saturating_mul(y);
-    let w = info.weight_bytes();
+    let head = match plan.value_head_hidden_dim {
+        None => c.hidden_size as u64 + 1,
+        Some(d) => mul(c.hidden_size as u64 + 2, d as u64).saturating_add(1),
+    };
+    let (w, trained) = match &plan.adapter {
+        None => (info.weight_bytes(), info.weight_bytes()),
+        Some(ad) => {
+            let q = adapter_parameters(ad, info)?.saturating_add(head);
+            m.critic_adapter = Some((q, on.clone()));
+            let base = match super::models::held_dtype(true, plan.base_dtype) {
+                Some(d) => held_bytes(info, d),
+                None => info.weight_bytes(),
+            };
+            (if on.is_some() { 0 } else { base }, mul(q, 4))
+        }
+    };
     let moments = match t.optimizer_state_dtype {
-        Dtype::Bf16 => w,
-        _ => mul(w, 2),
+        Dtype::Bf16 => trained,
+        _ => mul(trained, 2),
     };
     let new = s
         .agents
@@ -509,8 +595,23 @@ fn add_critic(m: &mut AgentMemory, s: &Scenario, info: &ModelInfo) {
     let activations = mul(c.num_hidden_layers as u64, mul(tokens, h * 4)).saturating_add(layer);
     m.resident
         .extend([("critic weights", w), ("critic AdamW state", moments)]);
-    m.update
-        .extend([("critic gradients", w), ("critic activations", activations)]);
+    m.update.extend([
+        ("critic gradients", trained),
+        ("critic activations", activations),
+    ]);
+    Ok(())
+}
+
+/// The bytes of `info`'s weights with the projections held in `d` (bf16, or Q8_0 blocks).
+fn held_bytes(info: &ModelInfo, d: candle_core::DType) -> u64 {
+    let proj = info.projection_parameters();
+    let held = match d == crate::model::kernels::q8_weight::HELD {
+        true => ModelInfo::q8_0_bytes(proj),
+        false => proj.saturating_mul(d.size_in_bytes() as u64),
+    };
+    info.weight_bytes()
+        .saturating_sub(proj.saturating_mul(4))
+        .saturating_add(held)
 }
 
 /// MARLHF's reward model beside agent 0, at the peak of its training (AdamW's f32 state and
@@ -581,17 +682,7 @@ fn agent_memory(
     let base = super::models::base_dtype(a);
     let frozen_base = base.is_some();
     let (w, copied) = match base {
-        Some(d) => {
-            let proj = info.projection_parameters();
-            let held = match d == crate::model::kernels::q8_weight::HELD {
-                true => ModelInfo::q8_0_bytes(proj),
-                false => mul(proj, d.size_in_bytes() as u64),
-            };
-            (
-                w.saturating_sub(mul(proj, 4)).saturating_add(held),
-                info.head_bytes(),
-            )
-        }
+        Some(d) => (held_bytes(info, d), info.head_bytes()),
         None => (w, w),
     };
     let transposed = f32_sampling && copies.wanted(usize::try_from(w).unwrap_or(usize::MAX));
@@ -739,6 +830,7 @@ fn agent_memory(
         resident,
         sampling,
         update,
+        critic_adapter: None,
     }
 }
 
@@ -748,12 +840,13 @@ fn trainable_parameters(a: &AgentPlan, info: &ModelInfo) -> Result<u64> {
     let Some(ad) = &a.adapter else {
         return Ok(info.parameters());
     };
+    adapter_parameters(ad, info).map_err(|e| e.for_agent(a.index, Some(a.model.spec.clone())))
+}
+
+/// The parameters of adapter `ad` on `info`'s model (an agent's or a critic's).
+fn adapter_parameters(ad: &comlrl_scenario::AdapterPlan, info: &ModelInfo) -> Result<u64> {
     let spec = match &ad.init {
-        Some(dir) => {
-            crate::model::io::peft::read_spec(dir)
-                .map_err(|e| Error::from(e).for_agent(a.index, Some(a.model.spec.clone())))?
-                .0
-        }
+        Some(dir) => crate::model::io::peft::read_spec(dir)?.0,
         None => crate::model::decoder::lora::LoraSpec {
             rank: ad.rank,
             alpha: ad.alpha,
@@ -960,6 +1053,68 @@ mod tests {
             .remedies
             .iter()
             .any(|r| r.contains("maac's one critic")));
+    }
+
+    /// A critic with adapters (`trainer.critic.adapter`) holds AdamW state and gradients for
+    /// its adapters and head only; on an adapted agent's base it holds no weights of its own,
+    /// and IAC's critics on one model share one base; the report names both.
+    #[test]
+    fn critics_with_adapters_count_their_adapters_and_a_shared_base_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = "agents: {count: 2, model: builtin:small, max_new_tokens: 16}\n";
+        let full = peak(
+            dir.path(),
+            &format!("{agents}trainer: {{algorithm: iac}}\n"),
+        );
+        let w = 4 * full.agents[0].parameters;
+        let critic = "trainer: {algorithm: iac, critic: {adapter: {rank: 4}}}\n";
+        // Full fine-tuned agents: critic 0 loads a base, critic 1 shares it.
+        let own = peak(dir.path(), &format!("{agents}{critic}"));
+        let (c0, c1) = (&own.agents[0], &own.agents[1]);
+        assert_eq!(part(&c0.resident, "critic weights"), w);
+        assert_eq!(part(&c1.resident, "critic weights"), 0);
+        let (q, on) = c0.critic_adapter.clone().unwrap();
+        assert!(q > 0 && q < c0.parameters / 10, "{q}");
+        assert_eq!(on, None);
+        assert_eq!(part(&c0.resident, "critic AdamW state"), 8 * q);
+        assert_eq!(part(&c0.update, "critic gradients"), 4 * q);
+        assert_eq!(
+            c1.critic_adapter.as_ref().unwrap().1.as_deref(),
+            Some("agent 0's critic")
+        );
+        // Adapted agents: every critic sits on agent 0's base, which agent 1 shares too.
+        let adapted = agents.replace("}", ", adapter: {rank: 4}}");
+        let shared = peak(dir.path(), &format!("{adapted}{critic}"));
+        for a in &shared.agents {
+            assert_eq!(part(&a.resident, "critic weights"), 0);
+            assert_eq!(
+                a.critic_adapter.as_ref().unwrap().1.as_deref(),
+                Some("agent 0")
+            );
+        }
+        assert!(shared.peak < own.peak && own.peak < full.peak);
+        let report = shared.report();
+        assert!(
+            report.contains("critic with adapters") && report.contains("on the base of agent 0"),
+            "{report}"
+        );
+        // A critic base in bf16 is not the f32 agents' base: held once, in bf16.
+        let bf16 = peak(
+            dir.path(),
+            &format!("{adapted}trainer: {{algorithm: iac, critic: {{adapter: {{rank: 4}}, base_dtype: bf16}}}}\n"),
+        );
+        let held = part(&bf16.agents[0].resident, "critic weights");
+        assert!(held > 0 && held < w, "{held} vs {w}");
+        assert_eq!(part(&bf16.agents[1].resident, "critic weights"), 0);
+        // The way out is named where critics have no adapters.
+        assert!(full
+            .remedies
+            .iter()
+            .any(|r| r.contains("trainer.critic.adapter")));
+        assert!(!own
+            .remedies
+            .iter()
+            .any(|r| r.contains("trainer.critic.adapter")));
     }
 
     /// Agents with adapters on one base count its weights once (the first agent carries

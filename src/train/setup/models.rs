@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::model::decoder::lora::LoraSpec;
 use crate::model::io::peft::Adapter;
 use crate::model::{LoadOptions, ModelSource, Policy, RolloutCopies, SamplingParams};
-use comlrl_scenario::{AgentPlan, BaseDtype, Dtype, Scenario};
+use comlrl_scenario::{AdapterPlan, AgentPlan, BaseDtype, Dtype, Scenario};
 use std::path::Path;
 
 /// The model source of an agent, in the model loader's terms.
@@ -173,7 +173,13 @@ fn load_agent(s: &Scenario, a: &AgentPlan, sampling: bool) -> Result<Policy> {
 /// (`q8_weight::HELD`) under an adapter with `base_dtype: bf16` / `q8_0` (the scenario refuses
 /// them without one), else `None`: the model's dtype.
 pub(crate) fn base_dtype(a: &AgentPlan) -> Option<candle_core::DType> {
-    match (a.adapter.is_some(), a.base_dtype) {
+    held_dtype(a.adapter.is_some(), a.base_dtype)
+}
+
+/// The dtype a frozen base holds its projections in (`base_dtype` of an agent or a critic with
+/// an adapter), else `None`: the model's dtype.
+pub(crate) fn held_dtype(adapter: bool, base: BaseDtype) -> Option<candle_core::DType> {
+    match (adapter, base) {
         (true, BaseDtype::Bf16) => Some(candle_core::DType::BF16),
         (true, BaseDtype::Q8_0) => Some(crate::model::kernels::q8_weight::HELD),
         _ => None,
@@ -196,13 +202,27 @@ pub fn agent_adapter(s: &Scenario, a: &AgentPlan, base: &Policy) -> Result<Optio
     let Some(plan) = &a.adapter else {
         return Ok(None);
     };
+    let seed = s.seed ^ (0x1057_u64 << 32) ^ a.index as u64;
+    let key = crate::model::decoder::lora_dropout::agent_key(s.seed, a.index as u64);
+    build_adapter(plan, base, seed, key)
+        .map(Some)
+        .map_err(|e| Error::from(e).for_agent(a.index, Some(a.model.spec.clone())))
+}
+
+/// An adapter on `base` as `plan` says (an agent's or a critic's): read from its `init`
+/// directory (the plan's dropout replacing the directory's where set), or PEFT's fresh init
+/// from `seed`; its dropout masks keyed by `dropout_key`.
+pub(crate) fn build_adapter(
+    plan: &AdapterPlan,
+    base: &Policy,
+    seed: u64,
+    dropout_key: u64,
+) -> std::result::Result<Adapter, crate::model::Error> {
     let dev = base.model.device();
     let dtype = base.model.dtype();
-    let err =
-        |e: crate::model::Error| Error::from(e).for_agent(a.index, Some(a.model.spec.clone()));
-    let adapter = match &plan.init {
+    let mut adapter = match &plan.init {
         Some(dir) => {
-            let mut ad = Adapter::load(dir, &base.config, dtype, dev).map_err(err)?;
+            let mut ad = Adapter::load(dir, &base.config, dtype, dev)?;
             // The scenario's dropout where it sets one (a training setting), else the
             // directory's `lora_dropout` (checked in [0, 1) as it was read).
             if let Some(p) = plan.dropout {
@@ -217,14 +237,12 @@ pub fn agent_adapter(s: &Scenario, a: &AgentPlan, base: &Policy) -> Result<Optio
                 rslora: plan.rslora,
                 targets: plan.targets.clone(),
             };
-            let seed = s.seed ^ (0x1057_u64 << 32) ^ a.index as u64;
             let p = plan.dropout.unwrap_or(0.0);
-            Adapter::init(spec, p, &base.config, seed, dtype, dev).map_err(err)?
+            Adapter::init(spec, p, &base.config, seed, dtype, dev)?
         }
     };
-    let mut adapter = adapter;
-    adapter.dropout_key = crate::model::decoder::lora_dropout::agent_key(s.seed, a.index as u64);
-    Ok(Some(adapter))
+    adapter.dropout_key = dropout_key;
+    Ok(adapter)
 }
 
 /// The sampling settings of agent `a`'s rollouts.

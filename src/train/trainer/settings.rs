@@ -124,25 +124,41 @@ impl Settings {
     }
 
     /// What each agent trains, in words: full fine-tuning, or its adapter (rank, α, scaling,
-    /// targets) on a base of `agents.base_dtype`. Recorded in each checkpoint's state.
+    /// targets) on a base of `agents.base_dtype`; with critics that have adapters
+    /// (`trainer.critic.adapter`), theirs after it. Recorded in each checkpoint's state.
     pub fn trained(&self) -> Vec<String> {
-        self.scenario
-            .agents
+        let s = &self.scenario;
+        // Critic adapters of the same shape would load under another scaling too.
+        let critics = (s.trainer.critic.as_ref())
+            .filter(|c| c.separate)
+            .and_then(|c| {
+                Some(format!(
+                    "; critics: {}",
+                    adapter_words(c.adapter.as_ref()?, c.base_dtype)
+                ))
+            })
+            .unwrap_or_default();
+        s.agents
             .iter()
             .map(|a| match &a.adapter {
-                None => "full fine-tuning".to_string(),
-                Some(p) => format!(
-                    "a LoRA adapter (r {}, alpha {}{}, targets {}) on a {} base",
-                    p.rank,
-                    p.alpha,
-                    if p.rslora { ", rsLoRA scaling" } else { "" },
-                    p.targets.join(" "),
-                    serde_json::to_value(a.base_dtype)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_else(|| format!("{:?}", a.base_dtype)),
-                ),
+                None => format!("full fine-tuning{critics}"),
+                Some(p) => format!("{}{critics}", adapter_words(p, a.base_dtype)),
             })
             .collect()
     }
+}
+
+/// An adapter in words: rank, α, scaling, targets and the dtype of the base under it.
+fn adapter_words(p: &comlrl_scenario::AdapterPlan, base: comlrl_scenario::BaseDtype) -> String {
+    format!(
+        "a LoRA adapter (r {}, alpha {}{}, targets {}) on a {} base",
+        p.rank,
+        p.alpha,
+        if p.rslora { ", rsLoRA scaling" } else { "" },
+        p.targets.join(" "),
+        serde_json::to_value(base)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| format!("{base:?}")),
+    )
 }

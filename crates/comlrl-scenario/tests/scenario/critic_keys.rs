@@ -199,3 +199,62 @@ fn maac_takes_comlrl_maac_config_defaults_and_a_separate_critic_only() {
         s.warnings
     );
 }
+
+/// `trainer.critic.adapter` takes `agents.adapter`'s settings, defaults and checks (one
+/// declaration), `base_dtype` beside it; both survive the resolved YAML. Bad settings name the
+/// critic's key: rank 0, a target that is no projection, `base_dtype` without an adapter, an
+/// adapter on a head that reads the agent's backbone (`separate: false`).
+#[test]
+fn a_critic_adapter_takes_the_agents_settings_and_names_its_key_when_bad() {
+    let f = Fixture::new();
+    let text = format!(
+        "{IAC}  critic:\n    adapter: {{rank: 4, alpha: 16, targets: [v_proj, q_proj]}}\n    base_dtype: bf16\n"
+    );
+    let s = f.ok(&text, &[]);
+    let c = s.trainer.critic.as_ref().unwrap();
+    let a = c.adapter.as_ref().expect("an adapter");
+    assert_eq!(
+        (a.rank, a.alpha, a.dropout, a.rslora),
+        (4, 16.0, Some(0.0), false)
+    );
+    // The decoder's order, as for an agent's.
+    assert_eq!(a.targets, ["q_proj", "v_proj"]);
+    assert_eq!(c.base_dtype, comlrl_scenario::BaseDtype::Bf16);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let again = load_str(&s.to_yaml(), &f.origin(), &[]).expect("reload");
+    assert_eq!(again.trainer.critic, s.trainer.critic);
+    // Defaults as `agents.adapter`'s: PEFT's r 8, α 8, every projection.
+    let d = f.ok(IAC, &["trainer.critic.adapter.rank=8"]);
+    let a = d.trainer.critic.unwrap().adapter.unwrap();
+    assert_eq!((a.rank, a.alpha, a.targets.len()), (8, 8.0, 7));
+    // No adapter by default: the critic is fully fine-tuned, as CoMLRL's.
+    assert_eq!(f.ok(IAC, &[]).trainer.critic.unwrap().adapter, None);
+
+    let (msg, d) = f.one(IAC, &["trainer.critic.adapter.rank=0"]);
+    assert_eq!(d.key, "trainer.critic.adapter.rank", "{msg}");
+    assert!(msg.contains("rank 0 is outside"), "{msg}");
+    let (msg, d) = f.one(
+        &format!("{IAC}  critic:\n    adapter: {{targets: [q_proj, lm_head]}}\n"),
+        &[],
+    );
+    assert_eq!(d.key, "trainer.critic.adapter.targets", "{msg}");
+    assert!(msg.contains("`lm_head` is not a projection"), "{msg}");
+    let (msg, d) = f.one(IAC, &["trainer.critic.base_dtype=q8_0"]);
+    assert_eq!(d.key, "trainer.critic.base_dtype", "{msg}");
+    assert!(msg.contains("needs an `adapter`"), "{msg}");
+    let (msg, d) = f.one(
+        &format!("{IAC}  critic:\n    separate: false\n    adapter: {{rank: 4}}\n"),
+        &[],
+    );
+    assert_eq!(d.key, "trainer.critic.adapter", "{msg}");
+    assert!(
+        msg.contains("separate: false") && msg.contains("agents.adapter"),
+        "{msg}"
+    );
+    // MAAC's one critic takes adapters too.
+    let m = f.ok(
+        &IAC.replace("algorithm: iac", "algorithm: maac"),
+        &["trainer.critic.adapter.rank=2"],
+    );
+    assert_eq!(m.trainer.critic.unwrap().adapter.unwrap().rank, 2);
+}

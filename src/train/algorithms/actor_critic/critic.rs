@@ -195,7 +195,12 @@ impl ValueOn<'_> {
             clip,
         };
         value_loss.check(rows.len())?;
-        let layout = self.layout(rows)?;
+        let mut layout = self.layout(rows)?;
+        // An adapter's dropout (PEFT's train mode), row j's masks drawn as sequence (j, 0) of
+        // the mini-batch: the ids the actor's passes give sample j's one completion, so a head
+        // on an adapted agent reads the masks its joined passes would.
+        let seqs = (0..rows.len() as u64).map(|j| j << 32).collect();
+        layout.dropout = self.policy.lora_dropout(seqs, layout.ids.dim(1)?);
         let cols = value_columns(&layout, self.at)?;
         let pass = value_forward(&self.policy.model, self.head, &layout, &cols, plan, None)?;
         let v: Vec<f32> = pass.values().to_dtype(candle_core::DType::F32)?.to_vec1()?;

@@ -7,14 +7,14 @@
 //! `models/agent_<i>/value_head.safetensors`).
 use crate::error::{Error, Result};
 use crate::model::grad::value::ValueAt;
-use crate::model::{LoadOptions, Policy, RolloutCopies, ValueHead};
+use crate::model::{Policy, ValueHead};
 use crate::train::algorithms::actor_critic::critic::{head_vars, ValueOn};
 use crate::train::optim::adamw::{AdamW, AdamWConfig};
 use crate::train::optim::moments::StateDtype;
 use crate::train::run::checkpoint::{
     read_moments, read_weights, write_moments, write_weights, CheckpointPart,
 };
-use crate::train::setup::models::source_of;
+use crate::train::setup::critics::{load_critic, CriticId};
 use comlrl_scenario::{CriticPlan, CriticType, Dtype, Scenario};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -82,28 +82,34 @@ fn progress_file(i: usize) -> String {
 impl Critics {
     /// The critics of the agents this rank holds (`Some` in `agents`), as `c` sets them up.
     pub fn load(s: &Scenario, c: &CriticPlan, agents: &[Option<Policy>]) -> Result<Self> {
-        let slots = s
-            .agents
-            .iter()
-            .map(|a| {
-                let i = a.index;
-                let Some(agent) = agents.get(i).and_then(Option::as_ref) else {
-                    return Ok(None);
-                };
-                let model = c.model.as_ref().unwrap_or(&a.model);
-                if !c.separate && a.replicas > 1 {
-                    return Err(Error::Config(format!(
-                        "agent {i}: a value head on the agent's backbone (`trainer.critic.separate: \
-                         false`) trains on one copy of the agent; remove `replicas` or use a \
-                         separate critic"
-                    )));
-                }
-                load_one(s, c, i, model, agent)
-                    .map(|slot| Some(Mutex::new(slot)))
-                    .map_err(|e| e.for_agent(i, Some(format!("critic {}", model.spec))))
-            })
-            .collect::<Result<_>>()?;
-        Ok(Critics { slots })
+        let mut built: Vec<Option<CriticSlot>> = Vec::with_capacity(s.agents.len());
+        for a in &s.agents {
+            let i = a.index;
+            let Some(agent) = agents.get(i).and_then(Option::as_ref) else {
+                built.push(None);
+                continue;
+            };
+            let model = c.model.as_ref().unwrap_or(&a.model);
+            if !c.separate && a.replicas > 1 {
+                return Err(Error::Config(format!(
+                    "agent {i}: a value head on the agent's backbone (`trainer.critic.separate: \
+                     false`) trains on one copy of the agent; remove `replicas` or use a \
+                     separate critic"
+                )));
+            }
+            // Critics with adapters on one model share one base (`setup::critics`).
+            let earlier: Vec<&Policy> = built
+                .iter()
+                .flatten()
+                .filter_map(|slot| slot.own.as_ref())
+                .collect();
+            let slot = load_one(s, c, i, model, agent, agents, &earlier)
+                .map_err(|e| e.for_agent(i, Some(format!("critic {}", model.spec))))?;
+            built.push(Some(slot));
+        }
+        Ok(Critics {
+            slots: built.into_iter().map(|b| b.map(Mutex::new)).collect(),
+        })
     }
 
     /// Agent `i`'s critic (an error where this rank does not hold it).
@@ -137,18 +143,18 @@ fn load_one(
     i: usize,
     model: &comlrl_scenario::ModelRef,
     agent: &Policy,
+    agents: &[Option<Policy>],
+    earlier: &[&Policy],
 ) -> Result<CriticSlot> {
     let own = match c.separate {
-        true => {
-            let opts = LoadOptions {
-                seed: s.seed,
-                // A critic never samples: no sampling copies.
-                rollout_copies: RolloutCopies::Never,
-                copies_now: false,
-                ..LoadOptions::default()
-            };
-            Some(Policy::load(&source_of(model, &s.base_dir)?, &opts)?)
-        }
+        true => Some(load_critic(
+            s,
+            c,
+            CriticId::Agent(i),
+            model,
+            agents,
+            earlier,
+        )?),
         false => None,
     };
     let backbone = own.as_ref().unwrap_or(agent);

@@ -210,6 +210,10 @@ impl Iac {
                     _ => None,
                 },
             };
+            // A critic's adapter dropout draws the masks of its own optimizer step.
+            if let Some(own) = &slot.own {
+                own.set_update_step(slot.opt.step);
+            }
             let (lg, cg) = self
                 .batch_grads(learner, slot, &samples, &batch_rows, loss)
                 .map_err(|e| match e {

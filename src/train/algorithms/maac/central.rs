@@ -7,12 +7,12 @@
 use crate::error::{Error, Result};
 use crate::model::grad::recompute::PassPlan;
 use crate::model::grad::value::ValueAt;
-use crate::model::{LoadOptions, Policy, RolloutCopies, ValueHead};
+use crate::model::{Policy, ValueHead};
 use crate::train::algorithms::actor_critic::critic::{Critic, Row};
 use crate::train::optim::adamw::{AdamW, AdamWConfig};
 use crate::train::optim::moments::StateDtype;
 use crate::train::run::checkpoint::{read_moments, read_weights, write_moments, write_weights};
-use crate::train::setup::models::source_of;
+use crate::train::setup::critics::{load_critic, CriticId};
 use comlrl_scenario::{CriticPlan, Dtype, Scenario};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -43,21 +43,15 @@ const PROGRESS: &str = "critic.json";
 impl Central {
     /// The critic as `c` sets it up: its own model (`c.model`, or agent 0's), a value head
     /// seeded by the run's seed, the AdamW with the trainer's settings at the critic's rate.
-    pub fn load(s: &Scenario, c: &CriticPlan) -> Result<Self> {
+    pub fn load(s: &Scenario, c: &CriticPlan, agents: &[Option<Policy>]) -> Result<Self> {
         let agent0 = s
             .agents
             .first()
             .ok_or_else(|| Error::Internal("maac with no agents".into()))?;
         let model = c.model.as_ref().unwrap_or(&agent0.model);
-        let opts = LoadOptions {
-            seed: s.seed,
-            // The critic never samples: no sampling copies.
-            rollout_copies: RolloutCopies::Never,
-            copies_now: false,
-            ..LoadOptions::default()
-        };
-        let policy = Policy::load(&source_of(model, &s.base_dir)?, &opts)
-            .map_err(|e| Error::from(e).for_agent(0, Some(format!("critic {}", model.spec))))?;
+        // With `trainer.critic.adapter`, on an adapted agent's base where one matches.
+        let policy = load_critic(s, c, CriticId::Central, model, agents, &[])
+            .map_err(|e| e.for_agent(0, Some(format!("critic {}", model.spec))))?;
         let seed = s.seed ^ 0x5ca1_ab1e ^ 0xc3a7_c3a7;
         let head = ValueHead::init(
             policy.config.hidden_size,
@@ -205,6 +199,8 @@ pub fn critic_round(
             .iter()
             .map(|&j| agents.iter().map(|&a| targets[a][j]).sum::<f32>() / agents.len() as f32)
             .collect();
+        // An adapter's dropout draws the masks of the critic's own optimizer step.
+        central.critic.policy.set_update_step(central.opt.step);
         let cg = central
             .critic
             .loss_and_grads(&batch_rows, &mean_t, how.coef, &vars, how.plan)

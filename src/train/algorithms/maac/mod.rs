@@ -89,7 +89,7 @@ pub struct Maac {
 impl Maac {
     /// MAAC as `s.trainer` sets it up, with its critic where agent 0's first replica is
     /// (`samples[0]`: this process samples agent 0; one copy of the critic per run).
-    pub fn new(s: &Scenario, samples: &[bool]) -> Result<Self> {
+    pub fn new(s: &Scenario, agents: &[Option<Policy>], samples: &[bool]) -> Result<Self> {
         let t = &s.trainer;
         let c = t.critic.as_ref().ok_or_else(|| {
             Error::Internal("trainer.algorithm maac without a resolved `trainer.critic`".into())
@@ -97,7 +97,7 @@ impl Maac {
         // One copy, not one per replica of agent 0: the others would hold its weights and
         // AdamW moments only to compute the same round again (see docs/distributed.md).
         let central = match samples.first() {
-            Some(true) => Some(Central::load(s, c)?),
+            Some(true) => Some(Central::load(s, c, agents)?),
             _ => None,
         };
         Ok(Maac {

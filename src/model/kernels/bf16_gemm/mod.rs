@@ -1,6 +1,7 @@
 //! A bf16-operand, f32-accumulate matrix product for the CPU: both operands rounded to bf16
-//! (nearest even) while they are packed, every product exact in f32, every sum in f32. For
-//! the training update's large products under `trainer.compute_dtype: bf16`.
+//! (nearest even) while they are packed (a bf16 operand, such as a frozen bf16 base's weight,
+//! is packed from its bf16 values as they are), every product exact in f32, every sum in f32.
+//! For the training update's large products under `trainer.compute_dtype: bf16`.
 //!
 //! Backends, chosen once at run time ([`backend`]), all over the same packed layout
 //! ([`pack`]): AMX tiles (`tdpbf16ps`, via `asm!`) where the CPU and OS allow them, else

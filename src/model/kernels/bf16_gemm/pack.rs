@@ -139,12 +139,13 @@ pub(super) fn pack_a_with<T: Elem>(a: View<'_, T>, simd: bool) -> Packed {
         use super::pack_avx512::{step_a, step_a_bf16};
         let mut p = Buffer::Pool.packed(a.rows, a.cols, true);
         match T::source(a) {
-            // SAFETY (both): `simd()` checked the CPU's features.
-            Source::F32(a) => by_steps(&mut p, |panel, s, out, blk| unsafe {
-                step_a(a, panel * PANEL, s, out, blk)
+            Source::F32(a) => by_steps(&mut p, |panel, s, out, blk| {
+                // SAFETY: `simd()` checked the CPU's features.
+                unsafe { step_a(a, panel * PANEL, s, out, blk) }
             }),
-            Source::Bf16(a) => by_steps(&mut p, |panel, s, out, blk| unsafe {
-                step_a_bf16(a, panel * PANEL, s, out, blk)
+            Source::Bf16(a) => by_steps(&mut p, |panel, s, out, blk| {
+                // SAFETY: `simd()` checked the CPU's features.
+                unsafe { step_a_bf16(a, panel * PANEL, s, out, blk) }
             }),
         }
         return p;
@@ -212,12 +213,13 @@ pub(super) fn pack_b_in<T: Elem>(b: View<'_, T>, simd: bool, buf: Buffer) -> Pac
         use super::pack_avx512::{step_b, step_b_bf16};
         let mut p = buf.packed(b.cols, b.rows, true);
         match T::source(bt) {
-            // SAFETY (both): `simd()` checked the CPU's features.
-            Source::F32(bt) => by_steps(&mut p, |panel, s, out, blk| unsafe {
-                step_b(bt, panel * PANEL, s, out, blk)
+            Source::F32(bt) => by_steps(&mut p, |panel, s, out, blk| {
+                // SAFETY: `simd()` checked the CPU's features.
+                unsafe { step_b(bt, panel * PANEL, s, out, blk) }
             }),
-            Source::Bf16(bt) => by_steps(&mut p, |panel, s, out, blk| unsafe {
-                step_b_bf16(bt, panel * PANEL, s, out, blk)
+            Source::Bf16(bt) => by_steps(&mut p, |panel, s, out, blk| {
+                // SAFETY: `simd()` checked the CPU's features.
+                unsafe { step_b_bf16(bt, panel * PANEL, s, out, blk) }
             }),
         }
         return p;

@@ -308,6 +308,9 @@ pub struct GemmReport {
     pub n: usize,
     /// Operand layout.
     pub layout: GemmLayout,
+    /// Whether the bf16 GEMM's right operand is held in bf16 (a frozen bf16 base's W, under
+    /// `agents.base_dtype: bf16`) rather than f32; the f32 product reads its f32 values.
+    pub b_bf16: bool,
     /// f32 through gemm as the update runs it (`model::kernels::compute_dtype`: candle's gemm call without the
     /// output's zero-fill; `tn`: gemm's accumulate mode).
     pub f32_gflops_per_s: f64,
@@ -316,13 +319,15 @@ pub struct GemmReport {
 }
 
 /// Times an (m, k, n) product laid out as `layout`: f32 and each usable bf16 backend, median
-/// of `repeats` after a warm-up. The portable backend is skipped above 2^30 multiply-adds
-/// (minutes per product).
+/// of `repeats` after a warm-up; with `b_bf16` the bf16 GEMM's right operand is held in bf16
+/// (the same values, bf16-rounded; its layout kept). The portable backend is skipped above
+/// 2^30 multiply-adds (minutes per product).
 pub fn run_gemm(
     m: usize,
     k: usize,
     n: usize,
     layout: GemmLayout,
+    b_bf16: bool,
     repeats: usize,
 ) -> Result<GemmReport> {
     use crate::model::kernels::bf16_gemm::{self as g, Backend};
@@ -332,6 +337,12 @@ pub fn run_gemm(
         GemmLayout::Nn => (r(m, k)?, r(k, n)?),
         GemmLayout::Nt => (r(m, k)?, r(n, k)?.t()?),
         GemmLayout::Tn => (r(k, m)?, r(k, n)?),
+    };
+    // A bf16 b keeps b's layout (w.t() stays a transposed view of a row-major bf16 w).
+    let b16 = match (b_bf16, layout) {
+        (false, _) => b.clone(),
+        (true, GemmLayout::Nt) => b.t()?.to_dtype(DType::BF16)?.t()?,
+        (true, _) => b.to_dtype(DType::BF16)?,
     };
     let acc = Tensor::zeros((m, n), DType::F32, &dev)?;
     let flops = 2.0 * (m * k * n) as f64;
@@ -353,15 +364,15 @@ pub fn run_gemm(
         }
         let s = median_secs(repeats, || {
             match layout {
-                GemmLayout::Tn => g::add_matmul_tn_with(backend, &acc, &a, &b)?,
-                _ => drop(g::matmul_with(backend, &a, &b)?),
+                GemmLayout::Tn => g::add_matmul_tn_with(backend, &acc, &a, &b16)?,
+                _ => drop(g::matmul_with(backend, &a, &b16)?),
             }
             Ok(())
         })?;
         let prepacked = match layout {
             GemmLayout::Tn => None,
             _ => {
-                let pb = g::pack_rhs(&b)?;
+                let pb = g::pack_rhs(&b16)?;
                 let s = median_secs(repeats, || {
                     drop(g::matmul_packed_with(backend, &a, &pb)?);
                     Ok(())
@@ -380,6 +391,7 @@ pub fn run_gemm(
         k,
         n,
         layout,
+        b_bf16,
         f32_gflops_per_s: flops / f32_s / 1e9,
         bf16,
     })

@@ -39,9 +39,10 @@ pub struct MatmulArgs {
     /// backend this machine runs (AMX, AVX-512 BF16, portable) against f32.
     #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
     pub dtype: String,
-    /// Also time products `M,K,N[,LAYOUT]` f32 vs the bf16 GEMM, LAYOUT `nn` (a · b, the
+    /// Also time products `M,K,N[,LAYOUT[,bf16]]` f32 vs the bf16 GEMM, LAYOUT `nn` (a · b, the
     /// default), `nt` (a · wᵀ, w of N × K) or `tn` (acc += aᵀ · b, a of K × M), e.g.
-    /// `1280,896,4864,nt`.
+    /// `1280,896,4864,nt`; `bf16` holds the bf16 GEMM's b (w) in bf16, as a frozen bf16 base's
+    /// weight is (`agents.base_dtype: bf16`), e.g. `1280,896,4864,nt,bf16`.
     #[arg(long, num_args = 1..)]
     pub gemm: Vec<String>,
     /// Where to write the JSON report.
@@ -166,7 +167,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             let mut gemm = vec![];
             if m.dtype == "bf16" {
-                gemm.push(bench_gemm(m.size, m.size, m.size, "nn", m.repeats)?);
+                gemm.push(bench_gemm(m.size, m.size, m.size, "nn", false, m.repeats)?);
             }
             for shape in &m.gemm {
                 let parts: Vec<&str> = shape.split(',').map(str::trim).collect();
@@ -175,13 +176,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     .take(3)
                     .map(|v| v.parse::<usize>().ok().filter(|&v| v > 0))
                     .collect();
-                let (Some(d), 3 | 4) = (dims.filter(|d| d.len() == 3), parts.len()) else {
+                let b_dtype = parts.get(4).copied();
+                let (Some(d), 3..=5, None | Some("bf16")) =
+                    (dims.filter(|d| d.len() == 3), parts.len(), b_dtype)
+                else {
                     anyhow::bail!(
-                        "--gemm {shape}: expected M,K,N or M,K,N,LAYOUT (three positive integers, LAYOUT nn, nt or tn)"
+                        "--gemm {shape}: expected M,K,N or M,K,N,LAYOUT or M,K,N,LAYOUT,bf16 (three positive integers, LAYOUT nn, nt or tn, then bf16 for a bf16 b)"
                     )
                 };
                 let layout = parts.get(3).copied().unwrap_or("nn");
-                gemm.push(bench_gemm(d[0], d[1], d[2], layout, m.repeats)?);
+                let b_bf16 = b_dtype.is_some();
+                gemm.push(bench_gemm(d[0], d[1], d[2], layout, b_bf16, m.repeats)?);
             }
             let json = serde_json::json!({"machine": comlrl::bench::sys::machine(), "matmul": r, "decode": decode, "gemm": gemm});
             write_report(&m.out, &json)
@@ -195,12 +200,13 @@ fn bench_gemm(
     k: usize,
     n: usize,
     layout: &str,
+    b_bf16: bool,
     repeats: usize,
 ) -> anyhow::Result<comlrl::bench::matmul::GemmReport> {
     let l: comlrl::bench::matmul::GemmLayout = layout
         .parse()
         .map_err(|e| anyhow::anyhow!("--gemm {m},{k},{n},{layout}: {e}"))?;
-    let r = comlrl::bench::matmul::run_gemm(m, k, n, l, repeats)?;
+    let r = comlrl::bench::matmul::run_gemm(m, k, n, l, b_bf16, repeats)?;
     let rates: Vec<String> = r
         .bf16
         .iter()
@@ -211,8 +217,9 @@ fn bench_gemm(
             format!("{} {:.1}{pre}", b.backend, b.gflops_per_s)
         })
         .collect();
+    let held = if b_bf16 { ", b held in bf16" } else { "" };
     eprintln!(
-        "gemm {m}x{k}x{n} {layout}: f32 {:.1} GFLOP/s; bf16 (default {}): {} GFLOP/s",
+        "gemm {m}x{k}x{n} {layout}{held}: f32 {:.1} GFLOP/s; bf16 (default {}): {} GFLOP/s",
         r.f32_gflops_per_s,
         comlrl::model::kernels::bf16_gemm::backend(),
         rates.join(", ")

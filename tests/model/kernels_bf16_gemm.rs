@@ -137,7 +137,7 @@ fn matmul_reads_transposed_strided_and_bf16_views() {
             got_b.to_vec2::<f32>().unwrap(),
             got_f.to_vec2::<f32>().unwrap()
         );
-        // Strided bf16 views (widened over the span they cover, strides kept): a transposed
+        // Strided bf16 views (packed from their bf16 values, strides kept): a transposed
         // bf16 tensor, a bf16 column window at an offset, and a frozen base's W as w.t().
         let a16 = at.to_dtype(DType::BF16).unwrap().t().unwrap();
         let b16 = wide.to_dtype(DType::BF16).unwrap().narrow(1, 7, n).unwrap();
@@ -155,7 +155,7 @@ fn matmul_reads_transposed_strided_and_bf16_views() {
             got_f.to_vec2::<f32>().unwrap()
         );
     }
-    // A bf16 weight larger than one widening chunk (2^16 elements), as w.t() and as w.
+    // A bf16 weight packed in parallel (over 2^16 packed elements), as w.t() and as w.
     let (m, k, n) = (9, 700, 300);
     let (x, w) = (tensor(m, k, 8), tensor(n, k, 9));
     let w16 = w.to_dtype(DType::BF16).unwrap();
@@ -326,5 +326,106 @@ fn empty_dimensions_give_empty_or_zero_products() {
         let before = acc.to_vec2::<f32>().unwrap();
         bf16_gemm::add_matmul_tn_with(backend, &acc, &tensor(0, 2, 4), &tensor(0, 3, 5)).unwrap();
         assert_eq!(acc.to_vec2::<f32>().unwrap(), before);
+    }
+}
+
+/// Bits of a product, for bit-for-bit comparison.
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+        .into_iter()
+        .map(f32::to_bits)
+        .collect()
+}
+
+/// A frozen bf16 base's W is packed from its bf16 values with no f32 copy: every product with
+/// it equals, bit for bit, the product with its exact f32 widening, through every backend this
+/// machine runs, as x · Wᵀ (W as `w.t()`) and dy · W, at odd shapes, partial panels and k-steps,
+/// row and column windows at an offset, a product of several tasks and two K chunks, the
+/// prepacked forms and the accumulate mode.
+#[test]
+fn bf16_weights_give_the_products_of_their_f32_widening_bit_for_bit() {
+    let widen = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+    for backend in backends() {
+        let name = backend.name();
+        for (m, k, n) in [
+            (1, 1, 1),
+            (3, 17, 5),
+            (33, 64, 96),
+            (17, 100, 33),
+            (130, 2100, 300),
+        ] {
+            let w16 = tensor(n, k, 21 + n as u64).to_dtype(DType::BF16).unwrap();
+            let w = widen(&w16);
+            let (x, dy) = (tensor(m, k, 22), tensor(m, n, 23));
+            let what = format!("{name} {m}x{k}x{n}");
+            let mm = |a: &Tensor, b: &Tensor| bits(&bf16_gemm::matmul_with(backend, a, b).unwrap());
+            assert_eq!(
+                mm(&x, &w16.t().unwrap()),
+                mm(&x, &w.t().unwrap()),
+                "x·Wᵀ {what}"
+            );
+            assert_eq!(mm(&dy, &w16), mm(&dy, &w), "dy·W {what}");
+            // Packed once for many products, pooled and owned.
+            let pm = |p: bf16_gemm::PackedB, a: &Tensor| {
+                bits(&bf16_gemm::matmul_packed_with(backend, a, &p).unwrap())
+            };
+            let want = mm(&x, &w.t().unwrap());
+            assert_eq!(
+                pm(bf16_gemm::pack_weight(&w16).unwrap(), &x),
+                want,
+                "{what}"
+            );
+            assert_eq!(
+                pm(bf16_gemm::pack_weight_owned(&w16).unwrap(), &x),
+                want,
+                "{what}"
+            );
+            let want = mm(&dy, &w);
+            assert_eq!(pm(bf16_gemm::pack_rhs(&w16).unwrap(), &dy), want, "{what}");
+            assert_eq!(
+                pm(bf16_gemm::pack_rhs_owned(&w16).unwrap(), &dy),
+                want,
+                "{what}"
+            );
+            // acc += dyᵀ · W with a bf16 right operand, and a bf16 left one (W as aᵀ).
+            let (acc16, acc32) = (tensor(m, k, 24), tensor(m, k, 24));
+            let dyt = dy.t().unwrap().contiguous().unwrap();
+            bf16_gemm::add_matmul_tn_with(backend, &acc16, &dyt, &w16).unwrap();
+            bf16_gemm::add_matmul_tn_with(backend, &acc32, &dyt, &w).unwrap();
+            assert_eq!(bits(&acc16), bits(&acc32), "acc += dyᵀ·W {what}");
+            let (acc16, acc32) = (tensor(k, m, 25), tensor(k, m, 25));
+            let dyt = dy.t().unwrap();
+            bf16_gemm::add_matmul_tn_with(backend, &acc16, &w16, &dyt).unwrap();
+            bf16_gemm::add_matmul_tn_with(backend, &acc32, &w, &dyt).unwrap();
+            assert_eq!(bits(&acc16), bits(&acc32), "acc += Wᵀ·dyᵀ {what}");
+        }
+        // Windows of a wider bf16 matrix at an offset: rows (a slice of W's outputs), columns
+        // (a slice of its inputs, rows not contiguous) and both, as w.t() and as w.
+        let big16 = tensor(90, 150, 26).to_dtype(DType::BF16).unwrap();
+        let big = widen(&big16);
+        for (r0, nr, c0, nc) in [(5, 70, 0, 150), (0, 90, 7, 130), (3, 49, 11, 65)] {
+            let w16 = big16.narrow(0, r0, nr).unwrap().narrow(1, c0, nc).unwrap();
+            let w = big.narrow(0, r0, nr).unwrap().narrow(1, c0, nc).unwrap();
+            let what = format!("{name} window {r0}+{nr} x {c0}+{nc}");
+            let mm = |a: &Tensor, b: &Tensor| bits(&bf16_gemm::matmul_with(backend, a, b).unwrap());
+            let (x, dy) = (tensor(37, nc, 27), tensor(37, nr, 28));
+            assert_eq!(
+                mm(&x, &w16.t().unwrap()),
+                mm(&x, &w.t().unwrap()),
+                "x·Wᵀ {what}"
+            );
+            assert_eq!(mm(&dy, &w16), mm(&dy, &w), "dy·W {what}");
+            // W as the left operand, as a transposed view too.
+            let (b1, b2) = (tensor(nc, 19, 29), tensor(nr, 23, 30));
+            assert_eq!(mm(&w16, &b1), mm(&w, &b1), "W·b {what}");
+            assert_eq!(
+                mm(&w16.t().unwrap(), &b2),
+                mm(&w.t().unwrap(), &b2),
+                "Wᵀ·b {what}"
+            );
+        }
     }
 }

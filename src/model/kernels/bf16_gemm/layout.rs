@@ -1,5 +1,6 @@
 //! The bf16 panel layout the packers and the microkernels share: its sizes, the rounding to
-//! bf16, and the strided f32 view packing reads from (`pack` writes the panels).
+//! bf16, and the strided view of f32 or bf16 elements packing reads from (`pack` writes the
+//! panels).
 /// Elements of K per k-step (one AMX tile's depth).
 pub const KSTEP: usize = 32;
 /// Rows (columns) per panel.
@@ -20,11 +21,74 @@ pub fn round_bf16(x: f32) -> u16 {
     }
 }
 
-/// A read-only 2-D view of f32 elements: element (i, j) is `data[off + i * rs + j * cs]`.
-#[derive(Debug, Clone, Copy)]
-pub struct View<'a> {
+/// An element type packing reads: f32 (rounded to bf16) or bf16 (taken as it is: a frozen
+/// bf16 base's weight, which an f32 copy would only widen for the packer to narrow back).
+pub trait Elem: Copy + Send + Sync + 'static {
+    /// The element's packed bf16 bits: exactly `round_bf16` of its f32 value.
+    fn bf16_bits(self) -> u16;
+
+    /// The element's f32 value (exact for bf16).
+    fn to_f32(self) -> f32;
+
+    /// The view as the source the SIMD packers dispatch on.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn source(v: View<'_, Self>) -> Source<'_>;
+}
+
+/// A view by its element type.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub enum Source<'a> {
+    /// f32 elements, rounded while packed.
+    F32(View<'a, f32>),
+    /// bf16 elements, copied as they are (NaNs quieted, as rounding their f32 value would).
+    Bf16(View<'a, half::bf16>),
+}
+
+impl Elem for f32 {
+    #[inline(always)]
+    fn bf16_bits(self) -> u16 {
+        round_bf16(self)
+    }
+
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+
+    fn source(v: View<'_, Self>) -> Source<'_> {
+        Source::F32(v)
+    }
+}
+
+impl Elem for half::bf16 {
+    /// A bf16 value widened to f32 is exact, and rounding an f32 that is already a bf16 value
+    /// returns its bits; only a NaN changes: rounding quiets it (sets the mantissa's top bit).
+    #[inline(always)]
+    fn bf16_bits(self) -> u16 {
+        let b = self.to_bits();
+        if b & 0x7fff > 0x7f80 {
+            b | 0x40
+        } else {
+            b
+        }
+    }
+
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f32::from_bits(u32::from(self.to_bits()) << 16)
+    }
+
+    fn source(v: View<'_, Self>) -> Source<'_> {
+        Source::Bf16(v)
+    }
+}
+
+/// A read-only 2-D view of f32 or bf16 elements: element (i, j) is
+/// `data[off + i * rs + j * cs]`.
+#[derive(Debug)]
+pub struct View<'a, T = f32> {
     /// The backing elements.
-    pub data: &'a [f32],
+    pub data: &'a [T],
     /// Offset of element (0, 0).
     pub off: usize,
     /// Rows.
@@ -37,10 +101,19 @@ pub struct View<'a> {
     pub cs: usize,
 }
 
-impl<'a> View<'a> {
+// Derived `Clone`/`Copy` would ask the same of `T`; the view only borrows its elements.
+impl<T> Clone for View<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for View<'_, T> {}
+
+impl<'a, T> View<'a, T> {
     /// A view, checked to stay inside `data`.
     pub fn new(
-        data: &'a [f32],
+        data: &'a [T],
         off: usize,
         (rows, cols): (usize, usize),
         (rs, cs): (usize, usize),

@@ -1,6 +1,7 @@
 //! A bf16-operand, f32-accumulate matrix product for the CPU: both operands rounded to bf16
-//! (nearest even) while they are packed, every product exact in f32, every sum in f32. For
-//! the training update's large products under `trainer.compute_dtype: bf16`.
+//! (nearest even) while they are packed (a bf16 operand, such as a frozen bf16 base's weight,
+//! is packed from its bf16 values as they are), every product exact in f32, every sum in f32.
+//! For the training update's large products under `trainer.compute_dtype: bf16`.
 //!
 //! Backends, chosen once at run time ([`backend`]), all over the same packed layout
 //! ([`pack`]): AMX tiles (`tdpbf16ps`, via `asm!`) where the CPU and OS allow them, else
@@ -21,7 +22,7 @@ mod scratch;
 
 use candle_core::{bail, CpuStorage, DType, Device, InplaceOp1, Layout, Result, Storage, Tensor};
 use layout::View;
-use pack::{pack_a, pack_b, pack_b_in, Buffer, Packed};
+use pack::{pack_a, pack_b_in, Buffer, Packed};
 use std::sync::OnceLock;
 
 /// Which microkernel runs the blocks.
@@ -131,8 +132,8 @@ pub fn matmul_with(backend: Backend, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     if k != k2 {
         bail!("bf16_gemm::matmul: a is ({m}, {k}) but b is ({k2}, {n}): inner sizes differ")
     }
-    let pa = with_view(a, "a", pack_a)?;
-    let pb = with_view(b, "b", pack_b)?;
+    let pa = with_view(a, "a", |v| v.pack_a())?;
+    let pb = with_view(b, "b", |v| v.pack_b(Buffer::Pool))?;
     Tensor::from_vec(product(backend, &pa, &pb), (m, n), &Device::Cpu)
 }
 
@@ -193,7 +194,7 @@ impl PackedB {
 /// Packs `b` (k, n), any 2-D strides, f32 or bf16, as the right operand of [`matmul_packed`].
 pub fn pack_rhs(b: &Tensor) -> Result<PackedB> {
     b.dims2()?;
-    Ok(PackedB(with_view(b, "b", pack_b)?))
+    Ok(PackedB(with_view(b, "b", |v| v.pack_b(Buffer::Pool))?))
 }
 
 /// Packs a weight `w` (out, in) for `x · wᵀ` ([`matmul_packed`]): [`pack_rhs`] of `w.t()`.
@@ -212,7 +213,7 @@ pub fn release_scratch() {
 pub fn pack_rhs_owned(b: &Tensor) -> Result<PackedB> {
     b.dims2()?;
     Ok(PackedB(with_view(b, "b", |v| {
-        pack_b_in(v, true, Buffer::Own(Vec::new()))
+        v.pack_b(Buffer::Own(Vec::new()))
     })?))
 }
 
@@ -245,7 +246,7 @@ pub fn matmul_packed_with(backend: Backend, a: &Tensor, b: &PackedB) -> Result<T
             b.n()
         )
     }
-    let pa = with_view(a, "a", pack_a)?;
+    let pa = with_view(a, "a", |v| v.pack_a())?;
     Tensor::from_vec(product(backend, &pa, &b.0), (m, b.n()), &Device::Cpu)
 }
 
@@ -271,8 +272,8 @@ pub fn add_matmul_tn_with(backend: Backend, acc: &Tensor, a: &Tensor, b: &Tensor
             acc.device()
         )
     }
-    let a = with_view(a, "a", |v| pack_a(v.t()))?;
-    let b = with_view(b, "b", pack_b)?;
+    let a = with_view(a, "a", |v| v.t().pack_a())?;
+    let b = with_view(b, "b", |v| v.pack_b(Buffer::Pool))?;
     acc.inplace_op1(&AddPacked { backend, a, b })
 }
 
@@ -300,8 +301,43 @@ fn check_usable(backend: Backend) -> Result<()> {
     Ok(())
 }
 
-/// Runs `f` on a strided view of `t`'s f32 elements (bf16 tensors are widened first, exactly).
-fn with_view<R>(t: &Tensor, what: &str, f: impl FnOnce(View<'_>) -> R) -> Result<R> {
+/// A 2-D CPU operand's strided view, of its f32 or bf16 elements as stored.
+#[derive(Clone, Copy)]
+enum Operand<'a> {
+    F32(View<'a, f32>),
+    Bf16(View<'a, half::bf16>),
+}
+
+impl Operand<'_> {
+    /// The transposed view (no copy).
+    fn t(self) -> Self {
+        match self {
+            Operand::F32(v) => Operand::F32(v.t()),
+            Operand::Bf16(v) => Operand::Bf16(v.t()),
+        }
+    }
+
+    /// Packed as the left operand ([`pack_a`]).
+    fn pack_a(self) -> Packed {
+        match self {
+            Operand::F32(v) => pack_a(v),
+            Operand::Bf16(v) => pack_a(v),
+        }
+    }
+
+    /// Packed as the right operand into `buf` ([`pack_b_in`]).
+    fn pack_b(self, buf: Buffer) -> Packed {
+        match self {
+            Operand::F32(v) => pack_b_in(v, true, buf),
+            Operand::Bf16(v) => pack_b_in(v, true, buf),
+        }
+    }
+}
+
+/// Runs `f` on a strided view of `t`'s elements as stored: a bf16 operand (a frozen bf16
+/// base's weight, multiplied for every pass of an update) is packed from its bf16 values
+/// directly, which gives the panels its exact f32 widening would, with no f32 copy.
+fn with_view<R>(t: &Tensor, what: &str, f: impl FnOnce(Operand<'_>) -> R) -> Result<R> {
     if !t.device().is_cpu() {
         bail!(
             "bf16_gemm: {what} must be a CPU tensor, not on {:?}",
@@ -313,52 +349,18 @@ fn with_view<R>(t: &Tensor, what: &str, f: impl FnOnce(View<'_>) -> R) -> Result
         bail!("bf16_gemm: {what} must be a CPU tensor")
     };
     let dims = l.shape().dims2()?;
-    let s = l.stride();
-    let view = |data, off| match View::new(data, off, dims, (s[0], s[1])) {
-        Some(v) => Ok(v),
-        None => bail!("bf16_gemm: {what}'s layout {l:?} reaches past its storage"),
-    };
-    match t.dtype() {
-        DType::F32 => Ok(f(view(cs.as_slice::<f32>()?, l.start_offset())?)),
+    let (s, off) = (l.stride(), l.start_offset());
+    let op = match t.dtype() {
+        DType::F32 => View::new(cs.as_slice::<f32>()?, off, dims, (s[0], s[1])).map(Operand::F32),
         DType::BF16 => {
-            // A bf16 operand (a frozen bf16 base's weight, multiplied for every pass of an
-            // update) is widened over the span its layout covers, on every core, strides
-            // kept: the same f32 values as candle's `to_dtype`, which widens on one thread
-            // into a contiguous copy.
-            let data = cs.as_slice::<half::bf16>()?;
-            let (lo, hi) = span(l.start_offset(), dims, (s[0], s[1]));
-            let Some(src) = data.get(lo..hi) else {
-                bail!("bf16_gemm: {what}'s layout {l:?} reaches past its storage")
-            };
-            let wide = widened(src);
-            Ok(f(view(&wide, 0)?))
+            View::new(cs.as_slice::<half::bf16>()?, off, dims, (s[0], s[1])).map(Operand::Bf16)
         }
         d => bail!("bf16_gemm: {what} must be f32 or bf16, not {d:?}"),
-    }
-}
-
-/// The elements a 2-D layout at `off` with `dims` and strides reaches: `off..last + 1` (empty
-/// for an empty operand).
-fn span(off: usize, (rows, cols): (usize, usize), (rs, cs): (usize, usize)) -> (usize, usize) {
-    match rows == 0 || cols == 0 {
-        true => (off, off),
-        false => (off, off + (rows - 1) * rs + (cols - 1) * cs + 1),
-    }
-}
-
-/// `src` widened to f32 (exact), in chunks across the rayon pool.
-fn widened(src: &[half::bf16]) -> Vec<f32> {
-    use rayon::prelude::*;
-    const CHUNK: usize = 1 << 16;
-    let mut out = vec![0f32; src.len()];
-    out.par_chunks_mut(CHUNK)
-        .zip(src.par_chunks(CHUNK))
-        .for_each(|(d, s)| {
-            for (d, s) in d.iter_mut().zip(s) {
-                *d = s.to_f32();
-            }
-        });
-    out
+    };
+    let Some(op) = op else {
+        bail!("bf16_gemm: {what}'s layout {l:?} reaches past its storage")
+    };
+    Ok(f(op))
 }
 
 /// `acc += A · B` from packed operands, as an in-place op on the accumulator's storage.

@@ -1,5 +1,7 @@
-//! Packing f32 operands into the bf16 layouts every microkernel reads: rounding (nearest even)
-//! and re-ordering in one pass over any 2-D strides, zero-padded to whole tiles.
+//! Packing f32 or bf16 operands into the bf16 layouts every microkernel reads: rounding f32
+//! (nearest even) and re-ordering in one pass over any 2-D strides, zero-padded to whole tiles.
+//! A bf16 operand (a frozen bf16 base's weight) is re-ordered as it is, never widened to f32:
+//! the same panels as packing its exact f32 widening, bit for bit.
 //!
 //! Both operands are cut into panels of 16 rows of A (16 columns of B) over the whole padded K,
 //! each panel a run of 1 KiB k-steps of 32 k:
@@ -9,7 +11,7 @@
 //!
 //! Rows (columns) are padded to a multiple of 32 and K to a multiple of 32, so a 32 × 32 block
 //! and every k-step exist in full; padding is zero and adds nothing.
-use super::layout::{round_bf16, View, BLOCK, KSTEP, PANEL, STEP_ELEMS};
+use super::layout::{Elem, View, BLOCK, KSTEP, PANEL, STEP_ELEMS};
 use rayon::prelude::*;
 
 /// Below this many packed elements, packing stays on the calling thread.
@@ -114,7 +116,7 @@ fn b_index(p: usize, c: usize) -> usize {
 }
 
 /// Packs `a` (m, k) as the left operand: panels of 16 rows.
-pub fn pack_a(a: View<'_>) -> Packed {
+pub fn pack_a<T: Elem>(a: View<'_, T>) -> Packed {
     pack_a_with(a, simd())
 }
 
@@ -130,14 +132,22 @@ fn simd() -> bool {
 }
 
 /// [`pack_a`], the AVX-512 BF16 packer if `simd` (and the CPU has it), else the scalar one.
-pub(super) fn pack_a_with(a: View<'_>, simd: bool) -> Packed {
+pub(super) fn pack_a_with<T: Elem>(a: View<'_, T>, simd: bool) -> Packed {
     #[cfg(target_arch = "x86_64")]
     if simd && self::simd() {
+        use super::layout::Source;
+        use super::pack_avx512::{step_a, step_a_bf16};
         let mut p = Buffer::Pool.packed(a.rows, a.cols, true);
-        by_steps(&mut p, |panel, s, out, blk| {
-            // SAFETY: `simd()` checked the CPU's features.
-            unsafe { super::pack_avx512::step_a(a, panel * PANEL, s, out, blk) }
-        });
+        match T::source(a) {
+            Source::F32(a) => by_steps(&mut p, |panel, s, out, blk| {
+                // SAFETY: `simd()` checked the CPU's features.
+                unsafe { step_a(a, panel * PANEL, s, out, blk) }
+            }),
+            Source::Bf16(a) => by_steps(&mut p, |panel, s, out, blk| {
+                // SAFETY: `simd()` checked the CPU's features.
+                unsafe { step_a_bf16(a, panel * PANEL, s, out, blk) }
+            }),
+        }
         return p;
     }
     let _ = simd;
@@ -189,21 +199,29 @@ fn by_steps(
 }
 
 /// Packs `b` (k, n) as the right operand: panels of 16 columns in VNNI pairs.
-pub fn pack_b(b: View<'_>) -> Packed {
+pub fn pack_b<T: Elem>(b: View<'_, T>) -> Packed {
     pack_b_in(b, simd(), Buffer::Pool)
 }
 
 /// [`pack_b`] into `buf`, the AVX-512 BF16 packer if `simd` (and the CPU has it), else the
 /// scalar one.
-pub(super) fn pack_b_in(b: View<'_>, simd: bool, buf: Buffer) -> Packed {
+pub(super) fn pack_b_in<T: Elem>(b: View<'_, T>, simd: bool, buf: Buffer) -> Packed {
     let bt = b.t();
     #[cfg(target_arch = "x86_64")]
     if simd && self::simd() {
+        use super::layout::Source;
+        use super::pack_avx512::{step_b, step_b_bf16};
         let mut p = buf.packed(b.cols, b.rows, true);
-        by_steps(&mut p, |panel, s, out, blk| {
-            // SAFETY: `simd()` checked the CPU's features.
-            unsafe { super::pack_avx512::step_b(bt, panel * PANEL, s, out, blk) }
-        });
+        match T::source(bt) {
+            Source::F32(bt) => by_steps(&mut p, |panel, s, out, blk| {
+                // SAFETY: `simd()` checked the CPU's features.
+                unsafe { step_b(bt, panel * PANEL, s, out, blk) }
+            }),
+            Source::Bf16(bt) => by_steps(&mut p, |panel, s, out, blk| {
+                // SAFETY: `simd()` checked the CPU's features.
+                unsafe { step_b_bf16(bt, panel * PANEL, s, out, blk) }
+            }),
+        }
         return p;
     }
     let _ = simd;
@@ -216,7 +234,12 @@ pub(super) fn pack_b_in(b: View<'_>, simd: bool, buf: Buffer) -> Packed {
 
 /// Fills one panel from rows `r0..r0 + 16` of `v` (rows × K), element (r, p) going to
 /// `d[index(r - r0, p)]`; the loop order follows the smaller stride.
-fn pack_panel(v: View<'_>, r0: usize, d: &mut [u16], index: impl Fn(usize, usize) -> usize) {
+fn pack_panel<T: Elem>(
+    v: View<'_, T>,
+    r0: usize,
+    d: &mut [u16],
+    index: impl Fn(usize, usize) -> usize,
+) {
     let nr = v.rows.saturating_sub(r0).min(PANEL);
     if nr == 0 {
         return;
@@ -227,11 +250,11 @@ fn pack_panel(v: View<'_>, r0: usize, d: &mut [u16], index: impl Fn(usize, usize
             if v.cs == 1 {
                 let row = &v.data[base..base + v.cols];
                 for (p, &x) in row.iter().enumerate() {
-                    d[index(r, p)] = round_bf16(x);
+                    d[index(r, p)] = x.bf16_bits();
                 }
             } else {
                 for p in 0..v.cols {
-                    d[index(r, p)] = round_bf16(v.data[base + p * v.cs]);
+                    d[index(r, p)] = v.data[base + p * v.cs].bf16_bits();
                 }
             }
         }
@@ -241,11 +264,11 @@ fn pack_panel(v: View<'_>, r0: usize, d: &mut [u16], index: impl Fn(usize, usize
             if v.rs == 1 {
                 let col = &v.data[base..base + nr];
                 for (r, &x) in col.iter().enumerate() {
-                    d[index(r, p)] = round_bf16(x);
+                    d[index(r, p)] = x.bf16_bits();
                 }
             } else {
                 for r in 0..nr {
-                    d[index(r, p)] = round_bf16(v.data[base + r * v.rs]);
+                    d[index(r, p)] = v.data[base + r * v.rs].bf16_bits();
                 }
             }
         }
@@ -254,6 +277,7 @@ fn pack_panel(v: View<'_>, r0: usize, d: &mut [u16], index: impl Fn(usize, usize
 
 #[cfg(test)]
 mod tests {
+    use super::super::layout::round_bf16;
     use super::*;
 
     #[test]
@@ -346,6 +370,66 @@ mod tests {
             for simd in [false, true] {
                 let old = vec![0xffff; b.data.len() + 5];
                 assert_eq!(pack_b_in(v, simd, Buffer::Own(old)).data, b.data);
+            }
+        }
+    }
+
+    /// A bf16 source packs to the panels of its exact f32 widening, bit for bit, with the
+    /// scalar packer and (where the CPU has it) the SIMD one: every layout the packers tell
+    /// apart (row-major, transposed, strided windows at offsets, partial steps and panels, an
+    /// operand large enough to pack in parallel), over bit patterns with NaNs (signalling
+    /// too), infinities, denormals and signed zeros.
+    #[test]
+    fn bf16_sources_pack_like_their_f32_widening() {
+        let (rows, cols) = (300usize, 400usize);
+        let mut h = 99u32;
+        let mut bits: Vec<u16> = (0..rows * cols)
+            .map(|_| {
+                h = h.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (h >> 16) as u16
+            })
+            .collect();
+        let specials = [
+            0x7fc1, 0x7f81, 0xff81, 0x7f80, 0xff80, 0x0001, 0x8001, 0x007f, 0x807f, 0x8000, 0x0000,
+            0x0080, 0x8080,
+        ];
+        for (i, i0) in (0..bits.len()).step_by(37).enumerate() {
+            bits[i0] = specials[i % specials.len()];
+        }
+        let b16: Vec<half::bf16> = bits.iter().map(|&b| half::bf16::from_bits(b)).collect();
+        let wide: Vec<f32> = b16.iter().map(|x| x.to_f32()).collect();
+        let views = |off, dims, strides| {
+            (
+                View::new(&b16, off, dims, strides).unwrap(),
+                View::new(&wide, off, dims, strides).unwrap(),
+            )
+        };
+        let mut cases = vec![
+            views(0, (rows, cols), (cols, 1)),
+            views(3, (33, 17), (2 * cols, 2)),
+            views(5, (40, 70), (1, cols)),
+            views(cols + 1, (130, 100), (cols, 1)),
+            views(9, (1, 1), (1, 1)),
+        ];
+        let transposed: Vec<_> = cases.iter().map(|(a, b)| (a.t(), b.t())).collect();
+        cases.extend(transposed);
+        let modes: &[bool] = if simd() { &[false, true] } else { &[false] };
+        for (v16, v32) in cases {
+            for &simd in modes {
+                let what = format!("{}x{} at {} simd {simd}", v16.rows, v16.cols, v16.off);
+                let want = pack_a_with(v32, simd);
+                // A reused buffer's old contents must not show through.
+                super::super::scratch::give(vec![0xffff; want.data.len()]);
+                assert!(pack_a_with(v16, simd).data == want.data, "A {what}");
+                let want = pack_b_in(v32, simd, Buffer::Pool);
+                super::super::scratch::give(vec![0xffff; want.data.len()]);
+                let got = pack_b_in(v16, simd, Buffer::Pool);
+                assert!(got.data == want.data, "B {what}");
+                let old = vec![0xffff; want.data.len() + 3];
+                assert!(
+                    pack_b_in(v16, simd, Buffer::Own(old)).data == want.data,
+                    "B own {what}"
+                );
             }
         }
     }

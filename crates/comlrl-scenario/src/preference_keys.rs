@@ -436,10 +436,10 @@ pub(crate) fn resolve(
         );
     }
     if plan.collaboration_mode == CollaborationMode::Centralized {
-        if plan.iter || plan.marlhf {
+        if plan.iter {
             d.invalid(
                 &p.key("collaboration_mode"),
-                format!("`centralized` {name} is not ported yet (it is for MADPO and MAGRPO)"),
+                format!("`centralized` {name} is not ported yet (it is for MAGRPO, MADPO and MARLHF)"),
                 "use `collaboration_mode: decentralized`",
             );
         } else if num_agents < 2 {

@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
 /// Agent `i` samples `k` completions of `prompt` with its own RNG stream.
-pub(super) fn sample_agent(
+pub fn sample_agent(
     policy: &Policy,
     i: usize,
     prompt: &str,

@@ -98,8 +98,7 @@ fn a_centralized_history_comparator_is_refused() {
         &common::cli::tiny_scenario(),
         &small(&tmp.path().join("x"), &sets).overrides(),
     )
-    .err()
-    .expect("refused")
+    .expect_err("refused")
     .to_string();
     assert!(
         err.contains("comparator_generation_mode") && err.contains("history"),

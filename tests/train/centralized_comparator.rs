@@ -105,3 +105,26 @@ fn a_centralized_history_comparator_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn check_describes_a_centralized_comparator() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ok, _, err) = common::cli::on_scenario("check", &common::cli::tiny_scenario())
+        .sets(&[
+            format!("output_dir={}", tmp.path().join("x").display()),
+            "agents.model=builtin:tiny".to_string(),
+            "trainer.algorithm=madpo_iter".to_string(),
+            "preference.num_candidates=8".to_string(),
+            "preference.comparator_generation_mode=centralized".to_string(),
+            "preference.comparator_centralized_agent_index=1".to_string(),
+        ])
+        .output()
+        .parts();
+    assert!(ok, "{err}");
+    assert!(
+        err.contains(
+            "comparator: centralized, agent 1's policy answers the tagged prompt for all 2 agents"
+        ),
+        "{err}"
+    );
+}

@@ -41,6 +41,7 @@ pub use kernels::compute_dtype::ComputeDtype;
 pub use policy::{parse_dtype, LoadOptions, Policy, RolloutCopies};
 pub use sample::copies::{CopyProducts, SamplingWeights};
 pub use sample::generate::{
-    generate, generate_streams, generate_streams_scored, Sampler, SamplingParams, Scored,
+    generate, generate_streams, generate_streams_scored, DecodeJob, Sampler, SamplingParams, Scored,
 };
+pub use sample::grouped::{generate_groups, GroupError};
 pub use tokenizer::Tokenizer;

@@ -19,6 +19,7 @@ mod lora_bf16_base;
 mod lora_dropout;
 mod lora_q8_base;
 mod reference;
+mod sample_agents;
 mod sample_batch;
 mod sampling_bf16;
 mod sampling_logprobs;

@@ -3,10 +3,11 @@
 //! rank holds a copy of the reward model and trains it alike) give the one-process run's
 //! metrics rows and final weights bit for bit on two ranks, resume included (iterative MADPO
 //! with its comparator the current policy or a frozen model; MARLHF online with MAGRPO and with
-//! MAAC); MADPO with two replicas per agent agrees up to f32 rounding; the comparators not
-//! supported on ranks are refused, naming the key.
+//! MAAC, the latter with replicas too; iterative MARLHF, each rank with its copy of every round's reward model); MADPO with
+//! two replicas per agent agrees up to f32 rounding; the comparators not supported on ranks are
+//! refused, naming the key.
 use crate::common;
-use crate::ranks::{mpirun_ok, run_np, same_models, weights_diff};
+use crate::ranks::{mpirun_ok, rows_close, run_np, same_models, weights_diff};
 use common::tiny_run::*;
 use std::path::Path;
 
@@ -148,17 +149,126 @@ fn madpo_iter_on_two_ranks_matches_one_process() {
         err.contains("preference.comparator_policy history") && err.contains("2 MPI ranks"),
         "{err}"
     );
+}
 
-    // Iterative MARLHF's rounds are not placed on ranks: refused, naming the algorithm.
-    let iter = [
+/// Iterative MARLHF on two ranks (issue 46): each rank samples its agent's candidates and the
+/// comparator's (the current policy, or a frozen model loaded beside the agent), every rank
+/// collects the same pairs from the all-gathered candidates and trains its own copy of each
+/// round's fresh reward model, then scores its online rollouts with it. Two rounds of a
+/// collecting and an online epoch give the one-process run's metrics rows, agents and last
+/// reward model bit for bit; a resume on two ranks from step 35 (round 2's online epoch: rank 1
+/// reads the round's reward model and state from agent 0's files) ends the same. With
+/// `scoring_reward: reward_model` the second round is ranked by the first round's model on
+/// every rank.
+#[test]
+fn marlhf_iter_on_two_ranks_matches_one_process_and_resumes() {
+    if let Err(why) = mpirun_ok() {
+        comlrl_testutil::skip(&why);
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+    // Two rounds over 10 prompts, each a collecting and an online epoch: 40 steps.
+    let sets = [
         "trainer.algorithm=marlhf_iter",
-        "preference.num_candidates=4",
+        "trainer.num_train_epochs=1",
         "preference.num_iterations=2",
+        "preference.num_candidates=4",
+        "preference.reward_train_batch_size=4",
+        "preference.reward_num_train_epochs=1",
+        "preference.reward_learning_rate=1e-3",
+        "checkpoint_every=35",
     ];
-    let (code, err) = run_np(Some(2), &tmp.path().join("marlhf_iter"), &iter, &[]);
+    let rows = one_and_two(&one, &two, &sets);
+    assert_eq!(rows.len(), 40);
+    assert!(
+        rows.iter().any(|r| r["agent_1/iter_round"].is_number())
+            && rows
+                .iter()
+                .any(|r| r["agent_1/reward_model_accuracy"].is_number()),
+        "{rows:?}"
+    );
+    for f in [
+        "models/reward_model/model.safetensors",
+        "models/reward_model/reward_head.safetensors",
+    ] {
+        same_file(&one, &two, f, "two ranks");
+    }
+    resume_on_two(&two, &one, &sets, &rows);
+    same_file(
+        &one,
+        &two,
+        "models/reward_model/reward_head.safetensors",
+        "resumed on two ranks",
+    );
+
+    // A frozen comparator model beside each rank's agent, the second round ranked by the first
+    // round's reward model.
+    let (one, two) = (tmp.path().join("one_model"), tmp.path().join("two_model"));
+    let mut model = sets[..7].to_vec();
+    model.extend([
+        "agents.model=builtin:tiny",
+        "preference.comparator_policy=model",
+        "preference.comparator_model=builtin:tiny",
+        "preference.comparator_num_candidates=2",
+        "preference.scoring_reward=reward_model",
+    ]);
+    one_and_two(&one, &two, &model);
+    same_file(
+        &one,
+        &two,
+        "models/reward_model/reward_head.safetensors",
+        "model comparator",
+    );
+
+    // Two replicas per agent on four ranks (the online phase's MAGRPO sums the replicas'
+    // gradients): the one-process run up to that rounding, over one round (10 online steps, as
+    // `two_replicas_per_agent_on_four_ranks_match_one_process`: AdamW lets the rounding grow
+    // step by step, past 1e-6 of the gradient norm after 20); the reward model reads only the
+    // candidates' texts, which stay the same.
+    let four = tmp.path().join("four");
+    let mut replicated: Vec<&str> = sets[..7]
+        .iter()
+        .copied()
+        .filter(|s| !s.starts_with("preference.num_iterations"))
+        .collect();
+    replicated.extend(["preference.num_iterations=1", "agents.replicas=2"]);
+    let (code, err) = run_np(Some(4), &four, &replicated, &[]);
+    assert_eq!(code, Some(0), "four ranks: {err}");
+    let (code, err) = run_np(None, &tmp.path().join("one_r"), &replicated, &[]);
+    assert_eq!(code, Some(0), "one process: {err}");
+    let one = tmp.path().join("one_r");
+    let exact = rows_close(
+        &metrics_without_timing(&one),
+        &metrics_without_timing(&four),
+    );
+    for i in 0..2 {
+        let (w, k) = weights_diff(&one, &four, i);
+        eprintln!(
+            "marlhf_iter replicas: rows identical: {exact}; agent {i} within {w:e} relative, \
+             key biases {k:e} apart"
+        );
+        assert!(w <= 1e-6, "four ranks: agent {i} differs by {w:e} relative");
+    }
+    same_file(
+        &one,
+        &four,
+        "models/reward_model/reward_head.safetensors",
+        "replicas",
+    );
+
+    // An endpoint would be asked by every rank: refused, naming the key and the algorithm.
+    let mut api = sets[..7].to_vec();
+    api.extend([
+        "preference.comparator_policy=api",
+        "preference.comparator_api_url=http://127.0.0.1:9/v1/chat/completions",
+    ]);
+    let (code, err) = run_np(Some(2), &tmp.path().join("api"), &api, &[]);
     assert_ne!(code, Some(0), "{err}");
     assert!(
-        err.contains("trainer.algorithm marlhf_iter") && err.contains("2 MPI ranks"),
+        err.contains("preference.comparator_policy api")
+            && err.contains("trainer.algorithm marlhf_iter")
+            && err.contains("2 MPI ranks"),
         "{err}"
     );
 }
@@ -216,6 +326,29 @@ fn marlhf_on_two_ranks_matches_one_process_and_resumes() {
         "{rows:?}"
     );
     same_file(&one, &two, "models/critic/value_head.safetensors", "maac");
+
+    // With two replicas per agent on four ranks (ignored by the one-process run above): the
+    // critic on agent 0's first replica scores against the reward model each rank holds; the
+    // one-process run up to the replicas' rounding of the actors' gradient sums.
+    let four = tmp.path().join("four_maac");
+    let mut replicated = maac.clone();
+    replicated.push("agents.replicas=2");
+    let (code, err) = run_np(Some(4), &four, &replicated, &[]);
+    assert_eq!(code, Some(0), "maac, four ranks: {err}");
+    rows_close(&rows, &metrics_without_timing(&four));
+    for i in 0..2 {
+        let (w, _) = weights_diff(&one, &four, i);
+        assert!(
+            w <= 1e-6,
+            "maac, four ranks: agent {i} differs by {w:e} relative"
+        );
+    }
+    same_file(
+        &one,
+        &four,
+        "models/critic/value_head.safetensors",
+        "maac replicas",
+    );
 }
 
 #[test]

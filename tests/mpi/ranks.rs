@@ -224,10 +224,14 @@ pub(crate) fn rows_close(a: &[serde_json::Value], b: &[serde_json::Value]) -> bo
 /// scales up to steps of about the learning rate: summing the noise in another order moves
 /// them by up to ~lr per step, not by ~1e-7.
 pub(crate) fn weights_diff(a: &Path, b: &Path, i: usize) -> (f64, f64) {
-    let f = format!("models/agent_{i}/model.safetensors");
+    tensors_diff(a, b, &format!("models/agent_{i}/model.safetensors"))
+}
+
+/// [`weights_diff`] for any safetensors file `f` of two runs (a critic's, say).
+pub(crate) fn tensors_diff(a: &Path, b: &Path, f: &str) -> (f64, f64) {
     let dev = candle_core::Device::Cpu;
-    let x = candle_core::safetensors::load(a.join(&f), &dev).unwrap();
-    let y = candle_core::safetensors::load(b.join(&f), &dev).unwrap();
+    let x = candle_core::safetensors::load(a.join(f), &dev).unwrap();
+    let y = candle_core::safetensors::load(b.join(f), &dev).unwrap();
     assert_eq!(
         x.keys().collect::<std::collections::BTreeSet<_>>(),
         y.keys().collect::<std::collections::BTreeSet<_>>()
@@ -552,8 +556,7 @@ fn iac_two_turns_on_two_ranks_match_one_process() {
 /// sends every agent's advantages and critic statistics; each rank steps its own actor. Two
 /// ranks give the one-process run's metrics, agents and critic bit for bit (a V critic, a Q
 /// critic with CoMLRL's N critic steps, two-turn episodes with TD(0) targets), and a resume on
-/// two ranks from the critic rank's checkpoint ends the same; `replicas` is refused, naming
-/// the key.
+/// two ranks from the critic rank's checkpoint ends the same.
 #[test]
 fn maac_critic_on_agent_0s_rank_matches_one_process() {
     if let Err(why) = mpirun_ok() {
@@ -635,9 +638,133 @@ fn maac_critic_on_agent_0s_rank_matches_one_process() {
             assert!(critic(&one, f) == critic(&two, f), "resumed critic differs");
         }
     }
-    let mut replicated = base.to_vec();
-    replicated.push("agents.replicas=2");
-    let (code, err) = run_np(Some(4), &tmp.path().join("replicas"), &replicated, &[]);
-    assert_ne!(code, Some(0), "{err}");
-    assert!(err.contains("remove `agents[0].replicas`"), "{err}");
+}
+
+/// `trainer.algorithm: maac` with two replicas per agent on four ranks (agent 0 on ranks 0-1,
+/// agent 1 on ranks 2-3): the one critic on agent 0's first replica (rank 0) reads V_old and
+/// trains as in one process, its advantages reach all four ranks, and each agent's replicas
+/// split the actor's passes and sum their gradients. Against the one-process run, with
+/// `compat_critic_steps` off (a V critic) and on (a Q critic, one critic step per agent), and
+/// two-turn episodes (TD(0) targets): the metrics rows up to the replicas' rounding
+/// (`rows_close`), the actors within 1e-6 relative, the critic within 1e-6 relative (bit for
+/// bit while the samples are the same: the critic reads only tokens and rewards). Only rank 0
+/// writes the critic; a resume on four ranks from the step-15 checkpoint (rank 1, agent 0's
+/// second replica, loads no critic) ends as the uninterrupted four-rank run.
+#[test]
+fn maac_replicas_on_four_ranks_match_one_process() {
+    if let Err(why) = mpirun_ok() {
+        comlrl_testutil::skip(&why);
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let base = [
+        "trainer.algorithm=maac",
+        "trainer.num_generations=2",
+        "trainer.rollout_buffer_size=3",
+        "trainer.train_batch_size=2",
+        "trainer.critic.learning_rate=1e-3",
+        "checkpoint_every=5",
+        "agents.replicas=2",
+    ];
+    let mut q = base.to_vec();
+    q.extend([
+        "trainer.critic.type=q",
+        "trainer.critic.compat_critic_steps=true",
+    ]);
+    // Two turns, one completion per agent and turn: each sample's one sequence is its own
+    // pass, the passes dealt to the replicas; TD(0) targets on the critic's rank.
+    let script = tmp.path().join("revise.rhai");
+    std::fs::write(
+        &script,
+        "fn transition(ctx) {\n    let out = [];\n    for i in 0..ctx.agent_count {\n        out.push(`Improve: ${ctx.response_history[i][-1]}`);\n    }\n    out\n}\n",
+    )
+    .unwrap();
+    let transition = format!("trainer.external_transition={{rhai: {}}}", script.display());
+    let mut turns = base.to_vec();
+    turns.extend([
+        "trainer.num_generations=1",
+        "trainer.num_turns=2",
+        "trainer.discount=0.9",
+        "trainer.early_termination_threshold=null",
+        "agents.max_new_tokens=8",
+        transition.as_str(),
+    ]);
+    for (name, sets) in [("v", base.to_vec()), ("q_compat", q), ("turns", turns)] {
+        let (one, four) = (
+            tmp.path().join(format!("one_{name}")),
+            tmp.path().join(name),
+        );
+        // `replicas` is ignored by the one-process run.
+        let (code, err) = run_np(None, &one, &sets, &[]);
+        assert_eq!(code, Some(0), "{name}, one process: {err}");
+        let (code, err) = run_np(Some(4), &four, &sets, &[]);
+        assert_eq!(code, Some(0), "{name}, four ranks: {err}");
+        let rows = metrics_without_timing(&one);
+        assert_eq!(rows.len(), 20);
+        assert!(
+            rows.iter()
+                .any(|r| r["agent_1/value_loss"].as_f64().is_some_and(|v| v > 0.0)),
+            "{name}: {rows:?}"
+        );
+        let got = metrics_without_timing(&four);
+        let exact = rows_close(&rows, &got);
+        let (mut worst, mut key_bias) = (0f64, 0f64);
+        for i in 0..2 {
+            let (w, k) = weights_diff(&one, &four, i);
+            (worst, key_bias) = (worst.max(w), key_bias.max(k));
+        }
+        let (mut critic, mut critic_key_bias) = (0f64, 0f64);
+        for f in ["model.safetensors", "value_head.safetensors"] {
+            let (w, k) = tensors_diff(&one, &four, &format!("models/critic/{f}"));
+            (critic, critic_key_bias) = (critic.max(w), critic_key_bias.max(k));
+        }
+        eprintln!(
+            "maac {name} replicas: metrics rows identical: {exact}; largest relative actor \
+             weight difference {worst:e} (key biases {key_bias:e} apart); critic {critic:e} \
+             (key biases {critic_key_bias:e})"
+        );
+        assert!(worst <= 1e-6, "{name}: actors differ by {worst:e} relative");
+        assert!(key_bias <= 5e-4, "{name}: key biases {key_bias:e} apart");
+        assert!(critic <= 1e-6, "{name}: the critic differs by {critic:e}");
+        assert!(critic_key_bias <= 5e-4, "{name}: critic key biases apart");
+        // Rank 0 (agent 0's first replica) wrote the critic; agent 0's second replica (rank 1)
+        // holds none, so only the first replicas' and every rank's state files are there.
+        let ck = four.join("checkpoints").join(latest(&four));
+        for f in [
+            "critic.safetensors",
+            "critic_optimizer.safetensors",
+            "critic.json",
+            "agent_0.safetensors",
+            "agent_1.safetensors",
+            "state.rank1.json",
+            "state.rank3.json",
+        ] {
+            assert!(
+                ck.join(f).is_file(),
+                "{name}: {f} missing in {}",
+                ck.display()
+            );
+        }
+        if name == "v" {
+            let models = |d: &Path| -> Vec<Vec<u8>> {
+                [
+                    "agent_0/model.safetensors",
+                    "agent_1/model.safetensors",
+                    "critic/model.safetensors",
+                    "critic/value_head.safetensors",
+                ]
+                .iter()
+                .map(|f| std::fs::read(d.join("models").join(f)).unwrap())
+                .collect()
+            };
+            let before = models(&four);
+            assert_eq!(checkpoint_names(&four), ["step-00000015", "step-00000020"]);
+            std::fs::write(four.join("checkpoints/latest"), "step-00000015").unwrap();
+            std::fs::remove_dir_all(four.join("checkpoints/step-00000020")).unwrap();
+            let (code, err) = run_np(Some(4), &four, &sets, &["--resume"]);
+            assert_eq!(code, Some(0), "resume on four ranks: {err}");
+            assert_eq!(metrics_without_timing(&four), got, "resumed metrics differ");
+            assert!(models(&four) == before, "resumed models differ");
+        }
+    }
 }

@@ -128,27 +128,40 @@ fn an_interrupted_maac_run_resumes_exactly() {
     }
 }
 
-/// The one critic sends every agent's advantages from agent 0's rank, to one copy of each
-/// agent: `replicas` is refused when the algorithm is set up, naming the way out. (Agents on
-/// other ranks are `tests/mpi/ranks.rs`'s.)
+/// With `replicas` the one critic lives on agent 0's first replica only (the one that samples
+/// it; see docs/distributed.md): set up on a rank that holds agent 0 without sampling it (a
+/// second replica), MAAC loads no critic, so a critic model that cannot load is no error there;
+/// on the first replica it is one, naming the critic. (The runs on ranks are
+/// `tests/mpi/ranks.rs`'s.)
 #[test]
-fn maac_refuses_replicas() {
+fn maacs_critic_is_loaded_on_agent_0s_first_replica_only() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = load_small(&tmp.path().join("run"), &sets(&["agents.replicas=2"]));
-    let agent = comlrl::model::Policy::load(
-        &comlrl::model::ModelSource::Local(common::fixtures().join("tiny-qwen2")),
-        &comlrl::model::LoadOptions::default(),
-    )
-    .unwrap();
-    let err = match comlrl::train::algorithms::registry::build(&s, &[Some(agent), None]) {
-        Ok(_) => panic!("maac built with replicas"),
+    let broken = tmp.path().join("not_a_model");
+    std::fs::create_dir_all(&broken).unwrap();
+    let mut extra: Vec<String> = sets(&["agents.replicas=2"])
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+    extra.push(format!("trainer.critic.model={}", broken.display()));
+    let s = load_small(&tmp.path().join("run"), &extra);
+    let agent = || {
+        comlrl::model::Policy::load(
+            &comlrl::model::ModelSource::Local(common::fixtures().join("tiny-qwen2")),
+            &comlrl::model::LoadOptions::default(),
+        )
+        .unwrap()
+    };
+    let build = |samples: &[bool]| {
+        comlrl::train::algorithms::registry::build(&s, &[Some(agent()), None], samples)
+    };
+    if let Err(e) = build(&[false, false]) {
+        panic!("agent 0's second replica loaded a critic: {}", e.chain());
+    }
+    let err = match build(&[true, false]) {
+        Ok(_) => panic!("the critic loaded from a folder without a model"),
         Err(e) => e.chain(),
     };
-    assert!(
-        err.contains("agent 0: `trainer.algorithm: maac` keeps one copy of each agent")
-            && err.contains("remove `agents[0].replicas`"),
-        "{err}"
-    );
+    assert!(err.contains("critic"), "{err}");
 }
 
 /// Two-turn episodes (γ 0.9, a Rhai transition, no early termination): the run trains with

@@ -325,6 +325,13 @@ section! {
         /// keeps its own RNG streams: the same samples as one prompt at a time (only the last
         /// bits of the logits can differ).
         batch_buffer_sampling: bool = true, kind "bool", why "same samples, faster decoding";
+        /// Adapter agents on one shared base (`agents.adapter`, one process or one rank) decode
+        /// together: each token step is one forward over all their rows, whose products read the
+        /// base's weights once for all the agents instead of once per agent, each agent's rows
+        /// adding its own adapter's term and attending over its own KV cache. Each agent keeps
+        /// its sampling settings and RNG streams, and samples the same tokens bit for bit
+        /// (docs/adapters.md). Off: each agent decodes alone, as before (for comparisons).
+        batch_agent_sampling: bool = true, kind "bool", why "same samples, the base read once per step";
         /// Agents compute their updates at the same time. Identical results; costs a second set
         /// of gradient accumulators (one more copy of the weights) and activations. Turn it off
         /// when memory, not time, is short: then one agent's gradients and activations are held

@@ -118,3 +118,32 @@ pub fn projection_weights(model: &CausalLm) -> Vec<Tensor> {
         .flat_map(|l| l.linears().map(|l| l.weight.clone()))
         .collect()
 }
+
+/// Whether `a` and `b` are one base (the same tensors, not equal copies: every weight, bias and
+/// norm but the adapters'), as the adapted copies of one model [`attach`] makes are: their
+/// decode steps may then read the base once for both (`model::sample::grouped`).
+pub fn same_base(a: &CausalLm, b: &CausalLm) -> bool {
+    let ids = |m: &CausalLm| {
+        let mut ids = vec![m.embed_tokens.id(), m.lm_head.id(), m.norm.weight.id()];
+        for layer in &m.layers {
+            for lin in layer.linears() {
+                ids.push(lin.weight.id());
+                ids.extend(lin.bias.as_ref().map(Tensor::id));
+            }
+            let at = &layer.self_attn;
+            for n in [
+                Some(&layer.input_layernorm),
+                Some(&layer.post_attention_layernorm),
+                at.q_norm.as_ref(),
+                at.k_norm.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                ids.push(n.weight.id());
+            }
+        }
+        ids
+    };
+    a.layers.len() == b.layers.len() && ids(a) == ids(b)
+}

@@ -111,24 +111,27 @@ impl Attention {
         trace::forward(|| Op::Attention);
         let q = rope.apply(&q.contiguous()?, inp.cos, inp.sin, mode)?;
         let k = rope.apply(&k.contiguous()?, inp.cos, inp.sin, mode)?;
-        let (k, v) = match cache {
-            Some((c, layer)) => c.append(layer, &k, &v)?,
-            None => (k, v.contiguous()?),
+        // One group of rows' attention over its keys and values (b rows, their own mask).
+        let attend = |q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor| -> Result<Tensor> {
+            let b = q.dim(0)?;
+            // (b, nh, s, hd) -> (b, nkv, g*s, hd): heads of one group are adjacent.
+            let q = q.reshape((b, nkv, g * s, hd))?;
+            let scale = 1.0 / (hd as f64).sqrt();
+            let att = q.matmul(&k.t()?)?; // (b, nkv, g*s, n)
+                                          // Softmax in at least f32, as transformers' eager attention does (fused for f32).
+            let dtype = att.dtype();
+            let rd = reduce_dtype(dtype);
+            let att =
+                masked_softmax(&att.to_dtype(rd)?, &mask.to_dtype(rd)?, scale)?.to_dtype(dtype)?;
+            let y = att.matmul(v)?; // (b, nkv, g*s, hd)
+            y.reshape((b, nh, s, hd))?
+                .transpose(1, 2)?
+                .reshape((b, s, nh * hd))
         };
-        // (b, nh, s, hd) -> (b, nkv, g*s, hd): heads of one group are adjacent.
-        let q = q.reshape((b, nkv, g * s, hd))?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        let att = q.matmul(&k.t()?)?; // (b, nkv, g*s, n)
-                                      // Softmax in at least f32, as transformers' eager attention does (fused for f32).
-        let dtype = att.dtype();
-        let rd = reduce_dtype(dtype);
-        let att =
-            masked_softmax(&att.to_dtype(rd)?, &inp.mask.to_dtype(rd)?, scale)?.to_dtype(dtype)?;
-        let y = att.matmul(&v)?; // (b, nkv, g*s, hd)
-        let y = y
-            .reshape((b, nh, s, hd))?
-            .transpose(1, 2)?
-            .reshape((b, s, nh * hd))?;
+        let y = match cache {
+            Some((c, layer)) => c.attend(layer, &q, &k, &v, inp.mask, &attend)?,
+            None => attend(&q, &k, &v.contiguous()?, inp.mask)?,
+        };
         self.o_proj.forward_with(&y, products)
     }
 }

@@ -4,6 +4,7 @@
 //! positions). The decoder defines them and `Mode` is the plain strategy, on the weights as
 //! the checkpoint stores them; sampling implements both with its weight copies and its KV
 //! cache (`model::sample`), so the layers know nothing of either.
+use super::lora::GroupAdapters;
 use super::lora_dropout::LoraDropout;
 use crate::model::kernels::compute_dtype::ComputeDtype;
 use crate::model::kernels::{bf16_weight, f32_decode, q8_weight};
@@ -43,6 +44,14 @@ pub trait WeightProducts {
     /// The LoRA dropout masks of a training pass (PEFT's train mode); `None`, every forward
     /// but an update's, is PEFT's eval mode: no dropout.
     fn lora_dropout(&self) -> Option<&LoraDropout> {
+        None
+    }
+
+    /// The low-rank terms of a forward whose rows are several adapted models' on one frozen
+    /// base (their decode steps run together, `model::sample::grouped`): for the projection
+    /// whose frozen weight is `w`, each row group's adapter. `None` (every other forward): the
+    /// rows are the model's own, and its own adapters apply.
+    fn group_adapters(&self, _w: &Tensor) -> Option<GroupAdapters<'_>> {
         None
     }
 }
@@ -106,6 +115,22 @@ impl WeightProducts for Mode {
     }
 }
 
+/// For a `Mode::Sample` product of `rows` rows of f32 x by the checkpoint-layout `w` (the
+/// branches of `Mode`'s `x_wt` above): `Some(c)` where it runs a kernel that computes each row
+/// on its own (its sums the same whatever the other rows), which every product of at most `c`
+/// rows also runs; `None` where a row's result may depend on the batch (gemm's blocking).
+/// Rows of several decodes may then share one product of at most `c` rows and get the bits
+/// each would get alone.
+pub fn sample_row_wise(w: &Tensor, rows: usize) -> Option<usize> {
+    if q8_weight::is_q8_weight(w) {
+        return (rows <= q8_weight::DECODE_ROWS).then_some(q8_weight::DECODE_ROWS);
+    }
+    if bf16_weight::is_bf16_weight(w) {
+        return (rows <= bf16_weight::DECODE_ROWS).then_some(bf16_weight::DECODE_ROWS);
+    }
+    (w.dtype() == DType::F32 && w.device().is_cpu() && f32_decode::usable()).then_some(usize::MAX)
+}
+
 /// x · Wᵀ computed as (W · xᵀ)ᵀ, made contiguous.
 fn w_xt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     w.matmul(&x.contiguous()?.t()?)?.t()?.contiguous()
@@ -119,6 +144,25 @@ pub trait KvStore {
 
     /// Marks the `s` positions this forward appended as stored (after its last layer).
     fn advance(&mut self, s: usize);
+
+    /// Appends this forward's keys and values of `layer` (as [`KvStore::append`]) and returns
+    /// `attend(q, k, v, mask)` over every stored position: q (b, heads, s, head_dim), the
+    /// result (b, s, heads · head_dim). A store that keeps several groups of rows apart (the
+    /// decodes of several models on one base run together, each group with its own past:
+    /// `model::sample::grouped`) attends each group's rows alone, with that group's own mask,
+    /// and `mask` is not read.
+    fn attend(
+        &mut self,
+        layer: usize,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: &Tensor,
+        attend: &dyn Fn(&Tensor, &Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let (k, v) = self.append(layer, k, v)?;
+        attend(q, &k, &v, mask)
+    }
 }
 
 /// The dtype reductions (norms, softmax, log-softmax) run in: f32 for half types, else unchanged

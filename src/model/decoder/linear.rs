@@ -79,9 +79,12 @@ impl Linear {
             Some(b) => y.broadcast_add(b)?,
             None => y,
         };
-        let y = match &self.lora {
-            Some(l) => l.add_to(&x2, &y, products.lora_dropout())?,
-            None => y,
+        // Rows of several adapted models on this (shared, frozen) W: each group takes its own
+        // model's adapter, and this model's own is not read.
+        let y = match (products.group_adapters(&self.weight), &self.lora) {
+            (Some(groups), _) => groups.add_to(&x2, &y)?,
+            (None, Some(l)) => l.add_to(&x2, &y, products.lora_dropout())?,
+            (None, None) => y,
         };
         let mut out = dims.to_vec();
         let last = out.len() - 1;

@@ -193,6 +193,50 @@ impl Lora {
     }
 }
 
+/// The low-rank terms of a forward whose rows belong to several adapted models on one frozen
+/// base: group g is `rows[g]` consecutive rows, which take `adapters[g]` (`None`: that model has
+/// no adapter on this projection). Each group's term is computed on its own rows exactly as that
+/// model's own forward computes it (the same products over the same rows), so the rows get the
+/// bits they would get alone.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupAdapters<'a> {
+    /// Rows per group, in row order.
+    pub rows: &'a [usize],
+    /// Each group's adapter on this projection.
+    pub adapters: &'a [Option<Lora>],
+}
+
+impl GroupAdapters<'_> {
+    /// y + each group's s·(x·Aᵀ)·Bᵀ on its rows, for x (rows, in) and y (rows, out); no
+    /// dropout (decoding is PEFT's eval mode).
+    pub fn add_to(&self, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+        let total: usize = self.rows.iter().sum();
+        if self.rows.len() != self.adapters.len() || x.dim(0)? != total || y.dim(0)? != total {
+            candle_core::bail!(
+                "grouped adapters: {} groups of {:?} rows, {} adapters, for {} rows",
+                self.rows.len(),
+                self.rows,
+                self.adapters.len(),
+                x.dim(0)?
+            );
+        }
+        if self.adapters.iter().all(Option::is_none) {
+            return Ok(y.clone());
+        }
+        let mut parts = Vec::with_capacity(self.rows.len());
+        let mut r0 = 0;
+        for (&n, lora) in self.rows.iter().zip(self.adapters) {
+            let yg = y.narrow(0, r0, n)?;
+            parts.push(match lora {
+                Some(l) => l.add_to(&x.narrow(0, r0, n)?, &yg, None)?,
+                None => yg,
+            });
+            r0 += n;
+        }
+        Tensor::cat(&parts, 0)
+    }
+}
+
 /// W + s·B·A for W (out, in), A (r, in), B (out, r): the merged weight an export writes
 /// (`comlrl export --merge`), in W's dtype. The product and the sum are formed in f64 and
 /// rounded once, so a merged f32 weight is the exact sum rounded to f32 (what a reader that

@@ -19,7 +19,7 @@ use half::bf16;
 const BLOCK_ELEMS: usize = 1 << 20;
 
 /// Rows of x up to which x·Wᵀ streams W row by row instead of through gemm.
-const DECODE_ROWS: usize = 32;
+pub(crate) const DECODE_ROWS: usize = 32;
 
 /// Whether `w` is a bf16 weight these products take (a 2-D CPU tensor).
 pub fn is_bf16_weight(w: &Tensor) -> bool {

@@ -39,7 +39,7 @@ pub const HELD: DType = DType::U8;
 const BLOCK_ELEMS: usize = 1 << 20;
 
 /// Rows of x up to which x·Wᵀ streams W row by row instead of through gemm.
-const DECODE_ROWS: usize = 32;
+pub(crate) const DECODE_ROWS: usize = 32;
 
 /// Whether `w` is a Q8_0 matrix these products take (a 2-D U8 CPU tensor).
 pub fn is_q8_weight(w: &Tensor) -> bool {

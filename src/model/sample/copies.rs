@@ -7,8 +7,8 @@
 //! `Mode::Infer` and `Mode::Sample`, the bf16 copies and the panels in `Mode::Sample` only
 //! (scoring stays in the weights' dtype), never in `Mode::Train`.
 use crate::model::decoder::causal_lm::CausalLm;
-use crate::model::decoder::forward::{Mode, WeightProducts};
-use crate::model::kernels::bf16_matmul::Bf16Matrix;
+use crate::model::decoder::forward::{sample_row_wise, Mode, WeightProducts};
+use crate::model::kernels::bf16_matmul::{Bf16Matrix, Layout};
 use crate::model::kernels::cpu_slices::f32s;
 use crate::model::kernels::f32_panels::F32Panels;
 use crate::model::kernels::transpose::transposed;
@@ -227,6 +227,16 @@ impl SamplingCopies {
     pub fn products(&self, mode: Mode) -> CopyProducts<'_> {
         CopyProducts { copies: self, mode }
     }
+
+    /// Whether `other` is these very copies (the same slots: policies on one frozen base share
+    /// them), not merely copies of equal weights.
+    pub fn same_slots(&self, other: &SamplingCopies) -> bool {
+        self.slots.len() == other.slots.len()
+            && self
+                .slots
+                .iter()
+                .all(|(id, s)| other.slots.get(id).is_some_and(|o| Arc::ptr_eq(&s.0, &o.0)))
+    }
 }
 
 /// The decoder's products for a model with sampling copies (see the module doc); a weight
@@ -254,6 +264,29 @@ impl WeightProducts for CopyProducts<'_> {
                 matmul_panels(x, &p)
             }
             _ => self.mode.x_wt(x, w),
+        }
+    }
+}
+
+impl CopyProducts<'_> {
+    /// For a product of `rows` rows by `w` as [`WeightProducts::x_wt`] runs it here: `Some(c)`
+    /// where it runs a kernel that computes each row on its own, which every product of at
+    /// most `c` rows also runs, so rows of several decodes may share one such product and get
+    /// the bits each gets alone; `None` where a row's result may depend on the others (gemm:
+    /// the transposed copies, the bf16 GEMM's panels, scoring). The bf16 rows layout (AMX tiles
+    /// of 16 W rows, `vdpbf16ps` for the rest, the split fixed by W's rows alone) sums each
+    /// (W row, x row) pair over K in one order; the f32 panels take blocks of 16 x rows, each
+    /// row its own sums.
+    pub fn row_wise(&self, w: &Tensor, rows: usize) -> Option<usize> {
+        if self.mode != Mode::Sample {
+            return None;
+        }
+        match self.copies.get(w) {
+            Some(SamplingCopy::Transposed(_)) => None,
+            Some(SamplingCopy::Bf16(m)) => (m.layout() == Layout::Rows).then_some(usize::MAX),
+            Some(SamplingCopy::Panels(_)) if rows <= PANEL_ROWS => Some(PANEL_ROWS),
+            // Past the panels' rows: `Mode::Sample` on the checkpoint layout.
+            Some(SamplingCopy::Panels(_)) | None => sample_row_wise(w, rows),
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::model::decoder::batch::{causal_mask, position_ids};
 use crate::model::decoder::causal_lm::CausalLm;
 use crate::model::decoder::forward::Mode;
 use crate::model::kernels::token_logprob::row_logprob;
-use candle_core::{Result, Tensor};
+use candle_core::{DType, Result, Tensor};
 use rand::Rng;
 
 /// A model and the weight copies its decoding multiplies by (see `copies`).
@@ -167,71 +167,172 @@ fn decode_scored<R: Rng>(
     rngs: &mut [R],
     logprob_scale: Option<f64>,
 ) -> Result<Scored> {
-    let model = sampler.model;
     let products = sampler.copies.products(Mode::Sample);
-    let dev = model.device();
-    let shared = rngs.len() == 1;
-    let n_prompts = prompts.len();
-    let mut out = vec![vec![Vec::new(); k]; n_prompts];
-    let mut lps: Vec<Vec<Vec<f32>>> = match logprob_scale {
-        Some(_) => vec![vec![Vec::new(); k]; n_prompts],
-        None => Vec::new(),
+    let job = DecodeJob {
+        sampler,
+        prompts,
+        k,
+        params,
+        eos_ids,
+        pad_id,
+        logprob_scale,
     };
-    if n_prompts == 0 || k == 0 || params.max_new_tokens == 0 {
-        return Ok((out, lps));
+    let mut d = Decoding::start(&job)?;
+    while d.pick(&job, rngs)? {
+        let (ids, pos, mask) = d.step_inputs()?;
+        let model = sampler.model;
+        let hidden = model.hidden(&ids, &pos, &mask, Some(&mut d.cache), products)?;
+        d.logits = model.logits_mode(&hidden, products)?.squeeze(1)?;
     }
-    if prompts.iter().any(|p| p.is_empty()) {
-        candle_core::bail!("cannot generate from an empty prompt");
+    Ok(d.finish())
+}
+
+/// What one decode samples: a model, its prompts, K per prompt, its settings and special ids,
+/// and whether to keep each token's log-prob (at that logit scale).
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeJob<'a> {
+    /// The model and its sampling copies.
+    pub sampler: Sampler<'a>,
+    /// The prompts, each sampled `k` times.
+    pub prompts: &'a [&'a [u32]],
+    /// Completions per prompt.
+    pub k: usize,
+    /// Sampling settings.
+    pub params: &'a SamplingParams,
+    /// Generation stops at any of these (unless `params.ignore_eos`).
+    pub eos_ids: &'a [u32],
+    /// The id left-padding fills with.
+    pub pad_id: u32,
+    /// Keep each sampled token's log-prob log_softmax(scale · logits)[token].
+    pub logprob_scale: Option<f64>,
+}
+
+/// One decode in progress (prefill done): its KV cache, the logits of its active rows' next
+/// tokens, which rows are still going, and what they sampled. [`Decoding::pick`] draws a token
+/// per active row; the caller then runs the next forward on [`Decoding::step_inputs`] and puts
+/// its logits in `logits` (alone, or in one forward with other decodes on the same base:
+/// `grouped`).
+pub(crate) struct Decoding {
+    pub(crate) cache: KvCache,
+    /// Next-token logits of the active rows, (rows, vocab).
+    pub(crate) logits: Tensor,
+    /// Active rows: (prompt, sample).
+    active: Vec<(usize, usize)>,
+    /// Each active row's token drawn last, the next forward's input.
+    next: Vec<u32>,
+    lens: Vec<usize>,
+    /// The prompts' padded length.
+    t: usize,
+    /// Tokens drawn so far per row.
+    step: usize,
+    out: Vec<Vec<Vec<u32>>>,
+    lps: Vec<Vec<Vec<f32>>>,
+    done: bool,
+}
+
+impl Decoding {
+    /// Checks `job` and prefills its distinct prompts once (each prompt's cache then shared by
+    /// its k rows), with the job's own model and sampling copies.
+    pub(crate) fn start(job: &DecodeJob<'_>) -> Result<Self> {
+        let (model, prompts, k, params) = (job.sampler.model, job.prompts, job.k, job.params);
+        let products = job.sampler.copies.products(Mode::Sample);
+        let dev = model.device();
+        let n_prompts = prompts.len();
+        let out = vec![vec![Vec::new(); k]; n_prompts];
+        let lps: Vec<Vec<Vec<f32>>> = match job.logprob_scale {
+            Some(_) => vec![vec![Vec::new(); k]; n_prompts],
+            None => Vec::new(),
+        };
+        let lens: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
+        if n_prompts == 0 || k == 0 || params.max_new_tokens == 0 {
+            return Ok(Self {
+                cache: KvCache::for_model(model, 0, 0)?,
+                logits: Tensor::zeros((0, 0), DType::F32, dev)?,
+                active: Vec::new(),
+                next: Vec::new(),
+                lens,
+                t: 0,
+                step: 0,
+                out,
+                lps,
+                done: true,
+            });
+        }
+        if prompts.iter().any(|p| p.is_empty()) {
+            candle_core::bail!("cannot generate from an empty prompt");
+        }
+        let t = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+        let capacity = t + params.max_new_tokens;
+        if capacity > model.max_positions() {
+            candle_core::bail!(
+                "prompt ({t} tokens) + max_new_tokens ({}) exceed the model's {} positions",
+                params.max_new_tokens,
+                model.max_positions()
+            );
+        }
+        // Prefill the distinct prompts once.
+        let mut ids = Vec::with_capacity(n_prompts * t);
+        let mut valid = Vec::with_capacity(n_prompts);
+        for p in prompts {
+            ids.extend(std::iter::repeat_n(job.pad_id, t - p.len()));
+            ids.extend_from_slice(p);
+            let mut v = vec![false; t - p.len()];
+            v.extend(std::iter::repeat_n(true, p.len()));
+            valid.push(v);
+        }
+        let ids = Tensor::from_vec(ids, (n_prompts, t), dev)?;
+        let mut cache = KvCache::for_model(model, n_prompts, capacity)?;
+        let hidden = model.hidden(
+            &ids,
+            &position_ids(&valid, t, dev)?,
+            &causal_mask(&valid, t, dev)?,
+            Some(&mut cache),
+            products,
+        )?;
+        let last = model
+            .logits_mode(&hidden.narrow(1, t - 1, 1)?, products)?
+            .squeeze(1)?; // (P, V)
+                          // Share each prompt's cache with its k rows.
+        let rows: Vec<u32> = (0..n_prompts as u32)
+            .flat_map(|p| std::iter::repeat_n(p, k))
+            .collect();
+        let rows_t = Tensor::from_vec(rows.clone(), rows.len(), dev)?;
+        let cache = cache.select_rows(&rows_t)?;
+        let logits = last.index_select(&rows_t, 0)?;
+        let active: Vec<(usize, usize)> = (0..n_prompts)
+            .flat_map(|p| (0..k).map(move |j| (p, j)))
+            .collect();
+        Ok(Self {
+            cache,
+            logits,
+            active,
+            next: Vec::new(),
+            lens,
+            t,
+            step: 0,
+            out,
+            lps,
+            done: false,
+        })
     }
-    let t = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
-    let capacity = t + params.max_new_tokens;
-    if capacity > model.max_positions() {
-        candle_core::bail!(
-            "prompt ({t} tokens) + max_new_tokens ({}) exceed the model's {} positions",
-            params.max_new_tokens,
-            model.max_positions()
-        );
-    }
-    // Prefill the distinct prompts once.
-    let mut ids = Vec::with_capacity(n_prompts * t);
-    let mut valid = Vec::with_capacity(n_prompts);
-    for p in prompts {
-        ids.extend(std::iter::repeat_n(pad_id, t - p.len()));
-        ids.extend_from_slice(p);
-        let mut v = vec![false; t - p.len()];
-        v.extend(std::iter::repeat_n(true, p.len()));
-        valid.push(v);
-    }
-    let ids = Tensor::from_vec(ids, (n_prompts, t), dev)?;
-    let mut cache = KvCache::for_model(model, n_prompts, capacity)?;
-    let hidden = model.hidden(
-        &ids,
-        &position_ids(&valid, t, dev)?,
-        &causal_mask(&valid, t, dev)?,
-        Some(&mut cache),
-        products,
-    )?;
-    let last = model
-        .logits_mode(&hidden.narrow(1, t - 1, 1)?, products)?
-        .squeeze(1)?; // (P, V)
-                      // Share each prompt's cache with its k rows.
-    let rows: Vec<u32> = (0..n_prompts as u32)
-        .flat_map(|p| std::iter::repeat_n(p, k))
-        .collect();
-    let rows_t = Tensor::from_vec(rows.clone(), rows.len(), dev)?;
-    let mut cache = cache.select_rows(&rows_t)?;
-    let mut logits = last.index_select(&rows_t, 0)?;
-    // Active rows: (prompt, sample, prompt length, prompt-valid row).
-    let mut active: Vec<(usize, usize)> = (0..n_prompts)
-        .flat_map(|p| (0..k).map(move |j| (p, j)))
-        .collect();
-    let lens: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
-    for step in 0..params.max_new_tokens {
-        let rows_logits = logits.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
-        let mut next = Vec::with_capacity(active.len());
-        let mut keep = Vec::with_capacity(active.len());
-        for (r, &(p, j)) in active.iter().enumerate() {
-            let rng = &mut rngs[if shared { 0 } else { p }];
+
+    /// Draws each active row's next token from `logits`, row (p, j) from `rngs[p]` (or
+    /// `rngs[0]` when there is one); rows that reach EOS or `max_new_tokens` leave. Whether
+    /// rows go on (then a forward of [`Decoding::step_inputs`] must set `logits`).
+    pub(crate) fn pick<R: Rng>(&mut self, job: &DecodeJob<'_>, rngs: &mut [R]) -> Result<bool> {
+        if self.done {
+            return Ok(false);
+        }
+        let params = job.params;
+        let step = self.step;
+        let shared = rngs.len() == 1;
+        let rows_logits = self.logits.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        let mut next = Vec::with_capacity(self.active.len());
+        let mut keep = Vec::with_capacity(self.active.len());
+        for (r, &(p, j)) in self.active.iter().enumerate() {
+            let Some(rng) = rngs.get_mut(if shared { 0 } else { p }) else {
+                candle_core::bail!("no RNG stream for prompt {p}");
+            };
             let Some(tok) = pick(&rows_logits[r], params, rng) else {
                 candle_core::bail!(
                     "the next-token logits are not finite (NaN or +inf) at generated token {}: the \
@@ -239,48 +340,62 @@ fn decode_scored<R: Rng>(
                     step + 1
                 );
             };
-            out[p][j].push(tok);
-            if let Some(scale) = logprob_scale {
-                lps[p][j].push(scaled_logprob(&rows_logits[r], tok, scale));
+            self.out[p][j].push(tok);
+            if let Some(scale) = job.logprob_scale {
+                self.lps[p][j].push(scaled_logprob(&rows_logits[r], tok, scale));
             }
-            let stop =
-                (!params.ignore_eos && eos_ids.contains(&tok)) || step + 1 == params.max_new_tokens;
+            let stop = (!params.ignore_eos && job.eos_ids.contains(&tok))
+                || step + 1 == params.max_new_tokens;
             if !stop {
                 keep.push(r);
                 next.push(tok);
             }
         }
+        self.step += 1;
         if keep.is_empty() {
-            break;
+            self.done = true;
+            return Ok(false);
         }
-        if keep.len() < active.len() {
-            cache.retain_rows(&keep)?;
-            active = keep.iter().map(|&r| active[r]).collect();
+        if keep.len() < self.active.len() {
+            self.cache.retain_rows(&keep)?;
+            self.active = keep.iter().map(|&r| self.active[r]).collect();
         }
-        let b = active.len();
-        let past = cache.len();
-        let valid: Vec<Vec<bool>> = active
+        self.next = next;
+        Ok(true)
+    }
+
+    /// The next forward's inputs for the active rows: the tokens just drawn (b, 1), their
+    /// positions (b, 1) and the mask (b, 1, 1, past + 1) over this decode's own cache.
+    pub(crate) fn step_inputs(&self) -> Result<(Tensor, Tensor, Tensor)> {
+        let dev = self.logits.device();
+        let (t, step) = (self.t, self.step - 1);
+        let b = self.active.len();
+        let past = self.cache.len();
+        let valid: Vec<Vec<bool>> = self
+            .active
             .iter()
             .map(|&(p, _)| {
-                let mut v = vec![false; t - lens[p]];
-                v.extend(std::iter::repeat_n(true, past + 1 - (t - lens[p])));
+                let mut v = vec![false; t - self.lens[p]];
+                v.extend(std::iter::repeat_n(true, past + 1 - (t - self.lens[p])));
                 v
             })
             .collect();
-        let pos: Vec<u32> = active
+        let pos: Vec<u32> = self
+            .active
             .iter()
-            .map(|&(p, _)| (lens[p] + step) as u32)
+            .map(|&(p, _)| (self.lens[p] + step) as u32)
             .collect();
-        let hidden = model.hidden(
-            &Tensor::from_vec(next, (b, 1), dev)?,
-            &Tensor::from_vec(pos, (b, 1), dev)?,
-            &causal_mask(&valid, 1, dev)?,
-            Some(&mut cache),
-            products,
-        )?;
-        logits = model.logits_mode(&hidden, products)?.squeeze(1)?;
+        Ok((
+            Tensor::from_vec(self.next.clone(), (b, 1), dev)?,
+            Tensor::from_vec(pos, (b, 1), dev)?,
+            causal_mask(&valid, 1, dev)?,
+        ))
     }
-    Ok((out, lps))
+
+    /// The completions `[prompt][k]` and, when kept, their tokens' log-probs.
+    pub(crate) fn finish(self) -> Scored {
+        (self.out, self.lps)
+    }
 }
 
 /// Chooses the next token from one row of logits; `None` when the row holds a NaN or +inf

@@ -14,8 +14,14 @@ use crate::model::Policy;
 use comlrl_scenario::Scenario;
 
 /// The algorithm `s.trainer.algorithm` names, set up from the scenario (an algorithm with
-/// networks of its own loads them here, beside the agents this rank holds: `Some` in `agents`).
-pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorithm>> {
+/// networks of its own loads them here, beside the agents this rank holds: `Some` in `agents`;
+/// `samples[i]`: this rank holds agent `i`'s first replica, where a network kept in one copy
+/// per run, MAAC's critic, lives).
+pub fn build(
+    s: &Scenario,
+    agents: &[Option<Policy>],
+    samples: &[bool],
+) -> Result<Box<dyn Algorithm>> {
     use comlrl_scenario::Algorithm as A;
     Ok(match s.trainer.algorithm {
         // CoMLRL's MAREINFORCE, MARLOO and MAReMax are its MAGRPO trainer with another
@@ -27,11 +33,11 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorith
         // MARLHF trains online with its `rl_algorithm` against the reward model it learns
         // first: the MAGRPO family (the scenario crate has resolved `trainer.advantage_mode` to
         // the one named) or an actor-critic (its critic resolved as `trainer.critic`).
-        A::Marlhf => Box::new(Marlhf::new(s, online(s, agents)?)?),
+        A::Marlhf => Box::new(Marlhf::new(s, online(s, agents, samples)?)?),
         // Iterative MARLHF's online phase: the MAGRPO family only (the scenario crate refuses
         // the actor-critics there).
-        A::MarlhfIter => Box::new(MarlhfIter::new(s, agents, online(s, agents)?)?),
-        A::Maac => Box::new(Maac::new(s, agents)?),
+        A::MarlhfIter => Box::new(MarlhfIter::new(s, agents, online(s, agents, samples)?)?),
+        A::Maac => Box::new(Maac::new(s, samples)?),
         A::MadpoIter => Box::new(MadpoIter::new(s, agents)?),
     })
 }
@@ -39,11 +45,11 @@ pub fn build(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorith
 /// MARLHF's online algorithm (`preference.rl_algorithm`): the MAGRPO family (the scenario crate
 /// has resolved `trainer.advantage_mode` to the one named) or an actor-critic (its critic
 /// resolved as `trainer.critic`).
-fn online(s: &Scenario, agents: &[Option<Policy>]) -> Result<Box<dyn Algorithm>> {
+fn online(s: &Scenario, agents: &[Option<Policy>], samples: &[bool]) -> Result<Box<dyn Algorithm>> {
     use comlrl_scenario::RlAlgorithm as R;
     Ok(match s.preference.rl_algorithm {
         R::Magrpo | R::Mareinforce | R::Marloo | R::Maremax => Box::new(Magrpo::new(s)),
         R::Iac => Box::new(Iac::new(s, agents)?),
-        R::Maac => Box::new(Maac::new(s, agents)?),
+        R::Maac => Box::new(Maac::new(s, samples)?),
     })
 }

@@ -1,41 +1,81 @@
 //! Sampling the agents' completions of a node: one prompt per agent from its own RNG stream,
 //! or the first turn of several consecutive prompts in one batch per agent (each prompt still
-//! from its own stream), to be scored one prompt at a time by the rollout (`tree`).
+//! from its own stream), to be scored one prompt at a time by the rollout (`tree`). Agents on
+//! one shared base decode together (`trainer.batch_agent_sampling`): one forward per token step
+//! for all their rows, each agent's samples unchanged.
 use super::prompt::check_prompt_bytes;
 use super::samples::AgentRollout;
 use super::spec::RolloutSpec;
 use crate::error::Result;
-use crate::model::{generate_streams, generate_streams_scored, Policy};
+use crate::model::{generate_groups, generate_streams, generate_streams_scored, DecodeJob, Policy};
 use crate::train::report::timing::{since, Phases};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
-/// Agent `i` samples `k` completions of `prompt` with its own RNG stream.
-pub fn sample_agent(
-    policy: &Policy,
-    i: usize,
-    prompt: &str,
-    turn: usize,
+/// Agents `agents` (index, policy) sample `k` completions of each of their prompts
+/// (`prompts[a]` for `agents[a]`), its prompt p from the RNG stream seeded by `seeds[a][p]`.
+/// With `spec.batch_agents`, agents on one shared base decode together (one forward per token
+/// step for all their rows: the base read once, not once per agent), the others each alone; the
+/// groups at the same time with `spec.parallel`. The same completions either way.
+pub(super) fn sample_agents(
     spec: &RolloutSpec,
-    seed: u64,
-) -> Result<AgentRollout> {
-    let mut out = sample_prompts(policy, i, &[prompt], turn, spec, &[seed])?;
-    out.pop()
-        .ok_or_else(|| crate::Error::Internal("no rollout sampled".into()))
+    agents: &[(usize, &Policy)],
+    prompts: &[Vec<&str>],
+    turn: usize,
+    seeds: &[Vec<u64>],
+) -> Result<Vec<Vec<AgentRollout>>> {
+    // Groups of positions in `agents`, each group's agents on the first one's base.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (a, (_, policy)) in agents.iter().enumerate() {
+        let joins = groups
+            .iter_mut()
+            .find(|g| spec.batch_agents && agents[g[0]].1.sampler().shares_base(&policy.sampler()));
+        match joins {
+            Some(g) => g.push(a),
+            None => groups.push(vec![a]),
+        }
+    }
+    let run = |group: &Vec<usize>| -> Result<Vec<(usize, Vec<AgentRollout>)>> {
+        let members: Vec<(usize, &Policy)> = group.iter().map(|&a| agents[a]).collect();
+        let texts: Vec<&[&str]> = group.iter().map(|&a| prompts[a].as_slice()).collect();
+        let group_seeds: Vec<&[u64]> = group.iter().map(|&a| seeds[a].as_slice()).collect();
+        let out = match members.len() {
+            1 => vec![sample_prompts(
+                members[0].1,
+                members[0].0,
+                texts[0],
+                turn,
+                spec,
+                group_seeds[0],
+            )?],
+            _ => sample_together(spec, &members, &texts, turn, &group_seeds)?,
+        };
+        Ok(group.iter().copied().zip(out).collect())
+    };
+    let done: Vec<Vec<(usize, Vec<AgentRollout>)>> = if spec.parallel && groups.len() > 1 {
+        groups.par_iter().map(run).collect::<Result<_>>()?
+    } else {
+        groups.iter().map(run).collect::<Result<_>>()?
+    };
+    let mut out: Vec<Option<Vec<AgentRollout>>> = (0..agents.len()).map(|_| None).collect();
+    for (a, rollouts) in done.into_iter().flatten() {
+        out[a] = Some(rollouts);
+    }
+    out.into_iter()
+        .map(|o| o.ok_or_else(|| crate::Error::Internal("an agent was not sampled".into())))
+        .collect()
 }
 
-/// Agent `i` samples `k` completions of each prompt in one batch, prompt p's rows from the
-/// RNG stream seeded by `seeds[p]` (the same completions as one [`sample_agent`] per prompt).
-fn sample_prompts(
+/// Agent `i`'s prompts, checked and tokenized.
+fn encode(
     policy: &Policy,
     i: usize,
     prompts: &[&str],
     turn: usize,
     spec: &RolloutSpec,
-    seeds: &[u64],
-) -> Result<Vec<AgentRollout>> {
-    let ids = prompts
+) -> Result<Vec<Vec<u32>>> {
+    prompts
         .iter()
         .map(|prompt| {
             // A transition's prompt is as untrusted as a dataset row: bounded before encoding.
@@ -58,14 +98,75 @@ fn sample_prompts(
             }
             Ok(ids)
         })
-        .collect::<Result<Vec<_>>>()?;
-    let mut rngs: Vec<ChaCha8Rng> = seeds
+        .collect()
+}
+
+/// The RNG streams seeded by `seeds`, one per prompt.
+fn streams(seeds: &[u64]) -> Vec<ChaCha8Rng> {
+    seeds
         .iter()
         .map(|&s| ChaCha8Rng::seed_from_u64(s))
-        .collect();
+        .collect()
+}
+
+/// Agent `i`'s logit scale for the sampling-time log-probs, when the loss needs them.
+fn logprob_scale(spec: &RolloutSpec, i: usize) -> Option<f64> {
+    spec.sampling_logprobs.and_then(|s| s.get(i).copied())
+}
+
+/// Each prompt's rollout of agent `policy`: its tokens, completions, their texts and (when
+/// kept) their sampling-time log-probs.
+fn rollouts(
+    policy: &Policy,
+    ids: Vec<Vec<u32>>,
+    out: Vec<Vec<Vec<u32>>>,
+    mut logprobs: Vec<Vec<Vec<f32>>>,
+) -> Result<Vec<AgentRollout>> {
+    logprobs.resize(out.len(), Vec::new());
+    ids.into_iter()
+        .zip(out)
+        .zip(logprobs)
+        .map(|((prompt_ids, completions), logprobs)| {
+            let texts = completions
+                .iter()
+                .map(|c| policy.tokenizer.decode(c, true))
+                .collect::<crate::model::Result<Vec<_>>>()?;
+            let mut a = AgentRollout::sampled(prompt_ids, completions, texts);
+            a.sampling_logprobs = logprobs;
+            Ok(a)
+        })
+        .collect()
+}
+
+/// Agent `i` samples `k` completions of `prompt` alone, from the RNG stream seeded by `seed`
+/// (a centralized comparator's one policy answering for every agent).
+pub fn sample_agent(
+    policy: &Policy,
+    i: usize,
+    prompt: &str,
+    turn: usize,
+    spec: &RolloutSpec,
+    seed: u64,
+) -> Result<AgentRollout> {
+    let mut out = sample_prompts(policy, i, &[prompt], turn, spec, &[seed])?;
+    out.pop()
+        .ok_or_else(|| crate::Error::Internal("no rollout sampled".into()))
+}
+
+/// Agent `i` samples `k` completions of each prompt in one batch, prompt p's rows from the
+/// RNG stream seeded by `seeds[p]` (the same completions as one decode per prompt).
+fn sample_prompts(
+    policy: &Policy,
+    i: usize,
+    prompts: &[&str],
+    turn: usize,
+    spec: &RolloutSpec,
+    seeds: &[u64],
+) -> Result<Vec<AgentRollout>> {
+    let ids = encode(policy, i, prompts, turn, spec)?;
+    let mut rngs = streams(seeds);
     let refs: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
-    let scale = spec.sampling_logprobs.and_then(|s| s.get(i).copied());
-    let (out, mut logprobs) = match scale {
+    let (out, logprobs) = match logprob_scale(spec, i) {
         // The sampling-time log-probs a clipped ratio needs, from the logits each token was
         // drawn from.
         Some(scale) => generate_streams_scored(
@@ -90,19 +191,60 @@ fn sample_prompts(
         .map(|out| (out, Vec::new())),
     }
     .map_err(|e| crate::Error::from(e).for_agent(i, None))?;
-    logprobs.resize(out.len(), Vec::new());
-    ids.into_iter()
-        .zip(out)
-        .zip(logprobs)
-        .map(|((prompt_ids, completions), logprobs)| {
-            let texts = completions
-                .iter()
-                .map(|c| policy.tokenizer.decode(c, true))
-                .collect::<crate::model::Result<Vec<_>>>()?;
-            let mut a = AgentRollout::sampled(prompt_ids, completions, texts);
-            a.sampling_logprobs = logprobs;
-            Ok(a)
+    rollouts(policy, ids, out, logprobs)
+}
+
+/// Agents `members` (on one base) sample their prompts in one decode (`generate_groups`),
+/// each as [`sample_prompts`] would alone: its own settings, EOS ids and RNG streams.
+fn sample_together(
+    spec: &RolloutSpec,
+    members: &[(usize, &Policy)],
+    prompts: &[&[&str]],
+    turn: usize,
+    seeds: &[&[u64]],
+) -> Result<Vec<Vec<AgentRollout>>> {
+    let ids: Vec<Vec<Vec<u32>>> = members
+        .iter()
+        .zip(prompts)
+        .map(|(&(i, policy), texts)| encode(policy, i, texts, turn, spec))
+        .collect::<Result<_>>()?;
+    let refs: Vec<Vec<&[u32]>> = ids
+        .iter()
+        .map(|a| a.iter().map(|v| v.as_slice()).collect())
+        .collect();
+    let jobs: Vec<DecodeJob> = members
+        .iter()
+        .zip(&refs)
+        .map(|(&(i, policy), prompts)| DecodeJob {
+            sampler: policy.sampler(),
+            prompts,
+            k: spec.k,
+            params: &spec.sampling[i],
+            eos_ids: &policy.eos_ids,
+            pad_id: policy.pad_id,
+            logprob_scale: logprob_scale(spec, i),
         })
+        .collect();
+    let mut rngs: Vec<Vec<ChaCha8Rng>> = seeds.iter().map(|s| streams(s)).collect();
+    let mut rng_sets: Vec<&mut [ChaCha8Rng]> = rngs.iter_mut().map(Vec::as_mut_slice).collect();
+    let sampled = generate_groups(&jobs, &mut rng_sets).map_err(|e| {
+        let err = crate::Error::from(e.error);
+        match e.group {
+            Some(g) => err.for_agent(members[g].0, None),
+            None => {
+                let agents: Vec<String> = members.iter().map(|m| m.0.to_string()).collect();
+                err.within(format!(
+                    "the decode that agents {} on one base share",
+                    agents.join(", ")
+                ))
+            }
+        }
+    })?;
+    members
+        .iter()
+        .zip(ids)
+        .zip(sampled)
+        .map(|((&(_, policy), ids), (out, logprobs))| rollouts(policy, ids, out, logprobs))
         .collect()
 }
 
@@ -157,16 +299,15 @@ pub fn sample_group(
         .filter(|&(i, _)| spec.samples[i])
         .filter_map(|(i, p)| Some((i, p.as_ref()?)))
         .collect();
-    let sample = |&(i, policy): &(usize, &Policy)| {
-        let texts: Vec<&str> = prompts.iter().map(|p| p[i].as_str()).collect();
-        let agent_seeds: Vec<u64> = seeds.iter().map(|s| s[i]).collect();
-        sample_prompts(policy, i, &texts, 0, spec, &agent_seeds)
-    };
-    let per_agent: Vec<Vec<AgentRollout>> = if spec.parallel && held.len() > 1 {
-        held.par_iter().map(sample).collect::<Result<_>>()?
-    } else {
-        held.iter().map(sample).collect::<Result<_>>()?
-    };
+    let texts: Vec<Vec<&str>> = held
+        .iter()
+        .map(|&(i, _)| prompts.iter().map(|p| p[i].as_str()).collect())
+        .collect();
+    let agent_seeds: Vec<Vec<u64>> = held
+        .iter()
+        .map(|&(i, _)| seeds.iter().map(|s| s[i]).collect())
+        .collect();
+    let per_agent = sample_agents(spec, &held, &texts, 0, &agent_seeds)?;
     phases.sampling += since(t);
     let mut rows: Vec<Presampled> = seeds
         .into_iter()

@@ -35,6 +35,9 @@ pub struct RolloutSpec<'a> {
     pub passthrough: bool,
     /// Sample the agents at the same time (one task each on the thread pool).
     pub parallel: bool,
+    /// Agents on one shared base decode together, one forward per token step for all their
+    /// rows (`trainer.batch_agent_sampling`).
+    pub batch_agents: bool,
     /// The exchanges with the run's other processes (identities for a process alone).
     pub exchange: &'a dyn RolloutExchange,
     /// `samples[i]`: this rank samples agent `i` (holds its first replica); other replicas of

@@ -8,7 +8,7 @@
 //! Where only some agents are sampled here (the ranks of an MPI run), `spec.exchange` brings
 //! the other agents' completions, rank 0's rewards and next-turn prompts, and the other agents'
 //! KL, so every rank ends with the same tree.
-use super::generate::{sample_agent, Presampled};
+use super::generate::{sample_agents, Presampled};
 use super::joint::joint_actions;
 use super::kl::kl_k3;
 use super::samples::{AgentRollout, NodeSample};
@@ -19,7 +19,6 @@ use crate::train::report::timing::{since, Phases};
 use comlrl_reward::{JointSample, TransitionInput};
 use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
-use rayon::prelude::*;
 
 /// Agent `i`'s policy, which this rank must hold.
 pub(super) fn held(policies: &[Option<Policy>], i: usize) -> Result<&Policy> {
@@ -140,13 +139,19 @@ fn build(
         }
         None => {
             let t = std::time::Instant::now();
-            let sample =
-                |&i: &usize| sample_agent(held(policies, i)?, i, &prompts[i], turn, spec, seeds[i]);
-            let mine = if spec.parallel && local.len() > 1 {
-                local.par_iter().map(sample).collect::<Result<_>>()?
-            } else {
-                local.iter().map(sample).collect::<Result<_>>()?
-            };
+            let here = local
+                .iter()
+                .map(|&i| Ok((i, held(policies, i)?)))
+                .collect::<Result<Vec<_>>>()?;
+            let texts: Vec<Vec<&str>> = local.iter().map(|&i| vec![prompts[i].as_str()]).collect();
+            let agent_seeds: Vec<Vec<u64>> = local.iter().map(|&i| vec![seeds[i]]).collect();
+            let mine: Vec<AgentRollout> = sample_agents(spec, &here, &texts, turn, &agent_seeds)?
+                .into_iter()
+                .map(|mut one| {
+                    one.pop()
+                        .ok_or_else(|| Error::Internal("no rollout sampled".into()))
+                })
+                .collect::<Result<_>>()?;
             phases.sampling += since(t);
             mine
         }

@@ -282,13 +282,14 @@ pub fn estimate(
             infos.insert(spec.clone(), info);
         }
         // A separate critic (`trainer.critic`) beside the agent: its own model's parts. MAAC's
-        // one critic (agent 0's model by default) is counted beside agent 0.
+        // one critic (agent 0's model by default) is counted beside agent 0, on the rank of
+        // its first replica only (the one that holds it).
         let maac = one_critic(s);
         let critic = s
             .trainer
             .critic
             .as_ref()
-            .filter(|c| c.separate && (!maac || a.index == 0));
+            .filter(|c| c.separate && (!maac || (a.index == 0 && samples(0))));
         let critic_spec = critic.map(|c| c.model.as_ref().unwrap_or(&a.model));
         if let Some(m) = critic_spec.filter(|m| !infos.contains_key(&m.spec)) {
             let src = super::models::source_of(m, &s.base_dir)?;
@@ -342,7 +343,21 @@ pub fn estimate(
         }
     };
     let resident = phase(&AgentMemory::resident_bytes, true);
-    let sampling = phase(&AgentMemory::sampling_bytes, t.parallel_sampling);
+    // Agents on one base decode together (`batch_agent_sampling`): their sampling parts are
+    // held at once even when the agents' groups sample one after the other.
+    let sampling = match t.parallel_sampling || !t.batch_agent_sampling {
+        true => phase(&AgentMemory::sampling_bytes, t.parallel_sampling),
+        false => {
+            let mut by_base: std::collections::BTreeMap<usize, u64> = Default::default();
+            for a in &agents {
+                let at = by_base
+                    .entry(a.shares_base_of.unwrap_or(a.index))
+                    .or_default();
+                *at = at.saturating_add(a.sampling_bytes());
+            }
+            by_base.into_values().max().unwrap_or(0)
+        }
+    };
     let update = phase(&AgentMemory::update_bytes, t.parallel_updates);
     let peak = resident.saturating_add(sampling.max(update));
     Ok(MemoryEstimate {
@@ -925,6 +940,22 @@ mod tests {
             .iter()
             .any(|(n, _)| n.starts_with("critic")));
         assert!(maac.peak < iac.peak, "one critic, not two");
+        // A second replica of agent 0 (it trains agent 0, another rank samples it) holds no
+        // critic: the one copy sits on the first replica.
+        let replica = estimate(
+            &scenario(
+                dir.path(),
+                &format!("{agents}trainer: {{algorithm: maac}}\n"),
+            ),
+            |i| i == 0,
+            |_| false,
+            Lookup::Local,
+        )
+        .unwrap();
+        assert!(!replica.agents[0]
+            .resident
+            .iter()
+            .any(|(n, _)| n.starts_with("critic")));
         assert!(maac
             .remedies
             .iter()

@@ -69,7 +69,7 @@ impl Trainer {
         crate::train::world::run::share_ends(world.as_ref(), &mut agents.ends)?;
         let strategy = strategy(world, placement);
         strategy.supports(&scenario)?;
-        let algorithm = registry::build(&scenario, &agents.policies)?;
+        let algorithm = registry::build(&scenario, &agents.policies, &agents.samples)?;
         Ok(Self {
             settings: Settings::with_yaml(scenario, yaml),
             agents,

@@ -152,6 +152,7 @@ impl Loop<'_> {
             prompts: &agents.prompts.0,
             passthrough: t.external_prompt_passthrough,
             parallel: t.parallel_sampling,
+            batch_agents: t.batch_agent_sampling,
             exchange: self.strategy,
             samples: &agents.samples,
             sampling_logprobs: agents.sampling_logprobs.as_deref(),

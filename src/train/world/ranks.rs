@@ -121,9 +121,9 @@ impl Strategy for Ranks {
         false
     }
 
-    /// Iterative MADPO's `history` comparator (each agent's saved policies, written by its rank
-    /// and read by every rank between two collectives) and `api` comparator (asked once per rank
-    /// for the same answers) are refused on ranks, and so is iterative MARLHF.
+    /// The iterative trainers' `history` comparator (each agent's saved policies, written by
+    /// its rank and read by every rank between two collectives) and `api` comparator (asked
+    /// once per rank for the same answers) are refused on ranks.
     fn supports(&self, scenario: &Scenario) -> Result<()> {
         if scenario.trainer.collaboration_mode == comlrl_scenario::CollaborationMode::Centralized {
             // One policy for every role: nothing to place on several ranks (CoMLRL's centralized
@@ -134,26 +134,20 @@ impl Strategy for Ranks {
                 self.part.world.size()
             )));
         }
-        if scenario.trainer.algorithm == comlrl_scenario::Algorithm::MarlhfIter {
-            // Its rounds' reward models and comparator samples have not been placed on ranks.
-            return Err(Error::Config(format!(
-                "trainer.algorithm marlhf_iter is not supported on {} MPI ranks yet: run it in \
-                 one process",
-                self.part.world.size()
-            )));
-        }
         let p = &scenario.preference;
         let name = match p.comparator_policy {
             ComparatorPolicy::History => "history",
             ComparatorPolicy::Api => "api",
             _ => return Ok(()),
         };
-        if scenario.trainer.algorithm != comlrl_scenario::Algorithm::MadpoIter {
-            return Ok(());
-        }
+        let algorithm = match scenario.trainer.algorithm {
+            comlrl_scenario::Algorithm::MadpoIter => "madpo_iter",
+            comlrl_scenario::Algorithm::MarlhfIter => "marlhf_iter",
+            _ => return Ok(()),
+        };
         Err(Error::Config(format!(
             "preference.comparator_policy {name} is not supported on {} MPI ranks yet \
-             (trainer.algorithm madpo_iter): use comparator_policy current, current_copy or \
+             (trainer.algorithm {algorithm}): use comparator_policy current, current_copy or \
              model, or run in one process",
             self.part.world.size()
         )))

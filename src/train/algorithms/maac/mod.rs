@@ -24,7 +24,10 @@
 //! needs every agent's), the critic's rank reads V_old, makes every agent's targets and
 //! advantages and takes the critic's steps, and sends each agent's advantages and critic
 //! statistics to every rank (as bits: the agents' steps are the one-process run's); each rank
-//! then steps its own actors. Replicas are refused (one copy of each agent).
+//! then steps its own actors. With `agents[i].replicas` the critic stays one copy, on agent 0's
+//! first replica (the others of agent 0 hold none): its round is the one-process run's, on the
+//! same rows, and its advantages reach every replica in the same message; each agent's
+//! replicas split its actor's passes and sum their gradients (`Learner::step`), as MAGRPO's.
 pub mod central;
 pub mod joint;
 
@@ -84,24 +87,17 @@ pub struct Maac {
 }
 
 impl Maac {
-    /// MAAC as `s.trainer` sets it up, with its critic where agent 0 is held (`Some` in
-    /// `agents`); one copy of each agent (no `replicas`).
-    pub fn new(s: &Scenario, agents: &[Option<Policy>]) -> Result<Self> {
+    /// MAAC as `s.trainer` sets it up, with its critic where agent 0's first replica is
+    /// (`samples[0]`: this process samples agent 0; one copy of the critic per run).
+    pub fn new(s: &Scenario, samples: &[bool]) -> Result<Self> {
         let t = &s.trainer;
         let c = t.critic.as_ref().ok_or_else(|| {
             Error::Internal("trainer.algorithm maac without a resolved `trainer.critic`".into())
         })?;
-        if let Some(a) = s.agents.iter().find(|a| a.replicas > 1) {
-            return Err(Error::Config(format!(
-                "agent {}: `trainer.algorithm: maac` keeps one copy of each agent (its one \
-                 critic, on agent 0's rank, sends every agent's advantages); remove \
-                 `agents[{}].replicas` (or use `algorithm: iac`, whose critics sit beside \
-                 their agents' replicas)",
-                a.index, a.index
-            )));
-        }
-        let central = match agents.first() {
-            Some(Some(_)) => Some(Central::load(s, c)?),
+        // One copy, not one per replica of agent 0: the others would hold its weights and
+        // AdamW moments only to compute the same round again (see docs/distributed.md).
+        let central = match samples.first() {
+            Some(true) => Some(Central::load(s, c)?),
             _ => None,
         };
         Ok(Maac {

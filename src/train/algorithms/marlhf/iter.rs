@@ -23,6 +23,14 @@
 //! The checkpoint keeps the text pairs of every round, the rounds' ranges, the round index, the
 //! phase, the generator and the reward model's weights, so a resumed run never samples a
 //! finished prompt of a round again nor retrains its reward model.
+//!
+//! On MPI ranks (as MARLHF's, `Marlhf::new`) every rank holds a copy of each round's reward
+//! model and trains it alike: the comparator samples with each agent's rank (the agents
+//! themselves, or a `model` comparator loaded beside them) and the rollout's all-gather gives
+//! every rank every agent's candidates, so every rank collects the same pairs with the same
+//! generator, trains the same fresh model on them and scores the online rollouts itself; the
+//! online passes are the `rl_algorithm`'s placement. Only agent 0's rank writes the state and
+//! the model; every rank reads them on resume.
 use super::reward_model::joint_text;
 use super::set::{RewardTraining, TextSet};
 use super::{fresh_reward_model, Marlhf};
@@ -77,8 +85,6 @@ pub struct MarlhfIter {
     /// The reward model, its training and the online algorithm (MARLHF's); its set holds every
     /// round's pairs.
     marlhf: Marlhf,
-    /// The scenario's agents (all of them must be in this process).
-    agents: usize,
     comparators: Comparators,
     replay: Replay,
     scoring: ScoringReward,
@@ -101,7 +107,6 @@ impl MarlhfIter {
         let comparators = Comparators::new(s, agents)?;
         Ok(MarlhfIter {
             marlhf: Marlhf::new(s, online)?,
-            agents: s.agents.len(),
             comparators,
             replay: Replay {
                 mode: p.replay_mode,
@@ -238,7 +243,7 @@ impl Algorithm for MarlhfIter {
 
     fn update(
         &mut self,
-        mut round: Round<'_>,
+        round: Round<'_>,
         buffer: &[NodeSample],
     ) -> Result<Vec<(usize, AgentUpdate)>> {
         match self.phase {
@@ -251,14 +256,6 @@ impl Algorithm for MarlhfIter {
                         "MARLHFIter's reward model trains on its preference set, not on a rollout buffer"
                             .into(),
                     ));
-                }
-                if round.learners().len() != self.agents {
-                    return Err(Error::Config(format!(
-                        "trainer.algorithm marlhf_iter needs every agent in this process ({} of {} here): its \
-                         reward model reads every agent's answer",
-                        round.learners().len(),
-                        self.agents
-                    )));
                 }
                 self.train_round(round)
             }
@@ -295,11 +292,10 @@ impl CheckpointPart for MarlhfIter {
         write_weights(&self.marlhf.rm.vars(), &dir.join(WEIGHTS_FILE))
     }
 
+    /// Every rank reads the state and the round's reward model (written with agent 0's files):
+    /// each holds its own copy (see the module's notes).
     fn load(&mut self, dir: &Path, held: &[bool]) -> Result<()> {
         self.marlhf.online.load(dir, held)?;
-        if !held.first().copied().unwrap_or(false) {
-            return Ok(());
-        }
         let path = dir.join(STATE_FILE);
         let text =
             comlrl_scenario::files::read_text(&path, FILE_CAP, "it is not a file comlrl wrote")

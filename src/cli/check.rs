@@ -115,7 +115,35 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         s.trainer.num_generations,
         stack.component_names().join(", ")
     );
+    if let Some(line) = centralized_comparator(&s) {
+        eprintln!("{line}");
+    }
     Ok(())
+}
+
+/// What answers for the agents under `preference.comparator_generation_mode: centralized` (an
+/// iterative algorithm's comparator); `None` otherwise.
+fn centralized_comparator(s: &Scenario) -> Option<String> {
+    use comlrl_scenario::{ComparatorGenerationMode, ComparatorPolicy};
+    let p = &s.preference;
+    if !s.trainer.algorithm.iterative()
+        || p.comparator_generation_mode != ComparatorGenerationMode::Centralized
+    {
+        return None;
+    }
+    let i = p.comparator_centralized_agent_index;
+    let who = match p.comparator_policy {
+        ComparatorPolicy::Model => match &p.comparator_model {
+            Some(m) => format!("the comparator model {}", m.spec),
+            None => "the comparator model".to_string(),
+        },
+        ComparatorPolicy::Api => "the endpoint".to_string(),
+        _ => format!("agent {i}'s policy"),
+    };
+    Some(format!(
+        "comparator: centralized, {who} answers the tagged prompt for all {} agents with agent {i}'s sampling settings; each answer is split into their candidates",
+        s.agents.len()
+    ))
 }
 
 /// Each agent's first training prompt, formatted; `None` where `chat_template: auto` needs a Hub

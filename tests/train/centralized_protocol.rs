@@ -32,3 +32,27 @@ fn prompts_and_splits_match_comlrl() {
         assert_eq!(split(c, n), strs(&case["split"]), "{n} agents: {c:?}");
     }
 }
+
+/// A centralized comparator of an iterative round (`comparator_generation_mode: centralized`
+/// with a local policy) against `MADPOIterTrainer`'s own methods: the tagged prompt of a row's
+/// agent prompts (the templates of the shipped centralized scenario, CoMLRL's formatters in the
+/// fixture), and a policy's answers split into each agent's candidates, in answer order.
+#[test]
+fn a_centralized_comparators_prompt_and_split_match_comlrl() {
+    use comlrl::train::rollout::centralized::split_by_agent;
+    let meta = json(&fixtures().join("preference/centralized_protocol.json"));
+    let c = &meta["comparator"];
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios/story_len_ratio_centralized.yaml");
+    let s = comlrl_scenario::load(&path, &[]).unwrap();
+    let row = comlrl_scenario::Row {
+        prompt: c["item"]["prompt"].as_str().unwrap().into(),
+        fields: Default::default(),
+    };
+    let formatted: Vec<String> = s.agents.iter().map(|a| a.template.render(&row)).collect();
+    assert_eq!(formatted, strs(&c["agent_prompts"]));
+    let refs: Vec<&str> = formatted.iter().map(String::as_str).collect();
+    assert_eq!(build_prompt(&refs), c["prompt"].as_str().unwrap());
+    let want: Vec<Vec<String>> = c["outputs"].as_array().unwrap().iter().map(strs).collect();
+    assert_eq!(split_by_agent(&strs(&c["answers"]), formatted.len()), want);
+}

@@ -24,11 +24,11 @@ use common::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-fn scenario_path() -> PathBuf {
+pub(crate) fn scenario_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/story_len_ratio_centralized.yaml")
 }
 
-fn strs(v: &serde_json::Value) -> Vec<String> {
+pub(crate) fn strs(v: &serde_json::Value) -> Vec<String> {
     v.as_array()
         .unwrap()
         .iter()
@@ -176,11 +176,11 @@ fn centralized_is_refused_where_comlrl_has_none() {
     for (set, needle) in [
         (
             "trainer.algorithm=iac",
-            "MAGRPO and its family and for MADPO only",
+            "MAGRPO and its family, MADPO and MARLHF only",
         ),
         (
-            "trainer.algorithm=marlhf",
-            "MAGRPO and its family and for MADPO only",
+            "trainer.algorithm=marlhf_iter",
+            "MAGRPO and its family, MADPO and MARLHF only",
         ),
         ("trainer.num_turns=2", "single-turn"),
         (
@@ -361,7 +361,7 @@ fn check_madpo_step(recompute: bool) {
 }
 
 /// The gradients and the weights after one AdamW step against a fixture's.
-fn check_grads_and_step(
+pub(crate) fn check_grads_and_step(
     meta: &serde_json::Value,
     t: &HashMap<String, Tensor>,
     named: &[(String, Var)],

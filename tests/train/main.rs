@@ -9,6 +9,8 @@ mod common;
 mod ac_turns_step;
 mod adapters;
 mod algorithm_aliases;
+mod centralized_comparator;
+mod centralized_marlhf;
 mod centralized_protocol;
 mod centralized_step;
 mod code_exec_run;

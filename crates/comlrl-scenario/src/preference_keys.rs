@@ -99,8 +99,8 @@ section! {
             check positive("use e.g. `dpo_beta: 0.1`"), only Only::Preference;
         /// `decentralized`: each agent its own policy over its own prompt; `centralized`: one
         /// policy writes every agent's part (CoMLRL's field of `MADPOConfig`): the same as
-        /// `trainer.collaboration_mode`, which it sets (and follows). Ported for `madpo`; an
-        /// error under `marlhf`, `madpo_iter` and `marlhf_iter`.
+        /// `trainer.collaboration_mode`, which it sets (and follows). Ported for `madpo` and
+        /// `marlhf`; an error under `madpo_iter` and `marlhf_iter`.
         collaboration_mode: CollaborationMode = CollaborationMode::Decentralized,
             kind "`decentralized` \\| `centralized`", why "CoMLRL", only Only::Preference;
         /// Count environment steps as `environment_steps_per_pair` per trained pair (the
@@ -195,10 +195,13 @@ section! {
         /// sections (CoMLRL's `TaggedCentralizedComparatorAdapter`), then split into the
         /// agents' outputs (an answer with no section: every agent's output empty, where CoMLRL
         /// stops with a parse error). CoMLRL `comparator_generation_mode`; `centralized` is
-        /// ported for `comparator_policy: api` only (an error with the others).
+        /// ported for `comparator_policy` `current`, `current_copy` and `model` (the policy of
+        /// agent `comparator_centralized_agent_index`, or the comparator model, samples the
+        /// tagged prompt) and `api`; an error with `history`.
         comparator_generation_mode: ComparatorGenerationMode = ComparatorGenerationMode::Decentralized,
             kind "`decentralized` \\| `centralized`", why "CoMLRL", only Only::Iter;
-        /// Whose sampling settings the `centralized` comparator answers with (0-based; CoMLRL
+        /// Whose sampling settings (and, with `current` / `current_copy`, whose policy) the
+        /// `centralized` comparator answers with (0-based; CoMLRL
         /// `comparator_centralized_agent_index`); below the number of agents.
         comparator_centralized_agent_index: usize = 0, kind "integer ≥ 0", why "CoMLRL",
             only Only::Iter;
@@ -436,10 +439,12 @@ pub(crate) fn resolve(
         );
     }
     if plan.collaboration_mode == CollaborationMode::Centralized {
-        if plan.iter || plan.marlhf {
+        if plan.iter {
             d.invalid(
                 &p.key("collaboration_mode"),
-                format!("`centralized` {name} is not ported yet (it is for MADPO and MAGRPO)"),
+                format!(
+                    "`centralized` {name} is not ported yet (it is for MAGRPO, MADPO and MARLHF)"
+                ),
                 "use `collaboration_mode: decentralized`",
             );
         } else if num_agents < 2 {
@@ -569,15 +574,12 @@ fn resolve_iter(d: &mut Diags, p: &KeyPath, plan: &mut PreferencePlan, num_agent
     }
     let policy = plan.comparator_policy;
     if plan.comparator_generation_mode == ComparatorGenerationMode::Centralized
-        && policy != ComparatorPolicy::Api
+        && policy == ComparatorPolicy::History
     {
         d.invalid(
             &p.key("comparator_generation_mode"),
-            format!(
-                "`centralized` with `comparator_policy: {}` is not ported yet (a local policy sampling the tagged prompt)",
-                crate::keys::shown(&policy).trim_matches('`')
-            ),
-            "use `comparator_generation_mode: decentralized`, or `comparator_policy: api`",
+            "`centralized` with `comparator_policy: history` is not ported yet (a saved policy sampling the tagged prompt)",
+            "use `comparator_generation_mode: decentralized`, or `comparator_policy: current`, `current_copy`, `model` or `api`",
         );
     }
     if plan.comparator_centralized_agent_index >= num_agents {

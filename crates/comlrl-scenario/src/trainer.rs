@@ -366,9 +366,9 @@ pub(crate) fn resolve(d: &mut Diags, raw: RawTrainer, cx: &TrainerContext) -> Tr
     t
 }
 
-/// `collaboration_mode: centralized`: CoMLRL's centralized trainers are MAGRPO's and MADPO's
-/// (ported; MARLHF's and the iterative ones are not), single-turn, and split one answer into
-/// two or more agents' outputs.
+/// `collaboration_mode: centralized`: CoMLRL's centralized trainers are MAGRPO's, MADPO's and
+/// MARLHF's (ported; the iterative ones are not), single-turn, and split one answer into two or
+/// more agents' outputs.
 fn check_centralized(d: &mut Diags, p: &KeyPath, raw: &RawTrainer, t: &TrainerPlan, agents: usize) {
     use crate::plan::{Algorithm as A, CollaborationMode};
     if t.collaboration_mode != CollaborationMode::Centralized {
@@ -377,15 +377,15 @@ fn check_centralized(d: &mut Diags, p: &KeyPath, raw: &RawTrainer, t: &TrainerPl
     let at = p.key("collaboration_mode");
     if !matches!(
         t.algorithm,
-        A::Magrpo | A::Mareinforce | A::Marloo | A::Maremax | A::Madpo
+        A::Magrpo | A::Mareinforce | A::Marloo | A::Maremax | A::Madpo | A::Marlhf
     ) {
         d.invalid(
             &at,
             format!(
-                "`centralized` is ported for MAGRPO and its family and for MADPO only, and trainer.algorithm is `{}`",
+                "`centralized` is ported for MAGRPO and its family, MADPO and MARLHF only, and trainer.algorithm is `{}`",
                 t.algorithm.name()
             ),
-            "use `algorithm: magrpo` (or `mareinforce`, `marloo`, `maremax`, `madpo`), or `collaboration_mode: decentralized`",
+            "use `algorithm: magrpo` (or `mareinforce`, `marloo`, `maremax`, `madpo`, `marlhf`), or `collaboration_mode: decentralized`",
         );
     }
     if t.num_turns != 1 {

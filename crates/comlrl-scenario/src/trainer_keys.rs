@@ -410,10 +410,11 @@ section! {
         /// its prompt asks for every agent's output in `<agent_i>` tags, built from each
         /// agent's own prompt; each of its K joint answers is split into the agents' outputs
         /// only for the reward, and the update is MAGRPO's (or, under `madpo`, MADPO's with the
-        /// answers as joint candidates) on the joint answer's tokens (every token, EOS included,
-        /// as CoMLRL scores it). An answer with no tag at all gives every agent `""` (CoMLRL).
-        /// Single turn, `magrpo` and its family or `madpo`, 2 or more agents; set too by
-        /// `preference.collaboration_mode`. See docs/algorithms.md.
+        /// answers as joint candidates; under `marlhf`, MAGRPO's against a reward model of the
+        /// tagged prompt and the whole answer) on the joint answer's tokens (every token, EOS
+        /// included, as CoMLRL scores it). An answer with no tag at all gives every agent `""`
+        /// (CoMLRL). Single turn, `magrpo` and its family, `madpo` or `marlhf`, 2 or more
+        /// agents; set too by `preference.collaboration_mode`. See docs/algorithms.md.
         collaboration_mode: CollaborationMode = CollaborationMode::Decentralized,
             kind "`decentralized` \\| `centralized`",
             why "CoMLRL (`MAGRPOConfig`'s default)";

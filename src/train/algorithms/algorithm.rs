@@ -37,6 +37,16 @@ pub enum ComparatorSource<'a> {
     Policies(&'a [Option<Policy>]),
     /// A text endpoint; its answers are tokenized with the agents' tokenizers.
     Texts(&'a dyn TextComparator),
+    /// One local policy answering for every agent (`comparator_generation_mode: centralized`
+    /// with `current`, `current_copy` or `model`): agent `index`'s policy (`policies: None`),
+    /// or `policies[index]`, samples CoMLRL's tagged prompt with agent `index`'s settings; its
+    /// answers are split into the agents' outputs and tokenized as an endpoint's.
+    Centralized {
+        /// `comparator_centralized_agent_index`.
+        index: usize,
+        /// The comparator's own policies (`model`); `None`: the agents.
+        policies: Option<&'a [Option<Policy>]>,
+    },
 }
 
 /// A comparator that answers with texts (an HTTP endpoint).

@@ -63,6 +63,19 @@ pub fn split(completion: &str, agents: usize) -> Vec<String> {
     parse(completion, agents).unwrap_or_else(|| vec![String::new(); agents])
 }
 
+/// A centralized comparator's answers split into the agents' outputs, by agent (CoMLRL's
+/// `_split_centralized_comparator_outputs`: answer k gives agent i's candidate k), each as
+/// [`split`] splits it.
+pub fn split_by_agent(answers: &[String], agents: usize) -> Vec<Vec<String>> {
+    let mut out = vec![Vec::with_capacity(answers.len()); agents];
+    for answer in answers {
+        for (agent, text) in split(answer, agents).into_iter().enumerate() {
+            out[agent].push(text);
+        }
+    }
+    out
+}
+
 /// Python's `\s` and `str.strip()` whitespace: Unicode's, and the separators U+001C–U+001F.
 fn py_space(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)

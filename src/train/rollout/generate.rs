@@ -138,6 +138,21 @@ fn rollouts(
         .collect()
 }
 
+/// Agent `i` samples `k` completions of `prompt` alone, from the RNG stream seeded by `seed`
+/// (a centralized comparator's one policy answering for every agent).
+pub fn sample_agent(
+    policy: &Policy,
+    i: usize,
+    prompt: &str,
+    turn: usize,
+    spec: &RolloutSpec,
+    seed: u64,
+) -> Result<AgentRollout> {
+    let mut out = sample_prompts(policy, i, &[prompt], turn, spec, &[seed])?;
+    out.pop()
+        .ok_or_else(|| crate::Error::Internal("no rollout sampled".into()))
+}
+
 /// Agent `i` samples `k` completions of each prompt in one batch, prompt p's rows from the
 /// RNG stream seeded by `seeds[p]` (the same completions as one decode per prompt).
 fn sample_prompts(

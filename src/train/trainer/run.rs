@@ -12,7 +12,8 @@ use crate::error::{Error, Result};
 use crate::metrics::{CompletionsSink, MetricsSink};
 use crate::train::algorithms::{Algorithm, ComparatorSource, Round, StepRule};
 use crate::train::report::timing::{since, Phases};
-use crate::train::rollout::generate::{sample_group, Presampled};
+use crate::train::rollout::centralized;
+use crate::train::rollout::generate::{sample_agent, sample_group, Presampled};
 use crate::train::rollout::{rollout, AgentRollout, NodeSample, RolloutSpec, RowInput};
 use crate::train::run::checkpoint::{self, Held};
 use crate::train::run::{Stop, TrainState};
@@ -413,27 +414,38 @@ impl Loop<'_> {
                     return Ok(());
                 };
                 let t = Instant::now();
-                let mut agents = Vec::with_capacity(mine.agents.len());
                 let answers = api.complete_all(formatted, c.comparator)?;
-                if answers.len() != mine.agents.len() {
-                    return Err(Error::Internal(format!(
-                        "the comparator answered {} agents of {}",
-                        answers.len(),
-                        mine.agents.len()
+                let agents = self.given_rollouts(mine, answers)?;
+                phases.sampling += since(t);
+                Some(Presampled::given(&state.rng, agents))
+            }
+            ComparatorSource::Centralized { index, policies } => {
+                let Some(mine) = nodes.iter().find(|n| n.turn == 0) else {
+                    return Ok(());
+                };
+                let t = Instant::now();
+                let held = match policies {
+                    Some(p) => p,
+                    None => &self.agents.policies[..],
+                };
+                let (Some(Some(policy)), Some(Some(format))) =
+                    (held.get(index), self.agents.prompts.0.get(index))
+                else {
+                    return Err(Error::Config(format!(
+                        "preference.comparator_generation_mode centralized samples with agent \
+                         {index}'s comparator policy, which this process does not hold: run \
+                         in one process"
                     )));
-                }
-                for ((i, a), texts) in mine.agents.iter().enumerate().zip(answers) {
-                    let policy = self.agents.policies[i]
-                        .as_ref()
-                        .ok_or_else(|| Error::Internal(format!("agent {i} is not held here")))?;
-                    // As CoMLRL encodes the comparator's text: no special tokens, no EOS.
-                    let ids = texts
-                        .iter()
-                        .map(|x| policy.tokenizer.encode(x))
-                        .collect::<crate::model::Result<Vec<_>>>()
-                        .map_err(Error::from)?;
-                    agents.push(AgentRollout::sampled(a.prompt_ids.clone(), ids, texts));
-                }
+                };
+                // CoMLRL's tagged prompt of the agents' prompts (no chat template), wrapped as
+                // agent `index` wraps its own (unchanged under the default `chat_template:
+                // none`), sampled with that agent's settings from the run's generator.
+                let refs: Vec<&str> = formatted.iter().map(String::as_str).collect();
+                let prompt = format.wrap(&centralized::build_prompt(&refs))?;
+                let seed = rand::RngCore::next_u64(&mut state.rng);
+                let answers = sample_agent(policy, index, &prompt, 0, &spec, seed)?.texts;
+                let split = centralized::split_by_agent(&answers, mine.agents.len());
+                let agents = self.given_rollouts(mine, split)?;
                 phases.sampling += since(t);
                 Some(Presampled::given(&state.rng, agents))
             }
@@ -447,6 +459,36 @@ impl Loop<'_> {
             return Ok(());
         };
         mine.append_aligned(theirs)
+    }
+
+    /// A comparator's texts, by agent, as the agents' rollouts of `mine`'s prompts: each text
+    /// encoded with its agent's tokenizer as CoMLRL encodes a comparator's text (no special
+    /// tokens, no EOS).
+    fn given_rollouts(
+        &self,
+        mine: &NodeSample,
+        answers: Vec<Vec<String>>,
+    ) -> Result<Vec<AgentRollout>> {
+        if answers.len() != mine.agents.len() {
+            return Err(Error::Internal(format!(
+                "the comparator answered {} agents of {}",
+                answers.len(),
+                mine.agents.len()
+            )));
+        }
+        let mut agents = Vec::with_capacity(mine.agents.len());
+        for ((i, a), texts) in mine.agents.iter().enumerate().zip(answers) {
+            let policy = self.agents.policies[i]
+                .as_ref()
+                .ok_or_else(|| Error::Internal(format!("agent {i} is not held here")))?;
+            let ids = texts
+                .iter()
+                .map(|x| policy.tokenizer.encode(x))
+                .collect::<crate::model::Result<Vec<_>>>()
+                .map_err(Error::from)?;
+            agents.push(AgentRollout::sampled(a.prompt_ids.clone(), ids, texts));
+        }
+        Ok(agents)
     }
 
     /// One update round: the memory housekeeping around the algorithm's update of the agents

@@ -133,17 +133,44 @@ fn centralized_madpo_is_the_trainers_switch() {
         madpo("preference:\n  collaboration_mode: centralized\n").replace("count: 2", "count: 1");
     let (msg, _) = f.errs(&one, &[]);
     assert!(msg.contains("two or more agents"), "{msg}");
+    // Centralized MARLHF is ported (the same switch); its iterative form is not.
     let marlhf = format!(
         "{}  algorithm: marlhf\npreference:\n  collaboration_mode: centralized\n",
         BASE.replace("  num_generations: 8\n", "")
     );
-    let (msg, ds) = f.errs(&marlhf, &[]);
+    let s = f.ok(&marlhf, &[]);
+    assert_eq!(s.trainer.collaboration_mode, CollaborationMode::Centralized);
+    let (msg, ds) = f.errs(&marlhf.replace("marlhf", "marlhf_iter"), &[]);
     assert!(
         ds.iter()
             .any(|d| d.key == "preference.collaboration_mode" && d.kind == InvalidValue),
         "{msg}"
     );
     assert!(msg.contains("not ported"), "{msg}");
+}
+
+#[test]
+fn a_local_centralized_comparator_is_ported_and_history_refused() {
+    let f = Fixture::new();
+    for policy in ["current", "current_copy"] {
+        let s = f.ok(
+            &madpo_iter(&format!(
+                "preference:\n  comparator_generation_mode: centralized\n  comparator_policy: {policy}\n  comparator_centralized_agent_index: 1\n"
+            )),
+            &[],
+        );
+        assert_eq!(s.preference.comparator_centralized_agent_index, 1);
+    }
+    let (msg, _) = f.errs(
+        &madpo_iter(
+            "preference:\n  comparator_generation_mode: centralized\n  comparator_policy: history\n",
+        ),
+        &[],
+    );
+    assert!(
+        msg.contains("preference.comparator_generation_mode") && msg.contains("history"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -350,7 +377,7 @@ fn what_madpo_iter_cannot_run_is_an_error() {
         ("num_iterations: 0", "num_iterations"),
         ("comparator_num_candidates: 0", "comparator_num_candidates"),
         (
-            "comparator_generation_mode: centralized",
+            "comparator_generation_mode: centralized\n  comparator_policy: history",
             "comparator_generation_mode",
         ),
         (

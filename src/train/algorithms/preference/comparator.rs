@@ -8,7 +8,11 @@
 //! `comparator_history_k` rounds back (`<output_dir>/policy_checkpoints`, CoMLRL's layout:
 //! `initial`, `iteration_0000`, …); `api` an OpenAI-compatible endpoint (`api`), each agent's
 //! prompt its own request, or under `comparator_generation_mode: centralized` one request per
-//! prompt for every agent (`centralized`'s tagged prompt, the answers split).
+//! prompt for every agent (`centralized`'s tagged prompt, the answers split). A local
+//! comparator (`current`, `current_copy`, `model`) under `centralized` is one policy, agent
+//! `comparator_centralized_agent_index`'s (or the comparator model loaded for it), sampling that
+//! tagged prompt with that agent's settings; its answers are split and re-encoded as an
+//! endpoint's ([`ComparatorSource::Centralized`]).
 //!
 //! A local comparator's token ids are trained as the agents' (CoMLRL decodes them and
 //! re-encodes the text with the agent's tokenizer), so it must share the agents' tokenizer,
@@ -61,16 +65,7 @@ impl TextComparator for Api {
         };
         let refs: Vec<&str> = prompts.iter().map(String::as_str).collect();
         let answers = self.complete(index, &centralized::build_prompt(&refs), n)?;
-        let mut out = vec![Vec::with_capacity(answers.len()); prompts.len()];
-        for answer in &answers {
-            for (agent, text) in centralized::split(answer, prompts.len())
-                .into_iter()
-                .enumerate()
-            {
-                out[agent].push(text);
-            }
-        }
-        Ok(out)
+        Ok(centralized::split_by_agent(&answers, prompts.len()))
     }
 }
 
@@ -87,6 +82,9 @@ pub struct Comparators {
     policies: Vec<Option<Policy>>,
     history: Option<History>,
     api: Option<Api>,
+    /// `comparator_generation_mode: centralized` with a local comparator: the agent whose
+    /// policy (or comparator model) answers for every agent.
+    centralized: Option<usize>,
     /// The agents' vocabulary, which a comparator must share.
     vocab: usize,
 }
@@ -120,6 +118,9 @@ impl Comparators {
             policies: Vec::new(),
             history: None,
             api: None,
+            centralized: (p.comparator_generation_mode == ComparatorGenerationMode::Centralized
+                && p.comparator_policy != ComparatorPolicy::Api)
+                .then_some(p.comparator_centralized_agent_index),
             vocab,
         };
         match p.comparator_policy {
@@ -131,13 +132,16 @@ impl Comparators {
                     )
                 })?;
                 // One frozen model serves every agent: loaded once per agent held here, so
-                // that each samples with its own copy (agents sample at the same time).
+                // that each samples with its own copy (agents sample at the same time). A
+                // centralized one answers for every agent at once: one copy, in its agent's slot.
                 c.policies = (0..c.agents).map(|_| None).collect();
-                for (slot, _) in c
+                let centralized = c.centralized;
+                for (_, (slot, _)) in c
                     .policies
                     .iter_mut()
                     .zip(agents)
-                    .filter(|(_, a)| a.is_some())
+                    .enumerate()
+                    .filter(|(i, (_, a))| a.is_some() && centralized.is_none_or(|c| c == *i))
                 {
                     let policy =
                         Policy::load(&source_of(model, &s.base_dir)?, &opts).map_err(|e| {
@@ -214,10 +218,18 @@ impl Comparators {
         Comparison {
             current: self.current,
             comparator: self.comparator,
-            source: match (&self.api, self.self_comparator) {
-                (Some(api), _) => ComparatorSource::Texts(api),
-                (None, true) => ComparatorSource::Agents,
-                (None, false) => ComparatorSource::Policies(&self.policies),
+            source: match (&self.api, self.centralized, self.self_comparator) {
+                (Some(api), _, _) => ComparatorSource::Texts(api),
+                (None, Some(index), true) => ComparatorSource::Centralized {
+                    index,
+                    policies: None,
+                },
+                (None, Some(index), false) => ComparatorSource::Centralized {
+                    index,
+                    policies: Some(&self.policies),
+                },
+                (None, None, true) => ComparatorSource::Agents,
+                (None, None, false) => ComparatorSource::Policies(&self.policies),
             },
         }
     }

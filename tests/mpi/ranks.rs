@@ -552,6 +552,58 @@ fn iac_two_turns_on_two_ranks_match_one_process() {
     }
 }
 
+/// The MAAC MPI tests' three cases, each its settings plus `extra`: `v` (a V critic), `q` (a Q
+/// critic with CoMLRL's N critic steps, `compat_critic_steps`) and `turns` (two-turn episodes,
+/// one completion per agent and turn, TD(0) targets read from the next turn's V_old on the
+/// critic's rank; the transition script is written into `dir`).
+fn maac_cases(dir: &Path, extra: &[&str]) -> Vec<(&'static str, Vec<String>)> {
+    let base: Vec<String> = [
+        "trainer.algorithm=maac",
+        "trainer.num_generations=2",
+        "trainer.rollout_buffer_size=3",
+        "trainer.train_batch_size=2",
+        "trainer.critic.learning_rate=1e-3",
+        "checkpoint_every=5",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
+    let with = |more: &[&str]| -> Vec<String> {
+        let mut v = base.clone();
+        v.extend(more.iter().map(|s| s.to_string()));
+        v
+    };
+    let script = dir.join("revise.rhai");
+    std::fs::write(
+        &script,
+        "fn transition(ctx) {\n    let out = [];\n    for i in 0..ctx.agent_count {\n        out.push(`Improve: ${ctx.response_history[i][-1]}`);\n    }\n    out\n}\n",
+    )
+    .unwrap();
+    let transition = format!("trainer.external_transition={{rhai: {}}}", script.display());
+    vec![
+        ("v", base.clone()),
+        (
+            "q",
+            with(&[
+                "trainer.critic.type=q",
+                "trainer.critic.compat_critic_steps=true",
+            ]),
+        ),
+        (
+            "turns",
+            with(&[
+                "trainer.num_generations=1",
+                "trainer.num_turns=2",
+                "trainer.discount=0.9",
+                "trainer.early_termination_threshold=null",
+                "agents.max_new_tokens=8",
+                &transition,
+            ]),
+        ),
+    ]
+}
+
 /// `trainer.algorithm: maac` on ranks: the one critic on agent 0's rank reads V_old, trains, and
 /// sends every agent's advantages and critic statistics; each rank steps its own actor. Two
 /// ranks give the one-process run's metrics, agents and critic bit for bit (a V critic, a Q
@@ -564,37 +616,8 @@ fn maac_critic_on_agent_0s_rank_matches_one_process() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let base = [
-        "trainer.algorithm=maac",
-        "trainer.num_generations=2",
-        "trainer.rollout_buffer_size=3",
-        "trainer.train_batch_size=2",
-        "trainer.critic.learning_rate=1e-3",
-        "checkpoint_every=5",
-    ];
-    let mut q = base.to_vec();
-    q.extend([
-        "trainer.critic.type=q",
-        "trainer.critic.compat_critic_steps=true",
-    ]);
-    // Two turns: the TD(0) targets read the next turn's V_old on the critic's rank.
-    let script = tmp.path().join("revise.rhai");
-    std::fs::write(
-        &script,
-        "fn transition(ctx) {\n    let out = [];\n    for i in 0..ctx.agent_count {\n        out.push(`Improve: ${ctx.response_history[i][-1]}`);\n    }\n    out\n}\n",
-    )
-    .unwrap();
-    let transition = format!("trainer.external_transition={{rhai: {}}}", script.display());
-    let mut turns = base.to_vec();
-    turns.extend([
-        "trainer.num_generations=1",
-        "trainer.num_turns=2",
-        "trainer.discount=0.9",
-        "trainer.early_termination_threshold=null",
-        "agents.max_new_tokens=8",
-        transition.as_str(),
-    ]);
-    for (name, sets) in [("v", base.to_vec()), ("q", q), ("turns", turns)] {
+    for (name, owned) in maac_cases(tmp.path(), &[]) {
+        let sets: Vec<&str> = owned.iter().map(String::as_str).collect();
         let (one, two) = (
             tmp.path().join(format!("one_{name}")),
             tmp.path().join(name),
@@ -657,39 +680,8 @@ fn maac_replicas_on_four_ranks_match_one_process() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let base = [
-        "trainer.algorithm=maac",
-        "trainer.num_generations=2",
-        "trainer.rollout_buffer_size=3",
-        "trainer.train_batch_size=2",
-        "trainer.critic.learning_rate=1e-3",
-        "checkpoint_every=5",
-        "agents.replicas=2",
-    ];
-    let mut q = base.to_vec();
-    q.extend([
-        "trainer.critic.type=q",
-        "trainer.critic.compat_critic_steps=true",
-    ]);
-    // Two turns, one completion per agent and turn: each sample's one sequence is its own
-    // pass, the passes dealt to the replicas; TD(0) targets on the critic's rank.
-    let script = tmp.path().join("revise.rhai");
-    std::fs::write(
-        &script,
-        "fn transition(ctx) {\n    let out = [];\n    for i in 0..ctx.agent_count {\n        out.push(`Improve: ${ctx.response_history[i][-1]}`);\n    }\n    out\n}\n",
-    )
-    .unwrap();
-    let transition = format!("trainer.external_transition={{rhai: {}}}", script.display());
-    let mut turns = base.to_vec();
-    turns.extend([
-        "trainer.num_generations=1",
-        "trainer.num_turns=2",
-        "trainer.discount=0.9",
-        "trainer.early_termination_threshold=null",
-        "agents.max_new_tokens=8",
-        transition.as_str(),
-    ]);
-    for (name, sets) in [("v", base.to_vec()), ("q_compat", q), ("turns", turns)] {
+    for (name, owned) in maac_cases(tmp.path(), &["agents.replicas=2"]) {
+        let sets: Vec<&str> = owned.iter().map(String::as_str).collect();
         let (one, four) = (
             tmp.path().join(format!("one_{name}")),
             tmp.path().join(name),

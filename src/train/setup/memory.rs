@@ -15,7 +15,9 @@
 //! (`shares_base_of`); everything else (tokenizer, KV cache, adapters) is per agent, as loaded.
 use crate::error::{Error, Result};
 use crate::model::{ModelInfo, ModelSource, RolloutCopies};
-use comlrl_scenario::{AgentPlan, CriticPlan, Dtype, ModelRef, Scenario};
+use comlrl_scenario::{
+    AgentPlan, ComparatorGenerationMode, ComparatorPolicy, CriticPlan, Dtype, ModelRef, Scenario,
+};
 use std::collections::HashMap;
 
 /// The environment variable that turns a refusal into a warning.
@@ -353,6 +355,20 @@ pub fn estimate(
                 _ => unknown.push(a.index),
             }
         }
+        // The iterative trainers' comparator: the frozen copies `preference::Comparators` loads.
+        if let Some(model) = comparator_model(s, a) {
+            if !infos.contains_key(&model.spec) {
+                let src = super::models::source_of(model, &s.base_dir)?;
+                let info = inspect(&src, lookup).map_err(|e| {
+                    e.for_agent(a.index, Some(format!("comparator model {}", model.spec)))
+                })?;
+                infos.insert(model.spec.clone(), info);
+            }
+            match (agents.last_mut(), infos[&model.spec].as_ref()) {
+                (Some(m), Some(info)) if m.index == a.index => add_comparator(m, info),
+                _ => unknown.push(a.index),
+            }
+        }
     }
     unknown.dedup();
     share_bases(s, &mut agents);
@@ -643,6 +659,51 @@ fn add_reward_model(m: &mut AgentMemory, s: &Scenario, info: &ModelInfo) {
     m.update.extend([
         ("reward model gradients", w),
         ("reward model activations", activations),
+    ]);
+}
+
+/// The model whose frozen copy `preference::Comparators` loads beside held agent `a` of an
+/// iterative trainer: `model` one copy of `comparator_model` per held agent, or one in all
+/// beside `comparator_centralized_agent_index` under `comparator_generation_mode:
+/// centralized`; `history` every agent's own saved policy. `current` and `current_copy`
+/// sample the agents themselves and `api` an endpoint: no copy.
+fn comparator_model<'s>(s: &'s Scenario, a: &'s AgentPlan) -> Option<&'s ModelRef> {
+    let p = &s.preference;
+    if !s.trainer.algorithm.iterative() {
+        return None;
+    }
+    match p.comparator_policy {
+        ComparatorPolicy::Model => {
+            let centralized = p.comparator_generation_mode == ComparatorGenerationMode::Centralized;
+            match centralized && a.index != p.comparator_centralized_agent_index {
+                true => None,
+                false => p.comparator_model.as_ref(),
+            }
+        }
+        ComparatorPolicy::History => Some(&a.model),
+        ComparatorPolicy::Current | ComparatorPolicy::CurrentCopy | ComparatorPolicy::Api => None,
+    }
+}
+
+/// A comparator's frozen copy: f32 weights (`Comparators` loads with the default options) and
+/// the sampling copies it builds at its first sampling and keeps for the run.
+fn add_comparator(m: &mut AgentMemory, info: &ModelInfo) {
+    let w = info.weight_bytes();
+    let copies = RolloutCopies::Auto;
+    let transposed = copies.wanted(usize::try_from(w).unwrap_or(usize::MAX));
+    let panels = !transposed
+        && copies.large(&candle_core::Device::Cpu) == crate::model::SamplingWeights::MlpPanels;
+    m.resident.extend([
+        ("comparator weights", w),
+        (
+            "comparator sampling copies",
+            match (transposed, panels) {
+                (true, _) => w,
+                (false, true) => info.mlp_bytes(),
+                (false, false) => 0,
+            },
+        ),
+        ("comparator tokenizer", info.tokenizer_bytes),
     ]);
 }
 
@@ -947,6 +1008,54 @@ mod tests {
         .unwrap();
         assert_eq!(rank1.agents.len(), 1);
         assert_eq!(part(&rank1.agents[0].resident, "reward model weights"), w);
+    }
+
+    #[test]
+    fn the_iterative_comparator_counts_the_copies_it_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = "agents: {count: 2, model: builtin:small, max_new_tokens: 16}\n";
+        let run = |pref: &str| {
+            peak(
+                dir.path(),
+                &format!("{agents}trainer: {{algorithm: madpo_iter}}\npreference: {{num_candidates: 2{pref}}}\n"),
+            )
+        };
+        let has = |e: &MemoryEstimate, i: usize| {
+            e.agents[i]
+                .resident
+                .iter()
+                .any(|(n, _)| *n == "comparator weights")
+        };
+        // `current` and `current_copy` sample the agents themselves: nothing more is held.
+        let current = run("");
+        let copy = run(", comparator_policy: current_copy");
+        assert!(!has(&current, 0) && !has(&copy, 1));
+        assert_eq!(current.peak, copy.peak);
+        // `model`: one copy of the comparator model beside each agent, its own size.
+        let model = run(", comparator_policy: model, comparator_model: builtin:tiny");
+        let tiny =
+            4 * peak(dir.path(), "agents: {count: 1, model: builtin:tiny}\n").agents[0].parameters;
+        for i in 0..2 {
+            assert_eq!(part(&model.agents[i].resident, "comparator weights"), tiny);
+        }
+        assert!(
+            model.peak >= current.peak + 2 * tiny,
+            "{} vs {}",
+            model.peak,
+            current.peak
+        );
+        // Under centralized generation one copy, beside the comparator's agent.
+        let central = run(", comparator_policy: model, comparator_model: builtin:tiny, comparator_generation_mode: centralized, comparator_centralized_agent_index: 1");
+        assert!(!has(&central, 0) && has(&central, 1));
+        assert!(central.peak < model.peak);
+        // `history`: every agent's own saved policy.
+        let history = run(", comparator_policy: history");
+        let w = 4 * history.agents[0].parameters;
+        assert_eq!(part(&history.agents[1].resident, "comparator weights"), w);
+        assert!(history.peak >= current.peak + 2 * w);
+        // The one-shot trainers have no comparator.
+        let madpo = peak(dir.path(), &format!("{agents}trainer: {{algorithm: madpo}}\npreference: {{num_candidates: 2, comparator_policy: history}}\n"));
+        assert!(!has(&madpo, 0));
     }
 
     #[test]

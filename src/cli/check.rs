@@ -138,6 +138,10 @@ fn centralized_comparator(s: &Scenario) -> Option<String> {
             None => "the comparator model".to_string(),
         },
         ComparatorPolicy::Api => "the endpoint".to_string(),
+        ComparatorPolicy::History => format!(
+            "agent {i}'s policy as saved {} round(s) back",
+            p.comparator_history_k.unwrap_or(1)
+        ),
         _ => format!("agent {i}'s policy"),
     };
     Some(format!(

@@ -1,5 +1,5 @@
 //! A centralized comparator with a local policy (`preference.comparator_generation_mode:
-//! centralized` with `comparator_policy: current | current_copy | model`) on the small tiny
+//! centralized` with `comparator_policy: current | current_copy | model | history`) on the small tiny
 //! scenario: agent `comparator_centralized_agent_index`'s policy (or the comparator model)
 //! samples CoMLRL's tagged prompt, and each answer is split into the agents' candidates. The
 //! tiny model never writes the tags, so every split candidate is empty: what the rounds'
@@ -87,44 +87,58 @@ fn marlhf_iter_compares_with_a_local_centralized_comparator() {
 }
 
 #[test]
-fn a_centralized_history_comparator_is_refused() {
+fn madpo_iter_compares_with_a_centralized_history_comparator() {
     let tmp = tempfile::tempdir().unwrap();
-    let sets = [
-        "trainer.algorithm=madpo_iter",
-        "preference.comparator_generation_mode=centralized",
-        "preference.comparator_policy=history",
-    ];
-    let err = comlrl_scenario::load(
-        &common::cli::tiny_scenario(),
-        &small(&tmp.path().join("x"), &sets).overrides(),
-    )
-    .expect_err("refused")
-    .to_string();
-    assert!(
-        err.contains("comparator_generation_mode") && err.contains("history"),
-        "{err}"
+    let out = tmp.path().join("history");
+    let rows = run(
+        &out,
+        "madpo_iter",
+        "history",
+        &["preference.num_iterations=2"],
     );
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        assert!(
+            row["agent_0/iter_round_pairs"].as_f64().unwrap() > 0.0,
+            "{row}"
+        );
+    }
+    // Every agent's policy is saved (CoMLRL's layout), and agent 1's samples the next round
+    // (which one: `comparator::tests`).
+    let dir = out.join("policy_checkpoints");
+    for d in ["initial", "iteration_0000"] {
+        for a in ["agent_0", "agent_1"] {
+            assert!(dir.join(d).join(a).join("config.json").is_file(), "{d}/{a}");
+        }
+    }
 }
 
 #[test]
 fn check_describes_a_centralized_comparator() {
     let tmp = tempfile::tempdir().unwrap();
-    let (ok, _, err) = common::cli::on_scenario("check", &common::cli::tiny_scenario())
-        .sets(&[
+    for (extra, who) in [
+        (None, "agent 1's policy"),
+        (
+            Some("preference.comparator_policy=history"),
+            "agent 1's policy as saved 1 round(s) back",
+        ),
+    ] {
+        let mut sets = vec![
             format!("output_dir={}", tmp.path().join("x").display()),
             "agents.model=builtin:tiny".to_string(),
             "trainer.algorithm=madpo_iter".to_string(),
             "preference.num_candidates=8".to_string(),
             "preference.comparator_generation_mode=centralized".to_string(),
             "preference.comparator_centralized_agent_index=1".to_string(),
-        ])
-        .output()
-        .parts();
-    assert!(ok, "{err}");
-    assert!(
-        err.contains(
-            "comparator: centralized, agent 1's policy answers the tagged prompt for all 2 agents"
-        ),
-        "{err}"
-    );
+        ];
+        sets.extend(extra.map(String::from));
+        let (ok, _, err) = common::cli::on_scenario("check", &common::cli::tiny_scenario())
+            .sets(&sets)
+            .output()
+            .parts();
+        assert!(ok, "{err}");
+        let line =
+            format!("comparator: centralized, {who} answers the tagged prompt for all 2 agents");
+        assert!(err.contains(&line), "{line} not in {err}");
+    }
 }

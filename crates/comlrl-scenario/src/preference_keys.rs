@@ -194,10 +194,11 @@ section! {
         /// one comparator answers one prompt that asks for every agent's output in tagged
         /// sections (CoMLRL's `TaggedCentralizedComparatorAdapter`), then split into the
         /// agents' outputs (an answer with no section: every agent's output empty, where CoMLRL
-        /// stops with a parse error). CoMLRL `comparator_generation_mode`; `centralized` is
-        /// ported for `comparator_policy` `current`, `current_copy` and `model` (the policy of
-        /// agent `comparator_centralized_agent_index`, or the comparator model, samples the
-        /// tagged prompt) and `api`; an error with `history`.
+        /// stops with a parse error). CoMLRL `comparator_generation_mode`; under `centralized`
+        /// the policy of agent `comparator_centralized_agent_index` (`current`,
+        /// `current_copy`), the comparator model (`model`) or that agent's saved policy
+        /// (`history`, loaded alone) samples the tagged prompt, or the endpoint answers it
+        /// (`api`).
         comparator_generation_mode: ComparatorGenerationMode = ComparatorGenerationMode::Decentralized,
             kind "`decentralized` \\| `centralized`", why "CoMLRL", only Only::Iter;
         /// Whose sampling settings (and, with `current` / `current_copy`, whose policy) the
@@ -573,15 +574,6 @@ fn resolve_iter(d: &mut Diags, p: &KeyPath, plan: &mut PreferencePlan, num_agent
         }
     }
     let policy = plan.comparator_policy;
-    if plan.comparator_generation_mode == ComparatorGenerationMode::Centralized
-        && policy == ComparatorPolicy::History
-    {
-        d.invalid(
-            &p.key("comparator_generation_mode"),
-            "`centralized` with `comparator_policy: history` is not ported yet (a saved policy sampling the tagged prompt)",
-            "use `comparator_generation_mode: decentralized`, or `comparator_policy: current`, `current_copy`, `model` or `api`",
-        );
-    }
     if plan.comparator_centralized_agent_index >= num_agents {
         d.invalid(
             &p.key("comparator_centralized_agent_index"),

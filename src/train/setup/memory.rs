@@ -665,21 +665,21 @@ fn add_reward_model(m: &mut AgentMemory, s: &Scenario, info: &ModelInfo) {
 /// The model whose frozen copy `preference::Comparators` loads beside held agent `a` of an
 /// iterative trainer: `model` one copy of `comparator_model` per held agent, or one in all
 /// beside `comparator_centralized_agent_index` under `comparator_generation_mode:
-/// centralized`; `history` every agent's own saved policy. `current` and `current_copy`
+/// centralized`; `history` every agent's own saved policy (that agent's alone under
+/// `centralized`). `current` and `current_copy`
 /// sample the agents themselves and `api` an endpoint: no copy.
 fn comparator_model<'s>(s: &'s Scenario, a: &'s AgentPlan) -> Option<&'s ModelRef> {
     let p = &s.preference;
     if !s.trainer.algorithm.iterative() {
         return None;
     }
+    // A centralized comparator is one policy, beside its agent.
+    let centralized = p.comparator_generation_mode == ComparatorGenerationMode::Centralized;
+    if centralized && a.index != p.comparator_centralized_agent_index {
+        return None;
+    }
     match p.comparator_policy {
-        ComparatorPolicy::Model => {
-            let centralized = p.comparator_generation_mode == ComparatorGenerationMode::Centralized;
-            match centralized && a.index != p.comparator_centralized_agent_index {
-                true => None,
-                false => p.comparator_model.as_ref(),
-            }
-        }
+        ComparatorPolicy::Model => p.comparator_model.as_ref(),
         ComparatorPolicy::History => Some(&a.model),
         ComparatorPolicy::Current | ComparatorPolicy::CurrentCopy | ComparatorPolicy::Api => None,
     }
@@ -1048,11 +1048,14 @@ mod tests {
         let central = run(", comparator_policy: model, comparator_model: builtin:tiny, comparator_generation_mode: centralized, comparator_centralized_agent_index: 1");
         assert!(!has(&central, 0) && has(&central, 1));
         assert!(central.peak < model.peak);
-        // `history`: every agent's own saved policy.
+        // `history`: every agent's own saved policy; under centralized generation its agent's.
         let history = run(", comparator_policy: history");
         let w = 4 * history.agents[0].parameters;
         assert_eq!(part(&history.agents[1].resident, "comparator weights"), w);
         assert!(history.peak >= current.peak + 2 * w);
+        let central = run(", comparator_policy: history, comparator_generation_mode: centralized");
+        assert!(has(&central, 0) && !has(&central, 1));
+        assert_eq!(part(&central.agents[0].resident, "comparator weights"), w);
         // The one-shot trainers have no comparator.
         let madpo = peak(dir.path(), &format!("{agents}trainer: {{algorithm: madpo}}\npreference: {{num_candidates: 2, comparator_policy: history}}\n"));
         assert!(!has(&madpo, 0));

@@ -150,9 +150,9 @@ fn centralized_madpo_is_the_trainers_switch() {
 }
 
 #[test]
-fn a_local_centralized_comparator_is_ported_and_history_refused() {
+fn a_local_centralized_comparator_is_ported() {
     let f = Fixture::new();
-    for policy in ["current", "current_copy"] {
+    for policy in ["current", "current_copy", "history"] {
         let s = f.ok(
             &madpo_iter(&format!(
                 "preference:\n  comparator_generation_mode: centralized\n  comparator_policy: {policy}\n  comparator_centralized_agent_index: 1\n"
@@ -161,16 +161,6 @@ fn a_local_centralized_comparator_is_ported_and_history_refused() {
         );
         assert_eq!(s.preference.comparator_centralized_agent_index, 1);
     }
-    let (msg, _) = f.errs(
-        &madpo_iter(
-            "preference:\n  comparator_generation_mode: centralized\n  comparator_policy: history\n",
-        ),
-        &[],
-    );
-    assert!(
-        msg.contains("preference.comparator_generation_mode") && msg.contains("history"),
-        "{msg}"
-    );
 }
 
 #[test]
@@ -376,10 +366,6 @@ fn what_madpo_iter_cannot_run_is_an_error() {
         ("comparator_model: builtin:tiny", "comparator_model"),
         ("num_iterations: 0", "num_iterations"),
         ("comparator_num_candidates: 0", "comparator_num_candidates"),
-        (
-            "comparator_generation_mode: centralized\n  comparator_policy: history",
-            "comparator_generation_mode",
-        ),
         (
             "comparator_centralized_agent_index: 2",
             "comparator_centralized_agent_index",

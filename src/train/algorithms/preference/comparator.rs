@@ -9,8 +9,9 @@
 //! `initial`, `iteration_0000`, …); `api` an OpenAI-compatible endpoint (`api`), each agent's
 //! prompt its own request, or under `comparator_generation_mode: centralized` one request per
 //! prompt for every agent (`centralized`'s tagged prompt, the answers split). A local
-//! comparator (`current`, `current_copy`, `model`) under `centralized` is one policy, agent
-//! `comparator_centralized_agent_index`'s (or the comparator model loaded for it), sampling that
+//! comparator (`current`, `current_copy`, `model`, `history`) under `centralized` is one
+//! policy, agent `comparator_centralized_agent_index`'s (or the comparator model loaded for it,
+//! or that agent's saved policy), sampling that
 //! tagged prompt with that agent's settings; its answers are split and re-encoded as an
 //! endpoint's ([`ComparatorSource::Centralized`]).
 //!
@@ -34,6 +35,22 @@ struct History {
     k: usize,
     /// How the saved policies are loaded.
     opts: LoadOptions,
+}
+
+/// The saved policies of 0-based round `iteration` with history `k`: those saved after round
+/// `iteration − k`, else the latest round before it that saved every agent, else the initial
+/// ones (CoMLRL `_history_policy_checkpoint_path` and `_policy_checkpoint_exists`).
+fn history_dir(dir: &Path, agents: usize, k: usize, iteration: usize) -> PathBuf {
+    let has_all = |d: &Path| (0..agents).all(|i| d.join(format!("agent_{i}")).is_dir());
+    if let Some(target) = iteration.checked_sub(k) {
+        for r in (0..=target).rev() {
+            let d = dir.join(format!("iteration_{r:04}"));
+            if has_all(&d) {
+                return d;
+            }
+        }
+    }
+    dir.join("initial")
 }
 
 /// The `api` comparator with each agent's sampling settings.
@@ -254,19 +271,15 @@ impl Comparators {
             return Ok(());
         };
         let agents = self.agents;
-        let has_all = |d: &Path| (0..agents).all(|i| d.join(format!("agent_{i}")).is_dir());
-        let mut dir = h.dir.join("initial");
-        if let Some(target) = iteration.checked_sub(h.k) {
-            for r in (0..=target).rev() {
-                let d = h.dir.join(format!("iteration_{r:04}"));
-                if has_all(&d) {
-                    dir = d;
-                    break;
-                }
-            }
-        }
+        let dir = history_dir(&h.dir, agents, h.k, iteration);
         let mut policies = Vec::with_capacity(agents);
         for i in 0..agents {
+            // A centralized comparator samples with one agent's saved policy (CoMLRL
+            // `_load_single_policy_checkpoint_agent`): the others are not loaded.
+            if self.centralized.is_some_and(|c| c != i) {
+                policies.push(None);
+                continue;
+            }
             let path = dir.join(format!("agent_{i}"));
             let source = crate::model::ModelSource::local(path.clone());
             let policy = Policy::load(&source, &h.opts).map_err(|e| {
@@ -300,5 +313,87 @@ impl Comparators {
             p.save(&dir.join(format!("agent_{i}")))?;
         }
         self.load_history(finished + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ModelSource;
+
+    fn tiny(seed: u64) -> Policy {
+        let opts = LoadOptions {
+            seed,
+            copies_now: false,
+            ..LoadOptions::default()
+        };
+        Policy::load(&ModelSource::Builtin("tiny".into()), &opts).unwrap()
+    }
+
+    /// `p`'s first weight tensor, flattened.
+    fn weights(p: &Policy) -> Vec<f32> {
+        let (_, v) = p.vars().into_iter().next().unwrap();
+        v.as_tensor().flatten_all().unwrap().to_vec1().unwrap()
+    }
+
+    #[test]
+    fn the_history_round_is_the_latest_saved_by_every_agent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let save = |d: &str, agents: &[usize]| {
+            for i in agents {
+                std::fs::create_dir_all(dir.join(d).join(format!("agent_{i}"))).unwrap();
+            }
+        };
+        save("initial", &[0, 1]);
+        save("iteration_0000", &[0, 1]);
+        save("iteration_0001", &[0]);
+        // Round 0 with k = 1 has no round before it: the initial policies.
+        assert_eq!(history_dir(dir, 2, 1, 0), dir.join("initial"));
+        assert_eq!(history_dir(dir, 2, 1, 1), dir.join("iteration_0000"));
+        // Round 1 saved agent 0 only: CoMLRL's existence check skips it.
+        assert_eq!(history_dir(dir, 2, 1, 2), dir.join("iteration_0000"));
+        assert_eq!(history_dir(dir, 2, 2, 1), dir.join("initial"));
+        assert_eq!(history_dir(dir, 1, 1, 2), dir.join("iteration_0001"));
+    }
+
+    #[test]
+    fn a_centralized_history_comparator_loads_its_agents_saved_policy_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("r.rhai"), "fn reward(c, ctx) { 1.0 }").unwrap();
+        let text = format!(
+            "dataset: {{prompts: [\"Hi\"]}}\nreward: {{rhai: r.rhai}}\n\
+             agents: {{count: 2, model: builtin:tiny}}\ntrainer: {{algorithm: madpo_iter}}\n\
+             preference: {{comparator_policy: history, comparator_generation_mode: centralized, \
+             comparator_centralized_agent_index: 1}}\noutput_dir: {}\n",
+            tmp.path().join("out").display()
+        );
+        let s = comlrl_scenario::load_str(&text, &tmp.path().join("s.yaml"), &[]).unwrap();
+        let agents = vec![Some(tiny(s.seed)), Some(tiny(s.seed))];
+        let mut c = Comparators::new(&s, &agents).unwrap();
+        // Round 0: agent 1's initial policy, agent 0's not loaded.
+        assert!(c.policies[0].is_none());
+        assert_eq!(
+            weights(c.policies[1].as_ref().unwrap()),
+            weights(&tiny(s.seed))
+        );
+        assert!(matches!(
+            c.comparison().source,
+            ComparatorSource::Centralized {
+                index: 1,
+                policies: Some(_)
+            }
+        ));
+        // Round 0 trained to other weights: round 1 samples with agent 1's as saved then.
+        let trained = [tiny(s.seed + 7), tiny(s.seed + 8)];
+        assert_ne!(weights(&trained[1]), weights(&tiny(s.seed)));
+        c.round_done(0, trained.iter().enumerate()).unwrap();
+        let saved = s.output_dir.join("policy_checkpoints/iteration_0000");
+        assert!(saved.join("agent_0/config.json").is_file());
+        assert!(c.policies[0].is_none());
+        assert_eq!(
+            weights(c.policies[1].as_ref().unwrap()),
+            weights(&trained[1])
+        );
     }
 }

@@ -82,7 +82,7 @@ fn random_base_peak_is_what_it_keeps_plus_one_f32_tensor() {
         assert!(out.status.success(), "child for {base} failed: {text}");
         let line = text
             .lines()
-            .find_map(|l| l.strip_prefix("PEAK "))
+            .find_map(|l| l.split_once("PEAK ").map(|(_, rest)| rest))
             .unwrap_or_else(|| panic!("child for {base} printed no PEAK line: {text}"));
         let num = |key: &str| -> u64 {
             line.split_whitespace()
@@ -95,8 +95,11 @@ fn random_base_peak_is_what_it_keeps_plus_one_f32_tensor() {
             "{base}: peak growth {growth} B, kept {kept} B, one f32 tensor ≤ {largest_f32} B, \
              the whole model in f32 {whole_f32} B"
         );
-        // What it keeps is a fraction of the f32 model (else the bound below says nothing).
-        assert!(kept * 2 < whole_f32, "{base}: kept {kept} of {whole_f32}");
+        // The bound is below the whole model in f32 (else it would say nothing).
+        assert!(
+            kept + largest_f32 + SLACK < whole_f32,
+            "{base}: kept {kept} of {whole_f32}"
+        );
         assert!(
             growth <= kept + largest_f32 + SLACK,
             "{base}: drawing the weights grew the process by {growth} B, more than the {kept} B \

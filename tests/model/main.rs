@@ -18,6 +18,7 @@ mod lora;
 mod lora_bf16_base;
 mod lora_dropout;
 mod lora_q8_base;
+mod random_base_peak;
 mod reference;
 mod sample_agents;
 mod sample_batch;

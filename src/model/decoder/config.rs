@@ -302,6 +302,10 @@ impl ModelConfig {
     /// `mid`: ~40M parameters (vocab 32000, hidden 512, 8 layers).
     /// `qwen2.5-0.5b`: Qwen2.5-0.5B's shape (494M parameters, tied embeddings).
     /// `qwen2.5-1.5b`: Qwen2.5-1.5B(-Instruct)'s shape (1.54B parameters, tied embeddings).
+    /// `qwen2.5-3b`: Qwen2.5-3B's shape (3.09B parameters, tied embeddings).
+    /// `qwen2.5-7b`: Qwen2.5-7B(-Instruct)'s shape as its `config.json` gives it (28 layers, hidden
+    /// 3584, intermediate 18944, 28/4 heads, vocab 152064, untied head; 7.62B parameters). In
+    /// f32 that is 30 GB: meant for `agents.base_dtype: q8_0` or `bf16` with adapters.
     /// `llama-small`: `small`'s shape as a Llama 3.2-style model (no biases, llama3 RoPE scaling).
     /// `qwen3-small`: `small`'s shape as a Qwen3 model (q/k norms, no biases).
     /// `smollm2-135m`: SmolLM2-135M's shape (Llama, 30 layers, 9/3 heads, vocab 49152).
@@ -324,6 +328,11 @@ impl ModelConfig {
             }
             "qwen2.5-3b" => {
                 let mut c = Self::with_shape(151936, 2048, 11008, 36, 16, 2, true);
+                c.max_position_embeddings = 32768;
+                c
+            }
+            "qwen2.5-7b" => {
+                let mut c = Self::with_shape(152064, 3584, 18944, 28, 28, 4, false);
                 c.max_position_embeddings = 32768;
                 c
             }
@@ -372,6 +381,7 @@ impl ModelConfig {
         "qwen2.5-0.5b",
         "qwen2.5-1.5b",
         "qwen2.5-3b",
+        "qwen2.5-7b",
         "llama-small",
         "qwen3-small",
         "smollm2-135m",

@@ -18,6 +18,6 @@ pub(crate) mod mlp;
 pub(crate) mod norm;
 pub(crate) mod rope;
 pub(crate) mod rope_scaling;
-pub(crate) mod tensors;
+pub mod tensors;
 pub(crate) mod trace;
 pub mod value_head;

@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -70,6 +71,7 @@ def main():
     ap.add_argument("--sides", choices=["both", "peer", "ours"], default="both")
     ap.add_argument("--work", default="/tmp/f45-peer-curves")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--keep-models", action="store_true", help="keep comlrl's models/ and checkpoints/")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     model = os.path.abspath(a.model)
@@ -113,6 +115,10 @@ def main():
             wall = run_logged(cmd, os.path.join(a.work, f"ours-{seed}.log"), env)
             with open(os.path.join(out, "metrics.jsonl")) as f:
                 metrics = [json.loads(l) for l in f if l.strip()]
+            if not a.keep_models:
+                # comlrl always writes the final models and an end-of-run checkpoint (~3 GB a seed here).
+                for d in ("models", "checkpoints"):
+                    shutil.rmtree(os.path.join(out, d), ignore_errors=True)
             evals = [(m["step"], m["eval/reward/level"]) for m in metrics
                      if m.get("eval/reward/level") is not None]
             steps = [m["step_seconds"] for m in metrics

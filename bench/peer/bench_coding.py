@@ -30,18 +30,14 @@ import argparse
 import importlib.util
 import json
 import os
-import random
 import statistics
 import sys
 import time
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ["HF_DATASETS_OFFLINE"] = "1"
-os.environ["WANDB_MODE"] = "disabled"
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from peer_setup import offline, seed_all
 
-import numpy as np
+offline()
+
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -108,10 +104,7 @@ def main():
     ap.add_argument("--quiet", action="store_true", help="no per-step lines")
     a = ap.parse_args()
 
-    torch.set_num_threads(a.threads)
-    random.seed(a.seed)
-    np.random.seed(a.seed)
-    torch.manual_seed(a.seed)
+    seed_all(a.seed, a.threads)
 
     aux_fmt, main_fmt = fixture_loader()(a.env_repo)
     sys.path.insert(0, os.path.abspath(a.env_repo))

@@ -27,16 +27,13 @@ measured outside, by /usr/bin/time -v.
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 import time
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ["HF_DATASETS_OFFLINE"] = "1"
-os.environ["WANDB_MODE"] = "disabled"
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from peer_setup import offline, seed_all
+
+offline()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -72,7 +69,6 @@ def main():
     a = ap.parse_args()
 
     import importlib
-    import numpy as np
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -80,10 +76,7 @@ def main():
     from comlrl.utils.reward_processor import RewardProcessors
     from bench_story import PROMPTS, proper_length_ratio_reward
 
-    torch.set_num_threads(a.threads)
-    random.seed(a.seed)
-    np.random.seed(a.seed)
-    torch.manual_seed(a.seed)
+    seed_all(a.seed, a.threads)
 
     module, config_name, trainer_name = FAMILIES[a.trainer]
     mod = importlib.import_module(module)

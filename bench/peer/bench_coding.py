@@ -34,7 +34,7 @@ import statistics
 import sys
 import time
 
-from peer_setup import offline, seed_all
+from peer_setup import offline, run_args, seed_all
 
 offline()
 
@@ -95,13 +95,7 @@ def main():
     ap.add_argument("--eval-n", type=int, default=32, help="first N rows of --eval (test[:32])")
     ap.add_argument("--eval-interval", type=int, default=None,
                     help="CoMLRL's eval_interval (default: --train-n, i.e. step 0 only, plus the final one)")
-    ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--num-generations", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", default=None, help="write a JSON summary here")
-    ap.add_argument("--quiet", action="store_true", help="no per-step lines")
+    run_args(ap, epochs=1, max_new_tokens=256, num_generations=4)
     a = ap.parse_args()
 
     seed_all(a.seed, a.threads)

@@ -21,3 +21,14 @@ def seed_all(seed, threads):
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def run_args(ap, *, epochs, max_new_tokens, num_generations):
+    """The options every MAGRPO peer run takes, with the script's own defaults."""
+    ap.add_argument("--epochs", type=int, default=epochs)
+    ap.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    ap.add_argument("--num-generations", type=int, default=num_generations)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None, help="write a JSON summary here")
+    ap.add_argument("--quiet", action="store_true", help="no per-step lines")

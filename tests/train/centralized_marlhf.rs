@@ -7,11 +7,9 @@
 //! (the online rewards), then the online MAGRPO loss, gradients and the weights after one step
 //! against those rewards, within 1e-5 relative. Then a run end to end, its resume, and every
 //! `rl_algorithm`.
-use crate::centralized_step::{check_grads_and_step, scenario_path, strs};
+use crate::centralized_step::{check_magrpo_step, scenario_path, strs};
 use crate::common;
-use candle_core::{Tensor, Var};
 use comlrl::model::{LoadOptions, ModelSource, Policy, ValueHead};
-use comlrl::train::algorithms::magrpo::loss::loss_and_grads;
 use comlrl::train::algorithms::magrpo::Magrpo;
 use comlrl::train::algorithms::marlhf::reward_model::{joint_text, JointRewardModel};
 use comlrl::train::algorithms::marlhf::set::{score, TextSet, TrainConfig};
@@ -20,7 +18,6 @@ use comlrl::train::rollout::joint::joint_actions;
 use comlrl::train::rollout::pairs::PairSelection;
 use comlrl::train::rollout::{AgentRollout, Node, NodeSample};
 use comlrl::train::setup::centralized::{actor_scenario, roles};
-use comlrl::train::update::Share;
 use common::*;
 use rand::SeedableRng;
 use std::collections::HashMap;
@@ -178,16 +175,7 @@ fn check_step(recompute: bool) {
     };
     let mut nodes = Magrpo::new(&actor).targets(root).unwrap();
     let sample = nodes.remove(0).agents.remove(0);
-    let actor_policy = policy();
-    let named = actor_policy.vars();
-    let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
-    let before: HashMap<String, Tensor> = named
-        .iter()
-        .map(|(n, v)| (n.clone(), v.as_tensor().copy().unwrap()))
-        .collect();
-    let lg = loss_and_grads(&actor_policy, &vars, &[&sample], 0, recompute, Share::ALL).unwrap();
-    close("loss", lg.loss, meta["loss"].as_f64().unwrap());
-    check_grads_and_step(&meta, &t, &named, &before, &lg.grads);
+    check_magrpo_step(&meta, &t, &policy(), &sample, recompute);
 }
 
 #[test]
@@ -199,10 +187,6 @@ fn centralized_marlhf_matches_comlrl_recomputed() {
 fn centralized_marlhf_matches_comlrl_autograd() {
     check_step(false);
 }
-
-/// A reward that ranks a prompt's candidates by their place in the batch: the tiny model never
-/// writes the tags, so every split output is `""` and the task's reward would tie them all.
-const BY_PLACE: &str = "fn reward_batch(samples, ctx) {\n    let out = [];\n    for i in 0..samples.len() { out.push(i.to_float()); }\n    out\n}\n";
 
 fn marlhf_sets(out: &std::path::Path, script: &std::path::Path, rl: &str) -> Vec<String> {
     vec![
@@ -221,16 +205,17 @@ fn marlhf_sets(out: &std::path::Path, script: &std::path::Path, rl: &str) -> Vec
     ]
 }
 
-fn by_place(dir: &std::path::Path) -> std::path::PathBuf {
-    let script = dir.join("by_place.rhai");
-    std::fs::write(&script, BY_PLACE).unwrap();
-    script
+/// The project's reward that ranks a prompt's candidates by their place in the batch: the tiny
+/// model never writes the tags, so every split output is `""` and the task's reward would tie
+/// them all.
+fn by_place() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/rewards/by_position.rhai")
 }
 
 #[test]
 fn centralized_marlhf_runs_one_actor_against_its_reward_model() {
     let tmp = tempfile::tempdir().unwrap();
-    let script = by_place(tmp.path());
+    let script = by_place();
     let out = tmp.path().join("run");
     let s = comlrl_scenario::load(&scenario_path(), &marlhf_sets(&out, &script, "magrpo")).unwrap();
     let summary = comlrl::train::Trainer::new(s)
@@ -287,7 +272,7 @@ fn an_interrupted_centralized_marlhf_run_resumes_to_the_same_end() {
     use crate::common::cli::metrics_without_timing;
     use crate::common::tiny_run::StopAt;
     let tmp = tempfile::tempdir().unwrap();
-    let script = by_place(tmp.path());
+    let script = by_place();
     let run = |out: &std::path::Path, stop: Option<usize>, resume: bool| {
         let s =
             comlrl_scenario::load(&scenario_path(), &marlhf_sets(out, &script, "magrpo")).unwrap();
@@ -321,7 +306,7 @@ fn an_interrupted_centralized_marlhf_run_resumes_to_the_same_end() {
 #[test]
 fn centralized_marlhf_runs_every_rl_algorithm() {
     let tmp = tempfile::tempdir().unwrap();
-    let script = by_place(tmp.path());
+    let script = by_place();
     for rl in ["mareinforce", "marloo", "maremax", "iac", "maac"] {
         let out = tmp.path().join(rl);
         let mut sets = marlhf_sets(&out, &script, rl);

@@ -119,15 +119,44 @@ fn check_step(recompute: bool) {
     let mut nodes = Magrpo::new(&actor).targets(root).unwrap();
     assert_eq!(nodes.len(), 1);
     let sample = nodes.remove(0).agents.remove(0);
+    check_magrpo_step(&meta, &t, &policy, &sample, recompute);
+}
+
+/// A policy's variables by name, the same as a list, and a copy of their values (to check a
+/// step's weights against).
+pub(crate) struct Before {
+    pub named: Vec<(String, Var)>,
+    pub vars: Vec<Var>,
+    pub values: HashMap<String, Tensor>,
+}
+
+pub(crate) fn vars_before(policy: &Policy) -> Before {
     let named = policy.vars();
-    let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
-    let before: HashMap<String, Tensor> = named
+    let vars = named.iter().map(|(_, v)| v.clone()).collect();
+    let values = named
         .iter()
         .map(|(n, v)| (n.clone(), v.as_tensor().copy().unwrap()))
         .collect();
-    let lg = loss_and_grads(&policy, &vars, &[&sample], 0, recompute, Share::ALL).unwrap();
+    Before {
+        named,
+        vars,
+        values,
+    }
+}
+
+/// The MAGRPO loss of `policy` on `sample`, its gradients and the weights after one AdamW step
+/// against a fixture's.
+pub(crate) fn check_magrpo_step(
+    meta: &serde_json::Value,
+    t: &HashMap<String, Tensor>,
+    policy: &Policy,
+    sample: &AgentRollout,
+    recompute: bool,
+) {
+    let b = vars_before(policy);
+    let lg = loss_and_grads(policy, &b.vars, &[sample], 0, recompute, Share::ALL).unwrap();
     close("loss", lg.loss, meta["loss"].as_f64().unwrap());
-    check_grads_and_step(&meta, &t, &named, &before, &lg.grads);
+    check_grads_and_step(meta, t, &b.named, &b.values, &lg.grads);
 }
 
 #[test]
@@ -334,12 +363,11 @@ fn check_madpo_step(recompute: bool) {
             want[0].as_f64().unwrap(),
         );
     }
-    let named = policy.vars();
-    let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
-    let before: HashMap<String, Tensor> = named
-        .iter()
-        .map(|(n, v)| (n.clone(), v.as_tensor().copy().unwrap()))
-        .collect();
+    let Before {
+        named,
+        vars,
+        values: before,
+    } = vars_before(&policy);
     let beta = meta["config"]["dpo_beta"].as_f64().unwrap();
     let (lg, _) = agent_grads(
         &policy,
